@@ -1,0 +1,234 @@
+#include "planner/greedy_solver.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "planner/validator.h"
+
+namespace memplan::planner {
+
+namespace {
+
+// Finds the placed buffers whose lifetimes overlap a query lifetime without looking at all
+// placed buffers: buffers sorted by first_op sit at the leaves of a max-tree over end_op
+// (placed buffers only), so a query visits only subtrees that can hold an overlap.
+class PlacedIndex {
+ public:
+  explicit PlacedIndex(const AllocationProblem& problem) : problem_(problem) {
+    const std::size_t n = problem.buffers.size();
+    by_start_.resize(n);
+    std::iota(by_start_.begin(), by_start_.end(), std::size_t{0});
+    std::sort(by_start_.begin(), by_start_.end(), [&](std::size_t a, std::size_t b) {
+      return problem.buffers[a].first_op < problem.buffers[b].first_op;
+    });
+    starts_.resize(n);
+    leaf_of_.resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      starts_[k] = problem.buffers[by_start_[k]].first_op;
+      leaf_of_[by_start_[k]] = k;
+    }
+    leaves_ = 1;
+    while (leaves_ < std::max<std::size_t>(n, 1)) leaves_ *= 2;
+    max_end_.assign(2 * leaves_, kNone);
+  }
+
+  void insert(std::size_t buffer) {
+    std::size_t node = leaves_ + leaf_of_[buffer];
+    max_end_[node] = problem_.buffers[buffer].end_op;
+    for (node /= 2; node >= 1; node /= 2) max_end_[node] = std::max(max_end_[2 * node], max_end_[2 * node + 1]);
+  }
+
+  // Appends every placed buffer live at some time in [first_op, end_op) to `out`.
+  void overlapping(TimePoint first_op, TimePoint end_op, std::vector<std::size_t>& out) {
+    // Only leaves with start < end_op can overlap; among them, those with end > first_op.
+    const std::size_t limit =
+        std::size_t(std::lower_bound(starts_.begin(), starts_.end(), end_op) - starts_.begin());
+    if (limit == 0) return;
+    stack_.clear();
+    stack_.push_back({1, 0, leaves_});
+    while (!stack_.empty()) {
+      const Frame f = stack_.back();
+      stack_.pop_back();
+      if (f.lo >= limit || max_end_[f.node] <= first_op) continue;
+      if (f.node >= leaves_) {
+        out.push_back(by_start_[f.lo]);
+        continue;
+      }
+      const std::size_t mid = (f.lo + f.hi) / 2;
+      stack_.push_back({2 * f.node + 1, mid, f.hi});
+      stack_.push_back({2 * f.node, f.lo, mid});
+    }
+  }
+
+ private:
+  static constexpr TimePoint kNone = std::numeric_limits<TimePoint>::min();
+  struct Frame {
+    std::size_t node, lo, hi;
+  };
+  const AllocationProblem& problem_;
+  std::vector<std::size_t> by_start_;
+  std::vector<TimePoint> starts_;
+  std::vector<std::size_t> leaf_of_;
+  std::size_t leaves_ = 1;
+  std::vector<TimePoint> max_end_;
+  std::vector<Frame> stack_;
+};
+
+// Number of other buffers live together with each buffer, by counting those that end
+// before it starts or start after it ends: O(n log n) instead of over all pairs.
+std::vector<std::int64_t> conflict_counts(const AllocationProblem& problem) {
+  std::vector<TimePoint> starts, ends;
+  for (const BufferSpec& b : problem.buffers) {
+    starts.push_back(b.first_op);
+    ends.push_back(b.end_op);
+  }
+  std::sort(starts.begin(), starts.end());
+  std::sort(ends.begin(), ends.end());
+  std::vector<std::int64_t> counts;
+  const auto n = std::int64_t(problem.buffers.size());
+  for (const BufferSpec& b : problem.buffers) {
+    const auto starting_after = std::int64_t(starts.end() - std::lower_bound(starts.begin(), starts.end(), b.end_op));
+    const auto ending_before = std::int64_t(std::upper_bound(ends.begin(), ends.end(), b.first_op) - ends.begin());
+    counts.push_back(n - 1 - starting_after - ending_before);
+  }
+  return counts;
+}
+
+std::vector<std::size_t> placement_order(const AllocationProblem& problem, GreedyOrder order) {
+  const std::size_t n = problem.buffers.size();
+  std::vector<double> key(n);  // double: area can exceed int64 (size * lifetime)
+  std::vector<std::int64_t> conflicts;
+  if (order == GreedyOrder::conflicts) conflicts = conflict_counts(problem);
+  for (std::size_t i = 0; i < n; ++i) {
+    const BufferSpec& b = problem.buffers[i];
+    const double size = double(footprint_bytes(b));
+    const double length = double(b.end_op) - double(b.first_op);
+    switch (order) {
+      case GreedyOrder::size: key[i] = size; break;
+      case GreedyOrder::lifetime: key[i] = length; break;
+      case GreedyOrder::area: key[i] = size * length; break;
+      case GreedyOrder::conflicts: key[i] = double(conflicts[i]); break;
+    }
+  }
+  std::vector<std::size_t> result(n);
+  std::iota(result.begin(), result.end(), std::size_t{0});
+  // Secondary key: size, so equal-key runs still put big buffers first. Then index, so every
+  // run is deterministic.
+  std::stable_sort(result.begin(), result.end(), [&](std::size_t a, std::size_t b) {
+    if (key[a] != key[b]) return key[a] > key[b];
+    return footprint_bytes(problem.buffers[a]) > footprint_bytes(problem.buffers[b]);
+  });
+  return result;
+}
+
+}  // namespace
+
+std::string_view to_string(GreedyOrder order) {
+  switch (order) {
+    case GreedyOrder::size: return "size";
+    case GreedyOrder::lifetime: return "lifetime";
+    case GreedyOrder::area: return "area";
+    case GreedyOrder::conflicts: return "conflicts";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(GreedyPlacement placement) {
+  switch (placement) {
+    case GreedyPlacement::best_fit: return "best_fit";
+    case GreedyPlacement::lowest_offset: return "lowest_offset";
+  }
+  return "unknown";
+}
+
+std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order,
+                                GreedyPlacement placement) {
+  const std::size_t n = problem.buffers.size();
+  std::vector<Offset> offsets(n, 0);
+  PlacedIndex placed(problem);
+  // Pinned buffers go first: everything else must fit around them.
+  for (std::size_t i = 0; i < n; ++i) {
+    const BufferSpec& b = problem.buffers[i];
+    if (!b.fixed_offset) continue;
+    offsets[i] = *b.fixed_offset;
+    if (footprint_bytes(b) > 0) placed.insert(i);
+  }
+  std::vector<std::size_t> neighbours;
+  std::vector<std::pair<Offset, Offset>> taken;  // [offset, top) of placed neighbours
+  for (const std::size_t i : placement_order(problem, order)) {
+    const BufferSpec& b = problem.buffers[i];
+    const Bytes size = footprint_bytes(b);
+    if (b.fixed_offset || size == 0) continue;
+    neighbours.clear();
+    placed.overlapping(b.first_op, b.end_op, neighbours);
+    taken.clear();
+    for (const std::size_t j : neighbours) taken.emplace_back(offsets[j], offsets[j] + footprint_bytes(problem.buffers[j]));
+    std::sort(taken.begin(), taken.end());
+    // Walk the gaps between taken ranges from the bottom; `floor` is the top of everything
+    // below the current gap.
+    Offset floor = 0;
+    Offset chosen = -1;
+    Bytes chosen_gap = std::numeric_limits<Bytes>::max();
+    for (const auto& [lo, hi] : taken) {
+      const Offset start = align_up(floor, b.alignment);
+      if (start + size <= lo) {
+        const Bytes gap = lo - floor;
+        if (placement == GreedyPlacement::lowest_offset) {
+          chosen = start;
+          break;
+        }
+        if (gap < chosen_gap) {  // strict: ties keep the lower gap
+          chosen_gap = gap;
+          chosen = start;
+        }
+      }
+      floor = std::max(floor, hi);
+    }
+    if (chosen < 0) chosen = align_up(floor, b.alignment);
+    offsets[i] = chosen;
+    placed.insert(i);
+  }
+  return offsets;
+}
+
+Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options) {
+  {
+    const Status status = check_problem(problem);
+    MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
+  }
+  MEMPLAN_CHECK(!options.orders.empty() && !options.placements.empty(), "greedy needs at least one run");
+  const Bytes lower_bound = lower_bound_bytes(problem);
+  std::vector<Offset> best;
+  Bytes best_height = std::numeric_limits<Bytes>::max();
+  for (const GreedyOrder order : options.orders) {
+    for (const GreedyPlacement placement : options.placements) {
+      std::vector<Offset> offsets = greedy_pack(problem, order, placement);
+      const Bytes height = packing_height(problem, offsets);
+      if (height < best_height) {
+        best_height = height;
+        best = std::move(offsets);
+      }
+      if (best_height <= lower_bound) break;  // nothing can beat the lower bound
+    }
+    if (best_height <= lower_bound) break;
+  }
+  Solution solution;
+  if (best.empty() && problem.buffers.empty()) best_height = 0;
+  solution.height_bytes = best_height;
+  if (problem.capacity_bytes && best_height > *problem.capacity_bytes) {
+    solution.status = SolveStatus::not_found;
+    return solution;
+  }
+  solution.offsets = std::move(best);
+  solution.status = best_height <= lower_bound ? SolveStatus::optimal : SolveStatus::feasible;
+#ifndef NDEBUG
+  {
+    const Status valid = validate_solution(problem, solution);
+    MEMPLAN_CHECK(valid.ok(), "greedy produced an invalid packing: " << valid.error().message);
+  }
+#endif
+  return solution;
+}
+
+}  // namespace memplan::planner

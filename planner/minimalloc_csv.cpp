@@ -1,0 +1,229 @@
+#include "planner/minimalloc_csv.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <unordered_set>
+
+namespace memplan::planner {
+
+namespace {
+
+// Column slots in a row; the header maps names to positions.
+enum Column { kId, kLower, kUpper, kSize, kOffset, kColumnCount };
+constexpr std::array<std::string_view, kColumnCount> kColumnNames = {"id", "lower", "upper", "size",
+                                                                     "offset"};
+
+// The same limit check_problem() applies, so a file that parses also passes it.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 60;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      fields.push_back(trim(line.substr(start)));
+      return fields;
+    }
+    fields.push_back(trim(line.substr(start, comma - start)));
+    start = comma + 1;
+  }
+}
+
+class LineError {
+ public:
+  LineError(std::string_view source, std::size_t line) : source_(source), line_(line) {}
+  Error operator()(const std::string& what) const {
+    return Error{std::string(source_) + ":" + std::to_string(line_) + ": " + what};
+  }
+
+ private:
+  std::string_view source_;
+  std::size_t line_;
+};
+
+// A whole-field signed 64-bit integer: no sign-only, no fraction, no "nan", no overflow.
+Result<std::int64_t> parse_int(std::string_view field, std::string_view column, const LineError& error) {
+  if (field.empty()) return error("column '" + std::string(column) + "' is empty");
+  std::int64_t value = 0;
+  const char* begin = field.data();
+  const char* end = field.data() + field.size();
+  if (*begin == '+') ++begin;  // from_chars rejects a leading '+', which is still a number
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range) {
+    return error("column '" + std::string(column) + "' value '" + std::string(field) +
+                 "' does not fit in 64 bits");
+  }
+  if (ec != std::errc() || ptr != end) {
+    return error("column '" + std::string(column) + "' value '" + std::string(field) +
+                 "' is not an integer");
+  }
+  return value;
+}
+
+bool has_binary_bytes(std::string_view line) {
+  for (const char c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_view source) {
+  MinimallocCsv csv;
+  std::array<int, kColumnCount> position;
+  position.fill(-1);
+  std::size_t columns = 0;
+  bool have_header = false;
+  std::unordered_set<std::string> ids;
+  std::vector<Offset> offsets;
+  std::size_t line_number = 0;
+  std::size_t cursor = 0;
+  while (cursor < text.size()) {
+    std::size_t newline = text.find('\n', cursor);
+    if (newline == std::string_view::npos) newline = text.size();
+    std::string_view line = text.substr(cursor, newline - cursor);
+    cursor = newline + 1;
+    ++line_number;
+    const LineError error(source, line_number);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > kMaxCsvLineBytes) {
+      return error("line is longer than " + std::to_string(kMaxCsvLineBytes) + " bytes");
+    }
+    if (has_binary_bytes(line)) return error("line contains control or binary bytes");
+    if (trim(line).empty()) continue;  // blank lines (e.g. a trailing one) carry nothing
+    const std::vector<std::string_view> fields = split_fields(line);
+    if (!have_header) {
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        std::size_t c = 0;
+        while (c < kColumnCount && kColumnNames[c] != fields[i]) ++c;
+        if (c == kColumnCount) {
+          return error("unknown column '" + std::string(fields[i]) +
+                       "' in header (expected id,lower,upper,size[,offset])");
+        }
+        if (position[c] >= 0) return error("column '" + std::string(fields[i]) + "' appears twice in header");
+        position[c] = int(i);
+      }
+      for (std::size_t c = 0; c < kOffset; ++c) {
+        if (position[c] < 0) {
+          return error("header lacks column '" + std::string(kColumnNames[c]) +
+                       "' (expected id,lower,upper,size[,offset])");
+        }
+      }
+      columns = fields.size();
+      have_header = true;
+      continue;
+    }
+    if (fields.size() != columns) {
+      return error("expected " + std::to_string(columns) + " fields, found " + std::to_string(fields.size()));
+    }
+    BufferSpec buffer;
+    buffer.id = std::string(fields[std::size_t(position[kId])]);
+    if (buffer.id.empty()) return error("column 'id' is empty");
+    std::array<std::int64_t, kColumnCount> value{};
+    for (std::size_t c = kLower; c < kColumnCount; ++c) {
+      if (position[c] < 0) continue;
+      Result<std::int64_t> parsed = parse_int(fields[std::size_t(position[c])], kColumnNames[c], error);
+      if (!parsed) return parsed.error();
+      value[c] = parsed.value();
+    }
+    if (value[kSize] <= 0) return error("size " + std::to_string(value[kSize]) + " must be positive");
+    if (value[kSize] > kMaxSize) return error("size " + std::to_string(value[kSize]) + " exceeds 2^60");
+    if (value[kUpper] <= value[kLower]) {
+      return error("upper " + std::to_string(value[kUpper]) + " must be greater than lower " +
+                   std::to_string(value[kLower]) + " (lifetimes are [lower, upper))");
+    }
+    if (position[kOffset] >= 0 && (value[kOffset] < 0 || value[kOffset] > kMaxSize)) {
+      return error("offset " + std::to_string(value[kOffset]) + " is out of range [0, 2^60]");
+    }
+    if (!ids.insert(buffer.id).second) return error("duplicate id '" + buffer.id + "'");
+    buffer.first_op = value[kLower];
+    buffer.end_op = value[kUpper];
+    buffer.size_bytes = value[kSize];
+    csv.problem.buffers.push_back(std::move(buffer));
+    offsets.push_back(value[kOffset]);
+  }
+  if (!have_header) {
+    return Error{std::string(source) + ":1: missing header (expected id,lower,upper,size[,offset])"};
+  }
+  if (position[kOffset] >= 0) csv.offsets = std::move(offsets);
+  return csv;
+}
+
+Result<MinimallocCsv> read_minimalloc_csv(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path + ": is a directory, not a CSV file"};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open for reading"};
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Error{path + ": read error"};
+  return parse_minimalloc_csv(text, path);
+}
+
+Result<std::string> format_minimalloc_csv(const AllocationProblem& problem,
+                                          const std::vector<Offset>& offsets) {
+  if (offsets.size() != problem.buffers.size()) {
+    return Error{"cannot write " + std::to_string(offsets.size()) + " offsets for " +
+                 std::to_string(problem.buffers.size()) + " buffers"};
+  }
+  std::ostringstream out;
+  out << "id,lower,upper,size,offset\n";
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    const BufferSpec& b = problem.buffers[i];
+    if (b.id.find_first_of(",\"\r\n") != std::string::npos) {
+      return Error{"buffer id '" + b.id + "' contains a character CSV cannot hold"};
+    }
+    out << b.id << ',' << b.first_op << ',' << b.end_op << ',' << b.size_bytes << ',' << offsets[i] << '\n';
+  }
+  return out.str();
+}
+
+Status write_file_atomically(const std::string& path, std::string_view text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  // mkstemp gives a name no one else uses, in the target's directory so rename is atomic.
+  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) return Error{path + ": cannot create a temporary file in " + dir.string()};
+  // mkstemp creates 0600; an output file is an ordinary file others may read.
+  bool ok = ::fchmod(fd, 0644) == 0;
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    written += std::size_t(n);
+  }
+  if (::close(fd) != 0) ok = false;
+  if (!ok) {
+    std::remove(tmpl.c_str());
+    return Error{path + ": write failed"};
+  }
+  if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
+    std::remove(tmpl.c_str());
+    return Error{path + ": cannot rename the temporary file into place"};
+  }
+  return Status::success();
+}
+
+}  // namespace memplan::planner
