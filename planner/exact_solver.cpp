@@ -1,0 +1,592 @@
+#include "planner/exact_solver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "planner/greedy_solver.h"
+#include "planner/validator.h"
+
+namespace memplan::planner {
+
+namespace {
+
+// The search, once:
+//  * Time is cut into sections at every lifetime endpoint; a buffer covers a contiguous run
+//    of sections, and buffers in one section are all live together.
+//  * Canonical packings only: every buffer sits at the lowest offset allowed by the buffers
+//    already placed that are live with it (its `min offset`), and buffers are placed in
+//    non-decreasing offset order (equal offsets in a fixed preorder). Any packing can be
+//    pushed down into such a form without growing, so nothing better is lost.
+//  * Dominance: a buffer is never placed at or above the top some unplaced buffer would have
+//    at its own min offset; that buffer would then sit in a hole it could drop into, which
+//    is not canonical.
+//  * Section floors: offsets only grow, so in every section the space left above
+//    max(section floor, current offset) must hold all unplaced buffers of that section.
+//  * Decomposition: once no unplaced buffer crosses a section boundary, the two sides are
+//    independent problems and are searched one after the other instead of interleaved.
+//  * Budget: the search gives up after a node or time limit; several static preorders
+//    (the tie-break among equal offsets) are tried round-robin with doubling node limits,
+//    since one ordering often finds in milliseconds what another misses for minutes.
+
+using Clock = std::chrono::steady_clock;
+
+enum class Outcome { found, infeasible, budget };
+
+constexpr Offset kUnplaced = -1;
+
+// Node and time limits at three levels: the whole solve, one phase (a target height while
+// minimising) and one attempt (one preorder in the round-robin).
+class Budget {
+ public:
+  Budget(std::int64_t node_limit, std::optional<Clock::time_point> deadline)
+      : node_limit_(node_limit), deadline_(deadline) {}
+
+  // Spends one node; false once any limit is reached.
+  bool spend() {
+    ++nodes_;
+    if (attempt_nodes_left_-- <= 0) return false;
+    if ((node_limit_ >= 0 && nodes_ > node_limit_) || (phase_node_limit_ >= 0 && nodes_ > phase_node_limit_)) {
+      exhausted_ = true;
+      return false;
+    }
+    // Reading the clock costs more than a node, so look at it every 256 nodes.
+    if ((nodes_ & 255) == 0) check_clock();
+    return !exhausted_;
+  }
+
+  void start_attempt(std::int64_t nodes) { attempt_nodes_left_ = nodes; }
+  // A phase gets at most `share` of what is left of the whole budget (nodes and time).
+  void start_phase(double share) {
+    exhausted_ = false;
+    phase_node_limit_ = node_limit_ < 0 ? -1 : nodes_ + std::int64_t(double(node_limit_ - nodes_) * share);
+    phase_deadline_ = deadline_;
+    if (deadline_) {
+      const auto left = *deadline_ - Clock::now();
+      phase_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(left * share);
+    }
+  }
+  // The current phase (or the whole solve) is out of nodes or time.
+  bool exhausted() {
+    check_clock();
+    return exhausted_;
+  }
+  // The whole solve is out of nodes or time.
+  bool solve_exhausted() const {
+    return (node_limit_ >= 0 && nodes_ >= node_limit_) || (deadline_ && Clock::now() >= *deadline_);
+  }
+  std::int64_t nodes() const { return nodes_; }
+
+ private:
+  void check_clock() {
+    if (phase_deadline_ && Clock::now() >= *phase_deadline_) exhausted_ = true;
+  }
+
+  std::int64_t node_limit_;
+  std::optional<Clock::time_point> deadline_;
+  std::int64_t phase_node_limit_ = -1;
+  std::optional<Clock::time_point> phase_deadline_;
+  std::int64_t attempt_nodes_left_ = std::numeric_limits<std::int64_t>::max();
+  std::int64_t nodes_ = 0;
+  bool exhausted_ = false;
+};
+
+// Buffers the search places (not fixed, not zero-size), with sections and conflicts.
+struct Instance {
+  struct Item {
+    std::size_t buffer;  // index into problem.buffers
+    Bytes size;          // footprint
+    Bytes alignment;
+    int first_section, end_section;  // covers sections [first_section, end_section)
+    double area;
+    double width;  // lifetime length in time units
+  };
+  std::vector<Item> items;
+  int section_count = 0;
+  std::vector<std::size_t> conflict_begin;  // CSR: conflicts of item i are
+  std::vector<int> conflicts;               //   conflicts[conflict_begin[i] .. [i+1])
+  std::vector<std::vector<std::pair<Offset, Offset>>> obstacles;  // fixed [lo, hi) per item
+  std::vector<std::size_t> section_begin;  // CSR: items covering section s are
+  std::vector<int> section_items;          //   section_items[section_begin[s] .. [s+1])
+  std::vector<Bytes> section_total;  // sum of item sizes per section
+  std::vector<Bytes> item_total;     // max section_total over an item's sections
+};
+
+std::int64_t count_conflict_pairs(const AllocationProblem& problem, const std::vector<std::size_t>& searched) {
+  std::vector<TimePoint> starts;
+  for (const std::size_t b : searched) starts.push_back(problem.buffers[b].first_op);
+  std::sort(starts.begin(), starts.end());
+  std::int64_t pairs = 0;
+  for (const std::size_t b : searched) {
+    const BufferSpec& buffer = problem.buffers[b];
+    // buffers starting in [first_op, end_op), minus itself: each overlapping pair is counted
+    // once from the buffer that starts first (ties counted twice: an upper estimate).
+    pairs += std::int64_t(std::lower_bound(starts.begin(), starts.end(), buffer.end_op) -
+                          std::lower_bound(starts.begin(), starts.end(), buffer.first_op)) - 1;
+  }
+  return pairs;
+}
+
+Instance build_instance(const AllocationProblem& problem, const std::vector<std::size_t>& searched) {
+  Instance inst;
+  std::vector<TimePoint> times;
+  for (const std::size_t b : searched) {
+    times.push_back(problem.buffers[b].first_op);
+    times.push_back(problem.buffers[b].end_op);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  inst.section_count = std::max(0, int(times.size()) - 1);
+  auto section_of = [&](TimePoint t) { return int(std::lower_bound(times.begin(), times.end(), t) - times.begin()); };
+  for (const std::size_t b : searched) {
+    const BufferSpec& buffer = problem.buffers[b];
+    inst.items.push_back({b, footprint_bytes(buffer), buffer.alignment, section_of(buffer.first_op),
+                          section_of(buffer.end_op),
+                          double(footprint_bytes(buffer)) * (double(buffer.end_op) - double(buffer.first_op)),
+                          double(buffer.end_op) - double(buffer.first_op)});
+  }
+  const int n = int(inst.items.size());
+  // Conflicts: scanning in start order, every later buffer that starts before this one ends
+  // overlaps it, so the scan touches only real pairs.
+  std::vector<int> by_start(std::size_t(n), 0);
+  std::iota(by_start.begin(), by_start.end(), 0);
+  std::sort(by_start.begin(), by_start.end(), [&](int a, int b) {
+    return inst.items[std::size_t(a)].first_section < inst.items[std::size_t(b)].first_section;
+  });
+  std::vector<std::vector<int>> lists(inst.items.size());
+  for (int x = 0; x < n; ++x) {
+    const int i = by_start[std::size_t(x)];
+    for (int y = x + 1; y < n; ++y) {
+      const int j = by_start[std::size_t(y)];
+      if (inst.items[std::size_t(j)].first_section >= inst.items[std::size_t(i)].end_section) break;
+      lists[std::size_t(i)].push_back(j);
+      lists[std::size_t(j)].push_back(i);
+    }
+  }
+  inst.conflict_begin.assign(std::size_t(n) + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    inst.conflict_begin[std::size_t(i) + 1] = inst.conflict_begin[std::size_t(i)] + lists[std::size_t(i)].size();
+    inst.conflicts.insert(inst.conflicts.end(), lists[std::size_t(i)].begin(), lists[std::size_t(i)].end());
+  }
+  inst.obstacles.resize(std::size_t(n));
+  for (std::size_t f = 0; f < problem.buffers.size(); ++f) {
+    const BufferSpec& fixed = problem.buffers[f];
+    if (!fixed.fixed_offset || footprint_bytes(fixed) == 0) continue;
+    for (int i = 0; i < n; ++i) {
+      if (lifetimes_overlap(fixed, problem.buffers[inst.items[std::size_t(i)].buffer])) {
+        inst.obstacles[std::size_t(i)].emplace_back(*fixed.fixed_offset, *fixed.fixed_offset + footprint_bytes(fixed));
+      }
+    }
+  }
+  for (auto& list : inst.obstacles) std::sort(list.begin(), list.end());
+  inst.section_total.assign(std::size_t(inst.section_count), 0);
+  for (const auto& item : inst.items) {
+    for (int s = item.first_section; s < item.end_section; ++s) inst.section_total[std::size_t(s)] += item.size;
+  }
+  inst.section_begin.assign(std::size_t(inst.section_count) + 1, 0);
+  for (const auto& item : inst.items) {
+    for (int s = item.first_section; s < item.end_section; ++s) ++inst.section_begin[std::size_t(s) + 1];
+  }
+  for (std::size_t s = 0; s < std::size_t(inst.section_count); ++s) inst.section_begin[s + 1] += inst.section_begin[s];
+  inst.section_items.resize(inst.section_begin.back());
+  {
+    std::vector<std::size_t> fill(inst.section_begin.begin(), inst.section_begin.end() - 1);
+    for (int i = 0; i < n; ++i) {
+      const auto& item = inst.items[std::size_t(i)];
+      for (int s = item.first_section; s < item.end_section; ++s) inst.section_items[fill[std::size_t(s)]++] = i;
+    }
+  }
+  for (const auto& item : inst.items) {
+    Bytes total = 0;
+    for (int s = item.first_section; s < item.end_section; ++s) total = std::max(total, inst.section_total[std::size_t(s)]);
+    inst.item_total.push_back(total);
+  }
+  return inst;
+}
+
+// Static preorders: the tie-break among buffers that could go at the same offset. Named by
+// keys, all descending: T = the fullest section the buffer is in, A = area, Z = size,
+// W = lifetime length.
+std::vector<int> preorder_ranks(const Instance& inst, std::string_view keys) {
+  const int n = int(inst.items.size());
+  std::vector<int> order(std::size_t(n), 0);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const auto& x = inst.items[std::size_t(a)];
+    const auto& y = inst.items[std::size_t(b)];
+    for (const char key : keys) {
+      switch (key) {
+        case 'T':
+          if (inst.item_total[std::size_t(a)] != inst.item_total[std::size_t(b)])
+            return inst.item_total[std::size_t(a)] > inst.item_total[std::size_t(b)];
+          break;
+        case 'A':
+          if (x.area != y.area) return x.area > y.area;
+          break;
+        case 'Z':
+          if (x.size != y.size) return x.size > y.size;
+          break;
+        case 'W':
+          if (x.width != y.width) return x.width > y.width;
+          break;
+        default: break;
+      }
+    }
+    return false;
+  });
+  std::vector<int> rank(std::size_t(n), 0);
+  for (int k = 0; k < n; ++k) rank[std::size_t(order[std::size_t(k)])] = k;
+  return rank;
+}
+
+// One feasibility search: can every item be placed with all tops <= capacity?
+class Search {
+ public:
+  Search(const Instance& inst, Bytes capacity, const std::vector<int>& rank, Budget& budget)
+      : inst_(inst), capacity_(capacity), rank_(rank), budget_(budget) {
+    const std::size_t n = inst.items.size();
+    const std::size_t sections = std::size_t(inst.section_count);
+    offset_.assign(n, kUnplaced);
+    min_offset_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) min_offset_[i] = lowest_fit(int(i), 0);
+    floor_.assign(sections, 0);
+    remaining_ = inst.section_total;
+    // cut_[s]: unplaced items covering both section s and s + 1.
+    cut_.assign(sections, 0);
+    affected_mark_.assign(sections, 0);
+    for (std::size_t s = 0; s < sections; ++s) {
+      Offset lowest = 0;
+      for (std::size_t k = inst.section_begin[s]; k < inst.section_begin[s + 1]; ++k) {
+        const Offset m = min_offset_[std::size_t(inst.section_items[k])];
+        lowest = k == inst.section_begin[s] ? m : std::min(lowest, m);
+      }
+      floor_[s] = lowest;
+    }
+    for (const auto& item : inst.items) {
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) ++cut_[std::size_t(s)];
+    }
+  }
+
+  Outcome run() {
+    for (std::size_t i = 0; i < inst_.items.size(); ++i) {
+      if (min_offset_[i] + inst_.items[i].size > capacity_) return Outcome::infeasible;
+    }
+    for (const Bytes total : remaining_) {
+      if (total > capacity_) return Outcome::infeasible;
+    }
+    std::vector<int> all(inst_.items.size());
+    std::iota(all.begin(), all.end(), 0);
+    return split_and_solve(all, 0, inst_.section_count);
+  }
+
+  // Offsets per item once run() returned found.
+  const std::vector<Offset>& offsets() const { return offset_; }
+
+ private:
+  struct TrailEntry {
+    std::int64_t* slot;
+    std::int64_t old;
+  };
+
+  void set(std::int64_t& slot, std::int64_t value) {
+    trail_.push_back({&slot, slot});
+    slot = value;
+  }
+  void undo(std::size_t mark) {
+    while (trail_.size() > mark) {
+      *trail_.back().slot = trail_.back().old;
+      trail_.pop_back();
+    }
+  }
+
+  // Lowest aligned offset >= floor clear of the fixed buffers live with item i (sorted by
+  // their bottom, so one pass suffices).
+  Offset lowest_fit(int i, Offset floor) const {
+    const auto& item = inst_.items[std::size_t(i)];
+    Offset x = align_up(floor, item.alignment);
+    for (const auto& [lo, hi] : inst_.obstacles[std::size_t(i)]) {
+      if (hi <= x) continue;
+      if (x + item.size <= lo) break;
+      x = align_up(hi, item.alignment);
+    }
+    return x;
+  }
+
+  // Solves the unplaced items of `items` within sections [s_lo, s_hi), first cutting them
+  // into independent groups at boundaries no unplaced item crosses.
+  Outcome split_and_solve(const std::vector<int>& items, int s_lo, int s_hi) {
+    std::vector<int> cuts;  // first section of each group after the first
+    for (int s = s_lo; s + 1 < s_hi; ++s) {
+      if (cut_[std::size_t(s)] == 0) cuts.push_back(s + 1);
+    }
+    if (cuts.empty()) return node(items, s_lo, s_hi, 0, -1);
+    std::vector<std::vector<int>> groups(cuts.size() + 1);
+    for (const int i : items) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const int first = inst_.items[std::size_t(i)].first_section;
+      groups[std::size_t(std::upper_bound(cuts.begin(), cuts.end(), first) - cuts.begin())].push_back(i);
+    }
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].empty()) continue;
+      const int lo = g == 0 ? s_lo : cuts[g - 1];
+      const int hi = g == cuts.size() ? s_hi : cuts[g];
+      const Outcome outcome = node(groups[g], lo, hi, 0, -1);
+      if (outcome != Outcome::found) return outcome;
+    }
+    return Outcome::found;
+  }
+
+  // Places item c at offset o; false if some unplaced item can no longer fit.
+  bool place(int c, Offset o) {
+    const auto& item = inst_.items[std::size_t(c)];
+    const Offset top = o + item.size;
+    set(offset_[std::size_t(c)], o);
+    for (int s = item.first_section; s < item.end_section; ++s) {
+      set(floor_[std::size_t(s)], top);
+      set(remaining_[std::size_t(s)], remaining_[std::size_t(s)] - item.size);
+      mark_affected(s);
+    }
+    for (int s = item.first_section; s + 1 < item.end_section; ++s) set(cut_[std::size_t(s)], cut_[std::size_t(s)] - 1);
+    for (std::size_t k = inst_.conflict_begin[std::size_t(c)]; k < inst_.conflict_begin[std::size_t(c) + 1]; ++k) {
+      const int u = inst_.conflicts[k];
+      const Offset old = min_offset_[std::size_t(u)];
+      if (offset_[std::size_t(u)] != kUnplaced || old >= top) continue;
+      const Offset lowest = lowest_fit(u, top);
+      set(min_offset_[std::size_t(u)], lowest);
+      if (lowest + inst_.items[std::size_t(u)].size > capacity_) {
+        for (const int s : affected_) affected_mark_[std::size_t(s)] = 0;
+        affected_.clear();
+        return false;
+      }
+      // floor_[s] is the lowest min offset among a section's unplaced items; it can only
+      // move where u was (one of) the lowest.
+      const auto& other = inst_.items[std::size_t(u)];
+      for (int s = other.first_section; s < other.end_section; ++s) {
+        if (floor_[std::size_t(s)] >= old) mark_affected(s);
+      }
+    }
+    // Unplaced floors: no unplaced item of a section can go below the lowest of their min
+    // offsets, so the space under it is lost to that section.
+    for (const int s : affected_) {
+      affected_mark_[std::size_t(s)] = 0;
+      Offset lowest = std::numeric_limits<Offset>::max();
+      for (std::size_t k = inst_.section_begin[std::size_t(s)]; k < inst_.section_begin[std::size_t(s) + 1]; ++k) {
+        const int i = inst_.section_items[k];
+        if (offset_[std::size_t(i)] == kUnplaced) lowest = std::min(lowest, min_offset_[std::size_t(i)]);
+      }
+      if (lowest != std::numeric_limits<Offset>::max() && lowest > floor_[std::size_t(s)]) set(floor_[std::size_t(s)], lowest);
+    }
+    affected_.clear();
+    return true;
+  }
+
+  void mark_affected(int s) {
+    if (affected_mark_[std::size_t(s)]) return;
+    affected_mark_[std::size_t(s)] = 1;
+    affected_.push_back(s);
+  }
+
+  // Section floors: every unplaced item will go at or above `o`, so each section needs
+  // max(floor, o) + remaining <= capacity.
+  bool sections_fit(int s_lo, int s_hi, Offset o) const {
+    for (int s = s_lo; s < s_hi; ++s) {
+      const Bytes remaining = remaining_[std::size_t(s)];
+      if (remaining > 0 && std::max(floor_[std::size_t(s)], o) + remaining > capacity_) return false;
+    }
+    return true;
+  }
+
+  Outcome node(const std::vector<int>& items, int s_lo, int s_hi, Offset last_offset, int last_rank) {
+    if (!budget_.spend()) return Outcome::budget;
+    Offset min_top = std::numeric_limits<Offset>::max();
+    bool any = false;
+    for (const int i : items) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      any = true;
+      min_top = std::min(min_top, min_offset_[std::size_t(i)] + inst_.items[std::size_t(i)].size);
+    }
+    if (!any) return Outcome::found;
+    // An unplaced item whose whole slot lies below the current offset can never be placed
+    // canonically: dead end.
+    if (min_top <= last_offset) return Outcome::infeasible;
+    const std::size_t base = pool_.size();
+    for (const int i : items) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const Offset m = min_offset_[std::size_t(i)];
+      if (m >= min_top || m < last_offset) continue;
+      if (m == last_offset && rank_[std::size_t(i)] < last_rank) continue;
+      pool_.push_back(i);
+    }
+    std::sort(pool_.begin() + std::ptrdiff_t(base), pool_.end(), [&](int a, int b) {
+      if (min_offset_[std::size_t(a)] != min_offset_[std::size_t(b)])
+        return min_offset_[std::size_t(a)] < min_offset_[std::size_t(b)];
+      return rank_[std::size_t(a)] < rank_[std::size_t(b)];
+    });
+    Outcome result = Outcome::infeasible;
+    for (std::size_t k = base; k < pool_.size(); ++k) {
+      const int c = pool_[k];
+      const Offset o = min_offset_[std::size_t(c)];
+      const std::size_t mark = trail_.size();
+      if (place(c, o) && sections_fit(s_lo, s_hi, o)) {
+        const Outcome outcome = after_place(items, c, s_lo, s_hi, o);
+        if (outcome == Outcome::found) {
+          pool_.resize(base);
+          return outcome;
+        }
+        if (outcome == Outcome::budget) {
+          undo(mark);
+          result = outcome;
+          break;
+        }
+      }
+      undo(mark);
+    }
+    pool_.resize(base);
+    return result;
+  }
+
+  Outcome after_place(const std::vector<int>& items, int c, int s_lo, int s_hi, Offset o) {
+    const auto& item = inst_.items[std::size_t(c)];
+    for (int s = std::max(item.first_section, s_lo); s + 1 < std::min(item.end_section, s_hi); ++s) {
+      if (cut_[std::size_t(s)] == 0) return split_and_solve(items, s_lo, s_hi);
+    }
+    return node(items, s_lo, s_hi, o, rank_[std::size_t(c)]);
+  }
+
+  const Instance& inst_;
+  const Bytes capacity_;
+  const std::vector<int>& rank_;
+  Budget& budget_;
+  std::vector<std::int64_t> offset_, min_offset_, floor_, remaining_, cut_;
+  std::vector<TrailEntry> trail_;
+  std::vector<int> pool_;
+  std::vector<int> affected_;          // sections whose unplaced floor may have risen
+  std::vector<char> affected_mark_;    // dedupes affected_
+};
+
+constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
+
+// Round-robin feasibility for one target height. found: item_offsets filled; infeasible:
+// proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
+Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, std::vector<Offset>& item_offsets,
+                        std::int64_t& attempts) {
+  std::vector<std::vector<int>> ranks;
+  for (const std::string_view keys : kPreorders) ranks.push_back(preorder_ranks(inst, keys));
+  std::int64_t limit = std::max<std::int64_t>(1024, std::int64_t(inst.items.size()) * 4);
+  while (true) {
+    for (const auto& rank : ranks) {
+      ++attempts;
+      budget.start_attempt(limit);
+      Search search(inst, capacity, rank, budget);
+      const Outcome outcome = search.run();
+      if (outcome == Outcome::found) item_offsets = search.offsets();
+      if (outcome != Outcome::budget) return outcome;
+      if (budget.exhausted()) return Outcome::budget;
+    }
+    limit *= 2;
+  }
+}
+
+}  // namespace
+
+Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options, ExactSolverStats* stats) {
+  {
+    const Status status = check_problem(problem);
+    MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
+  }
+  ExactSolverStats local_stats;
+  ExactSolverStats& st = stats ? *stats : local_stats;
+  st = ExactSolverStats{};
+  std::optional<Clock::time_point> deadline;
+  if (options.time_limit_s > 0) {
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s));
+  }
+  Budget budget(options.node_limit, deadline);
+
+  const Bytes lower_bound = lower_bound_bytes(problem);
+  const std::optional<Bytes> capacity = problem.capacity_bytes;
+  AllocationProblem uncapped = problem;
+  uncapped.capacity_bytes.reset();
+  const Solution greedy = solve_greedy(uncapped);
+  st.greedy_height_bytes = greedy.height_bytes;
+
+  Solution solution;
+  auto finish = [&](std::vector<Offset> offsets, SolveStatus status) {
+    solution.status = status;
+    if (solution.has_packing()) {
+      solution.offsets = std::move(offsets);
+      solution.height_bytes = packing_height(problem, solution.offsets);
+#ifndef NDEBUG
+      const Status valid = validate_solution(problem, solution);
+      MEMPLAN_CHECK(valid.ok(), "exact solver produced an invalid packing: " << valid.error().message);
+#endif
+    } else {
+      solution.height_bytes = greedy.height_bytes;  // the lowest height seen, for messages
+    }
+    st.nodes = budget.nodes();
+    return solution;
+  };
+
+  if (capacity && lower_bound > *capacity) return finish({}, SolveStatus::not_found);
+  if (greedy.height_bytes <= lower_bound) return finish(greedy.offsets, SolveStatus::optimal);
+  if (capacity && greedy.height_bytes <= *capacity) return finish(greedy.offsets, SolveStatus::feasible);
+
+  std::vector<std::size_t> searched;
+  for (std::size_t b = 0; b < problem.buffers.size(); ++b) {
+    if (!problem.buffers[b].fixed_offset && footprint_bytes(problem.buffers[b]) > 0) searched.push_back(b);
+  }
+  // The search recurses once per buffer and keeps conflict lists: past these sizes it
+  // would not fit in a thread's stack or in memory, so the greedy packing stands.
+  if (std::int64_t(searched.size()) > options.max_search_buffers ||
+      count_conflict_pairs(problem, searched) > options.max_conflict_pairs) {
+    return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
+  }
+  st.searched = true;
+  const Instance inst = build_instance(problem, searched);
+  auto assemble = [&](const std::vector<Offset>& item_offsets) {
+    std::vector<Offset> offsets = greedy.offsets;  // fixed and zero-size buffers keep theirs
+    for (std::size_t i = 0; i < searched.size(); ++i) offsets[searched[i]] = item_offsets[i];
+    return offsets;
+  };
+  std::vector<Offset> item_offsets;
+
+  if (capacity) {
+    budget.start_phase(1.0);
+    const Outcome outcome = feasible_within(inst, *capacity, budget, item_offsets, st.attempts);
+    st.nodes = budget.nodes();
+    if (outcome == Outcome::infeasible) return finish({}, SolveStatus::not_found);
+    if (outcome == Outcome::budget) return finish({}, SolveStatus::timed_out);
+    std::vector<Offset> offsets = assemble(item_offsets);
+    const bool at_bound = packing_height(problem, offsets) <= lower_bound;
+    return finish(std::move(offsets), at_bound ? SolveStatus::optimal : SolveStatus::feasible);
+  }
+
+  // Minimise: probe target heights between the lower bound (lo, not yet shown reachable) and
+  // the best height found (hi). The first probe is the lower bound itself, since zero-waste
+  // packings are common and then one probe ends the solve; later probes bisect. A probe that
+  // runs out of its share moves lo up without a proof.
+  std::vector<Offset> best = greedy.offsets;
+  Bytes lo = lower_bound;
+  Bytes hi = greedy.height_bytes;
+  bool proven = true;
+  bool first = true;
+  while (lo < hi && !budget.solve_exhausted()) {
+    const Bytes target = first ? lo : lo + (hi - lo) / 2;
+    budget.start_phase(first ? 0.5 : 0.34);
+    first = false;
+    const Outcome outcome = feasible_within(inst, target, budget, item_offsets, st.attempts);
+    if (outcome == Outcome::found) {
+      best = assemble(item_offsets);
+      hi = packing_height(problem, best);
+    } else {
+      lo = target + 1;
+      if (outcome == Outcome::budget) proven = false;
+    }
+  }
+  const bool optimal = hi <= lower_bound || (proven && lo >= hi);
+  return finish(std::move(best), optimal ? SolveStatus::optimal : SolveStatus::feasible);
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,39 @@
+// Exact offset assignment by depth-first search over canonical packings, in the spirit of
+// MiniMalloc (Moffitt, ASPLOS 2023): each buffer sits at the lowest offset the buffers placed
+// before it allow, buffers are placed in order of offset, and the search prunes with
+// per-section floors, dominance and decomposition. It is not a heuristic: with no budget hit,
+// its answers are proofs. Large problems fall back to the greedy portfolio (greedy_solver.h).
+#pragma once
+
+#include <cstdint>
+
+#include "planner/allocation_problem.h"
+
+namespace memplan::planner {
+
+struct ExactSolverOptions {
+  double time_limit_s = 10.0;     // wall clock for the whole solve; <= 0 means no limit
+  std::int64_t node_limit = -1;   // search nodes over the whole solve; < 0 means no limit
+  // Above this many buffer pairs live together the search's conflict lists would not fit
+  // comfortably in memory; the solver then returns the greedy packing (status feasible).
+  std::int64_t max_conflict_pairs = 20'000'000;
+  // The search recurses once per placed buffer; above this many it would risk the stack.
+  std::int64_t max_search_buffers = 20'000;
+};
+
+struct ExactSolverStats {
+  std::int64_t nodes = 0;        // search nodes visited
+  std::int64_t attempts = 0;     // feasibility searches run (target heights x orderings)
+  Bytes greedy_height_bytes = 0; // the seed
+  bool searched = false;         // false when greedy already met the lower bound (or fallback)
+};
+
+// With a capacity: a packing within it (stops at the first one found; optimal if it meets the
+// lower bound), not_found when the search proves none exists, timed_out when the budget runs
+// out first. Without: the lowest height it can find, seeded with the greedy height and
+// stopping at the lower bound; optimal when proven, feasible otherwise.
+// The problem must pass check_problem().
+Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options = {},
+                     ExactSolverStats* stats = nullptr);
+
+}  // namespace memplan::planner
