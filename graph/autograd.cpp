@@ -1,0 +1,235 @@
+#include "graph/autograd.h"
+
+#include <array>
+#include <vector>
+
+#include "common/check.h"
+
+namespace memplan::graph {
+namespace {
+
+class GradContext {
+ public:
+  GradContext(Graph& graph, std::vector<bool> needs_grad)
+      : graph_(graph), needs_grad_(std::move(needs_grad)),
+        grad_(static_cast<std::size_t>(graph.num_tensors()), kNoTensor) {}
+
+  bool needs_grad(TensorId id) const { return needs_grad_[static_cast<std::size_t>(id)]; }
+  const TensorDesc& tensor(TensorId id) const { return graph_.tensor(id); }
+  TensorId grad(TensorId id) const { return grad_[static_cast<std::size_t>(id)]; }
+
+  // Adds a contribution to x's gradient; the second and later contributions are summed by an
+  // explicit add op, in a fixed order, so results are deterministic.
+  void accumulate(TensorId x, TensorId g) {
+    if (!needs_grad(x)) return;
+    TensorId& slot = grad_[static_cast<std::size_t>(x)];
+    if (slot == kNoTensor) {
+      slot = g;
+    } else {
+      slot = emit(OpKind::add, {slot, g}, {}, "grad_acc(" + tensor(x).name + ")");
+    }
+  }
+
+  TensorId emit(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs, const std::string& name) {
+    return graph_.add_op(kind, std::move(inputs), std::move(attrs), name, Role::gradient,
+                         Phase::backward);
+  }
+
+  std::string gname(TensorId id) const { return "d(" + tensor(id).name + ")"; }
+
+ private:
+  Graph& graph_;
+  std::vector<bool> needs_grad_;
+  std::vector<TensorId> grad_;  // per tensor: its gradient so far
+};
+
+using GradRule = void (*)(GradContext&, const Op&, TensorId dy);
+
+OpAttrs transposes(bool a, bool b) {
+  OpAttrs attrs;
+  attrs.trans_a = a;
+  attrs.trans_b = b;
+  return attrs;
+}
+
+// C = op(A) op(B). Each case writes dA and dB as one matmul with the right transposes so no
+// transposed copy is ever materialised.
+void grad_matmul(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId a = op.inputs[0], b = op.inputs[1];
+  const bool ta = op.attrs.trans_a, tb = op.attrs.trans_b;
+  if (c.needs_grad(a)) {
+    TensorId da;
+    if (!ta && !tb) da = c.emit(OpKind::matmul, {dy, b}, transposes(false, true), c.gname(a));
+    else if (!ta && tb) da = c.emit(OpKind::matmul, {dy, b}, transposes(false, false), c.gname(a));
+    else if (ta && !tb) da = c.emit(OpKind::matmul, {b, dy}, transposes(false, true), c.gname(a));
+    else da = c.emit(OpKind::matmul, {b, dy}, transposes(true, true), c.gname(a));
+    c.accumulate(a, da);
+  }
+  if (c.needs_grad(b)) {
+    TensorId db;
+    if (!ta && !tb) db = c.emit(OpKind::matmul, {a, dy}, transposes(true, false), c.gname(b));
+    else if (!ta && tb) db = c.emit(OpKind::matmul, {dy, a}, transposes(true, false), c.gname(b));
+    else if (ta && !tb) db = c.emit(OpKind::matmul, {a, dy}, transposes(false, false), c.gname(b));
+    else db = c.emit(OpKind::matmul, {dy, a}, transposes(true, true), c.gname(b));
+    c.accumulate(b, db);
+  }
+}
+
+void grad_bias_add(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], dy);
+  if (c.needs_grad(op.inputs[1])) {
+    c.accumulate(op.inputs[1], c.emit(OpKind::reduce_rows, {dy}, {}, c.gname(op.inputs[1])));
+  }
+}
+
+void grad_add(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], dy);
+  c.accumulate(op.inputs[1], dy);
+}
+
+void grad_mul(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId a = op.inputs[0], b = op.inputs[1];
+  if (c.needs_grad(a)) c.accumulate(a, c.emit(OpKind::mul, {dy, b}, {}, c.gname(a)));
+  if (c.needs_grad(b)) c.accumulate(b, c.emit(OpKind::mul, {dy, a}, {}, c.gname(b)));
+}
+
+void grad_scale(GradContext& c, const Op& op, TensorId dy) {
+  OpAttrs attrs;
+  attrs.alpha = op.attrs.alpha;
+  c.accumulate(op.inputs[0], c.emit(OpKind::scale, {dy}, attrs, c.gname(op.inputs[0])));
+}
+
+void grad_relu(GradContext& c, const Op& op, TensorId dy) {
+  // Uses the output y (y > 0 iff x > 0), so x itself need not stay alive.
+  c.accumulate(op.inputs[0],
+               c.emit(OpKind::relu_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+void grad_gelu(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0],
+               c.emit(OpKind::gelu_backward, {dy, op.inputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+void grad_reshape(GradContext& c, const Op& op, TensorId dy) {
+  OpAttrs attrs;
+  attrs.shape = c.tensor(op.inputs[0]).shape.dims;
+  c.accumulate(op.inputs[0], c.emit(OpKind::reshape, {dy}, attrs, c.gname(op.inputs[0])));
+}
+
+void grad_reduce_all(GradContext& c, const Op& op, TensorId dy, float alpha) {
+  OpAttrs attrs;
+  attrs.shape = c.tensor(op.inputs[0]).shape.dims;
+  attrs.alpha = alpha;
+  c.accumulate(op.inputs[0], c.emit(OpKind::broadcast_scalar, {dy}, attrs, c.gname(op.inputs[0])));
+}
+
+void grad_sum(GradContext& c, const Op& op, TensorId dy) { grad_reduce_all(c, op, dy, 1.0f); }
+
+void grad_mean(GradContext& c, const Op& op, TensorId dy) {
+  grad_reduce_all(c, op, dy, 1.0f / static_cast<float>(c.tensor(op.inputs[0]).shape.numel()));
+}
+
+void grad_softmax_cross_entropy(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId logits = op.inputs[0], labels = op.inputs[1];
+  c.accumulate(logits, c.emit(OpKind::softmax_cross_entropy_backward, {dy, logits, labels}, {},
+                              c.gname(logits)));
+}
+
+void grad_broadcast_scalar(GradContext& c, const Op& op, TensorId dy) {
+  TensorId s = c.emit(OpKind::sum, {dy}, {}, c.gname(op.inputs[0]) + ".sum");
+  OpAttrs attrs;
+  attrs.alpha = op.attrs.alpha;
+  TensorId g = c.emit(OpKind::scale, {s}, attrs, c.gname(op.inputs[0]));
+  // A scalar may be stored as [1] or []: view the result with the input's shape.
+  if (c.tensor(g).shape != c.tensor(op.inputs[0]).shape) {
+    OpAttrs view;
+    view.shape = c.tensor(op.inputs[0]).shape.dims;
+    g = c.emit(OpKind::reshape, {g}, view, c.gname(op.inputs[0]) + ".view");
+  }
+  c.accumulate(op.inputs[0], g);
+}
+
+// One rule per op kind; nullptr where an op is never differentiated (backward helpers and
+// optimizer updates are not on a path from parameters to the loss).
+constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
+  std::array<GradRule, kOpKindCount> rules{};
+  auto set = [&rules](OpKind kind, GradRule rule) { rules[static_cast<std::size_t>(kind)] = rule; };
+  set(OpKind::matmul, grad_matmul);
+  set(OpKind::bias_add, grad_bias_add);
+  set(OpKind::add, grad_add);
+  set(OpKind::mul, grad_mul);
+  set(OpKind::scale, grad_scale);
+  set(OpKind::relu, grad_relu);
+  set(OpKind::gelu, grad_gelu);
+  set(OpKind::reshape, grad_reshape);
+  set(OpKind::sum, grad_sum);
+  set(OpKind::mean, grad_mean);
+  set(OpKind::softmax_cross_entropy, grad_softmax_cross_entropy);
+  set(OpKind::broadcast_scalar, grad_broadcast_scalar);
+  return rules;
+}();
+
+}  // namespace
+
+bool has_gradient_rule(OpKind kind) {
+  return kGradRules[static_cast<std::size_t>(kind)] != nullptr;
+}
+
+void append_backward(Graph& graph, TensorId loss) {
+  const TensorDesc& loss_desc = graph.tensor(loss);
+  if (loss_desc.shape.numel() != 1 || loss_desc.dtype != DType::f32) {
+    throw GraphError("the loss '" + loss_desc.name + "' must be an f32 scalar, got " +
+                     std::string(dtype_name(loss_desc.dtype)) + " " + loss_desc.shape.to_string());
+  }
+  const int forward_ops = graph.num_ops();
+
+  // A tensor needs a gradient if a parameter reaches it and it reaches the loss.
+  std::vector<bool> from_param(static_cast<std::size_t>(graph.num_tensors()), false);
+  for (TensorId id = 0; id < graph.num_tensors(); ++id) {
+    from_param[static_cast<std::size_t>(id)] = graph.tensor(id).role == Role::parameter;
+  }
+  for (const Op& op : graph.ops()) {
+    bool any = false;
+    for (TensorId in : op.inputs) any = any || from_param[static_cast<std::size_t>(in)];
+    for (TensorId out : op.outputs) from_param[static_cast<std::size_t>(out)] = any;
+  }
+  std::vector<bool> to_loss(from_param.size(), false);
+  to_loss[static_cast<std::size_t>(loss)] = true;
+  for (int i = forward_ops - 1; i >= 0; --i) {
+    const Op& op = graph.ops()[static_cast<std::size_t>(i)];
+    bool reaches = false;
+    for (TensorId out : op.outputs) reaches = reaches || to_loss[static_cast<std::size_t>(out)];
+    if (reaches) {
+      for (TensorId in : op.inputs) to_loss[static_cast<std::size_t>(in)] = true;
+    }
+  }
+  std::vector<bool> needs(from_param.size());
+  for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = from_param[i] && to_loss[i];
+  if (!needs[static_cast<std::size_t>(loss)]) {
+    throw GraphError("the loss '" + loss_desc.name + "' does not depend on any parameter");
+  }
+
+  GradContext ctx(graph, std::move(needs));
+  OpAttrs seed;
+  seed.alpha = 1.0f;
+  seed.shape = loss_desc.shape.dims;
+  ctx.accumulate(loss, ctx.emit(OpKind::fill, {}, seed, "d(" + loss_desc.name + ")"));
+
+  // Every consumer of an op's output comes after it, so visiting forward ops in reverse sees
+  // each output's gradient complete before it is propagated.
+  for (int i = forward_ops - 1; i >= 0; --i) {
+    const Op op = graph.ops()[static_cast<std::size_t>(i)];  // copy: emitting grows ops()
+    if (op.outputs.empty()) continue;
+    const TensorId dy = ctx.grad(op.outputs[0]);
+    if (dy == kNoTensor) continue;
+    GradRule rule = kGradRules[static_cast<std::size_t>(op.kind)];
+    if (rule == nullptr) {
+      throw GraphError("no gradient rule for op '" + std::string(op_name(op.kind)) + "' ('" +
+                       op.name + "')");
+    }
+    rule(ctx, op, dy);
+  }
+  for (TensorId p : graph.parameters()) graph.mutable_tensor(p).grad = ctx.grad(p);
+}
+
+}  // namespace memplan::graph

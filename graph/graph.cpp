@@ -1,0 +1,94 @@
+#include "graph/graph.h"
+
+#include "common/check.h"
+
+namespace memplan::graph {
+
+TensorId Graph::add_tensor(TensorDesc desc) {
+  for (std::int64_t d : desc.shape.dims) {
+    if (d <= 0) {
+      throw GraphError("tensor '" + desc.name + "' has shape " + desc.shape.to_string() +
+                       ": every dimension must be positive");
+    }
+  }
+  const auto id = static_cast<TensorId>(tensors_.size());
+  tensors_.push_back(std::move(desc));
+  producer_.push_back(-1);
+  return id;
+}
+
+TensorId Graph::add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs,
+                       std::string output_name, Role output_role, Phase phase,
+                       std::vector<TensorId> updates) {
+  const OpInfo& info = op_info(kind);
+  MEMPLAN_CHECK(static_cast<int>(inputs.size()) == info.num_inputs,
+                info.name << " takes " << info.num_inputs << " inputs, got " << inputs.size());
+  MEMPLAN_CHECK(static_cast<int>(updates.size()) == info.num_updates,
+                info.name << " updates " << info.num_updates << " tensors, got " << updates.size());
+  std::vector<const TensorDesc*> in;
+  for (TensorId id : inputs) in.push_back(&tensor(id));
+  for (TensorId id : updates) {
+    MEMPLAN_CHECK(is_persistent(tensor(id).role),
+                  info.name << " may only update persistent tensors, not '" << tensor(id).name << "'");
+  }
+  OutputSpec spec = info.infer(in, attrs);
+
+  Op op;
+  op.kind = kind;
+  op.name = output_name;
+  op.inputs = std::move(inputs);
+  op.updates = std::move(updates);
+  op.attrs = std::move(attrs);
+  op.phase = phase;
+  TensorId out = kNoTensor;
+  if (info.num_outputs == 1) {
+    TensorDesc desc;
+    desc.name = std::move(output_name);
+    desc.shape = std::move(spec.shape);
+    desc.dtype = spec.dtype;
+    desc.role = output_role;
+    if (info.output_is_view) desc.view_of = op.inputs[0];
+    out = add_tensor(std::move(desc));
+    op.outputs.push_back(out);
+    producer_[static_cast<std::size_t>(out)] = num_ops();
+  }
+  ops_.push_back(std::move(op));
+  return out;
+}
+
+const TensorDesc& Graph::tensor(TensorId id) const {
+  MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
+  return tensors_[static_cast<std::size_t>(id)];
+}
+
+TensorDesc& Graph::mutable_tensor(TensorId id) {
+  MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
+  return tensors_[static_cast<std::size_t>(id)];
+}
+
+TensorId Graph::storage_root(TensorId id) const {
+  while (tensor(id).is_view()) id = tensor(id).view_of;
+  return id;
+}
+
+std::vector<TensorId> Graph::tensors_with_role(Role role) const {
+  std::vector<TensorId> out;
+  for (TensorId id = 0; id < num_tensors(); ++id) {
+    if (tensor(id).role == role) out.push_back(id);
+  }
+  return out;
+}
+
+int Graph::producer(TensorId id) const {
+  MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
+  return producer_[static_cast<std::size_t>(id)];
+}
+
+TensorId Graph::find(const std::string& name) const {
+  for (TensorId id = 0; id < num_tensors(); ++id) {
+    if (tensor(id).name == name) return id;
+  }
+  return kNoTensor;
+}
+
+}  // namespace memplan::graph

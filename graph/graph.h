@@ -1,0 +1,52 @@
+// The static graph of one training step: a tensor table and an op list in program order.
+// Built once (forward by a model, then autograd and optimizer append to it) and never mutated
+// while it runs. Knows nothing of devices, pointers or memory offsets.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/op.h"
+#include "graph/tensor.h"
+
+namespace memplan::graph {
+
+class Graph {
+ public:
+  TensorId add_tensor(TensorDesc desc);
+
+  // Appends an op after checking its operands (counts, shapes, dtypes) and creates its output
+  // tensor (named `output_name`, with `output_role`). Returns the output, or kNoTensor for ops
+  // that only update tensors in place. Throws GraphError on inconsistent operands.
+  TensorId add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs, std::string output_name,
+                  Role output_role, Phase phase, std::vector<TensorId> updates = {});
+
+  const TensorDesc& tensor(TensorId id) const;
+  TensorDesc& mutable_tensor(TensorId id);
+  const std::vector<TensorDesc>& tensors() const { return tensors_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  int num_ops() const { return static_cast<int>(ops_.size()); }
+
+  // The tensor that owns the storage `id` lives in (follows view_of to the end).
+  TensorId storage_root(TensorId id) const;
+  // Every tensor with the given role, in creation order.
+  std::vector<TensorId> tensors_with_role(Role role) const;
+  std::vector<TensorId> parameters() const { return tensors_with_role(Role::parameter); }
+  // Index of the op producing `id`, or -1 for tensors no op produces (inputs, persistent state).
+  int producer(TensorId id) const;
+  TensorId find(const std::string& name) const;  // kNoTensor when absent
+
+  TensorId loss = kNoTensor;    // the scalar training loss
+  TensorId output = kNoTensor;  // the model's prediction (e.g. logits), for evaluation
+  // Extra tensors kept alive to the end of the step so callers can read them (gradient checks,
+  // golden tests, debugging); planned like the loss.
+  std::vector<TensorId> retained;
+
+ private:
+  std::vector<TensorDesc> tensors_;
+  std::vector<Op> ops_;
+  std::vector<int> producer_;  // per tensor
+};
+
+}  // namespace memplan::graph

@@ -1,0 +1,69 @@
+#include "graph/optimizer.h"
+
+#include <string>
+
+namespace memplan::graph {
+
+Result<OptimizerKind> parse_optimizer_kind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "momentum") return OptimizerKind::momentum;
+  if (name == "adamw") return OptimizerKind::adamw;
+  return Error{"unknown optimizer '" + std::string(name) + "' (expected sgd, momentum or adamw)"};
+}
+
+std::string_view optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::momentum: return "momentum";
+    case OptimizerKind::adamw: return "adamw";
+  }
+  return "?";
+}
+
+namespace {
+
+TensorId add_state(Graph& graph, TensorId param, const char* suffix) {
+  TensorDesc desc;
+  desc.name = graph.tensor(param).name + "." + suffix;
+  desc.shape = graph.tensor(param).shape;
+  desc.role = Role::optimizer_state;
+  desc.init = InitSpec{InitSpec::Kind::zeros, 0.0f};
+  return graph.add_tensor(std::move(desc));
+}
+
+}  // namespace
+
+void append_optimizer(Graph& graph, const OptimizerConfig& config) {
+  OpAttrs attrs;
+  attrs.lr = config.lr;
+  attrs.momentum = config.momentum;
+  attrs.beta1 = config.beta1;
+  attrs.beta2 = config.beta2;
+  attrs.eps = config.eps;
+  attrs.weight_decay = config.weight_decay;
+  for (TensorId p : graph.parameters()) {
+    const TensorId g = graph.tensor(p).grad;
+    if (g == kNoTensor) continue;  // the loss does not depend on it
+    const std::string name = "update(" + graph.tensor(p).name + ")";
+    switch (config.kind) {
+      case OptimizerKind::sgd:
+        graph.add_op(OpKind::sgd_update, {g}, attrs, name, Role::temporary, Phase::optimizer, {p});
+        break;
+      case OptimizerKind::momentum: {
+        TensorId buf = add_state(graph, p, "momentum");
+        graph.add_op(OpKind::sgd_momentum_update, {g}, attrs, name, Role::temporary,
+                     Phase::optimizer, {p, buf});
+        break;
+      }
+      case OptimizerKind::adamw: {
+        TensorId m = add_state(graph, p, "adam_m");
+        TensorId v = add_state(graph, p, "adam_v");
+        graph.add_op(OpKind::adamw_update, {g}, attrs, name, Role::temporary, Phase::optimizer,
+                     {p, m, v});
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace memplan::graph

@@ -1,0 +1,31 @@
+// Optimizer updates as graph ops: each parameter's update reads its gradient and modifies the
+// parameter and its optimizer state in place (phase optimizer). State tensors are persistent.
+#pragma once
+
+#include <string_view>
+
+#include "common/result.h"
+#include "graph/graph.h"
+
+namespace memplan::graph {
+
+enum class OptimizerKind { sgd, momentum, adamw };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  float lr = 1e-3f;
+  float momentum = 0.9f;      // momentum only
+  float beta1 = 0.9f;         // adamw
+  float beta2 = 0.999f;       // adamw
+  float eps = 1e-8f;          // adamw
+  float weight_decay = 0.0f;  // decoupled for adamw, L2 for sgd/momentum (as PyTorch)
+};
+
+Result<OptimizerKind> parse_optimizer_kind(std::string_view name);
+std::string_view optimizer_name(OptimizerKind kind);
+
+// Appends one update op per parameter that has a gradient (after append_backward), creating
+// the optimizer state each needs: momentum 1 buffer, AdamW 2 (m, v), SGD none.
+void append_optimizer(Graph& graph, const OptimizerConfig& config);
+
+}  // namespace memplan::graph

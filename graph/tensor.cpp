@@ -1,0 +1,63 @@
+#include "graph/tensor.h"
+
+#include <sstream>
+
+#include "common/check.h"
+
+namespace memplan::graph {
+
+Bytes dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  MEMPLAN_CHECK(false, "unknown dtype");
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  MEMPLAN_CHECK(false, "unknown dtype");
+}
+
+std::string_view role_name(Role role) {
+  switch (role) {
+    case Role::parameter: return "parameter";
+    case Role::optimizer_state: return "optimizer_state";
+    case Role::input: return "input";
+    case Role::activation: return "activation";
+    case Role::gradient: return "gradient";
+    case Role::temporary: return "temporary";
+  }
+  MEMPLAN_CHECK(false, "unknown role");
+}
+
+std::int64_t Shape::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : dims) n *= d;
+  return n;
+}
+
+std::int64_t Shape::rows() const {
+  std::int64_t n = 1;
+  for (std::size_t i = 0; i + 1 < dims.size(); ++i) n *= dims[i];
+  return n;
+}
+
+std::string Shape::to_string() const {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) out << (i ? ", " : "") << dims[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace memplan::graph

@@ -1,0 +1,66 @@
+// Tensor descriptors: what a tensor is (shape, dtype, role, aliasing), never where it lives.
+// Devices, pointers and offsets belong to runtime/ and planner/.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/types.h"
+
+namespace memplan::graph {
+
+// f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels).
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
+
+Bytes dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+
+struct Shape {
+  std::vector<std::int64_t> dims;
+
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> d) : dims(d) {}
+  explicit Shape(std::vector<std::int64_t> d) : dims(std::move(d)) {}
+
+  int rank() const { return static_cast<int>(dims.size()); }
+  std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
+  std::int64_t numel() const;  // 1 for a scalar (rank 0)
+  // Product of all dims but the last (the "rows" of a row-major matrix view).
+  std::int64_t rows() const;
+  std::int64_t cols() const { return dims.empty() ? 1 : dims.back(); }
+  std::string to_string() const;  // e.g. "[128, 784]"
+  bool operator==(const Shape&) const = default;
+};
+
+// Why a tensor exists decides how long it lives: parameters and optimizer state persist across
+// steps; everything else is transient within one step.
+enum class Role : std::uint8_t { parameter, optimizer_state, input, activation, gradient, temporary };
+
+std::string_view role_name(Role role);
+inline bool is_persistent(Role role) { return role == Role::parameter || role == Role::optimizer_state; }
+
+// How a persistent tensor is initialised before the first step (from the run's seed).
+struct InitSpec {
+  enum class Kind : std::uint8_t { zeros, ones, uniform, normal } kind = Kind::zeros;
+  float scale = 0.0f;  // uniform: U(-scale, scale); normal: N(0, scale^2)
+};
+
+struct TensorDesc {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+  Role role = Role::activation;
+  // A view shares its base's storage (no copy); the planner gives the base one buffer whose
+  // lifetime covers every view of it.
+  TensorId view_of = kNoTensor;
+  InitSpec init;             // parameters and optimizer state only
+  TensorId grad = kNoTensor; // the gradient of this tensor, once autograd has run
+
+  Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
+  bool is_view() const { return view_of != kNoTensor; }
+};
+
+}  // namespace memplan::graph

@@ -1,0 +1,253 @@
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace memplan::kernels::cpu {
+namespace {
+
+using graph::OpKind;
+
+// Parallelise elementwise loops only where the work outweighs waking the threads. Every element
+// is written by exactly one iteration, so the result never depends on the thread count.
+constexpr std::int64_t kParallelMin = 1 << 15;
+
+template <typename F>
+void for_each_index(std::int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+void k_matmul(const KernelCall& c) {
+  const graph::Shape& a = *c.inputs[0].shape;
+  const graph::Shape& out = *c.outputs[0].shape;
+  const std::int64_t k = c.attrs->trans_a ? a[0] : a[1];
+  gemm(c.attrs->trans_a, c.attrs->trans_b, out[0], out[1], k, c.inputs[0].f32(), c.inputs[1].f32(),
+       c.outputs[0].f32());
+}
+
+void k_bias_add(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  const float* b = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t cols = c.outputs[0].shape->cols();
+  const std::int64_t rows = c.outputs[0].shape->rows();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = x[r * cols + j] + b[j];
+  }
+}
+
+void k_add(const KernelCall& c) {
+  const float* a = c.inputs[0].f32();
+  const float* b = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = a[i] + b[i]; });
+}
+
+void k_mul(const KernelCall& c) {
+  const float* a = c.inputs[0].f32();
+  const float* b = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = a[i] * b[i]; });
+}
+
+void k_scale(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const float alpha = c.attrs->alpha;
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = alpha * x[i]; });
+}
+
+void k_relu(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
+}
+
+void k_relu_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+void k_gelu(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) {
+    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+  });
+}
+
+void k_gelu_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  });
+}
+
+void k_reshape(const KernelCall&) {}  // a view: the executor points it at its base's storage
+
+// Sequential reductions in double: deterministic and accurate; these are never hot.
+double sum_of(const float* x, std::int64_t n) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+void k_sum(const KernelCall& c) {
+  c.outputs[0].f32()[0] = static_cast<float>(sum_of(c.inputs[0].f32(), c.inputs[0].numel()));
+}
+
+void k_mean(const KernelCall& c) {
+  const std::int64_t n = c.inputs[0].numel();
+  c.outputs[0].f32()[0] = static_cast<float>(sum_of(c.inputs[0].f32(), n) / double(n));
+}
+
+void k_broadcast_scalar(const KernelCall& c) {
+  const float v = c.attrs->alpha * c.inputs[0].f32()[0];
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = v; });
+}
+
+void k_fill(const KernelCall& c) {
+  const float v = c.attrs->alpha;
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = v; });
+}
+
+void k_reduce_rows(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t cols = c.inputs[0].shape->cols();
+  const std::int64_t rows = c.inputs[0].shape->rows();
+  std::fill(y, y + cols, 0.0f);
+  // Row by row keeps memory access contiguous; each column's sum order is fixed (row order).
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    for (std::int64_t j = 0; j < cols; ++j) y[j] += row[j];
+  }
+}
+
+void k_softmax_cross_entropy(const KernelCall& c) {
+  const float* logits = c.inputs[0].f32();
+  const std::int32_t* labels = c.inputs[1].i32();
+  const std::int64_t batch = (*c.inputs[0].shape)[0];
+  const std::int64_t classes = (*c.inputs[0].shape)[1];
+  double total = 0.0;
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const float* row = logits + i * classes;
+    const float max = *std::max_element(row, row + classes);
+    double z = 0.0;
+    for (std::int64_t j = 0; j < classes; ++j) z += std::exp(double(row[j] - max));
+    total += std::log(z) + double(max) - double(row[labels[i]]);
+  }
+  c.outputs[0].f32()[0] = static_cast<float>(total / double(batch));
+}
+
+void k_softmax_cross_entropy_backward(const KernelCall& c) {
+  const float dloss = c.inputs[0].f32()[0];
+  const float* logits = c.inputs[1].f32();
+  const std::int32_t* labels = c.inputs[2].i32();
+  float* dlogits = c.outputs[0].f32();
+  const std::int64_t batch = (*c.inputs[1].shape)[0];
+  const std::int64_t classes = (*c.inputs[1].shape)[1];
+  const float scale = dloss / static_cast<float>(batch);
+#pragma omp parallel for schedule(static) if (batch * classes >= kParallelMin)
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const float* row = logits + i * classes;
+    float* out = dlogits + i * classes;
+    const float max = *std::max_element(row, row + classes);
+    float z = 0.0f;
+    for (std::int64_t j = 0; j < classes; ++j) {
+      out[j] = std::exp(row[j] - max);
+      z += out[j];
+    }
+    const float inv = 1.0f / z;
+    for (std::int64_t j = 0; j < classes; ++j) out[j] = out[j] * inv * scale;
+    out[labels[i]] -= scale;
+  }
+}
+
+// PyTorch's SGD: g += wd * p; p -= lr * g (no state).
+void k_sgd_update(const KernelCall& c) {
+  float* p = c.updates[0].f32();
+  const float* g = c.inputs[0].f32();
+  const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { p[i] -= lr * (g[i] + wd * p[i]); });
+}
+
+// PyTorch's SGD with momentum (dampening 0): buf = m * buf + g; p -= lr * buf. The zero-initialised
+// buffer makes the first step buf = g, as PyTorch's clone does.
+void k_sgd_momentum_update(const KernelCall& c) {
+  float* p = c.updates[0].f32();
+  float* buf = c.updates[1].f32();
+  const float* g = c.inputs[0].f32();
+  const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) {
+    const float gi = g[i] + wd * p[i];
+    buf[i] = mom * buf[i] + gi;
+    p[i] -= lr * buf[i];
+  });
+}
+
+// PyTorch's AdamW (decoupled weight decay), in the same arithmetic order as its
+// single-tensor implementation: p *= 1 - lr*wd; m, v updated; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
+void k_adamw_update(const KernelCall& c) {
+  float* p = c.updates[0].f32();
+  float* m = c.updates[1].f32();
+  float* v = c.updates[2].f32();
+  const float* g = c.inputs[0].f32();
+  const graph::OpAttrs& a = *c.attrs;
+  const float lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps;
+  const float decay = 1.0f - a.lr * a.weight_decay;
+  const double t = static_cast<double>(c.step);
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(b1), t));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(b2), t)));
+  const float step_size = lr / bc1;
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) {
+    p[i] *= decay;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] -= step_size * (m[i] / denom);
+  });
+}
+
+}  // namespace
+
+std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
+  return {
+      {OpKind::matmul, k_matmul},
+      {OpKind::bias_add, k_bias_add},
+      {OpKind::add, k_add},
+      {OpKind::mul, k_mul},
+      {OpKind::scale, k_scale},
+      {OpKind::relu, k_relu},
+      {OpKind::gelu, k_gelu},
+      {OpKind::reshape, k_reshape},
+      {OpKind::sum, k_sum},
+      {OpKind::mean, k_mean},
+      {OpKind::softmax_cross_entropy, k_softmax_cross_entropy},
+      {OpKind::relu_backward, k_relu_backward},
+      {OpKind::gelu_backward, k_gelu_backward},
+      {OpKind::broadcast_scalar, k_broadcast_scalar},
+      {OpKind::reduce_rows, k_reduce_rows},
+      {OpKind::softmax_cross_entropy_backward, k_softmax_cross_entropy_backward},
+      {OpKind::fill, k_fill},
+      {OpKind::sgd_update, k_sgd_update},
+      {OpKind::sgd_momentum_update, k_sgd_momentum_update},
+      {OpKind::adamw_update, k_adamw_update},
+  };
+}
+
+}  // namespace memplan::kernels::cpu

@@ -1,0 +1,18 @@
+// CPU implementations of every op (Eigen GEMM, OpenMP loops). Results are deterministic for a
+// given thread count: no reduction order depends on scheduling.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace memplan::kernels::cpu {
+
+std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
+
+// C[M,N] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+          const float* b, float* c);
+
+}  // namespace memplan::kernels::cpu

@@ -1,0 +1,37 @@
+// The only translation unit that includes Eigen: GEMM dominates the MLP's time, and keeping the
+// heavy templates here keeps the rest of the build fast.
+#include <Eigen/Core>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace memplan::kernels::cpu {
+
+namespace {
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix>;
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+          const float* b, float* c) {
+  // A is stored [M,K] (or [K,M] when transposed); B [K,N] (or [N,K]).
+  ConstMap a_map(a, trans_a ? k : m, trans_a ? m : k);
+  ConstMap b_map(b, trans_b ? n : k, trans_b ? k : n);
+  Map c_map(c, m, n);
+  if (!trans_a && !trans_b) c_map.noalias() = a_map * b_map;
+  else if (!trans_a && trans_b) c_map.noalias() = a_map * b_map.transpose();
+  else if (trans_a && !trans_b) c_map.noalias() = a_map.transpose() * b_map;
+  else c_map.noalias() = a_map.transpose() * b_map.transpose();
+}
+
+}  // namespace memplan::kernels::cpu
+
+namespace memplan::kernels {
+
+void set_cpu_threads(int threads) {
+  Eigen::setNbThreads(threads);  // 0 lets Eigen use every core OpenMP reports
+}
+
+int cpu_threads() { return Eigen::nbThreads(); }
+
+}  // namespace memplan::kernels

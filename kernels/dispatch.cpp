@@ -1,0 +1,34 @@
+#include <array>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel.h"
+
+namespace memplan::kernels {
+
+std::string_view device_kind_name(DeviceKind kind) {
+  return kind == DeviceKind::cpu ? "cpu" : "cuda";
+}
+
+namespace {
+
+constexpr int kDeviceKinds = 2;
+using Table = std::array<std::array<KernelFn, kDeviceKinds>, graph::kOpKindCount>;
+
+const Table& table() {
+  static const Table instance = [] {
+    Table t{};
+    for (const auto& [kind, fn] : cpu::kernel_entries()) {
+      t[static_cast<std::size_t>(kind)][static_cast<std::size_t>(DeviceKind::cpu)] = fn;
+    }
+    return t;
+  }();
+  return instance;
+}
+
+}  // namespace
+
+KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
+  return table()[static_cast<std::size_t>(kind)][static_cast<std::size_t>(device)];
+}
+
+}  // namespace memplan::kernels

@@ -1,0 +1,46 @@
+// The kernel interface: one function per (op kind, device kind), found in one dispatch table.
+// Kernels get raw pointers and shapes that the executor has already validated; they allocate
+// nothing and know nothing of graphs or plans.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "graph/op.h"
+#include "graph/tensor.h"
+
+namespace memplan::kernels {
+
+enum class DeviceKind : std::uint8_t { cpu, cuda };
+std::string_view device_kind_name(DeviceKind kind);
+
+struct TensorRef {
+  void* data = nullptr;
+  const graph::Shape* shape = nullptr;
+  graph::DType dtype = graph::DType::f32;
+
+  float* f32() const { return static_cast<float*>(data); }
+  std::int32_t* i32() const { return static_cast<std::int32_t*>(data); }
+  std::int64_t numel() const { return shape->numel(); }
+};
+
+struct KernelCall {
+  graph::OpKind kind;
+  const graph::OpAttrs* attrs = nullptr;
+  std::span<const TensorRef> inputs;
+  std::span<const TensorRef> outputs;
+  std::span<const TensorRef> updates;
+  std::int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+};
+
+using KernelFn = void (*)(const KernelCall&);
+
+// The kernel for (kind, device), or nullptr when that device has none.
+KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
+
+// Threads the CPU kernels use (Eigen GEMM and the parallel loops); 0 = all cores.
+void set_cpu_threads(int threads);
+int cpu_threads();
+
+}  // namespace memplan::kernels

@@ -1,0 +1,35 @@
+// Fashion-MNIST from the IDX files Debian's dataset-fashion-mnist installs (gzipped or not).
+// Every malformed file is an Error naming the file and what was wrong; nothing is trusted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace memplan::models {
+
+inline constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+struct ImageDataset {
+  std::int64_t count = 0;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int32_t classes = 10;
+  std::vector<float> images;          // [count, rows*cols], pixel / 255
+  std::vector<std::int32_t> labels;   // [count], in [0, classes)
+  std::int64_t features() const { return rows * cols; }
+};
+
+enum class Split { train, test };
+
+Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split);
+
+// Low-level readers, exposed for tests and fuzzing. `what` names the file in messages.
+Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path);
+Result<ImageDataset> parse_idx_pair(const std::vector<std::uint8_t>& images,
+                                    const std::vector<std::uint8_t>& labels,
+                                    const std::string& images_name, const std::string& labels_name);
+
+}  // namespace memplan::models

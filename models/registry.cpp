@@ -1,0 +1,18 @@
+#include "models/registry.h"
+
+namespace memplan::models {
+
+std::vector<std::string> trainable_model_names() { return {"mlp"}; }
+
+Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t batch) {
+  try {
+    if (options.name == "mlp") return build_mlp(options.mlp, batch);
+  } catch (const graph::GraphError& e) {
+    return Error{"model '" + options.name + "': " + e.what()};
+  }
+  std::string known;
+  for (const std::string& name : trainable_model_names()) known += (known.empty() ? "" : ", ") + name;
+  return Error{"unknown model '" + options.name + "' (trainable models: " + known + ")"};
+}
+
+}  // namespace memplan::models

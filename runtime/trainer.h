@@ -1,0 +1,36 @@
+// The training loop: feed a batch, run the step, watch the loss. Data loading is the caller's
+// (a feed callback), so the loop knows nothing of datasets.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/result.h"
+#include "runtime/executor.h"
+
+namespace memplan::runtime {
+
+struct StepReport {
+  std::int64_t step = 0;  // 1-based
+  std::int64_t total_steps = 0;
+  float loss = 0.0f;
+  double step_ms = 0.0;
+};
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  float final_loss = 0.0f;
+  double step_time_ms_median = 0.0;
+  double total_seconds = 0.0;
+  std::vector<float> losses;  // one per step
+};
+
+using FeedFn = std::function<void(std::int64_t step_index, Executor& executor)>;  // 0-based
+using ProgressFn = std::function<void(const StepReport&)>;
+
+// Runs `steps` steps. Stops with an Error naming the step if the loss becomes NaN or infinite.
+Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn& feed,
+                           const ProgressFn& progress);
+
+}  // namespace memplan::runtime

@@ -1,0 +1,74 @@
+// The MLP against PyTorch: same weights and batch must give the same loss, every gradient and
+// the parameters after one AdamW step (data from tests/golden/make_mlp_golden.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/training_step.h"
+#include "models/mlp.h"
+#include "test_util.h"
+
+namespace memplan {
+namespace {
+
+nlohmann::json load_golden() {
+  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/mlp_golden.json");
+  EXPECT_TRUE(in.good()) << "missing tests/data/mlp_golden.json";
+  return nlohmann::json::parse(in);
+}
+
+// |a - b| <= atol + rtol * |b|, elementwise, reporting the first mismatch by name and index.
+void expect_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                  const std::string& what, float atol, float rtol) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_LE(std::abs(actual[i] - expected[i]), atol + rtol * std::abs(expected[i]))
+        << what << "[" << i << "]: memplan " << actual[i] << " vs PyTorch " << expected[i];
+  }
+}
+
+TEST(GoldenMlp, LossGradientsAndAdamWStepMatchPyTorch) {
+  const nlohmann::json golden = load_golden();
+  const auto sizes = golden["sizes"].get<std::vector<std::int64_t>>();
+  models::MlpConfig config;
+  config.inputs = sizes.front();
+  config.hidden.assign(sizes.begin() + 1, sizes.end() - 1);
+  config.classes = sizes.back();
+  graph::Graph g = models::build_mlp(config, golden["batch"].get<std::int64_t>());
+  graph::OptimizerConfig opt;
+  opt.kind = graph::OptimizerKind::adamw;
+  opt.lr = golden["adamw"]["lr"].get<float>();
+  opt.beta1 = golden["adamw"]["beta1"].get<float>();
+  opt.beta2 = golden["adamw"]["beta2"].get<float>();
+  opt.eps = golden["adamw"]["eps"].get<float>();
+  opt.weight_decay = golden["adamw"]["weight_decay"].get<float>();
+  graph::make_training_step(g, opt);
+  for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);
+
+  testing::CpuRun run(g);
+  for (TensorId p : g.parameters()) {
+    const auto values = golden["initial"][g.tensor(p).name].get<std::vector<float>>();
+    ASSERT_EQ(static_cast<std::int64_t>(values.size()), g.tensor(p).shape.numel()) << g.tensor(p).name;
+    run.executor.write_tensor(p, values.data());
+  }
+  const auto x = golden["x"].get<std::vector<float>>();
+  const auto labels = golden["labels"].get<std::vector<std::int32_t>>();
+  run.executor.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
+  run.executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * 4));
+  ASSERT_TRUE(run.executor.run_step().ok());
+
+  EXPECT_NEAR(run.executor.read_scalar(g.loss), golden["loss"].get<float>(), 1e-5f);
+  for (TensorId p : g.parameters()) {
+    const std::string& name = g.tensor(p).name;
+    expect_close(testing::read_floats(run.executor, g.tensor(p).grad),
+                 golden["grad"][name].get<std::vector<float>>(), "grad " + name, 1e-6f, 1e-4f);
+    expect_close(testing::read_floats(run.executor, p), golden["after_step"][name].get<std::vector<float>>(),
+                 "after AdamW step " + name, 1e-6f, 1e-5f);
+  }
+}
+
+}  // namespace
+}  // namespace memplan

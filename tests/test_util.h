@@ -1,0 +1,38 @@
+// Helpers shared by tests: build and run small graphs on the CPU device, random tensors.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/rng.h"
+#include "graph/graph.h"
+#include "runtime/device.h"
+#include "runtime/executor.h"
+
+namespace memplan::testing {
+
+// Owns a CPU device and an executor over `graph` in program order, set up and ready.
+struct CpuRun {
+  explicit CpuRun(const graph::Graph& graph)
+      : executor(graph, device, planner::default_schedule(graph)) {
+    Status s = executor.setup();
+    MEMPLAN_CHECK(s.ok(), (s.ok() ? "" : s.error().message));
+  }
+  runtime::CpuDevice device;
+  runtime::Executor executor;
+};
+
+inline std::vector<float> random_values(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * rng.normal();
+  return v;
+}
+
+inline std::vector<float> read_floats(const runtime::Executor& e, TensorId id) {
+  std::vector<float> v(static_cast<std::size_t>(e.graph().tensor(id).shape.numel()));
+  e.read_tensor(id, v.data());
+  return v;
+}
+
+}  // namespace memplan::testing

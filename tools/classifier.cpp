@@ -1,0 +1,99 @@
+#include "tools/classifier.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/rng.h"
+
+namespace memplan::tools {
+
+BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed)
+    : data_(data), batch_(batch), seed_(seed) {
+  order_.resize(static_cast<std::size_t>(data.count));
+  x_.resize(static_cast<std::size_t>(batch * data.features()));
+  y_.resize(static_cast<std::size_t>(batch));
+}
+
+void BatchFeeder::shuffle_for_epoch(std::int64_t epoch) {
+  for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int64_t>(i);
+  Rng rng(seed_ * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch) + 1);
+  for (std::size_t i = order_.size(); i > 1; --i) {
+    std::swap(order_[i - 1], order_[rng.below(i)]);
+  }
+  epoch_ = epoch;
+}
+
+void BatchFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
+  const std::int64_t epoch = step_index / steps_per_epoch();
+  if (epoch != epoch_) shuffle_for_epoch(epoch);
+  const std::int64_t first = (step_index % steps_per_epoch()) * batch_;
+  const std::int64_t features = data_.features();
+  for (std::int64_t i = 0; i < batch_; ++i) {
+    const std::int64_t item = order_[static_cast<std::size_t>(first + i)];
+    std::memcpy(&x_[static_cast<std::size_t>(i * features)], &data_.images[static_cast<std::size_t>(item * features)],
+                static_cast<std::size_t>(features) * sizeof(float));
+    y_[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(item)];
+  }
+  const graph::Graph& g = executor.graph();
+  executor.set_input(g.find("x"), x_.data(), static_cast<Bytes>(x_.size() * sizeof(float)));
+  executor.set_input(g.find("labels"), y_.data(), static_cast<Bytes>(y_.size() * sizeof(std::int32_t)));
+}
+
+namespace {
+
+// Evaluates items [first, first + batch) with a forward graph of exactly that batch.
+Status evaluate_range(const models::ModelOptions& model, const runtime::Executor& trained,
+                      const models::ImageDataset& data, runtime::Device& device, std::int64_t batch,
+                      std::int64_t first, std::int64_t count, std::int64_t& correct, double& loss_sum) {
+  auto forward = models::build_forward(model, batch);
+  if (!forward) return forward.error();
+  const graph::Graph& g = forward.value();
+  runtime::Executor exec(g, device, planner::default_schedule(g));
+  for (TensorId p : g.parameters()) {
+    const TensorId trained_id = trained.graph().find(g.tensor(p).name);
+    MEMPLAN_CHECK(trained_id != kNoTensor, "parameter '" << g.tensor(p).name << "' not in the trained graph");
+    exec.bind_external(p, trained.storage(trained_id));
+  }
+  if (Status s = exec.setup(); !s) return s;
+  const std::int64_t features = data.features();
+  const std::int64_t classes = g.tensor(g.output).shape[1];
+  std::vector<float> logits(static_cast<std::size_t>(batch * classes));
+  for (std::int64_t start = first; start < first + count; start += batch) {
+    exec.set_input(g.find("x"), &data.images[static_cast<std::size_t>(start * features)],
+                   batch * features * static_cast<Bytes>(sizeof(float)));
+    exec.set_input(g.find("labels"), &data.labels[static_cast<std::size_t>(start)],
+                   batch * static_cast<Bytes>(sizeof(std::int32_t)));
+    if (Status s = exec.run_step(); !s) return s;
+    exec.read_tensor(g.output, logits.data());
+    loss_sum += double(exec.read_scalar(g.loss)) * double(batch);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const float* row = &logits[static_cast<std::size_t>(i * classes)];
+      const auto predicted = std::max_element(row, row + classes) - row;
+      if (predicted == data.labels[static_cast<std::size_t>(start + i)]) ++correct;
+    }
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
+                                       const runtime::Executor& trained,
+                                       const models::ImageDataset& data, runtime::Device& device) {
+  const std::int64_t batch = std::min<std::int64_t>(1000, data.count);
+  const std::int64_t full = data.count / batch * batch;
+  std::int64_t correct = 0;
+  double loss_sum = 0.0;
+  if (Status s = evaluate_range(model, trained, data, device, batch, 0, full, correct, loss_sum); !s) {
+    return s.error();
+  }
+  if (full < data.count) {
+    const std::int64_t tail = data.count - full;
+    if (Status s = evaluate_range(model, trained, data, device, tail, full, tail, correct, loss_sum); !s) {
+      return s.error();
+    }
+  }
+  return Evaluation{double(correct) / double(data.count), loss_sum / double(data.count)};
+}
+
+}  // namespace memplan::tools

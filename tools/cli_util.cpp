@@ -1,0 +1,76 @@
+#include "tools/cli_util.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+namespace memplan::tools {
+
+CLI::Validator positive_finite() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        std::size_t used = 0;
+        double v = 0.0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          return "'" + value + "' is not a number";
+        }
+        if (used != value.size()) return "'" + value + "' is not a number";
+        if (!std::isfinite(v) || v <= 0.0) return "must be a finite number > 0, got '" + value + "'";
+        return {};
+      },
+      "NUMBER > 0");
+}
+
+CLI::Validator positive_integer() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          return "'" + value + "' is not an integer in range";
+        }
+        if (used != value.size()) return "'" + value + "' is not an integer";
+        if (v < 1) return "must be at least 1, got '" + value + "'";
+        return {};
+      },
+      "INTEGER >= 1");
+}
+
+Progress::Progress(std::string label, std::int64_t total, bool enabled)
+    : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+
+void Progress::update(std::int64_t done, const std::string& detail) {
+  if (!enabled_ || total_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    if (done != total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / total_);
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\r%s [%s] %lld/%lld %s\033[K", label_.c_str(), bar.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), detail.c_str());
+  } else {
+    const std::int64_t decile = done * 10 / total_;
+    if (decile == last_decile_) return;
+    last_decile_ = decile;
+    std::fprintf(stderr, "%s %3lld%% %lld/%lld %s\n", label_.c_str(), static_cast<long long>(decile * 10),
+                 static_cast<long long>(done), static_cast<long long>(total_), detail.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void Progress::finish(const std::string& detail) {
+  if (!enabled_) return;
+  if (tty_) std::fprintf(stderr, "\r%s done %s\033[K\n", label_.c_str(), detail.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace memplan::tools
