@@ -207,20 +207,24 @@ Instance build_instance(const AllocationProblem& problem, const std::vector<std:
 }
 
 // Static preorders: the tie-break among buffers that could go at the same offset. Named by
-// keys, all descending: T = the fullest section the buffer is in, A = area, Z = size,
-// W = lifetime length.
-std::vector<int> preorder_ranks(const Instance& inst, std::string_view keys) {
-  const int n = int(inst.items.size());
-  std::vector<int> order(std::size_t(n), 0);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const auto& x = inst.items[std::size_t(a)];
-    const auto& y = inst.items[std::size_t(b)];
+// keys, all descending: T = the fullest section the buffer is in (by what is still unplaced
+// when the group is formed), A = area, Z = size, W = lifetime length. Ties: problem order.
+void rank_items(const Instance& inst, const std::vector<Bytes>& remaining, std::string_view keys,
+                std::vector<int> items, std::vector<int>& rank) {
+  std::vector<Bytes> total(items.size(), 0);
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const auto& item = inst.items[std::size_t(items[k])];
+    for (int s = item.first_section; s < item.end_section; ++s) total[k] = std::max(total[k], remaining[std::size_t(s)]);
+  }
+  std::vector<std::size_t> order(items.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = inst.items[std::size_t(items[a])];
+    const auto& y = inst.items[std::size_t(items[b])];
     for (const char key : keys) {
       switch (key) {
         case 'T':
-          if (inst.item_total[std::size_t(a)] != inst.item_total[std::size_t(b)])
-            return inst.item_total[std::size_t(a)] > inst.item_total[std::size_t(b)];
+          if (total[a] != total[b]) return total[a] > total[b];
           break;
         case 'A':
           if (x.area != y.area) return x.area > y.area;
@@ -234,18 +238,17 @@ std::vector<int> preorder_ranks(const Instance& inst, std::string_view keys) {
         default: break;
       }
     }
-    return false;
+    return items[a] < items[b];
   });
-  std::vector<int> rank(std::size_t(n), 0);
-  for (int k = 0; k < n; ++k) rank[std::size_t(order[std::size_t(k)])] = k;
-  return rank;
+  for (std::size_t k = 0; k < order.size(); ++k) rank[std::size_t(items[order[k]])] = int(k);
 }
 
 // One feasibility search: can every item be placed with all tops <= capacity?
 class Search {
  public:
-  Search(const Instance& inst, Bytes capacity, const std::vector<int>& rank, Budget& budget)
-      : inst_(inst), capacity_(capacity), rank_(rank), budget_(budget) {
+  Search(const Instance& inst, Bytes capacity, std::string_view preorder, Budget& budget)
+      : inst_(inst), capacity_(capacity), preorder_(preorder), budget_(budget) {
+    rank_.assign(inst.items.size(), 0);
     const std::size_t n = inst.items.size();
     const std::size_t sections = std::size_t(inst.section_count);
     offset_.assign(n, kUnplaced);
@@ -290,14 +293,28 @@ class Search {
     std::int64_t old;
   };
 
+  // The trail is a preallocated array (place() reserves room first) because pushing to it is
+  // the innermost operation of the search.
   void set(std::int64_t& slot, std::int64_t value) {
-    trail_.push_back({&slot, slot});
+    trail_[trail_size_++] = {&slot, slot};
     slot = value;
   }
+  void reserve_trail(std::size_t entries) {
+    if (trail_.size() < trail_size_ + entries) trail_.resize(2 * (trail_size_ + entries));
+  }
+  // An entry with no slot records that item `old` was placed: its section totals and cuts
+  // are restored arithmetically rather than entry by entry.
   void undo(std::size_t mark) {
-    while (trail_.size() > mark) {
-      *trail_.back().slot = trail_.back().old;
-      trail_.pop_back();
+    while (trail_size_ > mark) {
+      const TrailEntry& entry = trail_[--trail_size_];
+      if (entry.slot) {
+        *entry.slot = entry.old;
+        continue;
+      }
+      const auto& item = inst_.items[std::size_t(entry.old)];
+      offset_[std::size_t(entry.old)] = kUnplaced;
+      for (int s = item.first_section; s < item.end_section; ++s) remaining_[std::size_t(s)] += item.size;
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) ++cut_[std::size_t(s)];
     }
   }
 
@@ -321,7 +338,7 @@ class Search {
     for (int s = s_lo; s + 1 < s_hi; ++s) {
       if (cut_[std::size_t(s)] == 0) cuts.push_back(s + 1);
     }
-    if (cuts.empty()) return node(items, s_lo, s_hi, 0, -1);
+    if (cuts.empty()) return solve_group(items, s_lo, s_hi);
     std::vector<std::vector<int>> groups(cuts.size() + 1);
     for (const int i : items) {
       if (offset_[std::size_t(i)] != kUnplaced) continue;
@@ -332,27 +349,49 @@ class Search {
       if (groups[g].empty()) continue;
       const int lo = g == 0 ? s_lo : cuts[g - 1];
       const int hi = g == cuts.size() ? s_hi : cuts[g];
-      const Outcome outcome = node(groups[g], lo, hi, 0, -1);
+      const Outcome outcome = solve_group(groups[g], lo, hi);
       if (outcome != Outcome::found) return outcome;
     }
     return Outcome::found;
   }
 
-  // Places item c at offset o; false if some unplaced item can no longer fit.
+  // A group starts a fresh canonical order, ranked by what is left in its sections. Ranks
+  // are restored afterwards: a caller that backtracks still orders by its own.
+  Outcome solve_group(const std::vector<int>& items, int s_lo, int s_hi) {
+    std::vector<int> unplaced, saved;
+    for (const int i : items) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      unplaced.push_back(i);
+      saved.push_back(rank_[std::size_t(i)]);
+    }
+    rank_items(inst_, remaining_, preorder_, unplaced, rank_);
+    const Outcome outcome = node(unplaced, s_lo, s_hi, 0, -1);
+    for (std::size_t k = 0; k < unplaced.size(); ++k) rank_[std::size_t(unplaced[k])] = saved[k];
+    return outcome;
+  }
+
+  // Places item c at offset o; false if some unplaced item can no longer fit. Sets hatless_
+  // when no unplaced item is live together with c.
   bool place(int c, Offset o) {
+    hatless_ = true;
     const auto& item = inst_.items[std::size_t(c)];
     const Offset top = o + item.size;
-    set(offset_[std::size_t(c)], o);
+    const std::size_t degree = inst_.conflict_begin[std::size_t(c) + 1] - inst_.conflict_begin[std::size_t(c)];
+    reserve_trail(1 + degree + 2 * std::size_t(inst_.section_count));
+    offset_[std::size_t(c)] = o;
+    trail_[trail_size_++] = {nullptr, c};
     for (int s = item.first_section; s < item.end_section; ++s) {
       set(floor_[std::size_t(s)], top);
-      set(remaining_[std::size_t(s)], remaining_[std::size_t(s)] - item.size);
+      remaining_[std::size_t(s)] -= item.size;
       mark_affected(s);
     }
-    for (int s = item.first_section; s + 1 < item.end_section; ++s) set(cut_[std::size_t(s)], cut_[std::size_t(s)] - 1);
+    for (int s = item.first_section; s + 1 < item.end_section; ++s) --cut_[std::size_t(s)];
     for (std::size_t k = inst_.conflict_begin[std::size_t(c)]; k < inst_.conflict_begin[std::size_t(c) + 1]; ++k) {
       const int u = inst_.conflicts[k];
       const Offset old = min_offset_[std::size_t(u)];
-      if (offset_[std::size_t(u)] != kUnplaced || old >= top) continue;
+      if (offset_[std::size_t(u)] != kUnplaced) continue;
+      hatless_ = false;
+      if (old >= top) continue;
       const Offset lowest = lowest_fit(u, top);
       set(min_offset_[std::size_t(u)], lowest);
       if (lowest + inst_.items[std::size_t(u)].size > capacity_) {
@@ -428,7 +467,7 @@ class Search {
     for (std::size_t k = base; k < pool_.size(); ++k) {
       const int c = pool_[k];
       const Offset o = min_offset_[std::size_t(c)];
-      const std::size_t mark = trail_.size();
+      const std::size_t mark = trail_size_;
       if (place(c, o) && sections_fit(s_lo, s_hi, o)) {
         const Outcome outcome = after_place(items, c, s_lo, s_hi, o);
         if (outcome == Outcome::found) {
@@ -442,6 +481,9 @@ class Search {
         }
       }
       undo(mark);
+      // A buffer live with no unplaced buffer constrains nobody: if the rest failed with it
+      // placed here, placing anything else first only pushes it higher. No sibling can help.
+      if (hatless_) break;
     }
     pool_.resize(base);
     return result;
@@ -457,11 +499,14 @@ class Search {
 
   const Instance& inst_;
   const Bytes capacity_;
-  const std::vector<int>& rank_;
+  const std::string_view preorder_;
+  std::vector<int> rank_;  // position in the preorder of the item's group
   Budget& budget_;
   std::vector<std::int64_t> offset_, min_offset_, floor_, remaining_, cut_;
   std::vector<TrailEntry> trail_;
+  std::size_t trail_size_ = 0;
   std::vector<int> pool_;
+  bool hatless_ = false;               // set by place()
   std::vector<int> affected_;          // sections whose unplaced floor may have risen
   std::vector<char> affected_mark_;    // dedupes affected_
 };
@@ -472,14 +517,12 @@ constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
 // proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
 Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, std::vector<Offset>& item_offsets,
                         std::int64_t& attempts) {
-  std::vector<std::vector<int>> ranks;
-  for (const std::string_view keys : kPreorders) ranks.push_back(preorder_ranks(inst, keys));
-  std::int64_t limit = std::max<std::int64_t>(1024, std::int64_t(inst.items.size()) * 4);
+  std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
   while (true) {
-    for (const auto& rank : ranks) {
+    for (const std::string_view preorder : kPreorders) {
       ++attempts;
       budget.start_attempt(limit);
-      Search search(inst, capacity, rank, budget);
+      Search search(inst, capacity, preorder, budget);
       const Outcome outcome = search.run();
       if (outcome == Outcome::found) item_offsets = search.offsets();
       if (outcome != Outcome::budget) return outcome;
