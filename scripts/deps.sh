@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs memplan's build and run dependencies from Debian's packages (run as root).
+# Sourced by scripts/train.sh and scripts/test.sh; safe to run repeatedly.
+set -euo pipefail
+
+MEMPLAN_PACKAGES=(
+  build-essential cmake pkg-config
+  libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
+  dataset-fashion-mnist
+)
+
+memplan_install_deps() {
+  local missing=()
+  for p in "${MEMPLAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "memplan: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# Configures and builds into $1 with extra CMake arguments after it.
+memplan_build() {
+  local dir="$1"
+  shift
+  cmake -S "$(dirname "${BASH_SOURCE[0]}")/.." -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" -j "$(nproc)"
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: install what memplan needs, build (CUDA code included when the toolkit is
+# at /usr/local/cuda), run every test; then rebuild the tests with AddressSanitizer +
+# UndefinedBehaviorSanitizer and run them again. Warnings are errors in both builds.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/deps.sh
+memplan_install_deps
+
+echo "== build (Release, -Werror) =="
+memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_WERROR=ON
+echo "== tests =="
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+
+echo "== build (ASan + UBSan) =="
+# The sanitizer build skips the CUDA backend: the CUDA runtime is not ASan-instrumented.
+memplan_build build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMPLAN_SANITIZE=ON -DMEMPLAN_CUDA=OFF \
+  -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=OFF -DMEMPLAN_WERROR=ON
+echo "== tests under ASan + UBSan =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)"

@@ -1,0 +1,30 @@
+// Runs the memplan binary from tests and captures its exit code and output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace memplan::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout, then stderr when `merge_stderr`
+};
+
+inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
+  const std::string cmd = std::string(MEMPLAN_CLI_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CliResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace memplan::testing
