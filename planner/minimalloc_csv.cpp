@@ -75,10 +75,19 @@ Result<std::int64_t> parse_int(std::string_view field, std::string_view column, 
   return value;
 }
 
+// Control bytes other than tab, or bytes >= 0x80 that are not well-formed UTF-8: this is
+// not a text file (ids may still be UTF-8 names).
 bool has_binary_bytes(std::string_view line) {
-  for (const char c : line) {
-    const auto u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && c != '\t') || u == 0x7f) return true;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const auto u = static_cast<unsigned char>(line[i]);
+    if ((u < 0x20 && u != '\t') || u == 0x7f) return true;
+    if (u < 0x80) continue;
+    const std::size_t continuation = (u & 0xe0) == 0xc0 ? 1 : (u & 0xf0) == 0xe0 ? 2 : (u & 0xf8) == 0xf0 ? 3 : 0;
+    if (continuation == 0 || i + continuation >= line.size()) return true;
+    for (std::size_t k = 1; k <= continuation; ++k) {
+      if ((static_cast<unsigned char>(line[i + k]) & 0xc0) != 0x80) return true;
+    }
+    i += continuation;
   }
   return false;
 }

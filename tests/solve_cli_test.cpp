@@ -1,0 +1,142 @@
+// `memplan solve` end to end: runs the real binary (MEMPLAN_CLI_PATH) and checks exit codes,
+// JSON keys, the output file, and that no output file appears when the answer is an error.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/minimalloc_csv.h"
+#include "planner/validator.h"
+
+namespace memplan::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SolveCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("memplan_solve_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Arguments are fixed strings written by the tests (no shell metacharacters).
+  CliRun run(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = std::string(MEMPLAN_CLI_PATH) + " solve " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(command.c_str());
+    CliRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+  }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  // Files in the scratch dir other than the inputs this test wrote.
+  std::size_t file_count() const {
+    return std::size_t(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
+  }
+
+  fs::path dir_;
+};
+
+const std::string kExample = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n";
+
+TEST_F(SolveCli, MinimisesAndWritesAValidOutputFile) {
+  const fs::path in = write("in.csv", kExample);
+  const fs::path out = dir_ / "out.csv";
+  const CliRun r = run("--input " + in.string() + " --output " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("optimal"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lower bound"), std::string::npos) << r.out;
+  const Result<planner::MinimallocCsv> back = planner::read_minimalloc_csv(out.string());
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back.value().offsets.has_value());
+  const Status valid = planner::validate_packing(back.value().problem, *back.value().offsets, 12);
+  EXPECT_TRUE(valid.ok()) << valid.error().message;
+  EXPECT_EQ(file_count(), 2u);  // in.csv and out.csv: no temporary left behind
+}
+
+TEST_F(SolveCli, JsonHasTheDocumentedKeys) {
+  const fs::path in = write("in.csv", kExample);
+  const CliRun r = run("--input " + in.string() + " --capacity 12 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* key : {"buffers", "lower_bound", "height", "status", "solve_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key << " missing in " << r.out;
+  }
+  EXPECT_EQ(j["buffers"], 5);
+  EXPECT_EQ(j["lower_bound"], 12);
+  EXPECT_EQ(j["height"], 12);
+  EXPECT_EQ(j["status"], "optimal");
+}
+
+TEST_F(SolveCli, CapacityBelowTheLowerBoundExitsOneWithoutOutput) {
+  const fs::path in = write("in.csv", kExample);
+  const fs::path out = dir_ / "out.csv";
+  const CliRun r = run("--input " + in.string() + " --capacity 11 --output " + out.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no packing within capacity 11"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(file_count(), 1u);
+}
+
+TEST_F(SolveCli, BadInputExitsTwoNamingFileAndLine) {
+  const fs::path in = write("bad.csv", "id,lower,upper,size\nb1,0,3,4\nb2,9,3,4\n");
+  const fs::path out = dir_ / "out.csv";
+  const CliRun r = run("--input " + in.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(in.string() + ":3:"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(SolveCli, MissingFileAndBadFlagsExitTwo) {
+  EXPECT_EQ(run("--input " + (dir_ / "missing.csv").string()).exit_code, 2);
+  EXPECT_EQ(run("").exit_code, 2);  // --input is required
+  const fs::path in = write("in.csv", kExample);
+  EXPECT_EQ(run("--input " + in.string() + " --capacity -3").exit_code, 2);
+  EXPECT_EQ(run("--input " + in.string() + " --capacity lots").exit_code, 2);
+  EXPECT_EQ(run("--input " + in.string() + " --time-limit 0").exit_code, 2);
+}
+
+TEST_F(SolveCli, UnwritableOutputExitsTwo) {
+  const fs::path in = write("in.csv", kExample);
+  const CliRun r = run("--input " + in.string() + " --output " + (dir_ / "no_such_dir" / "out.csv").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(fs::exists(dir_ / "no_such_dir"));
+}
+
+}  // namespace
+}  // namespace memplan::tools
