@@ -1,5 +1,6 @@
 // memplan: plan a training step's memory before it runs, then train inside that plan.
 #include <exception>
+#include <string>
 #include <iostream>
 #include <vector>
 
@@ -13,6 +14,19 @@ int main(int argc, char** argv) {
       "Run 'memplan COMMAND --help' for a command's options."};
   app.require_subcommand(1);
   std::vector<Command> commands = {add_train_command(app), add_solve_command(app)};
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const Command& command : commands) {
+      known = known || command.app->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + command.app->get_name();
+    }
+    if (!known) {
+      std::cerr << "memplan: unknown command '" << argv[1] << "' (commands: " << names
+                << "; see 'memplan --help')\n";
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
