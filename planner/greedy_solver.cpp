@@ -10,6 +10,10 @@ namespace memplan::planner {
 
 namespace {
 
+// Gap search examines the placed buffers live with the one being placed; a run may spend
+// about this many such visits in all before crowded lifetimes fall back to the skyline.
+constexpr std::size_t kNeighbourVisitBudget = 4'000'000;
+
 // Finds the placed buffers whose lifetimes overlap a query lifetime without looking at all
 // placed buffers: buffers sorted by first_op sit at the leaves of a max-tree over end_op
 // (placed buffers only), so a query visits only subtrees that can hold an overlap.
@@ -39,12 +43,13 @@ class PlacedIndex {
     for (node /= 2; node >= 1; node /= 2) max_end_[node] = std::max(max_end_[2 * node], max_end_[2 * node + 1]);
   }
 
-  // Appends every placed buffer live at some time in [first_op, end_op) to `out`.
-  void overlapping(TimePoint first_op, TimePoint end_op, std::vector<std::size_t>& out) {
+  // Appends every placed buffer live at some time in [first_op, end_op) to `out`; stops and
+  // returns false once more than `limit` were found.
+  bool overlapping(TimePoint first_op, TimePoint end_op, std::size_t limit_count, std::vector<std::size_t>& out) {
     // Only leaves with start < end_op can overlap; among them, those with end > first_op.
     const std::size_t limit =
         std::size_t(std::lower_bound(starts_.begin(), starts_.end(), end_op) - starts_.begin());
-    if (limit == 0) return;
+    if (limit == 0) return true;
     stack_.clear();
     stack_.push_back({1, 0, leaves_});
     while (!stack_.empty()) {
@@ -53,12 +58,14 @@ class PlacedIndex {
       if (f.lo >= limit || max_end_[f.node] <= first_op) continue;
       if (f.node >= leaves_) {
         out.push_back(by_start_[f.lo]);
+        if (out.size() > limit_count) return false;
         continue;
       }
       const std::size_t mid = (f.lo + f.hi) / 2;
       stack_.push_back({2 * f.node + 1, mid, f.hi});
       stack_.push_back({2 * f.node, f.lo, mid});
     }
+    return true;
   }
 
  private:
@@ -73,6 +80,53 @@ class PlacedIndex {
   std::size_t leaves_ = 1;
   std::vector<TimePoint> max_end_;
   std::vector<Frame> stack_;
+};
+
+// The highest top of any placed buffer at each time, as a max segment tree over time
+// sections with lazy "raise to at least" updates: O(log n) per placement and per query.
+class Skyline {
+ public:
+  explicit Skyline(const AllocationProblem& problem) {
+    for (const BufferSpec& b : problem.buffers) {
+      times_.push_back(b.first_op);
+      times_.push_back(b.end_op);
+    }
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    sections_ = std::max<std::size_t>(1, times_.size());
+    max_.assign(4 * sections_, 0);
+    raised_.assign(4 * sections_, 0);
+  }
+  // Highest top over [first_op, end_op).
+  Offset max(TimePoint first_op, TimePoint end_op) const { return query(1, 0, sections_, section(first_op), section(end_op)); }
+  void raise(TimePoint first_op, TimePoint end_op, Offset top) { update(1, 0, sections_, section(first_op), section(end_op), top); }
+
+ private:
+  std::size_t section(TimePoint t) const { return std::size_t(std::lower_bound(times_.begin(), times_.end(), t) - times_.begin()); }
+  // max_[v] is the max over v's range; a raise covering v's whole range is kept at v only
+  // (tops only grow, so a pending raise never needs to be pushed down: queries take the max
+  // along the path).
+  Offset query(std::size_t v, std::size_t lo, std::size_t hi, std::size_t a, std::size_t b) const {
+    if (b <= lo || hi <= a) return 0;
+    if (a <= lo && hi <= b) return max_[v];
+    const std::size_t mid = (lo + hi) / 2;
+    return std::max(raised_[v], std::max(query(2 * v, lo, mid, a, b), query(2 * v + 1, mid, hi, a, b)));
+  }
+  void update(std::size_t v, std::size_t lo, std::size_t hi, std::size_t a, std::size_t b, Offset top) {
+    if (b <= lo || hi <= a) return;
+    max_[v] = std::max(max_[v], top);
+    if (a <= lo && hi <= b) {
+      raised_[v] = std::max(raised_[v], top);
+      return;
+    }
+    const std::size_t mid = (lo + hi) / 2;
+    update(2 * v, lo, mid, a, b, top);
+    update(2 * v + 1, mid, hi, a, b, top);
+  }
+  std::vector<TimePoint> times_;
+  std::size_t sections_ = 1;
+  std::vector<Offset> max_;
+  std::vector<Offset> raised_;  // raises that covered the node's whole range
 };
 
 // Number of other buffers live together with each buffer, by counting those that end
@@ -147,13 +201,17 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
   const std::size_t n = problem.buffers.size();
   std::vector<Offset> offsets(n, 0);
   PlacedIndex placed(problem);
+  Skyline skyline(problem);
   // Pinned buffers go first: everything else must fit around them.
   for (std::size_t i = 0; i < n; ++i) {
     const BufferSpec& b = problem.buffers[i];
     if (!b.fixed_offset) continue;
     offsets[i] = *b.fixed_offset;
-    if (footprint_bytes(b) > 0) placed.insert(i);
+    if (footprint_bytes(b) == 0) continue;
+    placed.insert(i);
+    skyline.raise(b.first_op, b.end_op, *b.fixed_offset + footprint_bytes(b));
   }
+  const std::size_t max_neighbours = std::max<std::size_t>(64, kNeighbourVisitBudget / std::max<std::size_t>(n, 1));
   std::vector<std::size_t> neighbours;
   std::vector<std::pair<Offset, Offset>> taken;  // [offset, top) of placed neighbours
   for (const std::size_t i : placement_order(problem, order)) {
@@ -161,7 +219,16 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
     const Bytes size = footprint_bytes(b);
     if (b.fixed_offset || size == 0) continue;
     neighbours.clear();
-    placed.overlapping(b.first_op, b.end_op, neighbours);
+    // Searching gaps costs O(k log k) in the k placed buffers live with this one. Past
+    // max_neighbours the buffer goes on the skyline instead (the highest top over its
+    // lifetime, O(log n)): such a crowded lifetime rarely has a usable gap, and this keeps a
+    // run near O(n log n) on large training steps. Small problems never hit the limit.
+    if (!placed.overlapping(b.first_op, b.end_op, max_neighbours, neighbours)) {
+      offsets[i] = align_up(skyline.max(b.first_op, b.end_op), b.alignment);
+      placed.insert(i);
+      skyline.raise(b.first_op, b.end_op, offsets[i] + size);
+      continue;
+    }
     taken.clear();
     for (const std::size_t j : neighbours) taken.emplace_back(offsets[j], offsets[j] + footprint_bytes(problem.buffers[j]));
     std::sort(taken.begin(), taken.end());
@@ -188,6 +255,7 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
     if (chosen < 0) chosen = align_up(floor, b.alignment);
     offsets[i] = chosen;
     placed.insert(i);
+    skyline.raise(b.first_op, b.end_op, chosen + size);
   }
   return offsets;
 }
