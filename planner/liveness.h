@@ -32,9 +32,21 @@ struct Lifetimes {
   int num_steps_ops = 0;              // the schedule length
 };
 
-// Inputs are written before the first op (first_op = 0); the loss and output live to the end
-// of the step; persistent buffers span the whole schedule. A buffer nothing reads dies where it
-// is written.
-Lifetimes compute_lifetimes(const graph::Graph& graph, const Schedule& schedule);
+struct LivenessOptions {
+  // Let an elementwise op write its output over an input that dies at that op (activation
+  // backward, gradient accumulation, bias add, ReLU): the two tensors then share one buffer.
+  // Kernels of these ops read element i before writing element i, so this is always safe.
+  bool in_place = false;
+};
+
+// Inputs are written before the first op (first_op = 0); the loss, output and retained tensors
+// live to the end of the step; persistent buffers span the whole schedule. A buffer nothing
+// reads dies where it is written.
+Lifetimes compute_lifetimes(const graph::Graph& graph, const Schedule& schedule,
+                            const LivenessOptions& options = {});
+
+// True if `op` may write its output into the storage of input `input_index` (same size, the
+// kernel reads each element before writing it).
+bool may_run_in_place(const graph::Op& op, int input_index);
 
 }  // namespace memplan::planner

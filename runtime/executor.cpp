@@ -1,7 +1,10 @@
 #include "runtime/executor.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <sstream>
 
 #include "common/check.h"
 #include "common/rng.h"
@@ -13,80 +16,9 @@ using graph::Graph;
 using graph::Op;
 using graph::TensorDesc;
 
-Executor::Executor(const Graph& graph, Device& device, planner::Schedule schedule)
-    : graph_(graph), device_(device), schedule_(std::move(schedule)) {
-  lifetimes_ = planner::compute_lifetimes(graph_, schedule_);
-  buffers_.resize(lifetimes_.buffers.size());
-  alloc_at_.resize(schedule_.size());
-  free_after_.resize(schedule_.size());
-  for (std::size_t b = 0; b < lifetimes_.buffers.size(); ++b) {
-    const planner::BufferLifetime& life = lifetimes_.buffers[b];
-    if (life.persistent) continue;
-    const bool is_input = graph_.tensor(life.root).role == graph::Role::input;
-    if (!is_input) alloc_at_[static_cast<std::size_t>(life.first_op)].push_back(static_cast<int>(b));
-    // Step results stay readable until the next step begins.
-    if (!life.step_result) free_after_[static_cast<std::size_t>(life.last_op)].push_back(static_cast<int>(b));
-  }
-  staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
-}
-
-Executor::~Executor() {
-  for (std::size_t b = 0; b < buffers_.size(); ++b) release(static_cast<int>(b));
-}
-
-void Executor::release(int buffer_index) {
-  Buffer& buf = buffers_[static_cast<std::size_t>(buffer_index)];
-  if (buf.owned && buf.data != nullptr) {
-    device_.deallocate(buf.data, lifetimes_.buffers[static_cast<std::size_t>(buffer_index)].size_bytes);
-  }
-  buf = Buffer{};
-}
-
-Executor::Buffer& Executor::buffer_of(TensorId id) {
-  const int b = lifetimes_.buffer_of_tensor[static_cast<std::size_t>(id)];
-  MEMPLAN_CHECK(b >= 0, "tensor '" << graph_.tensor(id).name << "' is not used by any op");
-  return buffers_[static_cast<std::size_t>(b)];
-}
-
-const Executor::Buffer& Executor::buffer_of(TensorId id) const {
-  const int b = lifetimes_.buffer_of_tensor[static_cast<std::size_t>(id)];
-  MEMPLAN_CHECK(b >= 0, "tensor '" << graph_.tensor(id).name << "' is not used by any op");
-  return buffers_[static_cast<std::size_t>(b)];
-}
-
-void Executor::bind_external(TensorId id, void* device_storage) {
-  MEMPLAN_CHECK(!setup_done_, "bind_external after setup");
-  MEMPLAN_CHECK(graph::is_persistent(graph_.tensor(id).role),
-                "only persistent tensors can be bound, not '" << graph_.tensor(id).name << "'");
-  Buffer& buf = buffer_of(id);
-  buf.data = device_storage;
-  buf.owned = false;
-}
-
-Status Executor::setup() {
-  MEMPLAN_CHECK(!setup_done_, "setup called twice");
-  kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
-  for (int i = 0; i < graph_.num_ops(); ++i) {
-    const Op& op = graph_.ops()[static_cast<std::size_t>(i)];
-    kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind());
-    if (fn == nullptr) {
-      return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no kernel on device " +
-                   device_.name()};
-    }
-    kernels_[static_cast<std::size_t>(i)] = fn;
-  }
-  for (std::size_t b = 0; b < lifetimes_.buffers.size(); ++b) {
-    const planner::BufferLifetime& life = lifetimes_.buffers[b];
-    if (!life.persistent || buffers_[b].data != nullptr) continue;
-    Result<void*> ptr = device_.allocate(life.size_bytes);
-    if (!ptr) return Error{"allocating '" + graph_.tensor(life.root).name + "': " + ptr.error().message};
-    buffers_[b] = Buffer{ptr.value(), true};
-  }
-  setup_done_ = true;
-  return Status::success();
-}
-
 namespace {
+
+constexpr std::uint8_t kGuardPattern = 0xA5;
 
 std::uint64_t name_hash(const std::string& name) {
   std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
@@ -99,14 +31,163 @@ std::uint64_t name_hash(const std::string& name) {
 
 }  // namespace
 
+std::string_view mode_name(ExecutionMode mode) { return mode == ExecutionMode::planned ? "planned" : "naive"; }
+
+Result<ExecutionMode> parse_mode(std::string_view name) {
+  if (name == "planned") return ExecutionMode::planned;
+  if (name == "naive") return ExecutionMode::naive;
+  return Error{"unknown execution mode '" + std::string(name) + "' (expected planned or naive)"};
+}
+
+DebugOptions DebugOptions::from_env() {
+  DebugOptions d;
+  const char* env = std::getenv("MEMPLAN_DEBUG");
+  if (env == nullptr) return d;
+  std::stringstream ss(env);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item == "poison") d.poison = true;
+    if (item == "guards") d.guards = true;
+  }
+  return d;
+}
+
+Executor::Executor(const Graph& graph, Device& device, ExecutorOptions options)
+    : graph_(graph), device_(device), mode_(options.mode), debug_(options.debug) {
+  if (mode_ == ExecutionMode::planned) {
+    planner::PlanOptions plan_options = options.plan;
+    if (debug_.guards) plan_options.guard_bytes = std::max<Bytes>(plan_options.guard_bytes, 64);
+    auto plan = planner::plan_memory(graph_, plan_options);
+    MEMPLAN_CHECK(plan.ok(), "planning failed: " << (plan.ok() ? "" : plan.error().message));
+    plan_ = std::move(plan).value();
+    schedule_ = plan_->schedule;
+    buffers_ = plan_->buffers;
+    buffer_of_tensor_ = plan_->buffer_of_tensor;
+  } else {
+    schedule_ = planner::make_schedule(graph_, options.plan.schedule);
+    const planner::Lifetimes lifetimes = planner::compute_lifetimes(graph_, schedule_);
+    buffer_of_tensor_ = lifetimes.buffer_of_tensor;
+    for (const planner::BufferLifetime& life : lifetimes.buffers) {
+      planner::PlannedBuffer b;
+      b.root = life.root;
+      b.name = graph_.tensor(life.root).name;
+      b.role = graph_.tensor(life.root).role;
+      b.size_bytes = life.size_bytes;
+      b.first_op = life.first_op;
+      b.last_op = life.last_op;
+      b.persistent = life.persistent;
+      b.step_result = life.step_result;
+      buffers_.push_back(b);
+    }
+  }
+  prepare_tables();
+}
+
+Executor::Executor(const Graph& graph, Device& device, planner::MemoryPlan plan, DebugOptions debug, bool trust_plan)
+    : graph_(graph), device_(device), mode_(ExecutionMode::planned), debug_(debug), trust_plan_(trust_plan) {
+  plan_ = std::move(plan);
+  schedule_ = plan_->schedule;
+  buffers_ = plan_->buffers;
+  buffer_of_tensor_ = plan_->buffer_of_tensor;
+  prepare_tables();
+}
+
+void Executor::prepare_tables() {
+  MEMPLAN_CHECK(static_cast<int>(buffer_of_tensor_.size()) == graph_.num_tensors(), "plan does not match the graph");
+  slots_.resize(buffers_.size());
+  alloc_at_.assign(schedule_.size(), {});
+  dies_after_.assign(schedule_.size(), {});
+  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+    const planner::PlannedBuffer& buf = buffers_[b];
+    if (buf.persistent) continue;
+    const bool is_input = graph_.tensor(buf.root).role == graph::Role::input;
+    if (!is_input) alloc_at_[static_cast<std::size_t>(buf.first_op)].push_back(static_cast<int>(b));
+    // Step results stay readable until the next step begins.
+    if (!buf.step_result) dies_after_[static_cast<std::size_t>(buf.last_op)].push_back(static_cast<int>(b));
+  }
+  staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
+}
+
+Executor::~Executor() {
+  for (std::size_t b = 0; b < slots_.size(); ++b) release(static_cast<int>(b));
+  if (arena_ != nullptr) device_.deallocate(arena_, plan_->arena_bytes);
+}
+
+void Executor::release(int buffer_index) {
+  Slot& slot = slots_[static_cast<std::size_t>(buffer_index)];
+  if (slot.owned && slot.data != nullptr) {
+    device_.deallocate(slot.data, buffers_[static_cast<std::size_t>(buffer_index)].size_bytes);
+  }
+  if (mode_ == ExecutionMode::naive || slot.owned) slot = Slot{};
+}
+
+int Executor::buffer_index(TensorId id) const {
+  MEMPLAN_CHECK(id >= 0 && id < graph_.num_tensors(), "no tensor " << id);
+  return buffer_of_tensor_[static_cast<std::size_t>(id)];
+}
+
+void Executor::bind_external(TensorId id, void* device_storage) {
+  MEMPLAN_CHECK(!setup_done_, "bind_external after setup");
+  MEMPLAN_CHECK(graph::is_persistent(graph_.tensor(id).role),
+                "only persistent tensors can be bound, not '" << graph_.tensor(id).name << "'");
+  const int b = buffer_index(id);
+  MEMPLAN_CHECK(b >= 0, "tensor '" << graph_.tensor(id).name << "' is not used by any op");
+  slots_[static_cast<std::size_t>(b)] = Slot{device_storage, false};
+}
+
+Status Executor::setup() {
+  MEMPLAN_CHECK(!setup_done_, "setup called twice");
+  kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
+  for (int i = 0; i < graph_.num_ops(); ++i) {
+    const Op& op = graph_.ops()[static_cast<std::size_t>(i)];
+    kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind());
+    if (fn == nullptr) {
+      return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no kernel on device " + device_.name()};
+    }
+    kernels_[static_cast<std::size_t>(i)] = fn;
+  }
+  const Bytes before = device_.stats().bytes_in_use;
+  if (mode_ == ExecutionMode::planned) {
+    if (!trust_plan_) {
+      if (Status s = planner::validate_plan(*plan_); !s) return Error{"refusing an invalid memory plan: " + s.error().message};
+    }
+    Result<void*> arena = device_.allocate(plan_->arena_bytes);
+    if (!arena) {
+      return Error{"cannot allocate the arena of " + std::to_string(plan_->arena_bytes) + " bytes: " + arena.error().message};
+    }
+    arena_ = arena.value();
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      if (slots_[b].data != nullptr) continue;  // bound externally
+      slots_[b] = Slot{static_cast<std::byte*>(arena_) + buffers_[b].offset, false};
+    }
+    if (debug_.guards) {
+      for (std::size_t b = 0; b < buffers_.size(); ++b) {
+        if (buffers_[b].persistent) write_guard(static_cast<int>(b));
+      }
+    }
+  } else {
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      if (!buffers_[b].persistent || slots_[b].data != nullptr) continue;
+      Result<void*> ptr = device_.allocate(buffers_[b].size_bytes);
+      if (!ptr) return Error{"allocating '" + buffers_[b].name + "': " + ptr.error().message};
+      slots_[b] = Slot{ptr.value(), true};
+    }
+  }
+  device_bytes_at_setup_ = device_.stats().bytes_in_use - before;
+  setup_done_ = true;
+  return Status::success();
+}
+
 void Executor::initialize_persistent(std::uint64_t seed) {
   MEMPLAN_CHECK(setup_done_, "initialize_persistent before setup");
-  for (TensorId id = 0; id < graph_.num_tensors(); ++id) {
-    const TensorDesc& desc = graph_.tensor(id);
-    if (!graph::is_persistent(desc.role) || lifetimes_.buffer_of_tensor[static_cast<std::size_t>(id)] < 0) {
-      continue;
-    }
-    if (!buffer_of(id).owned) continue;  // someone else initialises bound storage
+  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+    const planner::PlannedBuffer& buf = buffers_[b];
+    if (!buf.persistent) continue;
+    // Bound storage belongs to whoever bound it (slots inside our own arena are not "owned" but
+    // are ours to fill).
+    const bool ours = slots_[b].owned || (arena_ != nullptr && slots_[b].data >= arena_ &&
+                                          slots_[b].data < static_cast<std::byte*>(arena_) + plan_->arena_bytes);
+    if (!ours) continue;
+    const TensorDesc& desc = graph_.tensor(buf.root);
     // Each tensor's stream depends on the seed and its name only, not on graph order.
     Rng rng(seed ^ name_hash(desc.name));
     std::vector<float> values(static_cast<std::size_t>(desc.shape.numel()));
@@ -118,53 +199,108 @@ void Executor::initialize_persistent(std::uint64_t seed) {
         case graph::InitSpec::Kind::normal: v = desc.init.scale * rng.normal(); break;
       }
     }
-    device_.copy_from_host(buffer_of(id).data, values.data(), desc.size_bytes());
+    device_.copy_from_host(slots_[b].data, values.data(), desc.size_bytes());
   }
 }
 
 void Executor::set_input(TensorId id, const void* host_data, Bytes size_bytes) {
   const TensorDesc& desc = graph_.tensor(id);
   MEMPLAN_CHECK(desc.role == graph::Role::input, "'" << desc.name << "' is not an input");
-  MEMPLAN_CHECK(size_bytes == desc.size_bytes(), "input '" << desc.name << "' takes "
-                                                           << desc.size_bytes() << " bytes, got " << size_bytes);
+  MEMPLAN_CHECK(size_bytes == desc.size_bytes(),
+                "input '" << desc.name << "' takes " << desc.size_bytes() << " bytes, got " << size_bytes);
   auto& staged = staged_[static_cast<std::size_t>(id)];
   staged.resize(static_cast<std::size_t>(size_bytes));
   std::memcpy(staged.data(), host_data, static_cast<std::size_t>(size_bytes));
+}
+
+void Executor::write_guard(int b) {
+  const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
+  const Bytes guard = plan_ ? plan_->guard_bytes : 0;
+  if (guard <= 0) return;
+  std::vector<std::uint8_t> pattern(static_cast<std::size_t>(guard), kGuardPattern);
+  device_.copy_from_host(static_cast<std::byte*>(slots_[static_cast<std::size_t>(b)].data) + buf.size_bytes,
+                         pattern.data(), guard);
+}
+
+Status Executor::check_guard(int b, const Op& op) const {
+  const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
+  const Bytes guard = plan_ ? plan_->guard_bytes : 0;
+  if (guard <= 0) return Status::success();
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(guard));
+  device_.copy_to_host(bytes.data(), static_cast<std::byte*>(slots_[static_cast<std::size_t>(b)].data) + buf.size_bytes,
+                       guard);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != kGuardPattern) {
+      return Error{"guard bytes after '" + buf.name + "' were overwritten (byte " + std::to_string(i) +
+                   " past its end) by op '" + op.name + "'"};
+    }
+  }
+  return Status::success();
+}
+
+Status Executor::check_inputs_finite(const Op& op) const {
+  for (TensorId id : op.inputs) {
+    const TensorDesc& desc = graph_.tensor(id);
+    if (desc.dtype != graph::DType::f32) continue;
+    std::vector<float> values(static_cast<std::size_t>(desc.shape.numel()));
+    read_tensor(id, values.data());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (std::isnan(values[i])) {
+        return Error{"poison check: op '" + op.name + "' reads NaN from '" + desc.name + "'[" + std::to_string(i) +
+                     "]: its storage was released or overwritten by another tensor while still live"};
+      }
+    }
+  }
+  return Status::success();
 }
 
 Status Executor::run_step() {
   MEMPLAN_CHECK(setup_done_, "run_step before setup");
   const std::int64_t allocations_before = device_.stats().allocations;
   // Last step's results are released now that the caller had the chance to read them.
-  for (std::size_t b = 0; b < lifetimes_.buffers.size(); ++b) {
-    if (lifetimes_.buffers[b].step_result) release(static_cast<int>(b));
+  if (mode_ == ExecutionMode::naive) {
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      if (buffers_[b].step_result) release(static_cast<int>(b));
+    }
   }
-  // Inputs: one buffer each, filled from the staged host data.
-  for (std::size_t b = 0; b < lifetimes_.buffers.size(); ++b) {
-    const TensorId root = lifetimes_.buffers[b].root;
+  // Inputs: copied into their slot (planned) or into a fresh allocation (naive).
+  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+    const TensorId root = buffers_[b].root;
     if (graph_.tensor(root).role != graph::Role::input) continue;
     const auto& staged = staged_[static_cast<std::size_t>(root)];
     if (staged.empty()) return Error{"input '" + graph_.tensor(root).name + "' was not set"};
-    release(static_cast<int>(b));
-    Result<void*> ptr = device_.allocate(lifetimes_.buffers[b].size_bytes);
-    if (!ptr) return Error{ptr.error().message};
-    buffers_[b] = Buffer{ptr.value(), true};
-    device_.copy_from_host(ptr.value(), staged.data(), static_cast<Bytes>(staged.size()));
+    if (mode_ == ExecutionMode::naive) {
+      release(static_cast<int>(b));
+      Result<void*> ptr = device_.allocate(buffers_[b].size_bytes);
+      if (!ptr) return Error{ptr.error().message};
+      slots_[b] = Slot{ptr.value(), true};
+    } else if (debug_.guards) {
+      write_guard(static_cast<int>(b));
+    }
+    device_.copy_from_host(slots_[b].data, staged.data(), static_cast<Bytes>(staged.size()));
   }
 
   std::vector<kernels::TensorRef> refs;
+  std::vector<float> nans;
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
     for (int b : alloc_at_[pos]) {
-      Result<void*> ptr = device_.allocate(lifetimes_.buffers[static_cast<std::size_t>(b)].size_bytes);
-      if (!ptr) return Error{ptr.error().message};
-      buffers_[static_cast<std::size_t>(b)] = Buffer{ptr.value(), true};
+      if (mode_ == ExecutionMode::naive) {
+        Result<void*> ptr = device_.allocate(buffers_[static_cast<std::size_t>(b)].size_bytes);
+        if (!ptr) return Error{ptr.error().message};
+        slots_[static_cast<std::size_t>(b)] = Slot{ptr.value(), true};
+      } else if (debug_.guards) {
+        write_guard(b);
+      }
     }
     const int op_index = schedule_[pos];
     const Op& op = graph_.ops()[static_cast<std::size_t>(op_index)];
+    if (debug_.poison) {
+      if (Status s = check_inputs_finite(op); !s) return s;
+    }
     refs.clear();
     auto push = [&](TensorId id) {
       const TensorDesc& desc = graph_.tensor(id);
-      refs.push_back(kernels::TensorRef{buffer_of(id).data, &desc.shape, desc.dtype});
+      refs.push_back(kernels::TensorRef{slots_[static_cast<std::size_t>(buffer_index(id))].data, &desc.shape, desc.dtype});
     };
     for (TensorId id : op.inputs) push(id);
     for (TensorId id : op.outputs) push(id);
@@ -174,7 +310,21 @@ Status Executor::run_step() {
                              all.subspan(op.inputs.size(), op.outputs.size()),
                              all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1};
     kernels_[static_cast<std::size_t>(op_index)](call);
-    for (int b : free_after_[pos]) release(b);
+    if (debug_.guards && mode_ == ExecutionMode::planned) {
+      for (const auto* list : {&op.outputs, &op.updates}) {
+        for (TensorId id : *list) {
+          if (Status s = check_guard(buffer_index(id), op); !s) return s;
+        }
+      }
+    }
+    for (int b : dies_after_[pos]) {
+      if (debug_.poison && mode_ == ExecutionMode::planned) {
+        const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
+        nans.assign(static_cast<std::size_t>(buf.size_bytes / 4), std::numeric_limits<float>::quiet_NaN());
+        device_.copy_from_host(slots_[static_cast<std::size_t>(b)].data, nans.data(), buf.size_bytes / 4 * 4);
+      }
+      release(b);
+    }
   }
   ++steps_completed_;
   allocations_during_steps_ += device_.stats().allocations - allocations_before;
@@ -182,8 +332,8 @@ Status Executor::run_step() {
 }
 
 void* Executor::storage(TensorId id) const {
-  const int b = lifetimes_.buffer_of_tensor[static_cast<std::size_t>(id)];
-  return b < 0 ? nullptr : buffers_[static_cast<std::size_t>(b)].data;
+  const int b = buffer_index(id);
+  return b < 0 ? nullptr : slots_[static_cast<std::size_t>(b)].data;
 }
 
 void Executor::read_tensor(TensorId id, void* host_dst) const {

@@ -1,25 +1,50 @@
-// Runs a training step's graph on a device in schedule order. Naive mode gives every buffer its
-// own device allocation, made when the buffer is first written and freed after its last use;
-// planned and dynamic modes share this interface and the same schedule.
+// Runs a training step's graph on a device in schedule order, in one of two modes:
+//   planned: one device allocation at setup for the whole arena of a MemoryPlan; every tensor
+//            is a view at its planned offset; zero device allocations during steps;
+//   naive:   every buffer gets its own device allocation when first written, freed after its
+//            last use (the reference the plan must match bit for bit).
+// The dynamic mode (a caching allocator) shares this interface.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "graph/graph.h"
 #include "kernels/kernel.h"
-#include "planner/liveness.h"
+#include "planner/memory_plan.h"
 #include "runtime/device.h"
 
 namespace memplan::runtime {
 
-enum class ExecutionMode { naive };
+enum class ExecutionMode { naive, planned };
+
+std::string_view mode_name(ExecutionMode mode);
+Result<ExecutionMode> parse_mode(std::string_view name);
+
+// Debug switches, free when off. Also read from MEMPLAN_DEBUG (comma-separated: poison,guards).
+struct DebugOptions {
+  bool poison = false;  // fill a buffer with NaN when its lifetime ends; stop at the first op reading NaN
+  bool guards = false;  // guard bytes after every buffer, checked after every op
+  static DebugOptions from_env();
+};
+
+struct ExecutorOptions {
+  ExecutionMode mode = ExecutionMode::planned;
+  planner::PlanOptions plan;  // planned mode
+  DebugOptions debug;
+};
 
 class Executor {
  public:
-  Executor(const graph::Graph& graph, Device& device, planner::Schedule schedule);
+  // Plans (in planned mode) and prepares; nothing is allocated until setup().
+  Executor(const graph::Graph& graph, Device& device, ExecutorOptions options = {});
+  // Planned mode with a given plan. The plan is validated in setup() unless `trust_plan` (a
+  // test hook that lets a deliberately wrong plan run, so poison mode can be shown to catch it).
+  Executor(const graph::Graph& graph, Device& device, planner::MemoryPlan plan, DebugOptions debug = {},
+           bool trust_plan = false);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -28,7 +53,8 @@ class Executor {
   // training graph's weights). Call before setup().
   void bind_external(TensorId id, void* device_storage);
 
-  // Allocates persistent storage and checks every op has a kernel on this device.
+  // Validates the plan, allocates (the arena, or persistent buffers in naive mode) and checks
+  // every op has a kernel on this device.
   Status setup();
   // Initialises parameters and optimizer state from their InitSpec; same seed, same bytes.
   void initialize_persistent(std::uint64_t seed);
@@ -37,7 +63,7 @@ class Executor {
   void set_input(TensorId id, const void* host_data, Bytes size_bytes);
   Status run_step();
 
-  // Reading results: persistent tensors always, the loss and output after a step.
+  // Reading results: persistent tensors always; the loss, output and retained tensors after a step.
   void read_tensor(TensorId id, void* host_dst) const;
   float read_scalar(TensorId id) const;
   void* storage(TensorId id) const;  // device pointer, or nullptr if not live
@@ -48,31 +74,42 @@ class Executor {
 
   std::int64_t steps_completed() const { return steps_completed_; }
   std::int64_t device_allocations_during_steps() const { return allocations_during_steps_; }
-  const planner::Lifetimes& lifetimes() const { return lifetimes_; }
+  Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }
-  ExecutionMode mode() const { return ExecutionMode::naive; }
+  ExecutionMode mode() const { return mode_; }
+  const planner::MemoryPlan* plan() const { return plan_ ? &*plan_ : nullptr; }
 
  private:
-  struct Buffer {
+  struct Slot {
     void* data = nullptr;
-    bool owned = false;  // false for externally bound storage
+    bool owned = false;  // a separate device allocation (naive mode); false inside the arena or bound
   };
-  Buffer& buffer_of(TensorId id);
-  const Buffer& buffer_of(TensorId id) const;
+  void prepare_tables();
+  int buffer_index(TensorId id) const;
   void release(int buffer_index);
+  Status check_inputs_finite(const graph::Op& op) const;
+  void write_guard(int buffer_index);
+  Status check_guard(int buffer_index, const graph::Op& op) const;
 
   const graph::Graph& graph_;
   Device& device_;
+  ExecutionMode mode_;
+  DebugOptions debug_;
+  bool trust_plan_ = false;
+  std::optional<planner::MemoryPlan> plan_;  // planned mode
   planner::Schedule schedule_;
-  planner::Lifetimes lifetimes_;
-  std::vector<Buffer> buffers_;                 // per lifetime buffer
-  std::vector<std::vector<int>> alloc_at_;      // per schedule position: buffers first written there
-  std::vector<std::vector<int>> free_after_;    // per schedule position: buffers dead after it
+  std::vector<planner::PlannedBuffer> buffers_;  // the plan's, or naive lifetimes (offsets unused)
+  std::vector<int> buffer_of_tensor_;
+  std::vector<Slot> slots_;                     // per buffer
+  std::vector<std::vector<int>> alloc_at_;      // naive: per position, buffers first written there
+  std::vector<std::vector<int>> dies_after_;    // per position, buffers dead after it
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   std::vector<std::vector<std::byte>> staged_;  // per tensor: host data for the next step
+  void* arena_ = nullptr;
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;
   std::int64_t allocations_during_steps_ = 0;
+  Bytes device_bytes_at_setup_ = 0;
 };
 
 }  // namespace memplan::runtime

@@ -11,10 +11,10 @@
 
 namespace memplan::testing {
 
-// Owns a CPU device and an executor over `graph` in program order, set up and ready.
+// Owns a CPU device and an executor over `graph`, set up and ready.
 struct CpuRun {
-  explicit CpuRun(const graph::Graph& graph)
-      : executor(graph, device, planner::default_schedule(graph)) {
+  explicit CpuRun(const graph::Graph& graph, runtime::ExecutionMode mode = runtime::ExecutionMode::planned)
+      : executor(graph, device, runtime::ExecutorOptions{mode, {}, {}}) {
     Status s = executor.setup();
     MEMPLAN_CHECK(s.ok(), (s.ok() ? "" : s.error().message));
   }

@@ -48,7 +48,7 @@ Status evaluate_range(const models::ModelOptions& model, const runtime::Executor
   auto forward = models::build_forward(model, batch);
   if (!forward) return forward.error();
   const graph::Graph& g = forward.value();
-  runtime::Executor exec(g, device, planner::default_schedule(g));
+  runtime::Executor exec(g, device, runtime::ExecutorOptions{trained.mode(), {}, {}});
   for (TensorId p : g.parameters()) {
     const TensorId trained_id = trained.graph().find(g.tensor(p).name);
     MEMPLAN_CHECK(trained_id != kNoTensor, "parameter '" << g.tensor(p).name << "' not in the trained graph");

@@ -17,6 +17,7 @@
 #include "tools/classifier.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/memory_report.h"
 
 namespace memplan::tools {
 namespace {
@@ -34,6 +35,8 @@ struct TrainFlags {
   std::string data = models::kFashionMnistDefaultDir;
   std::vector<std::int64_t> hidden = {256, 256};
   int threads = 0;
+  std::string mode = "planned";
+  std::vector<std::string> debug;
   bool json = false;
   bool quiet = false;
 };
@@ -93,8 +96,15 @@ int run_train(const TrainFlags& flags) {
   opt.weight_decay = static_cast<float>(flags.weight_decay);
   graph::make_training_step(step, opt);
 
+  runtime::ExecutorOptions exec_options;
+  exec_options.mode = runtime::parse_mode(flags.mode).value();
+  exec_options.debug = runtime::DebugOptions::from_env();
+  for (const std::string& d : flags.debug) {
+    exec_options.debug.poison = exec_options.debug.poison || d == "poison";
+    exec_options.debug.guards = exec_options.debug.guards || d == "guards";
+  }
   runtime::CpuDevice device;
-  runtime::Executor executor(step, device, planner::default_schedule(step));
+  runtime::Executor executor(step, device, exec_options);
   if (Status s = executor.setup(); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
     return kExitFailure;
@@ -136,7 +146,13 @@ int run_train(const TrainFlags& flags) {
     nlohmann::json out;
     out["model"] = flags.model;
     out["device"] = device.name();
-    out["mode"] = "naive";
+    out["mode"] = flags.mode;
+    if (const planner::MemoryPlan* plan = executor.plan()) {
+      out["arena_bytes"] = plan->arena_bytes;
+      out["lower_bound_bytes"] = plan->lower_bound_bytes;
+      out["persistent_bytes"] = plan->persistent_bytes;
+      out["schedule"] = planner::schedule_name(plan->schedule_kind);
+    }
     out["optimizer"] = flags.optimizer;
     out["lr"] = flags.lr;
     out["batch"] = flags.batch;
@@ -151,6 +167,7 @@ int run_train(const TrainFlags& flags) {
     out["samples_per_s"] = samples_per_s;
     out["train_seconds"] = s.total_seconds;
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
+    out["device_bytes_at_setup"] = executor.device_bytes_at_setup();
     out["threads"] = kernels::cpu_threads();
     std::cout << out.dump(2) << "\n";
   } else {
@@ -164,6 +181,9 @@ int run_train(const TrainFlags& flags) {
                 eval.value().mean_loss);
     std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median, format_rate(samples_per_s).c_str());
     std::printf("params sha256    %s\n", executor.params_sha256().c_str());
+    std::printf("device allocations during steps: %lld (%s mode)\n",
+                static_cast<long long>(executor.device_allocations_during_steps()), flags.mode.c_str());
+    if (const planner::MemoryPlan* plan = executor.plan()) std::printf("\n%s", memory_summary(step, *plan).c_str());
   }
   return kExitOk;
 }
@@ -203,6 +223,15 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--threads", flags->threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app->add_option("--mode", flags->mode,
+                  "planned: one arena allocated once, tensors at planned offsets; naive: one allocation per tensor")
+      ->check(CLI::IsMember({"planned", "naive"}))
+      ->capture_default_str();
+  app->add_option("--debug", flags->debug,
+                  "Debug checks, comma-separated: poison (NaN-fill dead buffers, stop at the first op reading NaN), "
+                  "guards (guard bytes after every buffer, checked after every op). Also MEMPLAN_DEBUG=...")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"poison", "guards"}));
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
   return Command{app, [flags] { return run_train(*flags); }};

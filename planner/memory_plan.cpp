@@ -1,0 +1,174 @@
+#include "planner/memory_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "planner/exact_solver.h"
+#include "planner/greedy_solver.h"
+#include "planner/validator.h"
+
+namespace memplan::planner {
+
+namespace {
+
+Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MemoryPlan plan;
+  plan.schedule_kind = kind;
+  plan.schedule = make_schedule(graph, kind);
+  if (Status s = check_schedule(graph, plan.schedule); !s) return s.error();
+  plan.guard_bytes = options.guard_bytes;
+  const Lifetimes lifetimes = compute_lifetimes(graph, plan.schedule, LivenessOptions{options.in_place});
+  plan.buffer_of_tensor = lifetimes.buffer_of_tensor;
+
+  // Persistent region: packed back to back in graph order.
+  Offset next = 0;
+  AllocationProblem transient;
+  std::vector<int> transient_index;  // problem buffer -> plan buffer
+  for (const BufferLifetime& life : lifetimes.buffers) {
+    PlannedBuffer b;
+    b.root = life.root;
+    b.name = graph.tensor(life.root).name;
+    b.role = graph.tensor(life.root).role;
+    b.size_bytes = life.size_bytes;
+    b.first_op = life.first_op;
+    b.last_op = life.last_op;
+    b.persistent = life.persistent;
+    b.step_result = life.step_result;
+    const Bytes footprint = align_up(std::max<Bytes>(b.size_bytes, 1) + options.guard_bytes, kArenaAlignment);
+    if (b.persistent) {
+      b.offset = next;
+      next += footprint;
+    } else {
+      BufferSpec spec;
+      spec.id = b.name;
+      spec.size_bytes = footprint;
+      spec.alignment = kArenaAlignment;
+      spec.first_op = b.first_op;
+      spec.end_op = b.last_op + 1;
+      transient.buffers.push_back(spec);
+      transient_index.push_back(static_cast<int>(plan.buffers.size()));
+    }
+    plan.buffers.push_back(b);
+  }
+  plan.persistent_bytes = next;
+
+  Solution solution = solve_greedy(transient);
+  if (solution.status != SolveStatus::optimal && options.solver_time_limit_s > 0) {
+    ExactSolverOptions exact;
+    exact.time_limit_s = options.solver_time_limit_s;
+    Solution better = solve_exact(transient, exact);
+    if (better.has_packing() && better.height_bytes <= solution.height_bytes) solution = better;
+  }
+  if (!solution.has_packing()) return Error{"no packing found for the transient region"};
+  if (Status s = validate_solution(transient, solution); !s) {
+    return Error{"the offset solver returned an invalid packing: " + s.error().message};
+  }
+  for (std::size_t i = 0; i < transient_index.size(); ++i) {
+    plan.buffers[static_cast<std::size_t>(transient_index[i])].offset = plan.persistent_bytes + solution.offsets[i];
+  }
+  plan.transient_bytes = solution.height_bytes;
+  plan.transient_lower_bound_bytes = lower_bound_bytes(transient);
+  plan.arena_bytes = plan.persistent_bytes + plan.transient_bytes;
+  plan.lower_bound_bytes = plan.persistent_bytes + plan.transient_lower_bound_bytes;
+  plan.solve_status = solution.status;
+  plan.solve_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return plan;
+}
+
+}  // namespace
+
+Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& options) {
+  if (!options.choose_best_schedule) {
+    auto plan = plan_with_schedule(graph, options.schedule, options);
+    if (plan) {
+      (options.schedule == ScheduleKind::program ? plan.value().program_order_arena_bytes
+                                                 : plan.value().memory_aware_arena_bytes) = plan.value().arena_bytes;
+    }
+    return plan;
+  }
+  auto program = plan_with_schedule(graph, ScheduleKind::program, options);
+  if (!program) return program;
+  auto aware = plan_with_schedule(graph, ScheduleKind::memory_aware, options);
+  if (!aware) return aware;
+  const Bytes program_bytes = program.value().arena_bytes;
+  const Bytes aware_bytes = aware.value().arena_bytes;
+  // Ties go to the memory-aware order: its gradients die earlier, which leaves more room for
+  // activations once checkpointing trades them.
+  MemoryPlan best = aware_bytes <= program_bytes ? std::move(aware).value() : std::move(program).value();
+  best.program_order_arena_bytes = program_bytes;
+  best.memory_aware_arena_bytes = aware_bytes;
+  return best;
+}
+
+AllocationProblem transient_problem(const MemoryPlan& plan) {
+  AllocationProblem problem;
+  for (const PlannedBuffer& b : plan.buffers) {
+    if (b.persistent) continue;
+    BufferSpec spec;
+    spec.id = b.name;
+    spec.size_bytes = align_up(std::max<Bytes>(b.size_bytes, 1) + plan.guard_bytes, kArenaAlignment);
+    spec.alignment = kArenaAlignment;
+    spec.first_op = b.first_op;
+    spec.end_op = b.last_op + 1;
+    problem.buffers.push_back(spec);
+  }
+  return problem;
+}
+
+Status validate_plan(const MemoryPlan& plan) {
+  const std::size_t n = plan.buffers.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlannedBuffer& a = plan.buffers[i];
+    if (a.offset < 0 || a.offset % kArenaAlignment != 0) {
+      return Error{"buffer '" + a.name + "' has offset " + std::to_string(a.offset) +
+                   ", not a non-negative multiple of " + std::to_string(kArenaAlignment)};
+    }
+    if (a.offset + a.size_bytes + plan.guard_bytes > plan.arena_bytes) {
+      return Error{"buffer '" + a.name + "' ends at " + std::to_string(a.offset + a.size_bytes) +
+                   ", past the arena's " + std::to_string(plan.arena_bytes) + " bytes"};
+    }
+    if (a.persistent && a.offset + a.size_bytes > plan.persistent_bytes) {
+      return Error{"persistent buffer '" + a.name + "' lies outside the persistent region"};
+    }
+    for (std::size_t j = i + 1; j < n; ++j) {
+      const PlannedBuffer& b = plan.buffers[j];
+      const bool live_together = a.persistent || b.persistent || (a.first_op <= b.last_op && b.first_op <= a.last_op);
+      const bool share_bytes = a.offset < b.offset + b.size_bytes + plan.guard_bytes &&
+                               b.offset < a.offset + a.size_bytes + plan.guard_bytes;
+      if (live_together && share_bytes && a.size_bytes > 0 && b.size_bytes > 0) {
+        return Error{"buffers '" + a.name + "' [" + std::to_string(a.offset) + ", " +
+                     std::to_string(a.offset + a.size_bytes) + ") ops " + std::to_string(a.first_op) + ".." +
+                     std::to_string(a.last_op) + " and '" + b.name + "' [" + std::to_string(b.offset) + ", " +
+                     std::to_string(b.offset + b.size_bytes) + ") ops " + std::to_string(b.first_op) + ".." +
+                     std::to_string(b.last_op) + " overlap while both are live"};
+      }
+    }
+  }
+  return Status::success();
+}
+
+std::vector<std::pair<graph::Role, Bytes>> MemoryPlan::peak_by_role() const {
+  const OpIndex ops = static_cast<OpIndex>(schedule.size());
+  OpIndex peak_at = 0;
+  Bytes peak = -1;
+  for (OpIndex pos = 0; pos < ops; ++pos) {
+    Bytes live = 0;
+    for (const PlannedBuffer& b : buffers) {
+      if (!b.persistent && b.first_op <= pos && pos <= b.last_op) live += b.size_bytes;
+    }
+    if (live > peak) {
+      peak = live;
+      peak_at = pos;
+    }
+  }
+  std::map<graph::Role, Bytes> by_role;
+  for (const PlannedBuffer& b : buffers) {
+    if (b.persistent) by_role[b.role] += b.size_bytes;
+    else if (b.first_op <= peak_at && peak_at <= b.last_op) by_role[b.role] += b.size_bytes;
+  }
+  return {by_role.begin(), by_role.end()};
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,74 @@
+// The MemoryPlan: where every byte of a training step lives. One arena: a persistent region
+// (parameters, optimizer state; alive across steps) followed by a transient region packed by
+// offset assignment over the buffers' lifetimes. Self-contained: the executor, the fit report
+// and the dynamic comparison all read the same plan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "graph/graph.h"
+#include "planner/allocation_problem.h"
+#include "planner/liveness.h"
+#include "planner/schedule.h"
+
+namespace memplan::planner {
+
+inline constexpr Bytes kArenaAlignment = 256;  // every buffer starts on a 256-byte boundary
+
+struct PlannedBuffer {
+  std::string name;  // the root tensor's name
+  TensorId root = kNoTensor;
+  graph::Role role = graph::Role::activation;
+  Bytes size_bytes = 0;
+  Offset offset = 0;  // from the arena's start
+  OpIndex first_op = 0;
+  OpIndex last_op = 0;  // inclusive
+  bool persistent = false;
+  bool step_result = false;
+};
+
+struct PlanOptions {
+  ScheduleKind schedule = ScheduleKind::memory_aware;
+  bool choose_best_schedule = true;  // plan both orders and keep the lower arena
+  bool in_place = true;
+  double solver_time_limit_s = 2.0;  // exact search budget after the greedy portfolio
+  Bytes guard_bytes = 0;             // debug: a gap after every buffer, checked after every op
+};
+
+struct MemoryPlan {
+  ScheduleKind schedule_kind = ScheduleKind::program;
+  Schedule schedule;
+  std::vector<PlannedBuffer> buffers;
+  std::vector<int> buffer_of_tensor;  // per tensor; -1 if unused
+  Bytes persistent_bytes = 0;         // region [0, persistent_bytes)
+  Bytes transient_bytes = 0;          // height of the transient region
+  Bytes arena_bytes = 0;              // everything the run allocates
+  Bytes transient_lower_bound_bytes = 0;
+  Bytes lower_bound_bytes = 0;        // persistent + transient lower bound
+  Bytes guard_bytes = 0;
+  SolveStatus solve_status = SolveStatus::feasible;
+  double solve_ms = 0.0;
+  // The arena each order would need (for reports): program order and memory-aware order.
+  Bytes program_order_arena_bytes = 0;
+  Bytes memory_aware_arena_bytes = 0;
+
+  // Bytes per role at the transient peak (for reports): the sum of live sizes per role at the
+  // op where the summed live bytes are largest.
+  std::vector<std::pair<graph::Role, Bytes>> peak_by_role() const;
+};
+
+// Plans a training step. Fails only if the solver finds no packing (it always finds one
+// without a capacity) or the schedule is invalid.
+Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& options = {});
+
+// The transient region as an allocation problem (for benchmarks and the validator).
+AllocationProblem transient_problem(const MemoryPlan& plan);
+
+// Independent check of a plan against its own lifetimes: no two buffers live at the same time
+// share a byte, persistent buffers do not overlap anything, everything fits the arena, offsets
+// are aligned. The message names the two buffers.
+Status validate_plan(const MemoryPlan& plan);
+
+}  // namespace memplan::planner

@@ -1,0 +1,25 @@
+// Op orders for a training step. The program order runs every update after the whole backward
+// pass, so every parameter gradient is alive at once; the memory-aware order runs each update as
+// soon as its gradient is final and no remaining op reads the old parameter, so gradients die early.
+#pragma once
+
+#include <string_view>
+
+#include "common/result.h"
+#include "graph/graph.h"
+#include "planner/liveness.h"
+
+namespace memplan::planner {
+
+enum class ScheduleKind { program, memory_aware };
+
+std::string_view schedule_name(ScheduleKind kind);
+Result<ScheduleKind> parse_schedule_kind(std::string_view name);
+
+Schedule make_schedule(const graph::Graph& graph, ScheduleKind kind);
+
+// Checks that every op appears once and runs after the producers of its inputs and, for
+// in-place updates, after every reader of the tensors it updates.
+Status check_schedule(const graph::Graph& graph, const Schedule& schedule);
+
+}  // namespace memplan::planner

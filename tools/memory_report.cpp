@@ -1,0 +1,125 @@
+#include "tools/memory_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace memplan::tools {
+
+std::string format_bytes(Bytes bytes) {
+  char buf[96];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (Bytes(1) << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1 << 30));
+  else if (bytes >= (Bytes(1) << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1 << 20));
+  else if (bytes >= 1024) std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+namespace {
+
+Bytes role_bytes(const std::vector<std::pair<graph::Role, Bytes>>& by_role, graph::Role role) {
+  Bytes total = 0;
+  for (const auto& [r, bytes] : by_role) {
+    if (r == role) total += bytes;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan) {
+  std::ostringstream out;
+  const auto by_role = plan.peak_by_role();  // persistent totals, transient at the peak
+  const Bytes params = role_bytes(by_role, graph::Role::parameter);
+  const Bytes state = role_bytes(by_role, graph::Role::optimizer_state);
+  const Bytes activations = role_bytes(by_role, graph::Role::activation) + role_bytes(by_role, graph::Role::input);
+  const Bytes gradients = role_bytes(by_role, graph::Role::gradient);
+  const Bytes temporaries = role_bytes(by_role, graph::Role::temporary);
+  auto row = [&out](const char* label, const std::string& value) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-34s %s\n", label, value.c_str());
+    out << line;
+  };
+  out << "memory plan (" << planner::schedule_name(plan.schedule_kind) << " schedule, "
+      << planner::to_string(plan.solve_status) << " packing)\n";
+  row("parameters", format_bytes(params));
+  row("optimizer state", format_bytes(state));
+  row("activations + inputs at peak", format_bytes(activations));
+  row("gradients at peak", format_bytes(gradients));
+  row("temporaries at peak", format_bytes(temporaries));
+  row("workspace", format_bytes(0) + " (no op needs one on the CPU)");
+  row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
+  row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");
+  char ratio[64];
+  std::snprintf(ratio, sizeof(ratio), "%.4f", double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes)));
+  row("arena / lower bound", ratio);
+  if (plan.program_order_arena_bytes > 0 && plan.memory_aware_arena_bytes > 0) {
+    row("arena, program order", format_bytes(plan.program_order_arena_bytes));
+    row("arena, memory-aware order", format_bytes(plan.memory_aware_arena_bytes));
+  }
+  return out.str();
+}
+
+std::string buffer_table(const planner::MemoryPlan& plan) {
+  std::vector<const planner::PlannedBuffer*> order;
+  for (const auto& b : plan.buffers) order.push_back(&b);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->first_op < b->first_op;
+  });
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-36s %-16s %12s %12s %8s %8s\n", "tensor", "role", "offset", "size", "first", "last");
+  out << line;
+  for (const auto* b : order) {
+    std::string name = b->name.size() > 36 ? b->name.substr(0, 33) + "..." : b->name;
+    if (b->persistent) {
+      std::snprintf(line, sizeof(line), "%-36s %-16s %12lld %12lld %8s %8s\n", name.c_str(),
+                    std::string(graph::role_name(b->role)).c_str(), static_cast<long long>(b->offset),
+                    static_cast<long long>(b->size_bytes), "-", "-");
+    } else {
+      std::snprintf(line, sizeof(line), "%-36s %-16s %12lld %12lld %8d %8d\n", name.c_str(),
+                    std::string(graph::role_name(b->role)).c_str(), static_cast<long long>(b->offset),
+                    static_cast<long long>(b->size_bytes), b->first_op, b->last_op);
+    }
+    out << line;
+  }
+  return out.str();
+}
+
+nlohmann::json plan_json(const graph::Graph& graph, const planner::MemoryPlan& plan, bool with_buffers) {
+  nlohmann::json j;
+  j["schedule"] = planner::schedule_name(plan.schedule_kind);
+  j["ops"] = plan.schedule.size();
+  j["arena_bytes"] = plan.arena_bytes;
+  j["persistent_bytes"] = plan.persistent_bytes;
+  j["transient_bytes"] = plan.transient_bytes;
+  j["lower_bound_bytes"] = plan.lower_bound_bytes;
+  j["transient_lower_bound_bytes"] = plan.transient_lower_bound_bytes;
+  j["arena_over_lower_bound"] = double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes));
+  j["program_order_arena_bytes"] = plan.program_order_arena_bytes;
+  j["memory_aware_arena_bytes"] = plan.memory_aware_arena_bytes;
+  j["solve_status"] = planner::to_string(plan.solve_status);
+  j["plan_ms"] = plan.solve_ms;
+  nlohmann::json peak;
+  for (const auto& [role, bytes] : plan.peak_by_role()) peak[std::string(graph::role_name(role))] = bytes;
+  j["bytes_by_role_at_peak"] = peak;
+  if (with_buffers) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& b : plan.buffers) {
+      list.push_back({{"tensor", b.name},
+                      {"role", graph::role_name(b.role)},
+                      {"offset", b.offset},
+                      {"size_bytes", b.size_bytes},
+                      {"first_op", b.first_op},
+                      {"last_op", b.last_op},
+                      {"persistent", b.persistent},
+                      {"shape", graph.tensor(b.root).shape.dims}});
+    }
+    j["buffers"] = list;
+  }
+  return j;
+}
+
+}  // namespace memplan::tools
