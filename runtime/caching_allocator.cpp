@@ -626,6 +626,11 @@ void CachingAllocator::release_blocks(BlockPool& pool) {
     unmap_block(block);
     if (!block->mapped && !block->is_split()) release_expandable_segment(block);
   }
+  // Segments whose first growth failed (out of memory) were never mapped at all.
+  for (auto it = pool.unmapped.begin(); it != pool.unmapped.end();) {
+    Block* block = *it++;
+    if (!block->is_split()) release_expandable_segment(block);
+  }
 }
 
 void CachingAllocator::release_block(Block* block) {
