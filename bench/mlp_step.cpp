@@ -39,7 +39,7 @@ double ours_ms(std::int64_t batch, const Options& o) {
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   graph::make_training_step(g, opt);
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, runtime::ExecutorOptions{runtime::ExecutionMode::naive, {}, {}});
+  runtime::Executor exec(g, device, runtime::ExecutorOptions{});  // planned, the default
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");
   exec.initialize_persistent(0);
   Rng rng(1);
