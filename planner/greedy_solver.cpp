@@ -212,6 +212,7 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
     skyline.raise(b.first_op, b.end_op, *b.fixed_offset + footprint_bytes(b));
   }
   const std::size_t max_neighbours = std::max<std::size_t>(64, kNeighbourVisitBudget / std::max<std::size_t>(n, 1));
+  const std::vector<std::int64_t> conflicts = conflict_counts(problem);
   std::vector<std::size_t> neighbours;
   std::vector<std::pair<Offset, Offset>> taken;  // [offset, top) of placed neighbours
   for (const std::size_t i : placement_order(problem, order)) {
@@ -223,7 +224,10 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
     // max_neighbours the buffer goes on the skyline instead (the highest top over its
     // lifetime, O(log n)): such a crowded lifetime rarely has a usable gap, and this keeps a
     // run near O(n log n) on large training steps. Small problems never hit the limit.
-    if (!placed.overlapping(b.first_op, b.end_op, max_neighbours, neighbours)) {
+    // The check uses all buffers live together with this one (placed or not), counted in
+    // O(log n), so a crowded buffer costs nothing before it falls back.
+    if (std::size_t(conflicts[i]) > max_neighbours ||
+        !placed.overlapping(b.first_op, b.end_op, max_neighbours, neighbours)) {
       offsets[i] = align_up(skyline.max(b.first_op, b.end_op), b.alignment);
       placed.insert(i);
       skyline.raise(b.first_op, b.end_op, offsets[i] + size);
