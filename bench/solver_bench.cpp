@@ -20,7 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rng.h"
+#include "graph/training_step.h"
+#include "models/mlp.h"
 #include "planner/exact_solver.h"
+#include "planner/memory_plan.h"
 #include "planner/greedy_solver.h"
 #include "planner/minimalloc_csv.h"
 #include "planner/validator.h"
@@ -118,11 +121,41 @@ BenchInstance synthetic_instance(int buffers, std::uint64_t seed) {
   return instance;
 }
 
-// Every instance the bench runs. To add a source (e.g. training graphs from models/), append
-// its BenchInstances here.
+// The transient region of reference models' training steps (AdamW, memory-aware schedule,
+// in-place reuse), exactly as plan_memory hands it to the solvers.
+std::vector<BenchInstance> training_graph_instances() {
+  struct Model {
+    const char* name;
+    models::MlpConfig config;
+  };
+  const Model models_[] = {{"mlp", {}}, {"mlp-1024x3", {784, {1024, 1024, 1024}, 10}}};
+  std::vector<BenchInstance> out;
+  for (const Model& m : models_) {
+    for (std::int64_t batch : {32, 128, 512, 2048}) {
+      graph::Graph g = models::build_mlp(m.config, batch);
+      graph::make_training_step(g, graph::OptimizerConfig{});
+      planner::PlanOptions options;
+      options.choose_best_schedule = false;
+      options.solver_time_limit_s = 0;  // the bench runs the solvers itself
+      auto plan = planner::plan_memory(g, options);
+      if (!plan) {
+        std::cerr << "solver_bench: planning " << m.name << " failed: " << plan.error().message << "\n";
+        std::exit(1);
+      }
+      BenchInstance instance;
+      instance.name = std::string("train/") + m.name + "/b" + std::to_string(batch);
+      instance.problem = planner::transient_problem(plan.value());
+      out.push_back(std::move(instance));
+    }
+  }
+  return out;
+}
+
+// Every instance the bench runs. To add a source, append its BenchInstances here.
 std::vector<BenchInstance> collect_instances() {
   std::vector<BenchInstance> instances =
       minimalloc_instances(std::filesystem::path(MEMPLAN_BENCHMARKS_DIR) / "minimalloc");
+  for (BenchInstance& instance : training_graph_instances()) instances.push_back(std::move(instance));
   instances.push_back(synthetic_instance(50000, 1));
   return instances;
 }
