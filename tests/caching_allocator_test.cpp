@@ -216,6 +216,18 @@ TEST(CachingAllocator, SmallPoolSplitsAnyRemainderOf512OrMore) {
   EXPECT_EQ(a.block_size(r), MiB - 512);
 }
 
+TEST(CachingAllocator, SmallPoolSplitsARemainderOfExactly512) {
+  SimulatedDevice device(GiB);
+  CachingAllocator a(device);
+  void* p = must_allocate(a, MiB);
+  void* q = must_allocate(a, MiB - 512);  // leaves exactly 512 bytes: still split
+  EXPECT_EQ(a.block_size(q), MiB - 512);
+  EXPECT_EQ(a.stats().inactive_split_bytes[kSmall].current, 512);
+  void* r = must_allocate(a, 1);  // the 512-byte tail, no new segment
+  EXPECT_EQ(addr(r), addr(p) + static_cast<DeviceAddress>(2 * MiB - 512));
+  EXPECT_EQ(a.stats().num_device_alloc, 1);
+}
+
 TEST(CachingAllocator, PoolsNeverShareMemory) {
   SimulatedDevice device(GiB);
   CachingAllocator a(device);
