@@ -112,4 +112,12 @@ std::string trace_to_json(const AllocationTrace& trace, int indent = -1);
 std::string memory_snapshot_json(const AllocatorSnapshot& snapshot, const AllocationTrace* trace,
                                  int indent = -1);
 
+// The same dict as a pickle (protocol 2), the file format pytorch.org/memory_viz and
+// torch/cuda/_memory_viz.py load (what torch.cuda.memory._dump_snapshot writes). Binary bytes.
+std::string memory_snapshot_pickle(const AllocatorSnapshot& snapshot, const AllocationTrace* trace);
+
+// Any JSON text as a protocol-2 pickle of the equivalent Python value (dict, list, str, int,
+// float, bool, None). Object keys keep JSON's order.
+std::string pickle_from_json(std::string_view json_text);
+
 }  // namespace memplan::runtime

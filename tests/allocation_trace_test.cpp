@@ -175,5 +175,54 @@ TEST(AllocationTrace, OomEntryUsesDeviceFreeInTheSnapshot) {
   EXPECT_EQ(j.at("allocator_settings").at("max_split_size"), -1);
 }
 
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+TEST(AllocationTrace, PickleWritesProtocol2Opcodes) {
+  // Worked by hand from the pickle opcode table, and checked once with Python's pickle.loads,
+  // which returns {'a': [1, -2, 300, 'x', True, None, 1.5, 1099511627776], 'b': {}}.
+  const std::string bytes = pickle_from_json(R"({"a":[1,-2,300,"x",true,null,1.5,1099511627776],"b":{}})");
+  EXPECT_EQ(hex(bytes),
+            "8002"                  // PROTO 2
+            "7d28"                  // EMPTY_DICT MARK
+            "580100000061"          // BINUNICODE "a"
+            "5d28"                  // EMPTY_LIST MARK
+            "4b01"                  // BININT1 1
+            "4afeffffff"            // BININT -2
+            "4a2c010000"            // BININT 300
+            "580100000078"          // BINUNICODE "x"
+            "88"                    // NEWTRUE
+            "4e"                    // NONE
+            "473ff8000000000000"    // BINFLOAT 1.5, big-endian
+            "8a080000000000010000"  // LONG1 8 bytes: 2^40
+            "65"                    // APPENDS
+            "580100000062"          // BINUNICODE "b"
+            "7d2875"                // EMPTY_DICT MARK SETITEMS
+            "75"                    // SETITEMS
+            "2e");                  // STOP
+}
+
+TEST(AllocationTrace, SnapshotPickleIsTheSnapshotDict) {
+  SimulatedDevice device(1024 * MiB);
+  CachingAllocator a(device);
+  AllocationTrace trace;
+  a.set_trace(&trace);
+  void* p = a.allocate(3 * MiB).value();
+  a.free(p);
+  const AllocatorSnapshot snap = a.snapshot();
+  const std::string bytes = memory_snapshot_pickle(snap, &trace);
+  EXPECT_EQ(bytes, pickle_from_json(memory_snapshot_json(snap, &trace)));
+  ASSERT_GT(bytes.size(), 3u);
+  EXPECT_EQ(hex(bytes.substr(0, 4)), "80027d28");
+  EXPECT_EQ(bytes.back(), '.');
+}
+
 }  // namespace
 }  // namespace memplan::runtime

@@ -654,7 +654,7 @@ std::string property_name(const ::testing::TestParamInfo<std::string>& param) {
   return names[param.index];
 }
 
-INSTANTIATE_TEST_SUITE_P(Options, CachingAllocatorProperty,
+INSTANTIATE_TEST_SUITE_P(CachingAllocatorOptions, CachingAllocatorProperty,
                          ::testing::ValuesIn(std::vector<std::string>(std::begin(kPropertyConfigs), std::end(kPropertyConfigs))),
                          property_name);
 
