@@ -54,23 +54,25 @@ OpAttrs transposes(bool a, bool b) {
 
 // C = op(A) op(B). Each case writes dA and dB as one matmul with the right transposes so no
 // transposed copy is ever materialised.
+// Also batched_matmul: the same transposes apply per leading index.
 void grad_matmul(GradContext& c, const Op& op, TensorId dy) {
+  const OpKind mm = op.kind;
   const TensorId a = op.inputs[0], b = op.inputs[1];
   const bool ta = op.attrs.trans_a, tb = op.attrs.trans_b;
   if (c.needs_grad(a)) {
     TensorId da;
-    if (!ta && !tb) da = c.emit(OpKind::matmul, {dy, b}, transposes(false, true), c.gname(a));
-    else if (!ta && tb) da = c.emit(OpKind::matmul, {dy, b}, transposes(false, false), c.gname(a));
-    else if (ta && !tb) da = c.emit(OpKind::matmul, {b, dy}, transposes(false, true), c.gname(a));
-    else da = c.emit(OpKind::matmul, {b, dy}, transposes(true, true), c.gname(a));
+    if (!ta && !tb) da = c.emit(mm, {dy, b}, transposes(false, true), c.gname(a));
+    else if (!ta && tb) da = c.emit(mm, {dy, b}, transposes(false, false), c.gname(a));
+    else if (ta && !tb) da = c.emit(mm, {b, dy}, transposes(false, true), c.gname(a));
+    else da = c.emit(mm, {b, dy}, transposes(true, true), c.gname(a));
     c.accumulate(a, da);
   }
   if (c.needs_grad(b)) {
     TensorId db;
-    if (!ta && !tb) db = c.emit(OpKind::matmul, {a, dy}, transposes(true, false), c.gname(b));
-    else if (!ta && tb) db = c.emit(OpKind::matmul, {dy, a}, transposes(true, false), c.gname(b));
-    else if (ta && !tb) db = c.emit(OpKind::matmul, {a, dy}, transposes(false, false), c.gname(b));
-    else db = c.emit(OpKind::matmul, {dy, a}, transposes(true, true), c.gname(b));
+    if (!ta && !tb) db = c.emit(mm, {a, dy}, transposes(true, false), c.gname(b));
+    else if (!ta && tb) db = c.emit(mm, {dy, a}, transposes(true, false), c.gname(b));
+    else if (ta && !tb) db = c.emit(mm, {a, dy}, transposes(false, false), c.gname(b));
+    else db = c.emit(mm, {dy, a}, transposes(true, true), c.gname(b));
     c.accumulate(b, db);
   }
 }
@@ -149,6 +151,85 @@ void grad_broadcast_scalar(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], g);
 }
 
+
+OpAttrs with_shape(OpAttrs attrs, const Shape& shape) {
+  attrs.shape = shape.dims;
+  return attrs;
+}
+
+// im2col's columns are scattered back onto the input (overlapping windows add up).
+void grad_im2col(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  c.accumulate(x, c.emit(OpKind::col2im, {dy}, with_shape(op.attrs, c.tensor(x).shape), c.gname(x)));
+}
+
+void grad_conv2d(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId cols = op.inputs[0], w = op.inputs[1];
+  if (c.needs_grad(w)) {
+    c.accumulate(w, c.emit(OpKind::conv2d_backward_weight, {dy, cols}, with_shape(op.attrs, c.tensor(w).shape),
+                           c.gname(w)));
+  }
+  if (c.needs_grad(cols)) c.accumulate(cols, c.emit(OpKind::conv2d_backward_cols, {dy, w}, {}, c.gname(cols)));
+}
+
+void grad_max_pool2d(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  c.accumulate(x, c.emit(OpKind::max_pool2d_backward, {dy, x}, op.attrs, c.gname(x)));
+}
+
+void grad_avg_pool2d(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  c.accumulate(x, c.emit(OpKind::avg_pool2d_backward, {dy}, with_shape(op.attrs, c.tensor(x).shape), c.gname(x)));
+}
+
+void grad_global_avg_pool(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  c.accumulate(x, c.emit(OpKind::global_avg_pool_backward, {dy}, with_shape({}, c.tensor(x).shape), c.gname(x)));
+}
+
+// The statistics input gets no gradient of its own: batch_norm_backward's dx already contains
+// the paths through the mean and variance (the statistics op has no rule and is never reached).
+void grad_batch_norm(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0], stats = op.inputs[1], gamma = op.inputs[2], beta = op.inputs[3];
+  const TensorId dgamma = c.emit(OpKind::batch_norm_dgamma, {dy, x, stats}, op.attrs, c.gname(gamma));
+  const TensorId dbeta = c.emit(OpKind::channel_sum, {dy}, {}, c.gname(beta));
+  if (c.needs_grad(x)) {
+    c.accumulate(x, c.emit(OpKind::batch_norm_backward, {dy, x, stats, gamma, dgamma, dbeta}, op.attrs, c.gname(x)));
+  }
+  c.accumulate(gamma, dgamma);
+  c.accumulate(beta, dbeta);
+}
+
+// As batch norm: the statistics' contribution is inside layer_norm_backward.
+void grad_layer_norm(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0], stats = op.inputs[1], gamma = op.inputs[2], beta = op.inputs[3];
+  if (c.needs_grad(x)) {
+    c.accumulate(x, c.emit(OpKind::layer_norm_backward, {dy, x, stats, gamma}, {}, c.gname(x)));
+  }
+  if (c.needs_grad(gamma)) c.accumulate(gamma, c.emit(OpKind::layer_norm_dgamma, {dy, x, stats}, {}, c.gname(gamma)));
+  if (c.needs_grad(beta)) c.accumulate(beta, c.emit(OpKind::reduce_rows, {dy}, {}, c.gname(beta)));
+}
+
+void grad_embedding(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId ids = op.inputs[0], table = op.inputs[1];
+  c.accumulate(table, c.emit(OpKind::embedding_backward, {dy, ids}, with_shape({}, c.tensor(table).shape),
+                             c.gname(table)));
+}
+
+void grad_softmax(GradContext& c, const Op& op, TensorId dy) {
+  // Masked (causal) positions have y = 0, so the same formula gives them zero gradient.
+  c.accumulate(op.inputs[0], c.emit(OpKind::softmax_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+void grad_permute(GradContext& c, const Op& op, TensorId dy) {
+  OpAttrs inverse;
+  inverse.perm.resize(op.attrs.perm.size());
+  for (std::size_t i = 0; i < op.attrs.perm.size(); ++i) {
+    inverse.perm[static_cast<std::size_t>(op.attrs.perm[i])] = static_cast<std::int64_t>(i);
+  }
+  c.accumulate(op.inputs[0], c.emit(OpKind::permute, {dy}, inverse, c.gname(op.inputs[0])));
+}
+
 // One rule per op kind; nullptr where an op is never differentiated (backward helpers and
 // optimizer updates are not on a path from parameters to the loss).
 constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
@@ -166,6 +247,17 @@ constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   set(OpKind::mean, grad_mean);
   set(OpKind::softmax_cross_entropy, grad_softmax_cross_entropy);
   set(OpKind::broadcast_scalar, grad_broadcast_scalar);
+  set(OpKind::im2col, grad_im2col);
+  set(OpKind::conv2d, grad_conv2d);
+  set(OpKind::max_pool2d, grad_max_pool2d);
+  set(OpKind::avg_pool2d, grad_avg_pool2d);
+  set(OpKind::global_avg_pool, grad_global_avg_pool);
+  set(OpKind::batch_norm, grad_batch_norm);
+  set(OpKind::layer_norm, grad_layer_norm);
+  set(OpKind::embedding, grad_embedding);
+  set(OpKind::batched_matmul, grad_matmul);
+  set(OpKind::softmax, grad_softmax);
+  set(OpKind::permute, grad_permute);
   return rules;
 }();
 

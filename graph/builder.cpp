@@ -20,6 +20,15 @@ TensorId Builder::parameter(const std::string& name, Shape shape, InitSpec init)
   return graph_.add_tensor(std::move(desc));
 }
 
+TensorId Builder::buffer(const std::string& name, Shape shape, InitSpec init) {
+  TensorDesc desc;
+  desc.name = name;
+  desc.shape = std::move(shape);
+  desc.role = Role::optimizer_state;
+  desc.init = init;
+  return graph_.add_tensor(std::move(desc));
+}
+
 TensorId Builder::unary(OpKind kind, TensorId x, const std::string& name, OpAttrs attrs) {
   return graph_.add_op(kind, {x}, std::move(attrs), name, Role::activation, phase_);
 }
@@ -67,6 +76,108 @@ TensorId Builder::sum(TensorId x, const std::string& name) { return unary(OpKind
 TensorId Builder::mean(TensorId x, const std::string& name) { return unary(OpKind::mean, x, name); }
 TensorId Builder::cross_entropy(TensorId logits, TensorId labels, const std::string& name) {
   return binary(OpKind::softmax_cross_entropy, logits, labels, name);
+}
+
+
+TensorId Builder::conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding,
+                         const std::string& name) {
+  const Shape& ws = graph_.tensor(w).shape;
+  if (ws.rank() != 4 || ws[2] != ws[3]) {
+    throw GraphError("conv2d '" + name + "': weight must be [Cout, Cin, K, K], got " + ws.to_string());
+  }
+  OpAttrs attrs;
+  attrs.kernel = ws[2];
+  attrs.stride = stride;
+  attrs.padding = padding;
+  const TensorId cols = unary(OpKind::im2col, x, name + ".cols", attrs);
+  const Shape& xs = graph_.tensor(x).shape;
+  const std::int64_t oh = (xs[2] + 2 * padding - attrs.kernel) / stride + 1;
+  attrs.shape = {oh, graph_.tensor(cols).shape[2] / oh};
+  return binary(OpKind::conv2d, cols, w, name, std::move(attrs));
+}
+
+TensorId Builder::max_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+                             const std::string& name) {
+  OpAttrs attrs;
+  attrs.kernel = kernel;
+  attrs.stride = stride;
+  attrs.padding = padding;
+  return unary(OpKind::max_pool2d, x, name, std::move(attrs));
+}
+
+TensorId Builder::avg_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, const std::string& name) {
+  OpAttrs attrs;
+  attrs.kernel = kernel;
+  attrs.stride = stride;
+  return unary(OpKind::avg_pool2d, x, name, std::move(attrs));
+}
+
+TensorId Builder::global_avg_pool(TensorId x, const std::string& name) {
+  return unary(OpKind::global_avg_pool, x, name);
+}
+
+TensorId Builder::batch_norm(TensorId x, TensorId gamma, TensorId beta, TensorId running_mean,
+                             TensorId running_var, bool training, const std::string& name, float momentum,
+                             float eps) {
+  OpAttrs attrs;
+  attrs.norm_eps = eps;
+  if (!training) {
+    return graph_.add_op(OpKind::batch_norm_inference, {x, running_mean, running_var, gamma, beta}, attrs, name,
+                         Role::activation, phase_);
+  }
+  const TensorId stats = unary(OpKind::batch_norm_stats, x, name + ".stats");
+  const Shape& xs = graph_.tensor(x).shape;
+  const std::int64_t count = xs.numel() / xs[1];  // elements per channel
+  OpAttrs update;
+  update.momentum = momentum;
+  update.alpha = count > 1 ? float(double(count) / double(count - 1)) : 1.0f;
+  graph_.add_op(OpKind::running_stats_update, {stats}, update, name + ".running_update", Role::temporary, phase_,
+                {running_mean, running_var});
+  return graph_.add_op(OpKind::batch_norm, {x, stats, gamma, beta}, attrs, name, Role::activation, phase_);
+}
+
+TensorId Builder::layer_norm(TensorId x, TensorId gamma, TensorId beta, const std::string& name, float eps) {
+  OpAttrs attrs;
+  attrs.norm_eps = eps;
+  const TensorId stats = unary(OpKind::layer_norm_stats, x, name + ".stats", attrs);
+  return graph_.add_op(OpKind::layer_norm, {x, stats, gamma, beta}, attrs, name, Role::activation, phase_);
+}
+
+TensorId Builder::embedding(TensorId ids, TensorId table, const std::string& name) {
+  return binary(OpKind::embedding, ids, table, name);
+}
+
+TensorId Builder::batched_matmul(TensorId a, TensorId b, bool trans_a, bool trans_b, const std::string& name) {
+  OpAttrs attrs;
+  attrs.trans_a = trans_a;
+  attrs.trans_b = trans_b;
+  return binary(OpKind::batched_matmul, a, b, name, std::move(attrs));
+}
+
+TensorId Builder::softmax(TensorId x, bool causal, const std::string& name) {
+  OpAttrs attrs;
+  attrs.causal = causal;
+  return unary(OpKind::softmax, x, name, std::move(attrs));
+}
+
+TensorId Builder::permute(TensorId x, std::vector<std::int64_t> perm, const std::string& name) {
+  OpAttrs attrs;
+  attrs.perm = std::move(perm);
+  return unary(OpKind::permute, x, name, std::move(attrs));
+}
+
+TensorId Builder::dropout(TensorId x, float p, const std::string& name) {
+  if (p == 0.0f) return x;
+  OpAttrs attrs;
+  attrs.dropout = p;
+  attrs.shape = graph_.tensor(x).shape.dims;
+  // FNV-1a of the name: the mask stream belongs to this op whatever the graph order.
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+  attrs.seed = h;
+  const TensorId mask = graph_.add_op(OpKind::dropout_mask, {}, std::move(attrs), name + ".mask", Role::activation,
+                                      phase_);
+  return mul(x, mask, name);
 }
 
 }  // namespace memplan::graph

@@ -14,6 +14,9 @@ class Builder {
 
   TensorId input(const std::string& name, Shape shape, DType dtype = DType::f32);
   TensorId parameter(const std::string& name, Shape shape, InitSpec init);
+  // Persistent state that is not trained (batch-norm running statistics): role optimizer_state,
+  // so it survives steps and is saved with the optimizer state, but params_sha256 skips it.
+  TensorId buffer(const std::string& name, Shape shape, InitSpec init);
 
   // y = x W^T + b with W [out, in] and b [out] (PyTorch's layout).
   TensorId linear(TensorId x, TensorId weight, TensorId bias, const std::string& name);
@@ -27,6 +30,30 @@ class Builder {
   TensorId reshape(TensorId x, Shape shape, const std::string& name);
   TensorId sum(TensorId x, const std::string& name);
   TensorId mean(TensorId x, const std::string& name);
+  // Convolution of x [N, Cin, H, W] with w [Cout, Cin, K, K] (no bias): an im2col op whose
+  // columns [N, Cin*K*K, OH*OW] are a graph tensor (kept for the weight gradient), then a GEMM.
+  TensorId conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, const std::string& name);
+  TensorId max_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+                      const std::string& name);
+  TensorId avg_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, const std::string& name);
+  TensorId global_avg_pool(TensorId x, const std::string& name);  // [N, C, H, W] -> [N, C]
+  // Batch norm over all dims but 1 of x [N, C, ...]. Training: batch statistics (a graph tensor
+  // kept for backward) normalise x, and the running statistics are updated in place with
+  // `momentum` (PyTorch's convention, unbiased variance). Inference: running statistics.
+  TensorId batch_norm(TensorId x, TensorId gamma, TensorId beta, TensorId running_mean, TensorId running_var,
+                      bool training, const std::string& name, float momentum = 0.1f, float eps = 1e-5f);
+  // Layer norm over the last dim with gamma, beta [D]; the per-row statistics are a graph tensor.
+  TensorId layer_norm(TensorId x, TensorId gamma, TensorId beta, const std::string& name, float eps = 1e-5f);
+  // Rows of table [V, D] picked by i32 ids [...] -> [..., D].
+  TensorId embedding(TensorId ids, TensorId table, const std::string& name);
+  // op(A) op(B) for every leading index: [..., M, K] x [..., K, N] -> [..., M, N].
+  TensorId batched_matmul(TensorId a, TensorId b, bool trans_a, bool trans_b, const std::string& name);
+  // Softmax over the last dim; `causal` masks j > i in each trailing [T, T] block.
+  TensorId softmax(TensorId x, bool causal, const std::string& name);
+  TensorId permute(TensorId x, std::vector<std::int64_t> perm, const std::string& name);
+  // x * mask with mask in {0, 1/(1-p)} drawn from (op name, step): deterministic per run, new
+  // each step; the mask is a graph tensor. Returns x itself when p == 0.
+  TensorId dropout(TensorId x, float p, const std::string& name);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

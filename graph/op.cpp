@@ -1,5 +1,6 @@
 #include "graph/op.h"
 
+#include <algorithm>
 #include <array>
 #include <sstream>
 
@@ -137,6 +138,218 @@ OutputSpec infer_fill(Inputs, const OpAttrs& attrs) {
 
 OutputSpec infer_update(Inputs, const OpAttrs&) { return {}; }
 
+// --- convolutional nets -----------------------------------------------------------------
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+void expect_rank(std::string_view op, const TensorDesc& t, int rank) {
+  if (t.shape.rank() != rank) {
+    fail(op, "'" + t.name + "' " + t.shape.to_string() + " must have rank " + str(rank));
+  }
+}
+
+// Output extent of a window sweep; throws when the window does not fit.
+std::int64_t window_out(std::string_view op, std::int64_t in, const OpAttrs& a) {
+  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0) {
+    fail(op, "kernel and stride must be positive and padding non-negative");
+  }
+  if (2 * a.padding > a.kernel) {
+    fail(op, "padding " + str(a.padding) + " is more than half the kernel " + str(a.kernel));
+  }
+  const std::int64_t span = in + 2 * a.padding - a.kernel;
+  if (span < 0) fail(op, "window " + str(a.kernel) + " is larger than the padded input " + str(in + 2 * a.padding));
+  return span / a.stride + 1;
+}
+
+OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
+  const TensorDesc& x = *in[0];
+  expect_f32("im2col", x);
+  expect_rank("im2col", x, 4);
+  const std::int64_t oh = window_out("im2col", x.shape[2], a), ow = window_out("im2col", x.shape[3], a);
+  return {Shape{x.shape[0], x.shape[1] * a.kernel * a.kernel, oh * ow}, DType::f32};
+}
+
+OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
+  const TensorDesc& cols = *in[0];
+  const TensorDesc& w = *in[1];
+  expect_f32("conv2d", cols);
+  expect_f32("conv2d", w);
+  expect_rank("conv2d", cols, 3);
+  expect_rank("conv2d", w, 4);
+  if (w.shape[2] != a.kernel || w.shape[3] != a.kernel) {
+    fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " must have a " + str(a.kernel) + "x" +
+                       str(a.kernel) + " kernel");
+  }
+  if (w.shape[1] * a.kernel * a.kernel != cols.shape[1]) {
+    fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " expects " + str(w.shape[1]) +
+                       " input channels; columns '" + cols.name + "' " + cols.shape.to_string() + " disagree");
+  }
+  if (a.shape.size() != 2 || a.shape[0] * a.shape[1] != cols.shape[2]) {
+    fail("conv2d", "attrs.shape must be {OH, OW} with OH*OW = " + str(cols.shape[2]));
+  }
+  return {Shape{cols.shape[0], w.shape[0], a.shape[0], a.shape[1]}, DType::f32};
+}
+
+OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
+  const TensorDesc& x = *in[0];
+  expect_f32("pool", x);
+  expect_rank("pool", x, 4);
+  return {Shape{x.shape[0], x.shape[1], window_out("pool", x.shape[2], a), window_out("pool", x.shape[3], a)},
+          DType::f32};
+}
+
+OutputSpec infer_avg_pool(Inputs in, const OpAttrs& a) {
+  if (a.padding != 0) fail("avg_pool2d", "padding is not supported");
+  return infer_pool(in, a);
+}
+
+OutputSpec infer_global_avg_pool(Inputs in, const OpAttrs&) {
+  expect_f32("global_avg_pool", *in[0]);
+  expect_rank("global_avg_pool", *in[0], 4);
+  return {Shape{in[0]->shape[0], in[0]->shape[1]}, DType::f32};
+}
+
+void expect_channels(std::string_view op, const TensorDesc& x) {
+  expect_f32(op, x);
+  if (x.shape.rank() < 2) fail(op, "'" + x.name + "' " + x.shape.to_string() + " must be [N, C, ...]");
+}
+
+void expect_vector(std::string_view op, const TensorDesc& t, std::int64_t n) {
+  expect_f32(op, t);
+  if (t.shape != Shape{n}) fail(op, "'" + t.name + "' " + t.shape.to_string() + " must be [" + str(n) + "]");
+}
+
+OutputSpec infer_batch_norm_stats(Inputs in, const OpAttrs&) {
+  expect_channels("batch_norm_stats", *in[0]);
+  return {Shape{2, in[0]->shape[1]}, DType::f32};
+}
+
+OutputSpec infer_batch_norm(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  expect_channels("batch_norm", x);
+  const std::int64_t c = x.shape[1];
+  if (in[1]->shape != Shape{2, c}) fail("batch_norm", "statistics '" + in[1]->name + "' must be [2, " + str(c) + "]");
+  expect_vector("batch_norm", *in[2], c);
+  expect_vector("batch_norm", *in[3], c);
+  return {x.shape, DType::f32};
+}
+
+OutputSpec infer_batch_norm_inference(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  expect_channels("batch_norm_inference", x);
+  for (int i = 1; i <= 4; ++i) expect_vector("batch_norm_inference", *in[i], x.shape[1]);
+  return {x.shape, DType::f32};
+}
+
+OutputSpec infer_layer_norm_stats(Inputs in, const OpAttrs&) {
+  expect_f32("layer_norm_stats", *in[0]);
+  if (in[0]->shape.rank() < 1) fail("layer_norm_stats", "input must have at least one dimension");
+  return {Shape{in[0]->shape.rows(), 2}, DType::f32};
+}
+
+OutputSpec infer_layer_norm(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  expect_f32("layer_norm", x);
+  if (x.shape.rank() < 1) fail("layer_norm", "input must have at least one dimension");
+  if (in[1]->shape != Shape{x.shape.rows(), 2}) {
+    fail("layer_norm", "statistics '" + in[1]->name + "' must be [" + str(x.shape.rows()) + ", 2]");
+  }
+  expect_vector("layer_norm", *in[2], x.shape.cols());
+  expect_vector("layer_norm", *in[3], x.shape.cols());
+  return {x.shape, DType::f32};
+}
+
+OutputSpec infer_embedding(Inputs in, const OpAttrs&) {
+  const TensorDesc& ids = *in[0];
+  const TensorDesc& table = *in[1];
+  if (ids.dtype != DType::i32) fail("embedding", "ids '" + ids.name + "' must be i32");
+  expect_f32("embedding", table);
+  expect_rank("embedding", table, 2);
+  std::vector<std::int64_t> dims = ids.shape.dims;
+  dims.push_back(table.shape[1]);
+  return {Shape(std::move(dims)), DType::f32};
+}
+
+OutputSpec infer_batched_matmul(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& a = *in[0];
+  const TensorDesc& b = *in[1];
+  expect_f32("batched_matmul", a);
+  expect_f32("batched_matmul", b);
+  const int r = a.shape.rank();
+  if (r < 3 || b.shape.rank() != r ||
+      !std::equal(a.shape.dims.begin(), a.shape.dims.end() - 2, b.shape.dims.begin())) {
+    fail("batched_matmul", "operands must have rank >= 3 and equal leading dims, got '" + a.name + "' " +
+                               a.shape.to_string() + " and '" + b.name + "' " + b.shape.to_string());
+  }
+  const std::int64_t m = attrs.trans_a ? a.shape[r - 1] : a.shape[r - 2];
+  const std::int64_t ka = attrs.trans_a ? a.shape[r - 2] : a.shape[r - 1];
+  const std::int64_t kb = attrs.trans_b ? b.shape[r - 1] : b.shape[r - 2];
+  const std::int64_t n = attrs.trans_b ? b.shape[r - 2] : b.shape[r - 1];
+  if (ka != kb) {
+    fail("batched_matmul", "inner dimensions differ: '" + a.name + "' " + a.shape.to_string() +
+                               (attrs.trans_a ? "^T" : "") + " x '" + b.name + "' " + b.shape.to_string() +
+                               (attrs.trans_b ? "^T" : ""));
+  }
+  std::vector<std::int64_t> dims(a.shape.dims.begin(), a.shape.dims.end() - 2);
+  dims.push_back(m);
+  dims.push_back(n);
+  return {Shape(std::move(dims)), DType::f32};
+}
+
+OutputSpec infer_softmax(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& x = *in[0];
+  expect_f32("softmax", x);
+  if (x.shape.rank() < 1) fail("softmax", "input must have at least one dimension");
+  if (attrs.causal && (x.shape.rank() < 2 || x.shape[x.shape.rank() - 2] != x.shape.cols())) {
+    fail("softmax", "a causal softmax needs [..., T, T], got '" + x.name + "' " + x.shape.to_string());
+  }
+  return {x.shape, DType::f32};
+}
+
+OutputSpec infer_permute(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& x = *in[0];
+  const auto rank = static_cast<std::size_t>(x.shape.rank());
+  std::vector<bool> seen(rank, false);
+  if (attrs.perm.size() != rank) fail("permute", "perm must list all " + str(x.shape.rank()) + " dims");
+  std::vector<std::int64_t> dims;
+  for (std::int64_t p : attrs.perm) {
+    if (p < 0 || p >= static_cast<std::int64_t>(rank) || seen[static_cast<std::size_t>(p)]) {
+      fail("permute", "perm is not a permutation of 0.." + str(x.shape.rank() - 1));
+    }
+    seen[static_cast<std::size_t>(p)] = true;
+    dims.push_back(x.shape[static_cast<int>(p)]);
+  }
+  return {Shape(std::move(dims)), x.dtype};
+}
+
+OutputSpec infer_dropout_mask(Inputs, const OpAttrs& attrs) {
+  if (!(attrs.dropout >= 0.0f && attrs.dropout < 1.0f)) fail("dropout_mask", "p must be in [0, 1)");
+  return {shape_from_attrs("dropout_mask", attrs), DType::f32};
+}
+
+OutputSpec infer_conv2d_backward_weight(Inputs, const OpAttrs& attrs) {
+  return {shape_from_attrs("conv2d_backward_weight", attrs), DType::f32};
+}
+
+OutputSpec infer_conv2d_backward_cols(Inputs in, const OpAttrs&) {
+  const Shape& dy = in[0]->shape;
+  const Shape& w = in[1]->shape;
+  return {Shape{dy[0], w[1] * w[2] * w[3], dy[2] * dy[3]}, DType::f32};
+}
+
+OutputSpec infer_shape_attr(Inputs, const OpAttrs& attrs) {
+  return {shape_from_attrs("backward", attrs), DType::f32};
+}
+
+OutputSpec infer_like_second(Inputs in, const OpAttrs&) { return {in[1]->shape, DType::f32}; }
+
+OutputSpec infer_channel_vector(Inputs in, const OpAttrs&) {
+  expect_channels("channel reduction", *in[0]);
+  return {Shape{in[0]->shape[1]}, DType::f32};
+}
+
+OutputSpec infer_last_dim_vector(Inputs in, const OpAttrs&) { return {Shape{in[0]->shape.cols()}, DType::f32}; }
+
 // --- FLOPs: multiply-adds count 2; transcendental functions count 1 each -----------------
 
 double numel_of(const TensorDesc* t) { return t ? double(t->shape.numel()) : 0.0; }
@@ -154,6 +367,38 @@ double flops_softmax_xent_backward(Inputs in, const TensorDesc*) { return 5.0 * 
 double flops_sgd(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
 double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0]); }
 
+// Convolution as GEMM: 2 * N * Cout * (OH*OW) * (Cin*K*K); each backward GEMM costs the same.
+double flops_conv2d(Inputs in, const TensorDesc* out) {
+  return 2.0 * numel_of(out) * double(in[0]->shape[1]);  // out [N,Cout,OH,OW], cols [N,CKK,P]
+}
+double flops_conv2d_backward_weight(Inputs in, const TensorDesc*) {
+  return 2.0 * numel_of(in[0]) * double(in[1]->shape[1]);  // dy [N,Cout,OH,OW], cols [N,CKK,P]
+}
+double flops_conv2d_backward_cols(Inputs in, const TensorDesc*) {
+  return 2.0 * numel_of(in[0]) * double(in[1]->shape.numel() / in[1]->shape[0]);  // dy, w [Cout,CKK]
+}
+// Pooling: one compare or add per input element (exact when stride == kernel; overlapping
+// windows revisit elements); the backward one add per input-gradient element.
+double flops_pool_window(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
+double flops_pool_backward(Inputs, const TensorDesc* out) { return numel_of(out); }
+// Normalisation: statistics 3 per element (sum, centre, square); apply 4 (sub, mul, mul, add);
+// the data gradient 6; dgamma 3 (centre, scale, multiply-add).
+double flops_3_per_input(Inputs in, const TensorDesc*) { return 3.0 * numel_of(in[0]); }
+double flops_4_per_output(Inputs, const TensorDesc* out) { return 4.0 * numel_of(out); }
+double flops_6_per_output(Inputs, const TensorDesc* out) { return 6.0 * numel_of(out); }
+double flops_running_stats(Inputs in, const TensorDesc*) { return 6.0 * double(in[0]->shape[1]); }
+double flops_batched_matmul(Inputs in, const TensorDesc* out) {
+  // 2*M*N*K per batch entry: K = numel(A) / (batch * M) and numel(out) = batch * M * N.
+  const int r = out->shape.rank();
+  const double rows = double(out->shape.numel() / out->shape[r - 1]);  // batch * M
+  return 2.0 * numel_of(out) * (numel_of(in[0]) / rows);
+}
+// Softmax: max, subtract, exp, sum, divide per element; its backward: multiply, sum, subtract, multiply.
+double flops_softmax(Inputs, const TensorDesc* out) { return 5.0 * numel_of(out); }
+double flops_4_per_input0(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
+// Scatter-adds: one add per element scattered.
+double flops_per_input0(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
+
 // clang-format off
 const std::array<OpInfo, kOpKindCount> kOpTable = {{
   // name                            in upd out view  infer                          flops
@@ -168,12 +413,41 @@ const std::array<OpInfo, kOpKindCount> kOpTable = {{
   {"sum",                             1, 0, 1, false, infer_reduce_all,              flops_per_input},
   {"mean",                            1, 0, 1, false, infer_reduce_all,              flops_per_input},
   {"softmax_cross_entropy",           2, 0, 1, false, infer_softmax_xent,            flops_softmax_xent},
+  {"im2col",                          1, 0, 1, false, infer_im2col,                  flops_zero},
+  {"conv2d",                          2, 0, 1, false, infer_conv2d,                  flops_conv2d},
+  {"max_pool2d",                      1, 0, 1, false, infer_pool,                    flops_pool_window},
+  {"avg_pool2d",                      1, 0, 1, false, infer_avg_pool,                flops_pool_window},
+  {"global_avg_pool",                 1, 0, 1, false, infer_global_avg_pool,         flops_per_input},
+  {"batch_norm_stats",                1, 0, 1, false, infer_batch_norm_stats,        flops_3_per_input},
+  {"batch_norm",                      4, 0, 1, false, infer_batch_norm,              flops_4_per_output},
+  {"batch_norm_inference",            5, 0, 1, false, infer_batch_norm_inference,    flops_4_per_output},
+  {"running_stats_update",            1, 2, 0, false, infer_update,                  flops_running_stats},
+  {"layer_norm_stats",                1, 0, 1, false, infer_layer_norm_stats,        flops_3_per_input},
+  {"layer_norm",                      4, 0, 1, false, infer_layer_norm,              flops_4_per_output},
+  {"embedding",                       2, 0, 1, false, infer_embedding,               flops_zero},
+  {"batched_matmul",                  2, 0, 1, false, infer_batched_matmul,          flops_batched_matmul},
+  {"softmax",                         1, 0, 1, false, infer_softmax,                 flops_softmax},
+  {"permute",                         1, 0, 1, false, infer_permute,                 flops_zero},
+  {"dropout_mask",                    0, 0, 1, false, infer_dropout_mask,            flops_zero},
   {"relu_backward",                   2, 0, 1, false, infer_backward_like_second,    flops_per_output},
   {"gelu_backward",                   2, 0, 1, false, infer_backward_like_second,    flops_gelu},
   {"broadcast_scalar",                1, 0, 1, false, infer_broadcast_scalar,        flops_per_output},
   {"reduce_rows",                     1, 0, 1, false, infer_reduce_rows,             flops_per_input},
   {"softmax_cross_entropy_backward",  3, 0, 1, false, infer_softmax_xent_backward,   flops_softmax_xent_backward},
   {"fill",                            0, 0, 1, false, infer_fill,                    flops_zero},
+  {"conv2d_backward_weight",          2, 0, 1, false, infer_conv2d_backward_weight,  flops_conv2d_backward_weight},
+  {"conv2d_backward_cols",            2, 0, 1, false, infer_conv2d_backward_cols,    flops_conv2d_backward_cols},
+  {"col2im",                          1, 0, 1, false, infer_shape_attr,              flops_per_input0},
+  {"max_pool2d_backward",             2, 0, 1, false, infer_like_second,             flops_pool_backward},
+  {"avg_pool2d_backward",             1, 0, 1, false, infer_shape_attr,              flops_pool_backward},
+  {"global_avg_pool_backward",        1, 0, 1, false, infer_shape_attr,              flops_per_output},
+  {"batch_norm_backward",             6, 0, 1, false, infer_like_second,             flops_6_per_output},
+  {"batch_norm_dgamma",               3, 0, 1, false, infer_channel_vector,          flops_3_per_input},
+  {"channel_sum",                     1, 0, 1, false, infer_channel_vector,          flops_per_input},
+  {"layer_norm_backward",             4, 0, 1, false, infer_like_second,             flops_6_per_output},
+  {"layer_norm_dgamma",               3, 0, 1, false, infer_last_dim_vector,         flops_3_per_input},
+  {"embedding_backward",              2, 0, 1, false, infer_shape_attr,              flops_per_input0},
+  {"softmax_backward",                2, 0, 1, false, infer_backward_like_second,    flops_4_per_input0},
   {"sgd_update",                      1, 1, 0, false, infer_update,                  flops_sgd},
   {"sgd_momentum_update",             1, 2, 0, false, infer_update,                  flops_sgd},
   {"adamw_update",                    1, 3, 0, false, infer_update,                  flops_adamw},

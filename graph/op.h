@@ -26,6 +26,23 @@ enum class OpKind : std::uint8_t {
   sum,                    // scalar = sum(x)
   mean,                   // scalar = mean(x)
   softmax_cross_entropy,  // scalar = mean_i(-log softmax(logits_i)[label_i]); labels i32
+  // convolutional nets (NCHW; square kernels; `kernel`, `stride`, `padding` in attrs)
+  im2col,                 // cols[N, C*K*K, OH*OW] from x[N, C, H, W]
+  conv2d,                 // y[N, Cout, OH, OW] = w[Cout, Cin*K*K] cols[n]  inputs: cols, w[Cout,Cin,K,K]; shape = {OH, OW}
+  max_pool2d,             // y[N, C, OH, OW] = max over each window (padding counts as -inf)
+  avg_pool2d,             // y[N, C, OH, OW] = mean over each K*K window (no padding)
+  global_avg_pool,        // y[N, C] = mean over H, W of x[N, C, H, W]
+  batch_norm_stats,       // stats[2, C] = (mean, biased variance) over all dims but 1 of x[N, C, ...]
+  batch_norm,             // y = (x - mean) / sqrt(var + eps) * gamma + beta   inputs: x, stats, gamma, beta
+  batch_norm_inference,   // the same with running statistics   inputs: x, running_mean, running_var, gamma, beta
+  running_stats_update,   // updates: running_mean, running_var;  inputs: stats (momentum; alpha = M/(M-1))
+  layer_norm_stats,       // stats[rows, 2] = (mean, 1/sqrt(var + eps)) over the last dim
+  layer_norm,             // y = (x - mean) * rstd * gamma + beta   inputs: x, stats, gamma[D], beta[D]
+  embedding,              // y[..., D] = table[ids[...]]          inputs: ids (i32), table[V, D]
+  batched_matmul,         // C[..., M, N] = op(A) op(B) per leading index; rank >= 3, equal leading dims
+  softmax,                // y = softmax over the last dim; `causal`: row i of each [T, T] block sees j <= i
+  permute,                // y = x with dims reordered by `perm` (a copy)
+  dropout_mask,           // mask[shape] in {0, 1/(1-p)}, from (seed, step, index); no inputs
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -33,6 +50,19 @@ enum class OpKind : std::uint8_t {
   reduce_rows,                     // y[N] = sum over rows of x[..., N]
   softmax_cross_entropy_backward,  // dlogits                        inputs: dloss, logits, labels
   fill,                            // y[shape] = alpha               no inputs
+  conv2d_backward_weight,          // dw[Cout, Cin, K, K]            inputs: dy, cols; shape = w dims
+  conv2d_backward_cols,            // dcols[N, Cin*K*K, OH*OW]       inputs: dy, w
+  col2im,                          // dx[shape] (scatter-add)        inputs: dcols; shape = x dims
+  max_pool2d_backward,             // dx to each window's first max  inputs: dy, x
+  avg_pool2d_backward,             // dx                             inputs: dy; shape = x dims
+  global_avg_pool_backward,        // dx[N, C, H, W] = dy / (H*W)    inputs: dy; shape = x dims
+  batch_norm_backward,             // dx   inputs: dy, x, stats, gamma, dgamma, dbeta (eps)
+  batch_norm_dgamma,               // [C] = sum dy * xhat            inputs: dy, x, stats (eps)
+  channel_sum,                     // [C] = sum over all dims but 1  inputs: x[N, C, ...]
+  layer_norm_backward,             // dx                             inputs: dy, x, stats, gamma
+  layer_norm_dgamma,               // [D] = sum over rows dy * xhat  inputs: dy, x, stats
+  embedding_backward,              // dtable[V, D], rows summed in id order  inputs: dy, ids; shape = {V, D}
+  softmax_backward,                // dx = y * (dy - sum(dy * y))    inputs: dy, y
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -48,11 +78,20 @@ std::string_view phase_name(Phase phase);
 struct OpAttrs {
   bool trans_a = false;
   bool trans_b = false;
-  float alpha = 1.0f;              // scale, fill, broadcast_scalar
-  std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar: the output shape
+  float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update
+  std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar, backward ops: an output shape
+  // convolution and pooling (square windows)
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+  std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]
+  bool causal = false;             // softmax
+  float dropout = 0.0f;            // dropout_mask: the probability of zeroing an element
+  std::uint64_t seed = 0;          // dropout_mask: fixed per op (from its name), mixed with the step
+  float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats
   // optimizer hyper-parameters
   float lr = 0.0f;
-  float momentum = 0.0f;
+  float momentum = 0.0f;  // also running_stats_update: new = (1 - m) * old + m * batch
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;

@@ -26,9 +26,30 @@ struct GradCase {
   std::vector<std::vector<std::int64_t>> dim_sets;  // shapes to try
   float tolerance = 2e-2f;
   bool away_from_zero = false;  // inputs kept away from kinks (relu)
+  bool distinct = false;        // parameter values at least 0.1 apart (max pooling: no near-ties)
+  std::int64_t id_range = 0;    // i32 inputs hold (7i + 1) % id_range; 0 = dims[1]
 };
 
 graph::InitSpec no_init() { return {}; }
+
+TensorId with_attrs(Builder& b, OpKind kind, TensorId x, graph::OpAttrs attrs) {
+  return b.graph().add_op(kind, {x}, std::move(attrs), "y", graph::Role::activation, graph::Phase::forward);
+}
+
+graph::OpAttrs window(std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+  graph::OpAttrs attrs;
+  attrs.kernel = kernel;
+  attrs.stride = stride;
+  attrs.padding = padding;
+  return attrs;
+}
+
+TensorId batched(Builder& b, const std::vector<std::int64_t>& d, bool ta, bool tb) {
+  // d = {B, M, K, N}
+  auto a = b.parameter("a", ta ? Shape{d[0], d[2], d[1]} : Shape{d[0], d[1], d[2]}, no_init());
+  auto w = b.parameter("w", tb ? Shape{d[0], d[3], d[2]} : Shape{d[0], d[2], d[3]}, no_init());
+  return b.batched_matmul(a, w, ta, tb, "y");
+}
 
 const std::vector<GradCase>& cases() {
   static const std::vector<GradCase> kCases = {
@@ -118,6 +139,89 @@ const std::vector<GradCase>& cases() {
                                  graph::Phase::forward);
        },
        {{3}, {2, 2}}},
+      {"im2col", OpKind::im2col,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         return with_attrs(b, OpKind::im2col, x, window(d[4], d[5], d[6]));
+       },
+       {{2, 2, 5, 5, 3, 2, 1}, {1, 3, 4, 4, 2, 1, 0}}},
+      // d = {N, Cin, H, W, Cout, K, stride, padding}
+      {"conv2d", OpKind::conv2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto w = b.parameter("w", {d[4], d[1], d[5], d[5]}, no_init());
+         return b.conv2d(x, w, d[6], d[7], "y");
+       },
+       {{2, 2, 5, 5, 3, 3, 1, 1}, {1, 3, 6, 6, 2, 3, 2, 1}, {2, 1, 4, 4, 2, 1, 2, 0}}, 3e-2f},
+      {"max_pool2d", OpKind::max_pool2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         return b.max_pool2d(x, d[4], d[5], d[6], "y");
+       },
+       {{2, 2, 4, 4, 2, 2, 0}, {1, 2, 5, 5, 3, 2, 1}}, 2e-2f, false, true},
+      {"avg_pool2d", OpKind::avg_pool2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         return b.avg_pool2d(x, d[4], d[5], "y");
+       },
+       {{2, 2, 4, 4, 2, 2}, {1, 1, 5, 5, 3, 1}}},
+      {"global_avg_pool", OpKind::global_avg_pool,
+       [](Builder& b, const auto& d) {
+         return b.global_avg_pool(b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init()), "y");
+       },
+       {{2, 3, 2, 2}, {1, 1, 3, 1}}},
+      {"batch_norm", OpKind::batch_norm,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", Shape(d), no_init());
+         auto gamma = b.parameter("gamma", {d[1]}, no_init());
+         auto beta = b.parameter("beta", {d[1]}, no_init());
+         auto mean = b.buffer("running_mean", {d[1]}, {graph::InitSpec::Kind::zeros, 0.0f});
+         auto var = b.buffer("running_var", {d[1]}, {graph::InitSpec::Kind::ones, 0.0f});
+         return b.batch_norm(x, gamma, beta, mean, var, /*training=*/true, "y");
+       },
+       {{3, 2, 2, 2}, {4, 3}}, 5e-2f},
+      {"layer_norm", OpKind::layer_norm,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", Shape(d), no_init());
+         auto gamma = b.parameter("gamma", {d.back()}, no_init());
+         auto beta = b.parameter("beta", {d.back()}, no_init());
+         return b.layer_norm(x, gamma, beta, "y");
+       },
+       {{3, 5}, {2, 2, 4}}, 5e-2f},
+      {"embedding", OpKind::embedding,
+       [](Builder& b, const auto& d) {
+         auto ids = b.input("ids", {d[0]}, graph::DType::i32);
+         auto table = b.parameter("table", {d[1], d[2]}, no_init());
+         return b.embedding(ids, table, "y");  // 5 ids over 3 rows: repeats accumulate
+       },
+       {{5, 3, 4}, {2, 6, 1}}},
+      {"batched_matmul", OpKind::batched_matmul,
+       [](Builder& b, const auto& d) { return batched(b, d, false, false); }, {{2, 3, 4, 5}, {1, 1, 2, 1}}},
+      {"batched_matmul_trans_a", OpKind::batched_matmul,
+       [](Builder& b, const auto& d) { return batched(b, d, true, false); }, {{2, 3, 4, 2}}},
+      {"batched_matmul_trans_b", OpKind::batched_matmul,
+       [](Builder& b, const auto& d) { return batched(b, d, false, true); }, {{3, 2, 4, 3}}},
+      {"batched_matmul_trans_both", OpKind::batched_matmul,
+       [](Builder& b, const auto& d) { return batched(b, d, true, true); }, {{2, 2, 3, 4}}},
+      {"batched_matmul_rank4", OpKind::batched_matmul,
+       [](Builder& b, const auto& d) {
+         auto q = b.parameter("q", {d[0], d[1], d[2], d[3]}, no_init());
+         auto k = b.parameter("k", {d[0], d[1], d[2], d[3]}, no_init());
+         return b.batched_matmul(q, k, false, true, "y");  // attention scores [B, H, T, T]
+       },
+       {{2, 2, 3, 2}}},
+      {"softmax", OpKind::softmax,
+       [](Builder& b, const auto& d) { return b.softmax(b.parameter("x", Shape(d), no_init()), false, "y"); },
+       {{3, 5}, {2, 1, 4}}},
+      {"softmax_causal", OpKind::softmax,
+       [](Builder& b, const auto& d) { return b.softmax(b.parameter("x", Shape(d), no_init()), true, "y"); },
+       {{2, 3, 3}, {1, 2, 4, 4}}},
+      {"permute", OpKind::permute,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         return b.permute(x, {d[4], d[5], d[6], d[7]}, "y");
+       },
+       {{2, 3, 4, 1, 0, 2, 1, 3}, {2, 3, 2, 2, 3, 0, 2, 1}}},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy,
        [](Builder& b, const auto& d) {
          auto logits = b.parameter("logits", {d[0], d[1]}, no_init());
@@ -150,21 +254,27 @@ TEST_P(GradCheck, BackwardMatchesCentralFiniteDifferences) {
   for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);
 
   testing::CpuRun run(g);
+  run.executor.initialize_persistent(1);  // non-parameter state (running statistics)
   std::uint64_t seed = 17;
   for (TensorId p : g.parameters()) {
     auto values = testing::random_values(static_cast<std::size_t>(g.tensor(p).shape.numel()), seed++);
     if (c.away_from_zero) {
       for (float& v : values) v = v >= 0 ? v + 0.2f : v - 0.2f;
     }
+    if (c.distinct) {  // a scrambled ramp: no two values within 0.1 (37 is prime to every size used)
+      const auto n = static_cast<std::int64_t>(values.size());
+      for (std::int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = 0.1f * float((i * 37) % n - n / 2);
+    }
     run.executor.write_tensor(p, values.data());
   }
   const auto r = testing::random_values(static_cast<std::size_t>(g.tensor(weights).shape.numel()), 99);
   run.executor.set_input(weights, r.data(), g.tensor(weights).size_bytes());
-  const TensorId labels = g.find("labels");
-  if (labels != kNoTensor) {
-    std::vector<std::int32_t> l(static_cast<std::size_t>(g.tensor(labels).shape.numel()));
-    for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int32_t>((i * 7 + 1) % dims[1]);
-    run.executor.set_input(labels, l.data(), static_cast<Bytes>(l.size() * 4));
+  const auto id_range = static_cast<std::size_t>(c.id_range > 0 ? c.id_range : dims[1]);
+  for (TensorId id : g.tensors_with_role(graph::Role::input)) {
+    if (g.tensor(id).dtype != graph::DType::i32) continue;
+    std::vector<std::int32_t> l(static_cast<std::size_t>(g.tensor(id).shape.numel()));
+    for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int32_t>((i * 7 + 1) % id_range);
+    run.executor.set_input(id, l.data(), static_cast<Bytes>(l.size() * 4));
   }
 
   auto loss_now = [&] {

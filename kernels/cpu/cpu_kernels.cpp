@@ -226,7 +226,8 @@ void k_adamw_update(const KernelCall& c) {
 }  // namespace
 
 std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
-  return {
+  std::vector<std::pair<OpKind, KernelFn>> entries = nn_kernel_entries();
+  entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},
       {OpKind::add, k_add},
@@ -247,7 +248,8 @@ std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
       {OpKind::sgd_update, k_sgd_update},
       {OpKind::sgd_momentum_update, k_sgd_momentum_update},
       {OpKind::adamw_update, k_adamw_update},
-  };
+  });
+  return entries;
 }
 
 }  // namespace memplan::kernels::cpu

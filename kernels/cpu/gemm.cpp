@@ -24,6 +24,17 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
   else c_map.noalias() = a_map.transpose() * b_map.transpose();
 }
 
+void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                     const float* a, const float* b, float* c) {
+  ConstMap a_map(a, trans_a ? k : m, trans_a ? m : k);
+  ConstMap b_map(b, trans_b ? n : k, trans_b ? k : n);
+  Map c_map(c, m, n);
+  if (!trans_a && !trans_b) c_map.noalias() += a_map * b_map;
+  else if (!trans_a && trans_b) c_map.noalias() += a_map * b_map.transpose();
+  else if (trans_a && !trans_b) c_map.noalias() += a_map.transpose() * b_map;
+  else c_map.noalias() += a_map.transpose() * b_map.transpose();
+}
+
 }  // namespace memplan::kernels::cpu
 
 namespace memplan::kernels {

@@ -1,0 +1,629 @@
+// CPU kernels for convolutional nets (im2col + GEMM, pooling, batch norm) and transformers
+// (layer norm, embedding, batched matmul, softmax, permute, dropout). Every reduction runs in a
+// fixed order: parallel loops split only over independent outputs (samples, planes, channels,
+// rows), so results never depend on the thread count or on where tensors live.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace memplan::kernels::cpu {
+namespace {
+
+using graph::OpKind;
+using graph::Shape;
+
+constexpr std::int64_t kParallelMin = 1 << 15;
+
+// x [N, C, ...] as (N, C, S): S = elements per (sample, channel).
+struct Nc {
+  std::int64_t n, c, s;
+};
+Nc nc_of(const Shape& x) { return {x[0], x[1], x.numel() / (x[0] * x[1])}; }
+
+// Window geometry of im2col/pooling from an input [N, C, H, W] and the op's attributes.
+struct Window {
+  std::int64_t n, c, h, w, k, stride, pad, oh, ow;
+};
+Window window_of(const Shape& x, const graph::OpAttrs& a) {
+  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0};
+  g.oh = (g.h + 2 * g.pad - g.k) / g.stride + 1;
+  g.ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  return g;
+}
+
+// --- convolution ----------------------------------------------------------------------------
+
+// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
+void k_im2col(const KernelCall& c) {
+  const Window g = window_of(*c.inputs[0].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  float* cols = c.outputs[0].f32();
+  const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* src = x + plane * g.h * g.w;
+    float* dst_plane = cols + plane * kk * p;  // rows c*K*K.. of sample n are contiguous
+    for (std::int64_t kh = 0; kh < g.k; ++kh) {
+      for (std::int64_t kw = 0; kw < g.k; ++kw) {
+        float* dst = dst_plane + (kh * g.k + kw) * p;
+        for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+          const std::int64_t ih = oh * g.stride + kh - g.pad;
+          float* row = dst + oh * g.ow;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(row, row + g.ow, 0.0f);
+            continue;
+          }
+          for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+            const std::int64_t iw = ow * g.stride + kw - g.pad;
+            row[ow] = iw >= 0 && iw < g.w ? src[ih * g.w + iw] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order.
+void k_col2im(const KernelCall& c) {
+  const Window g = window_of(*c.outputs[0].shape, *c.attrs);
+  const float* cols = c.inputs[0].f32();
+  float* x = c.outputs[0].f32();
+  const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    float* dst = x + plane * g.h * g.w;
+    std::fill(dst, dst + g.h * g.w, 0.0f);
+    const float* src_plane = cols + plane * kk * p;
+    for (std::int64_t kh = 0; kh < g.k; ++kh) {
+      for (std::int64_t kw = 0; kw < g.k; ++kw) {
+        const float* src = src_plane + (kh * g.k + kw) * p;
+        for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+          const std::int64_t ih = oh * g.stride + kh - g.pad;
+          if (ih < 0 || ih >= g.h) continue;
+          for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+            const std::int64_t iw = ow * g.stride + kw - g.pad;
+            if (iw >= 0 && iw < g.w) dst[ih * g.w + iw] += src[oh * g.ow + ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one GEMM per sample, samples in parallel
+// (Eigen runs single-threaded inside the parallel region).
+void k_conv2d(const KernelCall& c) {
+  const Shape& cs = *c.inputs[0].shape;
+  const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
+  const std::int64_t cout = (*c.inputs[1].shape)[0];
+  const float* cols = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
+}
+
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T, accumulated in sample order.
+void k_conv2d_backward_weight(const KernelCall& c) {
+  const Shape& cs = *c.inputs[1].shape;
+  const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
+  const std::int64_t cout = (*c.inputs[0].shape)[1];
+  const float* dy = c.inputs[0].f32();
+  const float* cols = c.inputs[1].f32();
+  float* dw = c.outputs[0].f32();
+  gemm(false, true, cout, ckk, p, dy, cols, dw);
+  for (std::int64_t i = 1; i < n; ++i) gemm_accumulate(false, true, cout, ckk, p, dy + i * cout * p, cols + i * ckk * p, dw);
+}
+
+// dcols[n] [CKK, P] = w^T dy[n].
+void k_conv2d_backward_cols(const KernelCall& c) {
+  const Shape& ds = *c.outputs[0].shape;
+  const std::int64_t n = ds[0], ckk = ds[1], p = ds[2];
+  const std::int64_t cout = (*c.inputs[1].shape)[0];
+  const float* dy = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* dcols = c.outputs[0].f32();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) gemm(true, false, ckk, p, cout, w, dy + i * cout * p, dcols + i * ckk * p);
+}
+
+// --- pooling ------------------------------------------------------------------------------
+
+// The first maximum of a window in (kh, kw) order, as a plane offset; padding never wins.
+std::int64_t window_argmax(const float* plane, const Window& g, std::int64_t oh, std::int64_t ow) {
+  std::int64_t best = -1;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (std::int64_t kh = 0; kh < g.k; ++kh) {
+    const std::int64_t ih = oh * g.stride + kh - g.pad;
+    if (ih < 0 || ih >= g.h) continue;
+    for (std::int64_t kw = 0; kw < g.k; ++kw) {
+      const std::int64_t iw = ow * g.stride + kw - g.pad;
+      if (iw < 0 || iw >= g.w) continue;
+      const float v = plane[ih * g.w + iw];
+      if (best < 0 || v > best_value) {
+        best = ih * g.w + iw;
+        best_value = v;
+      }
+    }
+  }
+  return best;
+}
+
+void k_max_pool2d(const KernelCall& c) {
+  const Window g = window_of(*c.inputs[0].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* src = x + plane * g.h * g.w;
+    for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) y[(plane * g.oh + oh) * g.ow + ow] = src[window_argmax(src, g, oh, ow)];
+    }
+  }
+}
+
+void k_max_pool2d_backward(const KernelCall& c) {
+  const Window g = window_of(*c.inputs[1].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[1].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* src = x + plane * g.h * g.w;
+    float* dst = dx + plane * g.h * g.w;
+    std::fill(dst, dst + g.h * g.w, 0.0f);
+    for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) dst[window_argmax(src, g, oh, ow)] += dy[(plane * g.oh + oh) * g.ow + ow];
+    }
+  }
+}
+
+void k_avg_pool2d(const KernelCall& c) {
+  const Window g = window_of(*c.inputs[0].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const float inv = 1.0f / static_cast<float>(g.k * g.k);
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* src = x + plane * g.h * g.w;
+    for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+        float s = 0.0f;
+        for (std::int64_t kh = 0; kh < g.k; ++kh) {
+          for (std::int64_t kw = 0; kw < g.k; ++kw) s += src[(oh * g.stride + kh) * g.w + ow * g.stride + kw];
+        }
+        y[(plane * g.oh + oh) * g.ow + ow] = s * inv;
+      }
+    }
+  }
+}
+
+void k_avg_pool2d_backward(const KernelCall& c) {
+  const Window g = window_of(*c.outputs[0].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  float* dx = c.outputs[0].f32();
+  const float inv = 1.0f / static_cast<float>(g.k * g.k);
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    float* dst = dx + plane * g.h * g.w;
+    std::fill(dst, dst + g.h * g.w, 0.0f);
+    for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+        const float v = dy[(plane * g.oh + oh) * g.ow + ow] * inv;
+        for (std::int64_t kh = 0; kh < g.k; ++kh) {
+          for (std::int64_t kw = 0; kw < g.k; ++kw) dst[(oh * g.stride + kh) * g.w + ow * g.stride + kw] += v;
+        }
+      }
+    }
+  }
+}
+
+void k_global_avg_pool(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < d.s; ++i) s += x[plane * d.s + i];
+    y[plane] = static_cast<float>(s / double(d.s));
+  }
+}
+
+void k_global_avg_pool_backward(const KernelCall& c) {
+  const Nc d = nc_of(*c.outputs[0].shape);
+  const float* dy = c.inputs[0].f32();
+  float* dx = c.outputs[0].f32();
+  const float inv = 1.0f / static_cast<float>(d.s);
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    std::fill(dx + plane * d.s, dx + (plane + 1) * d.s, dy[plane] * inv);
+  }
+}
+
+// --- batch norm: x [N, C, S]; statistics [2, C] = (mean, biased variance) ------------------
+
+void k_batch_norm_stats(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  float* stats = c.outputs[0].f32();
+  const double count = double(d.n * d.s);
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+    double sum = 0.0;
+    for (std::int64_t n = 0; n < d.n; ++n) {
+      const float* p = x + (n * d.c + ch) * d.s;
+      for (std::int64_t i = 0; i < d.s; ++i) sum += p[i];
+    }
+    const double mean = sum / count;
+    double sq = 0.0;
+    for (std::int64_t n = 0; n < d.n; ++n) {
+      const float* p = x + (n * d.c + ch) * d.s;
+      for (std::int64_t i = 0; i < d.s; ++i) sq += (p[i] - mean) * (p[i] - mean);
+    }
+    stats[ch] = static_cast<float>(mean);
+    stats[d.c + ch] = static_cast<float>(sq / count);
+  }
+}
+
+// y = x * scale[c] + shift[c] with scale = gamma * rstd, shift = beta - mean * scale.
+void normalize_channels(const Nc& d, const float* x, const float* mean, const float* var, const float* gamma,
+                        const float* beta, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    const std::int64_t ch = plane % d.c;
+    const float rstd = 1.0f / std::sqrt(var[ch] + eps);
+    const float scale = gamma[ch] * rstd;
+    const float shift = beta[ch] - mean[ch] * scale;
+    const float* src = x + plane * d.s;
+    float* dst = y + plane * d.s;
+    for (std::int64_t i = 0; i < d.s; ++i) dst[i] = src[i] * scale + shift;
+  }
+}
+
+void k_batch_norm(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* stats = c.inputs[1].f32();
+  normalize_channels(d, c.inputs[0].f32(), stats, stats + d.c, c.inputs[2].f32(), c.inputs[3].f32(),
+                     c.attrs->norm_eps, c.outputs[0].f32());
+}
+
+void k_batch_norm_inference(const KernelCall& c) {
+  normalize_channels(nc_of(*c.inputs[0].shape), c.inputs[0].f32(), c.inputs[1].f32(), c.inputs[2].f32(),
+                     c.inputs[3].f32(), c.inputs[4].f32(), c.attrs->norm_eps, c.outputs[0].f32());
+}
+
+// PyTorch's running statistics: new = (1 - m) * old + m * batch, with the unbiased variance.
+void k_running_stats_update(const KernelCall& c) {
+  const std::int64_t channels = (*c.inputs[0].shape)[1];
+  const float* stats = c.inputs[0].f32();
+  float* mean = c.updates[0].f32();
+  float* var = c.updates[1].f32();
+  const float m = c.attrs->momentum, unbias = c.attrs->alpha;
+  for (std::int64_t ch = 0; ch < channels; ++ch) {
+    mean[ch] = (1.0f - m) * mean[ch] + m * stats[ch];
+    var[ch] = (1.0f - m) * var[ch] + m * (stats[channels + ch] * unbias);
+  }
+}
+
+// Per channel: sum over (n, s) of f(n*C + ch plane offset), in sample order, in double.
+template <typename F>
+void per_channel_sum(const Nc& d, float* out, F term) {
+#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
+  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+    double s = 0.0;
+    for (std::int64_t n = 0; n < d.n; ++n) {
+      const std::int64_t base = (n * d.c + ch) * d.s;
+      for (std::int64_t i = 0; i < d.s; ++i) s += term(ch, base + i);
+    }
+    out[ch] = static_cast<float>(s);
+  }
+}
+
+void k_channel_sum(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  per_channel_sum(nc_of(*c.inputs[0].shape), c.outputs[0].f32(), [=](std::int64_t, std::int64_t i) { return double(x[i]); });
+}
+
+void k_batch_norm_dgamma(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[1].shape);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  const float* stats = c.inputs[2].f32();
+  const float eps = c.attrs->norm_eps;
+  per_channel_sum(d, c.outputs[0].f32(), [=](std::int64_t ch, std::int64_t i) {
+    const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps);
+    return double(dy[i]) * double((x[i] - stats[ch]) * rstd);
+  });
+}
+
+// dx = gamma * rstd * (dy - dbeta / M - xhat * dgamma / M), M = N * S.
+void k_batch_norm_backward(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[1].shape);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  const float* stats = c.inputs[2].f32();
+  const float* gamma = c.inputs[3].f32();
+  const float* dgamma = c.inputs[4].f32();
+  const float* dbeta = c.inputs[5].f32();
+  float* dx = c.outputs[0].f32();
+  const float eps = c.attrs->norm_eps;
+  const float inv_m = 1.0f / static_cast<float>(d.n * d.s);
+#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    const std::int64_t ch = plane % d.c;
+    const float mean = stats[ch];
+    const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps);
+    const float k = gamma[ch] * rstd;
+    const float db = dbeta[ch] * inv_m, dg = dgamma[ch] * inv_m;
+    for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) {
+      const float xhat = (x[i] - mean) * rstd;
+      dx[i] = k * (dy[i] - db - xhat * dg);
+    }
+  }
+}
+
+// --- layer norm: statistics [rows, 2] = (mean, rstd) -------------------------------------
+
+void k_layer_norm_stats(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[0].shape->rows(), cols = c.inputs[0].shape->cols();
+  const float* x = c.inputs[0].f32();
+  float* stats = c.outputs[0].f32();
+  const double eps = c.attrs->norm_eps;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += row[j];
+    const double mean = sum / double(cols);
+    double sq = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) sq += (row[j] - mean) * (row[j] - mean);
+    stats[2 * r] = static_cast<float>(mean);
+    stats[2 * r + 1] = static_cast<float>(1.0 / std::sqrt(sq / double(cols) + eps));
+  }
+}
+
+void k_layer_norm(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[0].shape->rows(), cols = c.inputs[0].shape->cols();
+  const float* x = c.inputs[0].f32();
+  const float* stats = c.inputs[1].f32();
+  const float* gamma = c.inputs[2].f32();
+  const float* beta = c.inputs[3].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = (x[r * cols + j] - mean) * rstd * gamma[j] + beta[j];
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gamma * dy, per row.
+void k_layer_norm_backward(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[1].shape->rows(), cols = c.inputs[1].shape->cols();
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  const float* stats = c.inputs[2].f32();
+  const float* gamma = c.inputs[3].f32();
+  float* dx = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float g = gamma[j] * dyr[j];
+      sum_g += g;
+      sum_gx += double(g) * double((xr[j] - mean) * rstd);
+    }
+    const float mg = static_cast<float>(sum_g / double(cols)), mgx = static_cast<float>(sum_gx / double(cols));
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float xhat = (xr[j] - mean) * rstd;
+      dx[r * cols + j] = rstd * (gamma[j] * dyr[j] - mg - xhat * mgx);
+    }
+  }
+}
+
+// Column sums in row order; threads split the columns.
+constexpr std::int64_t kColumnBlock = 64;
+
+void k_layer_norm_dgamma(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[1].shape->rows(), cols = c.inputs[1].shape->cols();
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  const float* stats = c.inputs[2].f32();
+  float* dg = c.outputs[0].f32();
+  const std::int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t j0 = blk * kColumnBlock, j1 = std::min(cols, j0 + kColumnBlock);
+    std::fill(dg + j0, dg + j1, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+      for (std::int64_t j = j0; j < j1; ++j) dg[j] += dy[r * cols + j] * ((x[r * cols + j] - mean) * rstd);
+    }
+  }
+}
+
+// --- embedding ----------------------------------------------------------------------------
+
+void k_embedding(const KernelCall& c) {
+  const std::int32_t* ids = c.inputs[0].i32();
+  const float* table = c.inputs[1].f32();
+  const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
+  float* y = c.outputs[0].f32();
+  const std::int64_t n = c.inputs[0].numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    MEMPLAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "embedding id " << ids[i] << " outside [0, " << vocab << ")");
+    std::copy(table + ids[i] * dim, table + (ids[i] + 1) * dim, y + i * dim);
+  }
+}
+
+// Rows of dy added into dtable in id-position order: repeated ids sum deterministically.
+void k_embedding_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const std::int32_t* ids = c.inputs[1].i32();
+  float* dt = c.outputs[0].f32();
+  const std::int64_t dim = (*c.outputs[0].shape)[1];
+  std::fill(dt, dt + c.outputs[0].numel(), 0.0f);
+  const std::int64_t n = c.inputs[1].numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* row = dt + ids[i] * dim;
+    for (std::int64_t j = 0; j < dim; ++j) row[j] += dy[i * dim + j];
+  }
+}
+
+// --- attention ----------------------------------------------------------------------------
+
+void k_batched_matmul(const KernelCall& c) {
+  const Shape& a = *c.inputs[0].shape;
+  const Shape& out = *c.outputs[0].shape;
+  const int r = out.rank();
+  const std::int64_t m = out[r - 2], n = out[r - 1];
+  const std::int64_t k = c.attrs->trans_a ? a[r - 2] : a[r - 1];
+  const std::int64_t batch = out.numel() / (m * n);
+  const float* pa = c.inputs[0].f32();
+  const float* pb = c.inputs[1].f32();
+  float* pc = c.outputs[0].f32();
+  const bool ta = c.attrs->trans_a, tb = c.attrs->trans_b;
+#pragma omp parallel for schedule(static) if (batch > 1)
+  for (std::int64_t i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, pa + i * m * k, pb + i * k * n, pc + i * m * n);
+}
+
+void k_softmax(const KernelCall& c) {
+  const Shape& s = *c.inputs[0].shape;
+  const std::int64_t rows = s.rows(), cols = s.cols();
+  const bool causal = c.attrs->causal;
+  const std::int64_t t = causal ? s[s.rank() - 2] : 1;
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t valid = causal ? r % t + 1 : cols;  // row i of its [T, T] block sees j <= i
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    const float max = *std::max_element(xr, xr + valid);
+    double z = 0.0;
+    for (std::int64_t j = 0; j < valid; ++j) {
+      yr[j] = std::exp(xr[j] - max);
+      z += yr[j];
+    }
+    const float inv = static_cast<float>(1.0 / z);
+    for (std::int64_t j = 0; j < valid; ++j) yr[j] *= inv;
+    std::fill(yr + valid, yr + cols, 0.0f);
+  }
+}
+
+void k_softmax_backward(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[1].shape->rows(), cols = c.inputs[1].shape->cols();
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double dot = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) dot += double(dy[r * cols + j]) * double(y[r * cols + j]);
+    const float d = static_cast<float>(dot);
+    for (std::int64_t j = 0; j < cols; ++j) dx[r * cols + j] = y[r * cols + j] * (dy[r * cols + j] - d);
+  }
+}
+
+// Output rows (all dims but the last) in parallel; each row walks the input with the stride of
+// the input dim that became the output's last.
+void k_permute(const KernelCall& c) {
+  const Shape& in = *c.inputs[0].shape;
+  const Shape& out = *c.outputs[0].shape;
+  const std::vector<std::int64_t>& perm = c.attrs->perm;
+  const int r = in.rank();
+  const std::size_t elem = static_cast<std::size_t>(graph::dtype_size(c.inputs[0].dtype));
+  auto in_stride = [&](std::int64_t dim) {
+    std::int64_t s = 1;
+    for (int i = static_cast<int>(dim) + 1; i < r; ++i) s *= in[i];
+    return s;
+  };
+  const std::int64_t cols = r == 0 ? 1 : out[r - 1];
+  const std::int64_t inner_stride = r == 0 ? 1 : in_stride(perm[static_cast<std::size_t>(r - 1)]);
+  const std::int64_t rows = out.numel() / cols;
+  const auto* src = static_cast<const std::byte*>(c.inputs[0].data);
+  auto* dst = static_cast<std::byte*>(c.outputs[0].data);
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelMin)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    std::int64_t rem = row, base = 0;
+    for (int i = r - 2; i >= 0; --i) {
+      base += (rem % out[i]) * in_stride(perm[static_cast<std::size_t>(i)]);
+      rem /= out[i];
+    }
+    if (elem == sizeof(float)) {
+      const float* s = reinterpret_cast<const float*>(src) + base;
+      float* d = reinterpret_cast<float*>(dst) + row * cols;
+      for (std::int64_t j = 0; j < cols; ++j) d[j] = s[j * inner_stride];
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) {
+        std::copy_n(src + (base + j * inner_stride) * static_cast<std::int64_t>(elem), elem,
+                    dst + (row * cols + j) * static_cast<std::int64_t>(elem));
+      }
+    }
+  }
+}
+
+// SplitMix64 finaliser: a counter-based stream, so element i's draw depends only on
+// (seed, step, i), never on threads or order.
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void k_dropout_mask(const KernelCall& c) {
+  const float p = c.attrs->dropout;
+  const float keep = 1.0f / (1.0f - p);
+  const std::uint64_t stream = mix(c.attrs->seed ^ mix(static_cast<std::uint64_t>(c.step)));
+  float* mask = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float u = float(mix(stream + static_cast<std::uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
+    mask[i] = u < p ? 0.0f : keep;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
+  return {
+      {OpKind::im2col, k_im2col},
+      {OpKind::conv2d, k_conv2d},
+      {OpKind::max_pool2d, k_max_pool2d},
+      {OpKind::avg_pool2d, k_avg_pool2d},
+      {OpKind::global_avg_pool, k_global_avg_pool},
+      {OpKind::batch_norm_stats, k_batch_norm_stats},
+      {OpKind::batch_norm, k_batch_norm},
+      {OpKind::batch_norm_inference, k_batch_norm_inference},
+      {OpKind::running_stats_update, k_running_stats_update},
+      {OpKind::layer_norm_stats, k_layer_norm_stats},
+      {OpKind::layer_norm, k_layer_norm},
+      {OpKind::embedding, k_embedding},
+      {OpKind::batched_matmul, k_batched_matmul},
+      {OpKind::softmax, k_softmax},
+      {OpKind::permute, k_permute},
+      {OpKind::dropout_mask, k_dropout_mask},
+      {OpKind::conv2d_backward_weight, k_conv2d_backward_weight},
+      {OpKind::conv2d_backward_cols, k_conv2d_backward_cols},
+      {OpKind::col2im, k_col2im},
+      {OpKind::max_pool2d_backward, k_max_pool2d_backward},
+      {OpKind::avg_pool2d_backward, k_avg_pool2d_backward},
+      {OpKind::global_avg_pool_backward, k_global_avg_pool_backward},
+      {OpKind::batch_norm_backward, k_batch_norm_backward},
+      {OpKind::batch_norm_dgamma, k_batch_norm_dgamma},
+      {OpKind::channel_sum, k_channel_sum},
+      {OpKind::layer_norm_backward, k_layer_norm_backward},
+      {OpKind::layer_norm_dgamma, k_layer_norm_dgamma},
+      {OpKind::embedding_backward, k_embedding_backward},
+      {OpKind::softmax_backward, k_softmax_backward},
+  };
+}
+
+}  // namespace memplan::kernels::cpu
