@@ -53,6 +53,19 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     plan.buffers.push_back(b);
   }
   plan.persistent_bytes = next;
+  std::vector<bool> touched(plan.buffers.size(), false);
+  for (OpIndex pos = 0; pos < static_cast<OpIndex>(plan.schedule.size()); ++pos) {
+    const graph::Op& op = graph.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])];
+    for (const auto* list : {&op.inputs, &op.updates}) {
+      for (TensorId t : *list) {
+        const auto b = static_cast<std::size_t>(plan.buffer_of_tensor[static_cast<std::size_t>(t)]);
+        if (plan.buffers[b].persistent && !touched[b]) {
+          touched[b] = true;
+          plan.buffers[b].first_use = pos;
+        }
+      }
+    }
+  }
 
   Solution solution = solve_greedy(transient);
   if (solution.status != SolveStatus::optimal && options.solver_time_limit_s > 0) {

@@ -27,6 +27,8 @@ struct PlannedBuffer {
   OpIndex last_op = 0;  // inclusive
   bool persistent = false;
   bool step_result = false;
+  OpIndex first_use = 0;  // persistent buffers: the first op that touches them (dynamic replay
+                          // creates optimizer state there, as eager frameworks do lazily)
 };
 
 struct PlanOptions {

@@ -31,12 +31,20 @@ std::uint64_t name_hash(const std::string& name) {
 
 }  // namespace
 
-std::string_view mode_name(ExecutionMode mode) { return mode == ExecutionMode::planned ? "planned" : "naive"; }
+std::string_view mode_name(ExecutionMode mode) {
+  switch (mode) {
+    case ExecutionMode::planned: return "planned";
+    case ExecutionMode::naive: return "naive";
+    case ExecutionMode::dynamic: return "dynamic";
+  }
+  return "?";
+}
 
 Result<ExecutionMode> parse_mode(std::string_view name) {
   if (name == "planned") return ExecutionMode::planned;
   if (name == "naive") return ExecutionMode::naive;
-  return Error{"unknown execution mode '" + std::string(name) + "' (expected planned or naive)"};
+  if (name == "dynamic") return ExecutionMode::dynamic;
+  return Error{"unknown execution mode '" + std::string(name) + "' (expected planned, naive or dynamic)"};
 }
 
 DebugOptions DebugOptions::from_env() {
@@ -53,9 +61,12 @@ DebugOptions DebugOptions::from_env() {
 
 Executor::Executor(const Graph& graph, Device& device, ExecutorOptions options)
     : graph_(graph), device_(device), mode_(options.mode), debug_(options.debug) {
-  if (mode_ == ExecutionMode::planned) {
+  if (mode_ != ExecutionMode::naive) {
+    // Dynamic mode replays the plan's schedule and lifetimes through a caching allocator, so
+    // the two differ only in where tensors live.
     planner::PlanOptions plan_options = options.plan;
-    if (debug_.guards) plan_options.guard_bytes = std::max<Bytes>(plan_options.guard_bytes, 64);
+    if (debug_.guards && mode_ == ExecutionMode::planned) plan_options.guard_bytes = std::max<Bytes>(plan_options.guard_bytes, 64);
+    if (mode_ == ExecutionMode::dynamic) allocator_ = std::make_unique<CachingAllocator>(device_, options.allocator);
     auto plan = planner::plan_memory(graph_, plan_options);
     MEMPLAN_CHECK(plan.ok(), "planning failed: " << (plan.ok() ? "" : plan.error().message));
     plan_ = std::move(plan).value();
@@ -110,14 +121,21 @@ void Executor::prepare_tables() {
 Executor::~Executor() {
   for (std::size_t b = 0; b < slots_.size(); ++b) release(static_cast<int>(b));
   if (arena_ != nullptr) device_.deallocate(arena_, plan_->arena_bytes);
+  allocator_.reset();  // returns its cached segments to the device
+}
+
+Result<void*> Executor::allocate_transient(Bytes size_bytes) {
+  if (allocator_) return allocator_->allocate(std::max<Bytes>(size_bytes, 1));
+  return device_.allocate(size_bytes);
 }
 
 void Executor::release(int buffer_index) {
   Slot& slot = slots_[static_cast<std::size_t>(buffer_index)];
   if (slot.owned && slot.data != nullptr) {
-    device_.deallocate(slot.data, buffers_[static_cast<std::size_t>(buffer_index)].size_bytes);
+    if (allocator_) allocator_->free(slot.data);
+    else device_.deallocate(slot.data, buffers_[static_cast<std::size_t>(buffer_index)].size_bytes);
   }
-  if (mode_ == ExecutionMode::naive || slot.owned) slot = Slot{};
+  if (mode_ != ExecutionMode::planned || slot.owned) slot = Slot{};
 }
 
 int Executor::buffer_index(TensorId id) const {
@@ -167,7 +185,7 @@ Status Executor::setup() {
   } else {
     for (std::size_t b = 0; b < buffers_.size(); ++b) {
       if (!buffers_[b].persistent || slots_[b].data != nullptr) continue;
-      Result<void*> ptr = device_.allocate(buffers_[b].size_bytes);
+      Result<void*> ptr = allocate_transient(buffers_[b].size_bytes);
       if (!ptr) return Error{"allocating '" + buffers_[b].name + "': " + ptr.error().message};
       slots_[b] = Slot{ptr.value(), true};
     }
@@ -258,7 +276,7 @@ Status Executor::run_step() {
   MEMPLAN_CHECK(setup_done_, "run_step before setup");
   const std::int64_t allocations_before = device_.stats().allocations;
   // Last step's results are released now that the caller had the chance to read them.
-  if (mode_ == ExecutionMode::naive) {
+  if (mode_ != ExecutionMode::planned) {
     for (std::size_t b = 0; b < buffers_.size(); ++b) {
       if (buffers_[b].step_result) release(static_cast<int>(b));
     }
@@ -269,9 +287,9 @@ Status Executor::run_step() {
     if (graph_.tensor(root).role != graph::Role::input) continue;
     const auto& staged = staged_[static_cast<std::size_t>(root)];
     if (staged.empty()) return Error{"input '" + graph_.tensor(root).name + "' was not set"};
-    if (mode_ == ExecutionMode::naive) {
+    if (mode_ != ExecutionMode::planned) {
       release(static_cast<int>(b));
-      Result<void*> ptr = device_.allocate(buffers_[b].size_bytes);
+      Result<void*> ptr = allocate_transient(buffers_[b].size_bytes);
       if (!ptr) return Error{ptr.error().message};
       slots_[b] = Slot{ptr.value(), true};
     } else if (debug_.guards) {
@@ -284,8 +302,8 @@ Status Executor::run_step() {
   std::vector<float> nans;
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
     for (int b : alloc_at_[pos]) {
-      if (mode_ == ExecutionMode::naive) {
-        Result<void*> ptr = device_.allocate(buffers_[static_cast<std::size_t>(b)].size_bytes);
+      if (mode_ != ExecutionMode::planned) {
+        Result<void*> ptr = allocate_transient(buffers_[static_cast<std::size_t>(b)].size_bytes);
         if (!ptr) return Error{ptr.error().message};
         slots_[static_cast<std::size_t>(b)] = Slot{ptr.value(), true};
       } else if (debug_.guards) {

@@ -2,11 +2,14 @@
 //   planned: one device allocation at setup for the whole arena of a MemoryPlan; every tensor
 //            is a view at its planned offset; zero device allocations during steps;
 //   naive:   every buffer gets its own device allocation when first written, freed after its
-//            last use (the reference the plan must match bit for bit).
-// The dynamic mode (a caching allocator) shares this interface.
+//            last use (the reference the plan must match bit for bit);
+//   dynamic: the same allocations and frees go through a PyTorch-style caching allocator, as
+//            eager frameworks run today.
+// All modes run the same schedule and give bitwise-identical results.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,11 +18,12 @@
 #include "graph/graph.h"
 #include "kernels/kernel.h"
 #include "planner/memory_plan.h"
+#include "runtime/caching_allocator.h"
 #include "runtime/device.h"
 
 namespace memplan::runtime {
 
-enum class ExecutionMode { naive, planned };
+enum class ExecutionMode { naive, planned, dynamic };
 
 std::string_view mode_name(ExecutionMode mode);
 Result<ExecutionMode> parse_mode(std::string_view name);
@@ -33,8 +37,9 @@ struct DebugOptions {
 
 struct ExecutorOptions {
   ExecutionMode mode = ExecutionMode::planned;
-  planner::PlanOptions plan;  // planned mode
+  planner::PlanOptions plan;  // planned mode (dynamic mode uses its schedule and lifetimes too)
   DebugOptions debug;
+  CachingAllocatorOptions allocator;  // dynamic mode
 };
 
 class Executor {
@@ -77,7 +82,8 @@ class Executor {
   Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }
   ExecutionMode mode() const { return mode_; }
-  const planner::MemoryPlan* plan() const { return plan_ ? &*plan_ : nullptr; }
+  const planner::MemoryPlan* plan() const { return mode_ == ExecutionMode::planned && plan_ ? &*plan_ : nullptr; }
+  const CachingAllocator* allocator() const { return allocator_.get(); }
 
  private:
   struct Slot {
@@ -85,6 +91,7 @@ class Executor {
     bool owned = false;  // a separate device allocation (naive mode); false inside the arena or bound
   };
   void prepare_tables();
+  Result<void*> allocate_transient(Bytes size_bytes);
   int buffer_index(TensorId id) const;
   void release(int buffer_index);
   Status check_inputs_finite(const graph::Op& op) const;
@@ -106,6 +113,7 @@ class Executor {
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   std::vector<std::vector<std::byte>> staged_;  // per tensor: host data for the next step
   void* arena_ = nullptr;
+  std::unique_ptr<CachingAllocator> allocator_;  // dynamic mode
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;
   std::int64_t allocations_during_steps_ = 0;

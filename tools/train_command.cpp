@@ -83,6 +83,8 @@ int run_train(const TrainFlags& flags) {
   model.mlp.hidden = flags.hidden;
   model.mlp.inputs = train_data.value().features();
   model.mlp.classes = train_data.value().classes;
+  model.cnn.image = train_data.value().rows;  // square images, one channel
+  model.cnn.classes = train_data.value().classes;
   auto forward = models::build_forward(model, flags.batch);
   if (!forward) {
     std::cerr << "memplan train: " << forward.error().message << "\n";
@@ -197,14 +199,15 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model", flags->model, "Model to train")
       ->check(CLI::IsMember(models::trainable_model_names()))
       ->capture_default_str();
-  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set")
-                     ->check(positive_integer())
-                     ->capture_default_str();
+  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 3)")
+                     ->check(positive_integer());
   app->add_option("--steps", flags->steps, "Number of steps (instead of --epochs)")
       ->check(positive_integer())
       ->excludes(epochs);
-  app->add_option("--batch", flags->batch, "Samples per step")->check(positive_integer())->capture_default_str();
-  app->add_option("--lr", flags->lr, "Learning rate")->check(positive_finite())->capture_default_str();
+  auto* batch = app->add_option("--batch", flags->batch, "Samples per step (default per model: 128)")
+                    ->check(positive_integer());
+  auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 2e-3)")
+                 ->check(positive_finite());
   app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
       ->capture_default_str();
@@ -224,8 +227,8 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   app->add_option("--mode", flags->mode,
-                  "planned: one arena allocated once, tensors at planned offsets; naive: one allocation per tensor")
-      ->check(CLI::IsMember({"planned", "naive"}))
+                  "planned: one arena allocated once, tensors at planned offsets; naive: one device allocation per tensor; dynamic: a PyTorch-style caching allocator")
+      ->check(CLI::IsMember({"planned", "naive", "dynamic"}))
       ->capture_default_str();
   app->add_option("--debug", flags->debug,
                   "Debug checks, comma-separated: poison (NaN-fill dead buffers, stop at the first op reading NaN), "
@@ -234,7 +237,14 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::IsMember({"poison", "guards"}));
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
-  return Command{app, [flags] { return run_train(*flags); }};
+  return Command{app, [flags, epochs, batch, lr] {
+    TrainFlags resolved = *flags;  // flags left out take the model's defaults
+    const models::TrainDefaults defaults = models::train_defaults(resolved.model);
+    if (epochs->count() == 0) resolved.epochs = defaults.epochs;
+    if (batch->count() == 0) resolved.batch = defaults.batch;
+    if (lr->count() == 0) resolved.lr = defaults.lr;
+    return run_train(resolved);
+  }};
 }
 
 }  // namespace memplan::tools

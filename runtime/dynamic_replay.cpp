@@ -1,0 +1,101 @@
+#include "runtime/dynamic_replay.h"
+
+#include <algorithm>
+
+namespace memplan::runtime {
+
+ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, const ReplayOptions& options) {
+  ReplayResult result;
+  CachingAllocator allocator(device, options.allocator);
+  allocator.set_trace(options.trace);
+  const auto n = plan.buffers.size();
+  std::vector<void*> ptr(n, nullptr);
+  std::vector<std::vector<int>> alloc_at(plan.schedule.size()), free_after(plan.schedule.size());
+  std::vector<std::vector<int>> lazy_at(plan.schedule.size());  // optimizer state, step 1 only
+  std::vector<int> inputs, results, upfront;
+  for (std::size_t b = 0; b < n; ++b) {
+    const planner::PlannedBuffer& buf = plan.buffers[b];
+    const int i = static_cast<int>(b);
+    if (buf.persistent) {
+      if (buf.role == graph::Role::optimizer_state && options.lazy_optimizer_state) {
+        lazy_at[static_cast<std::size_t>(buf.first_use)].push_back(i);
+      } else {
+        upfront.push_back(i);
+      }
+      continue;
+    }
+    if (buf.role == graph::Role::input) inputs.push_back(i);
+    else alloc_at[static_cast<std::size_t>(buf.first_op)].push_back(i);
+    if (buf.step_result) results.push_back(i);
+    else free_after[static_cast<std::size_t>(buf.last_op)].push_back(i);
+  }
+  auto allocate = [&](int b, std::int64_t step) {
+    Result<void*> p = allocator.allocate(std::max<Bytes>(plan.buffers[static_cast<std::size_t>(b)].size_bytes, 1));
+    if (!p) {
+      result.out_of_memory = true;
+      result.oom_message = p.error().message;
+      result.oom_step = step;
+      result.oom_tensor = plan.buffers[static_cast<std::size_t>(b)].name;
+      return false;
+    }
+    ptr[static_cast<std::size_t>(b)] = p.value();
+    if (step == options.steps || plan.buffers[static_cast<std::size_t>(b)].persistent) {
+      result.last_step.push_back({b, reinterpret_cast<DeviceAddress>(p.value()), allocator.block_size(p.value())});
+    }
+    return true;
+  };
+  auto release = [&](int b) {
+    allocator.free(ptr[static_cast<std::size_t>(b)]);
+    ptr[static_cast<std::size_t>(b)] = nullptr;
+  };
+  if (options.trace) options.trace->set_label("parameters");
+  for (int b : upfront) {
+    if (!allocate(b, 0)) return result;
+  }
+
+  for (std::int64_t step = 1; step <= options.steps; ++step) {
+    if (options.trace) {
+      options.trace->set_step(step);
+      options.trace->set_label("inputs");
+    }
+    allocator.reset_peak_stats();
+    const std::int64_t device_allocs_before = allocator.stats().num_device_alloc;
+    const std::int64_t device_frees_before = allocator.stats().num_device_free;
+    // Last step's results and inputs are released as the new step starts (as a training loop
+    // drops its references when it fetches the next batch).
+    for (int b : results) release(b);
+    for (int b : inputs) {
+      release(b);
+      if (!allocate(b, step)) return result;
+    }
+    for (std::size_t pos = 0; pos < plan.schedule.size(); ++pos) {
+      if (options.trace) options.trace->set_label("op " + std::to_string(pos));
+      if (step == 1) {
+        for (int b : lazy_at[pos]) {
+          if (!allocate(b, step)) return result;
+        }
+      }
+      for (int b : alloc_at[pos]) {
+        if (!allocate(b, step)) return result;
+      }
+      for (int b : free_after[pos]) release(b);
+    }
+    const AllocatorStats& s = allocator.stats();
+    ReplayStep r;
+    r.step = step;
+    r.peak_reserved_bytes = s.reserved_bytes[0].peak;
+    r.peak_allocated_bytes = s.allocated_bytes[0].peak;
+    r.peak_requested_bytes = s.requested_bytes[0].peak;
+    r.device_allocations = s.num_device_alloc - device_allocs_before;
+    r.device_frees = s.num_device_free - device_frees_before;
+    result.steps.push_back(r);
+    result.peak_reserved_bytes = std::max(result.peak_reserved_bytes, r.peak_reserved_bytes);
+    result.peak_allocated_bytes = std::max(result.peak_allocated_bytes, r.peak_allocated_bytes);
+    result.peak_requested_bytes = std::max(result.peak_requested_bytes, r.peak_requested_bytes);
+  }
+  result.stats = allocator.stats();
+  result.snapshot_at_end = allocator.snapshot();
+  return result;
+}
+
+}  // namespace memplan::runtime
