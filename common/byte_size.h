@@ -1,0 +1,16 @@
+// Byte-size strings as users write them: "24GiB", "80GB", "16000MiB", "1.5 TiB", "4096".
+// Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (KB, MB, GB, TB) of 1000.
+#pragma once
+
+#include <string_view>
+
+#include "common/result.h"
+#include "common/types.h"
+
+namespace memplan {
+
+// A positive byte count, or an Error saying what was wrong (empty, zero, negative, NaN,
+// unknown unit, overflow) and what would work.
+Result<Bytes> parse_byte_size(std::string_view text);
+
+}  // namespace memplan

@@ -1,0 +1,271 @@
+// memplan compare: the static plan against a PyTorch-style caching allocator (with and without
+// expandable segments) on the same step, same schedule and same tensor lifetimes, over a
+// simulated device: reserved peak, fragmentation, device allocations per step, out-of-memory
+// at a capacity, and a picture of both layouts.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "common/byte_size.h"
+#include "graph/training_step.h"
+#include "models/registry.h"
+#include "planner/memory_plan.h"
+#include "runtime/allocation_trace.h"
+#include "runtime/dynamic_replay.h"
+#include "runtime/simulated_device.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+#include "tools/layout_svg.h"
+#include "tools/memory_report.h"
+
+namespace memplan::tools {
+namespace {
+
+struct CompareFlags {
+  std::string model = "mlp";
+  std::int64_t batch = 128;
+  std::string optimizer = "adamw";
+  std::vector<std::int64_t> hidden = {256, 256};
+  int steps = 3;
+  std::string capacity = "80GiB";
+  std::string alloc_conf;
+  bool json = false;
+  std::string svg;
+  std::string snapshot;
+};
+
+int color_of(graph::Role role) {
+  switch (role) {
+    case graph::Role::parameter:
+    case graph::Role::optimizer_state: return 0;
+    case graph::Role::activation:
+    case graph::Role::input: return 1;
+    case graph::Role::gradient: return 2;
+    default: return 3;
+  }
+}
+
+struct Variant {
+  std::string name;
+  runtime::ReplayResult result;
+  runtime::AllocationTrace trace;
+};
+
+// The dynamic layout of the last replayed step: segments stacked in address order, each block
+// drawn over its tensor's lifetime; cached but unused segment space shown grey.
+LayoutPanel dynamic_panel(const std::string& title, const planner::MemoryPlan& plan, const runtime::ReplayResult& r) {
+  LayoutPanel panel;
+  panel.title = title;
+  panel.t_max = double(plan.schedule.size());
+  std::map<runtime::DeviceAddress, std::pair<Bytes, Bytes>> segments;  // address -> (stacked base, size)
+  Bytes stacked = 0;
+  std::vector<runtime::SegmentSnapshot> sorted = r.snapshot_at_end.segments;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  for (const auto& s : sorted) {
+    segments[s.address] = {stacked, s.total_size};
+    panel.rects.push_back({0, panel.t_max, stacked, stacked + s.total_size,
+                           "segment " + format_bytes(s.total_size) + (s.large_pool ? " (large pool)" : " (small pool)"), 4});
+    stacked += s.total_size;
+  }
+  auto locate = [&](runtime::DeviceAddress a) -> Bytes {
+    auto it = segments.upper_bound(a);
+    if (it == segments.begin()) return -1;
+    --it;
+    if (a >= it->first + static_cast<runtime::DeviceAddress>(it->second.second)) return -1;
+    return it->second.first + static_cast<Bytes>(a - it->first);
+  };
+  for (const runtime::ReplayPlacement& p : r.last_step) {
+    const planner::PlannedBuffer& b = plan.buffers[static_cast<std::size_t>(p.buffer)];
+    const Bytes y = locate(p.address);
+    if (y < 0) continue;
+    const double t0 = b.persistent ? 0 : b.first_op, t1 = b.persistent ? panel.t_max : b.last_op + 1;
+    panel.rects.push_back({t0, t1, y, y + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")", color_of(b.role)});
+  }
+  panel.lines.push_back({r.peak_reserved_bytes, "reserved peak " + format_bytes(r.peak_reserved_bytes)});
+  return panel;
+}
+
+LayoutPanel static_panel(const planner::MemoryPlan& plan) {
+  LayoutPanel panel;
+  panel.title = "memplan static plan (one arena)";
+  panel.t_max = double(plan.schedule.size());
+  for (const planner::PlannedBuffer& b : plan.buffers) {
+    const double t0 = b.persistent ? 0 : b.first_op, t1 = b.persistent ? panel.t_max : b.last_op + 1;
+    panel.rects.push_back({t0, t1, b.offset, b.offset + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")",
+                           color_of(b.role)});
+  }
+  panel.lines.push_back({plan.arena_bytes, "arena " + format_bytes(plan.arena_bytes)});
+  return panel;
+}
+
+int run_compare(const CompareFlags& flags) {
+  auto capacity = parse_byte_size(flags.capacity);
+  if (!capacity) {
+    std::cerr << "memplan compare: --capacity: " << capacity.error().message << "\n";
+    return kExitUsage;
+  }
+  auto base_options = runtime::CachingAllocatorOptions::parse(flags.alloc_conf);
+  if (!base_options) {
+    std::cerr << "memplan compare: --alloc-conf: " << base_options.error().message << "\n";
+    return kExitUsage;
+  }
+  models::ModelOptions model;
+  model.name = flags.model;
+  model.mlp.hidden = flags.hidden;
+  auto forward = models::build_forward(model, flags.batch);
+  if (!forward) {
+    std::cerr << "memplan compare: " << forward.error().message << "\n";
+    return kExitUsage;
+  }
+  graph::Graph step = std::move(forward).value();
+  graph::OptimizerConfig opt;
+  opt.kind = graph::parse_optimizer_kind(flags.optimizer).value();
+  graph::make_training_step(step, opt);
+  auto planned = planner::plan_memory(step);
+  if (!planned) {
+    std::cerr << "memplan compare: " << planned.error().message << "\n";
+    return kExitFailure;
+  }
+  const planner::MemoryPlan& plan = planned.value();
+
+  std::vector<Variant> variants(2);
+  variants[0].name = "caching allocator";
+  variants[1].name = "caching allocator, expandable segments";
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    runtime::SimulatedDevice device(capacity.value());
+    runtime::ReplayOptions options;
+    options.steps = flags.steps;
+    options.allocator = base_options.value();
+    options.allocator.expandable_segments = v == 1;
+    options.trace = &variants[v].trace;
+    variants[v].result = runtime::replay_dynamic(plan, device, options);
+  }
+
+  const bool plan_fits = plan.arena_bytes <= capacity.value();
+  nlohmann::json j;
+  j["model"] = flags.model;
+  j["batch"] = flags.batch;
+  j["optimizer"] = flags.optimizer;
+  j["capacity_bytes"] = capacity.value();
+  j["steps"] = flags.steps;
+  j["static"] = {{"reserved_bytes", plan.arena_bytes},
+                 {"lower_bound_bytes", plan.lower_bound_bytes},
+                 {"fits", plan_fits},
+                 {"device_allocations_setup", 1},
+                 {"device_allocations_per_step", 0}};
+  for (const Variant& v : variants) {
+    const auto& r = v.result;
+    nlohmann::json d{{"reserved_peak_bytes", r.peak_reserved_bytes},
+                     {"allocated_peak_bytes", r.peak_allocated_bytes},
+                     {"requested_peak_bytes", r.peak_requested_bytes},
+                     {"out_of_memory", r.out_of_memory},
+                     {"num_alloc_retries", r.stats.num_alloc_retries},
+                     {"num_ooms", r.stats.num_ooms}};
+    if (r.peak_reserved_bytes > 0) {
+      d["fragmentation"] = 1.0 - double(r.peak_allocated_bytes) / double(r.peak_reserved_bytes);
+      d["reserved_over_static"] = double(r.peak_reserved_bytes) / double(plan.arena_bytes);
+    }
+    nlohmann::json per_step = nlohmann::json::array();
+    for (const auto& s : r.steps) {
+      per_step.push_back({{"step", s.step}, {"reserved_peak_bytes", s.peak_reserved_bytes},
+                          {"allocated_peak_bytes", s.peak_allocated_bytes},
+                          {"device_allocations", s.device_allocations}, {"device_frees", s.device_frees}});
+    }
+    d["steps"] = per_step;
+    if (r.out_of_memory) {
+      d["oom_message"] = r.oom_message;
+      d["oom_step"] = r.oom_step;
+      d["oom_tensor"] = r.oom_tensor;
+    }
+    j[v.name == variants[0].name ? "caching_allocator" : "expandable_segments"] = d;
+  }
+
+  if (!flags.svg.empty()) {
+    std::vector<LayoutPanel> panels = {static_panel(plan)};
+    for (const Variant& v : variants) {
+      if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
+    }
+    std::ofstream out(flags.svg);
+    out << render_layout_svg(flags.model + ", batch " + std::to_string(flags.batch) + ": the same step, three allocators (last step shown)",
+                             panels);
+    if (!out) {
+      std::cerr << "memplan compare: cannot write '" << flags.svg << "'\n";
+      return kExitFailure;
+    }
+  }
+  if (!flags.snapshot.empty()) {
+    // PyTorch's viewer (pytorch.org/memory_viz) reads pickled snapshots.
+    const std::string bytes = runtime::memory_snapshot_pickle(variants[0].result.snapshot_at_end, &variants[0].trace);
+    std::ofstream out(flags.snapshot, std::ios::binary);
+    out << bytes;
+    if (!out) {
+      std::cerr << "memplan compare: cannot write '" << flags.snapshot << "'\n";
+      return kExitFailure;
+    }
+  }
+
+  if (flags.json) {
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, device capacity %s\n\n",
+              flags.model.c_str(), static_cast<long long>(flags.batch), flags.optimizer.c_str(), plan.schedule.size(),
+              flags.steps, format_bytes(capacity.value()).c_str());
+  std::printf("%-40s %16s %16s %14s %22s\n", "", "reserved peak", "allocated peak", "fragmentation",
+              "device allocs/step");
+  std::printf("%-40s %16s %16s %14s %22s\n", "memplan static plan", format_bytes(plan.arena_bytes).c_str(),
+              format_bytes(plan.lower_bound_bytes).c_str(), "0.0%", "1 at setup, then 0");
+  for (const Variant& v : variants) {
+    const auto& r = v.result;
+    if (r.out_of_memory) {
+      std::printf("%-40s OUT OF MEMORY at step %lld allocating '%s'\n", v.name.c_str(),
+                  static_cast<long long>(r.oom_step), r.oom_tensor.c_str());
+      std::printf("    %s\n", r.oom_message.c_str());
+      continue;
+    }
+    std::string allocs;
+    for (const auto& s : r.steps) allocs += (allocs.empty() ? "" : ", ") + std::to_string(s.device_allocations);
+    char frag[32];
+    std::snprintf(frag, sizeof(frag), "%.1f%%", 100.0 * (1.0 - double(r.peak_allocated_bytes) / double(std::max<Bytes>(1, r.peak_reserved_bytes))));
+    std::printf("%-40s %16s %16s %14s %22s\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
+                format_bytes(r.peak_allocated_bytes).c_str(), frag, allocs.c_str());
+  }
+  std::printf("\nreserved peak: device memory held; allocated peak: bytes in live blocks (static: the lower bound);\n"
+              "fragmentation: 1 - allocated/reserved at the peaks; device allocs: per step (step 1, 2, ...).\n");
+  if (!plan_fits) {
+    std::printf("\nthe static plan needs %s, more than the capacity %s\n", format_bytes(plan.arena_bytes).c_str(),
+                format_bytes(capacity.value()).c_str());
+  }
+  if (!flags.svg.empty()) std::printf("\nwrote %s\n", flags.svg.c_str());
+  if (!flags.snapshot.empty()) std::printf("wrote %s (open it at pytorch.org/memory_viz)\n", flags.snapshot.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_compare_command(CLI::App& root) {
+  auto flags = std::make_shared<CompareFlags>();
+  CLI::App* app = root.add_subcommand(
+      "compare",
+      "Compare the static plan with a PyTorch-style caching allocator (and expandable segments) on the same step.");
+  app->add_option("--model", flags->model, "Model")->check(CLI::IsMember(models::trainable_model_names()))->capture_default_str();
+  app->add_option("--batch", flags->batch, "Samples per step")->check(positive_integer())->capture_default_str();
+  app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
+      ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
+      ->capture_default_str();
+  app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
+  app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
+  app->add_option("--capacity", flags->capacity, "Simulated device memory, e.g. 80GiB, 24GB, 16000MiB")->capture_default_str();
+  app->add_option("--alloc-conf", flags->alloc_conf,
+                  "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
+  app->add_flag("--json", flags->json, "Print the comparison as JSON");
+  app->add_option("--svg", flags->svg, "Write a picture of both layouts (SVG)");
+  app->add_option("--snapshot", flags->snapshot,
+                  "Write the caching allocator's run as a PyTorch memory snapshot (pickle) for pytorch.org/memory_viz");
+  return Command{app, [flags] { return run_compare(*flags); }};
+}
+
+}  // namespace memplan::tools

@@ -1,0 +1,35 @@
+// Pictures of memory layouts: address (vertical) against time in ops (horizontal), one rectangle
+// per live tensor, panels side by side on one byte scale so a static plan and a dynamic
+// allocator's layout of the same step can be compared at a glance. Plain SVG, no dependencies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace memplan::tools {
+
+struct LayoutRect {
+  double t0 = 0, t1 = 0;  // time span (ops), t1 exclusive
+  Bytes lo = 0, hi = 0;   // address span relative to the panel's base
+  std::string label;      // shown as a tooltip
+  int color = 0;          // a category: 0 parameter/state, 1 activation, 2 gradient, 3 other, 4 free/cached
+};
+
+struct LayoutLine {
+  Bytes at = 0;
+  std::string label;  // drawn across the panel, e.g. "reserved peak 12.0 MiB"
+};
+
+struct LayoutPanel {
+  std::string title;
+  std::vector<LayoutRect> rects;
+  std::vector<LayoutLine> lines;
+  double t_max = 1;
+};
+
+// One SVG document with the panels side by side sharing the vertical (byte) scale.
+std::string render_layout_svg(const std::string& title, const std::vector<LayoutPanel>& panels);
+
+}  // namespace memplan::tools
