@@ -2,11 +2,17 @@
 
 namespace memplan::models {
 
-std::vector<std::string> trainable_model_names() { return {"mlp"}; }
+std::vector<std::string> trainable_model_names() { return {"mlp", "cnn"}; }
+
+TrainDefaults train_defaults(const std::string& model) {
+  if (model == "cnn") return {3, 128, 2e-3};
+  return {};
+}
 
 Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t batch) {
   try {
     if (options.name == "mlp") return build_mlp(options.mlp, batch);
+    if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
   } catch (const graph::GraphError& e) {
     return Error{"model '" + options.name + "': " + e.what()};
   }

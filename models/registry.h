@@ -7,6 +7,7 @@
 
 #include "common/result.h"
 #include "graph/graph.h"
+#include "models/cnn.h"
 #include "models/mlp.h"
 
 namespace memplan::models {
@@ -14,9 +15,20 @@ namespace memplan::models {
 struct ModelOptions {
   std::string name = "mlp";
   MlpConfig mlp;  // used when name == "mlp"
+  CnnConfig cnn;  // used when name == "cnn"
+  // false builds the evaluation graph (batch norm from running statistics, no dropout).
+  bool training = true;
 };
 
 std::vector<std::string> trainable_model_names();
+
+// What `memplan train` uses when a flag is not given: each model has its own sensible defaults.
+struct TrainDefaults {
+  std::int64_t epochs = 5;
+  std::int64_t batch = 128;
+  double lr = 1e-3;
+};
+TrainDefaults train_defaults(const std::string& model);
 
 // The forward graph (with loss and output) for `batch` samples, or an Error naming what is wrong
 // with the options.

@@ -5,7 +5,7 @@
 
 #include "common/rng.h"
 #include "graph/training_step.h"
-#include "models/mlp.h"
+#include "models/registry.h"
 #include "test_util.h"
 
 namespace memplan {
@@ -15,21 +15,41 @@ using runtime::ExecutionMode;
 
 struct ModelCase {
   const char* name;
-  models::MlpConfig mlp;
+  models::ModelOptions model;
   std::int64_t batch;
   graph::OptimizerKind optimizer;
 };
 
+models::ModelOptions mlp(models::MlpConfig config) {
+  models::ModelOptions options;
+  options.name = "mlp";
+  options.mlp = std::move(config);
+  return options;
+}
+
+// A ResNet on 8x8 images: stem, two stages (the second strided, with a 1x1 shortcut).
+models::ModelOptions small_cnn(std::int64_t blocks) {
+  models::ModelOptions options;
+  options.name = "cnn";
+  options.cnn.image = 8;
+  options.cnn.widths = {4, 8};
+  options.cnn.blocks_per_stage = blocks;
+  options.cnn.classes = 5;
+  return options;
+}
+
 // Every trainable reference model (and each optimizer) at a small size; synthetic data so the
 // test needs no dataset.
 const ModelCase kModels[] = {
-    {"mlp_adamw", {64, {32, 32}, 10}, 16, graph::OptimizerKind::adamw},
-    {"mlp_momentum", {64, {48}, 10}, 8, graph::OptimizerKind::momentum},
-    {"mlp_sgd_deep", {32, {16, 16, 16}, 5}, 4, graph::OptimizerKind::sgd},
+    {"mlp_adamw", mlp({64, {32, 32}, 10}), 16, graph::OptimizerKind::adamw},
+    {"mlp_momentum", mlp({64, {48}, 10}), 8, graph::OptimizerKind::momentum},
+    {"mlp_sgd_deep", mlp({32, {16, 16, 16}, 5}), 4, graph::OptimizerKind::sgd},
+    {"cnn_adamw", small_cnn(1), 4, graph::OptimizerKind::adamw},
+    {"cnn_momentum_two_blocks", small_cnn(2), 3, graph::OptimizerKind::momentum},
 };
 
 graph::Graph training_graph(const ModelCase& m) {
-  graph::Graph g = models::build_mlp(m.mlp, m.batch);
+  graph::Graph g = models::build_forward(m.model, m.batch).value();
   graph::OptimizerConfig opt;
   opt.kind = m.optimizer;
   opt.lr = 1e-2f;
@@ -40,6 +60,7 @@ graph::Graph training_graph(const ModelCase& m) {
 
 struct Outcome {
   std::string sha;
+  std::vector<float> state;  // every non-parameter persistent tensor (optimizer state, BN running statistics)
   float loss = 0;
   std::int64_t allocations_during_steps = 0;
 };
@@ -47,18 +68,23 @@ struct Outcome {
 Outcome train(const ModelCase& m, const graph::Graph& g, runtime::Executor& exec, int steps) {
   exec.initialize_persistent(123);
   Rng rng(5);
-  std::vector<float> x(static_cast<std::size_t>(m.batch * m.mlp.inputs));
+  std::vector<float> x(static_cast<std::size_t>(g.tensor(g.find("x")).shape.numel()));
   std::vector<std::int32_t> y(static_cast<std::size_t>(m.batch));
+  const auto classes = static_cast<std::uint64_t>(g.tensor(g.output).shape[1]);
   Outcome out;
   for (int s = 0; s < steps; ++s) {
     for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
-    for (auto& v : y) v = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(m.mlp.classes)));
+    for (auto& v : y) v = static_cast<std::int32_t>(rng.below(classes));
     exec.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
     exec.set_input(g.find("labels"), y.data(), static_cast<Bytes>(y.size() * 4));
     EXPECT_TRUE(exec.run_step().ok());
     out.loss = exec.read_scalar(g.loss);
   }
   out.sha = exec.params_sha256();
+  for (TensorId t : g.tensors_with_role(graph::Role::optimizer_state)) {
+    const auto values = testing::read_floats(exec, t);
+    out.state.insert(out.state.end(), values.begin(), values.end());
+  }
   out.allocations_during_steps = exec.device_allocations_during_steps();
   return out;
 }
@@ -73,6 +99,7 @@ TEST_P(PlannedVsNaive, IdenticalParametersAfter100StepsAndNoAllocationsWhenPlann
   const Outcome a = train(m, g, naive.executor, 100);
   const Outcome b = train(m, g, planned.executor, 100);
   EXPECT_EQ(a.sha, b.sha);
+  EXPECT_EQ(a.state, b.state);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_GT(a.allocations_during_steps, 0) << "the naive run must allocate per step, or the counter is fake";
   EXPECT_EQ(b.allocations_during_steps, 0);

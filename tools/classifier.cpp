@@ -45,13 +45,17 @@ namespace {
 Status evaluate_range(const models::ModelOptions& model, const runtime::Executor& trained,
                       const models::ImageDataset& data, runtime::Device& device, std::int64_t batch,
                       std::int64_t first, std::int64_t count, std::int64_t& correct, double& loss_sum) {
-  auto forward = models::build_forward(model, batch);
+  models::ModelOptions eval_model = model;
+  eval_model.training = false;  // running statistics, no dropout
+  auto forward = models::build_forward(eval_model, batch);
   if (!forward) return forward.error();
   const graph::Graph& g = forward.value();
   runtime::Executor exec(g, device, runtime::ExecutorOptions{trained.mode(), {}, {}});
-  for (TensorId p : g.parameters()) {
+  // Parameters and non-parameter state (batch-norm running statistics) come from training.
+  for (TensorId p = 0; p < g.num_tensors(); ++p) {
+    if (!graph::is_persistent(g.tensor(p).role)) continue;
     const TensorId trained_id = trained.graph().find(g.tensor(p).name);
-    MEMPLAN_CHECK(trained_id != kNoTensor, "parameter '" << g.tensor(p).name << "' not in the trained graph");
+    MEMPLAN_CHECK(trained_id != kNoTensor, "tensor '" << g.tensor(p).name << "' not in the trained graph");
     exec.bind_external(p, trained.storage(trained_id));
   }
   if (Status s = exec.setup(); !s) return s;

@@ -16,6 +16,10 @@ std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
 // C[M,N] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
           const float* b, float* c);
+// C += op(A) op(B) with explicit row strides (elements) of A, B and C as stored: sub-blocks.
+void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                             const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                             std::int64_t ldc);
 // C += op(A) op(B), same layout as gemm.
 void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                      const float* a, const float* b, float* c);

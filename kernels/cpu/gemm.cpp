@@ -35,6 +35,19 @@ void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
   else c_map.noalias() += a_map.transpose() * b_map.transpose();
 }
 
+void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                             const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                             std::int64_t ldc) {
+  using Strided = Eigen::OuterStride<Eigen::Dynamic>;
+  Eigen::Map<const RowMatrix, 0, Strided> a_map(a, trans_a ? k : m, trans_a ? m : k, Strided(lda));
+  Eigen::Map<const RowMatrix, 0, Strided> b_map(b, trans_b ? n : k, trans_b ? k : n, Strided(ldb));
+  Eigen::Map<RowMatrix, 0, Strided> c_map(c, m, n, Strided(ldc));
+  if (!trans_a && !trans_b) c_map.noalias() += a_map * b_map;
+  else if (!trans_a && trans_b) c_map.noalias() += a_map * b_map.transpose();
+  else if (trans_a && !trans_b) c_map.noalias() += a_map.transpose() * b_map;
+  else c_map.noalias() += a_map.transpose() * b_map.transpose();
+}
+
 }  // namespace memplan::kernels::cpu
 
 namespace memplan::kernels {

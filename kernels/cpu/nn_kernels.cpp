@@ -36,6 +36,18 @@ Window window_of(const Shape& x, const graph::OpAttrs& a) {
 
 // --- convolution ----------------------------------------------------------------------------
 
+// Output columns [lo, hi) whose input column ow*S + kw - P lies inside [0, W).
+struct ValidRange {
+  std::int64_t lo, hi;
+};
+ValidRange valid_columns(const Window& g, std::int64_t kw) {
+  std::int64_t lo = 0;
+  while (lo < g.ow && lo * g.stride + kw - g.pad < 0) ++lo;
+  std::int64_t hi = g.ow;
+  while (hi > lo && (hi - 1) * g.stride + kw - g.pad >= g.w) --hi;
+  return {lo, hi};
+}
+
 // cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
@@ -49,6 +61,7 @@ void k_im2col(const KernelCall& c) {
     for (std::int64_t kh = 0; kh < g.k; ++kh) {
       for (std::int64_t kw = 0; kw < g.k; ++kw) {
         float* dst = dst_plane + (kh * g.k + kw) * p;
+        const ValidRange v = valid_columns(g, kw);
         for (std::int64_t oh = 0; oh < g.oh; ++oh) {
           const std::int64_t ih = oh * g.stride + kh - g.pad;
           float* row = dst + oh * g.ow;
@@ -56,10 +69,14 @@ void k_im2col(const KernelCall& c) {
             std::fill(row, row + g.ow, 0.0f);
             continue;
           }
-          for (std::int64_t ow = 0; ow < g.ow; ++ow) {
-            const std::int64_t iw = ow * g.stride + kw - g.pad;
-            row[ow] = iw >= 0 && iw < g.w ? src[ih * g.w + iw] : 0.0f;
+          std::fill(row, row + v.lo, 0.0f);
+          const float* in = src + ih * g.w + v.lo * g.stride + kw - g.pad;
+          if (g.stride == 1) {
+            std::copy(in, in + (v.hi - v.lo), row + v.lo);
+          } else {
+            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) row[ow] = in[(ow - v.lo) * g.stride];
           }
+          std::fill(row + v.hi, row + g.ow, 0.0f);
         }
       }
     }
@@ -80,13 +97,13 @@ void k_col2im(const KernelCall& c) {
     for (std::int64_t kh = 0; kh < g.k; ++kh) {
       for (std::int64_t kw = 0; kw < g.k; ++kw) {
         const float* src = src_plane + (kh * g.k + kw) * p;
+        const ValidRange v = valid_columns(g, kw);
         for (std::int64_t oh = 0; oh < g.oh; ++oh) {
           const std::int64_t ih = oh * g.stride + kh - g.pad;
           if (ih < 0 || ih >= g.h) continue;
-          for (std::int64_t ow = 0; ow < g.ow; ++ow) {
-            const std::int64_t iw = ow * g.stride + kw - g.pad;
-            if (iw >= 0 && iw < g.w) dst[ih * g.w + iw] += src[oh * g.ow + ow];
-          }
+          float* out = dst + ih * g.w + v.lo * g.stride + kw - g.pad;
+          const float* row = src + oh * g.ow;
+          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
         }
       }
     }
@@ -106,7 +123,11 @@ void k_conv2d(const KernelCall& c) {
   for (std::int64_t i = 0; i < n; ++i) gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
 }
 
-// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T, accumulated in sample order.
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T. Threads split dw's columns into a fixed
+// number of blocks (independent of the thread count); each block sums the samples in order with
+// single-threaded GEMMs, which beats one small multi-threaded GEMM per sample by far.
+constexpr std::int64_t kWeightGradBlocks = 8;
+
 void k_conv2d_backward_weight(const KernelCall& c) {
   const Shape& cs = *c.inputs[1].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
@@ -114,8 +135,18 @@ void k_conv2d_backward_weight(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* cols = c.inputs[1].f32();
   float* dw = c.outputs[0].f32();
-  gemm(false, true, cout, ckk, p, dy, cols, dw);
-  for (std::int64_t i = 1; i < n; ++i) gemm_accumulate(false, true, cout, ckk, p, dy + i * cout * p, cols + i * ckk * p, dw);
+  const std::int64_t width = (ckk + kWeightGradBlocks - 1) / kWeightGradBlocks;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t blk = 0; blk < kWeightGradBlocks; ++blk) {
+    const std::int64_t j0 = blk * width, j1 = std::min(ckk, j0 + width);
+    if (j0 >= j1) continue;
+    // dw[:, j0:j1] += dy[n] cols[n][j0:j1, :]^T, both sub-blocks as strided views.
+    for (std::int64_t co = 0; co < cout; ++co) std::fill(dw + co * ckk + j0, dw + co * ckk + j1, 0.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+      gemm_accumulate_strided(false, true, cout, j1 - j0, p, dy + i * cout * p, p, cols + (i * ckk + j0) * p, p,
+                              dw + j0, ckk);
+    }
+  }
 }
 
 // dcols[n] [CKK, P] = w^T dy[n].
