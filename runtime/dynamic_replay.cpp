@@ -29,16 +29,32 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
     if (buf.step_result) results.push_back(i);
     else free_after[static_cast<std::size_t>(buf.last_op)].push_back(i);
   }
+  OpIndex current_op = -1;
+  std::int64_t current_step = 0;
+  Bytes best_reserved = -1;
+  auto observe = [&] {
+    const AllocatorStats& s = allocator.stats();
+    if (s.reserved_bytes[0].current > best_reserved) {
+      best_reserved = s.reserved_bytes[0].current;
+      result.allocated_at_reserved_peak_bytes = s.allocated_bytes[0].current;
+      result.inactive_split_at_reserved_peak_bytes = s.inactive_split_bytes[0].current;
+    }
+    if (options.record_timeline) {
+      result.timeline.push_back({current_step, current_op, s.allocated_bytes[0].current, s.reserved_bytes[0].current});
+    }
+  };
   auto allocate = [&](int b, std::int64_t step) {
     Result<void*> p = allocator.allocate(std::max<Bytes>(plan.buffers[static_cast<std::size_t>(b)].size_bytes, 1));
     if (!p) {
       result.out_of_memory = true;
       result.oom_message = p.error().message;
       result.oom_step = step;
+      result.oom_op = current_op;
       result.oom_tensor = plan.buffers[static_cast<std::size_t>(b)].name;
       return false;
     }
     ptr[static_cast<std::size_t>(b)] = p.value();
+    observe();
     if (step == options.steps || plan.buffers[static_cast<std::size_t>(b)].persistent) {
       result.last_step.push_back({b, reinterpret_cast<DeviceAddress>(p.value()), allocator.block_size(p.value())});
     }
@@ -47,6 +63,7 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
   auto release = [&](int b) {
     allocator.free(ptr[static_cast<std::size_t>(b)]);
     ptr[static_cast<std::size_t>(b)] = nullptr;
+    observe();
   };
   if (options.trace) options.trace->set_label("parameters");
   for (int b : upfront) {
@@ -59,6 +76,8 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
       options.trace->set_label("inputs");
     }
     allocator.reset_peak_stats();
+    current_step = step;
+    current_op = -1;
     const std::int64_t device_allocs_before = allocator.stats().num_device_alloc;
     const std::int64_t device_frees_before = allocator.stats().num_device_free;
     // Last step's results and inputs are released as the new step starts (as a training loop
@@ -69,6 +88,7 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
       if (!allocate(b, step)) return result;
     }
     for (std::size_t pos = 0; pos < plan.schedule.size(); ++pos) {
+      current_op = static_cast<OpIndex>(pos);
       if (options.trace) options.trace->set_label("op " + std::to_string(pos));
       if (step == 1) {
         for (int b : lazy_at[pos]) {

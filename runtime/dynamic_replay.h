@@ -22,6 +22,7 @@ struct ReplayOptions {
   // PyTorch creates optimizer state lazily inside the first optimizer step, interleaved with
   // freeing gradients; false allocates it with the parameters before the first step.
   bool lazy_optimizer_state = true;
+  bool record_timeline = false;  // allocated and reserved bytes after every allocation and free
 };
 
 struct ReplayStep {
@@ -44,11 +45,23 @@ struct ReplayResult {
   bool out_of_memory = false;
   std::string oom_message;  // PyTorch-shaped, when out_of_memory
   std::int64_t oom_step = 0;
+  OpIndex oom_op = -1;  // schedule position (-1: before the first op, e.g. inputs)
   std::string oom_tensor;
   std::vector<ReplayStep> steps;
   Bytes peak_reserved_bytes = 0;
   Bytes peak_allocated_bytes = 0;
   Bytes peak_requested_bytes = 0;
+  // At the moment reserved memory peaked: what was allocated, and what sat in free blocks of
+  // split segments (cached but unusable for a larger request).
+  Bytes allocated_at_reserved_peak_bytes = 0;
+  Bytes inactive_split_at_reserved_peak_bytes = 0;
+  struct TimelinePoint {
+    std::int64_t step;
+    OpIndex op;
+    Bytes allocated_bytes;
+    Bytes reserved_bytes;
+  };
+  std::vector<TimelinePoint> timeline;  // when ReplayOptions::record_timeline
   AllocatorStats stats;
   std::vector<ReplayPlacement> last_step;
   AllocatorSnapshot snapshot_at_end;  // segments and blocks after the last step

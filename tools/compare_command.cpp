@@ -18,6 +18,7 @@
 #include "runtime/simulated_device.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/compare_report.h"
 #include "tools/layout_svg.h"
 #include "tools/memory_report.h"
 
@@ -30,11 +31,13 @@ struct CompareFlags {
   std::string optimizer = "adamw";
   std::vector<std::int64_t> hidden = {256, 256};
   int steps = 3;
-  std::string capacity = "80GiB";
+  std::string budget;  // empty: no limit (a simulated device of 1 PiB)
   std::string alloc_conf;
   bool json = false;
   std::string svg;
+  std::string html;
   std::string snapshot;
+  std::string trace_json;
 };
 
 int color_of(graph::Role role) {
@@ -102,9 +105,10 @@ LayoutPanel static_panel(const planner::MemoryPlan& plan) {
 }
 
 int run_compare(const CompareFlags& flags) {
-  auto capacity = parse_byte_size(flags.capacity);
+  Result<Bytes> capacity = Bytes{1} << 50;
+  if (!flags.budget.empty()) capacity = parse_byte_size(flags.budget);
   if (!capacity) {
-    std::cerr << "memplan compare: --capacity: " << capacity.error().message << "\n";
+    std::cerr << "memplan compare: --budget: " << capacity.error().message << "\n";
     return kExitUsage;
   }
   auto base_options = runtime::CachingAllocatorOptions::parse(flags.alloc_conf);
@@ -141,46 +145,53 @@ int run_compare(const CompareFlags& flags) {
     options.allocator = base_options.value();
     options.allocator.expandable_segments = v == 1;
     options.trace = &variants[v].trace;
+    options.record_timeline = !flags.html.empty();
     variants[v].result = runtime::replay_dynamic(plan, device, options);
   }
 
   const bool plan_fits = plan.arena_bytes <= capacity.value();
+  auto op_name = [&](OpIndex pos) -> std::string {
+    if (pos < 0) return "(step start: inputs)";
+    return step.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;
+  };
   nlohmann::json j;
   j["model"] = flags.model;
   j["batch"] = flags.batch;
   j["optimizer"] = flags.optimizer;
-  j["capacity_bytes"] = capacity.value();
+  j["budget_bytes"] = flags.budget.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
   j["steps"] = flags.steps;
-  j["static"] = {{"reserved_bytes", plan.arena_bytes},
-                 {"lower_bound_bytes", plan.lower_bound_bytes},
-                 {"fits", plan_fits},
-                 {"device_allocations_setup", 1},
-                 {"device_allocations_per_step", 0}};
-  for (const Variant& v : variants) {
-    const auto& r = v.result;
+  j["lower_bound_bytes"] = plan.lower_bound_bytes;
+  j["planned_arena_bytes"] = plan.arena_bytes;
+  j["planned"] = {{"arena_bytes", plan.arena_bytes}, {"fits", plan_fits}, {"device_allocs_setup", 1},
+                  {"device_allocs_per_step", 0}};
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const auto& r = variants[v].result;
     nlohmann::json d{{"reserved_peak_bytes", r.peak_reserved_bytes},
                      {"allocated_peak_bytes", r.peak_allocated_bytes},
                      {"requested_peak_bytes", r.peak_requested_bytes},
+                     {"allocated_at_reserved_peak_bytes", r.allocated_at_reserved_peak_bytes},
+                     {"fragmentation_bytes", r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes},
+                     {"inactive_split_bytes", r.inactive_split_at_reserved_peak_bytes},
                      {"out_of_memory", r.out_of_memory},
                      {"num_alloc_retries", r.stats.num_alloc_retries},
                      {"num_ooms", r.stats.num_ooms}};
-    if (r.peak_reserved_bytes > 0) {
-      d["fragmentation"] = 1.0 - double(r.peak_allocated_bytes) / double(r.peak_reserved_bytes);
-      d["reserved_over_static"] = double(r.peak_reserved_bytes) / double(plan.arena_bytes);
-    }
+    d["device_allocs_per_step"] = r.steps.empty() ? 0 : r.steps.back().device_allocations;
+    if (r.peak_reserved_bytes > 0) d["reserved_over_planned"] = double(r.peak_reserved_bytes) / double(plan.arena_bytes);
+    if (v == 1) d["maps"] = r.stats.num_device_alloc;
     nlohmann::json per_step = nlohmann::json::array();
-    for (const auto& s : r.steps) {
-      per_step.push_back({{"step", s.step}, {"reserved_peak_bytes", s.peak_reserved_bytes},
-                          {"allocated_peak_bytes", s.peak_allocated_bytes},
-                          {"device_allocations", s.device_allocations}, {"device_frees", s.device_frees}});
+    for (const auto& st : r.steps) {
+      per_step.push_back({{"step", st.step}, {"reserved_peak_bytes", st.peak_reserved_bytes},
+                          {"allocated_peak_bytes", st.peak_allocated_bytes},
+                          {"device_allocations", st.device_allocations}, {"device_frees", st.device_frees}});
     }
-    d["steps"] = per_step;
+    d["per_step"] = per_step;
     if (r.out_of_memory) {
       d["oom_message"] = r.oom_message;
       d["oom_step"] = r.oom_step;
+      d["oom_op"] = op_name(r.oom_op);
       d["oom_tensor"] = r.oom_tensor;
     }
-    j[v.name == variants[0].name ? "caching_allocator" : "expandable_segments"] = d;
+    j[v == 0 ? "caching" : "expandable"] = d;
   }
 
   if (!flags.svg.empty()) {
@@ -193,6 +204,29 @@ int run_compare(const CompareFlags& flags) {
                              panels);
     if (!out) {
       std::cerr << "memplan compare: cannot write '" << flags.svg << "'\n";
+      return kExitFailure;
+    }
+  }
+  if (!flags.html.empty()) {
+    std::vector<LayoutPanel> panels = {static_panel(plan)};
+    for (const Variant& v : variants) {
+      if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
+    }
+    std::vector<TimelineSeries> series;
+    for (const Variant& v : variants) series.push_back({v.name, &v.result});
+    std::ofstream out(flags.html);
+    out << render_compare_html(j, render_layout_svg("layouts of the last replayed step", panels),
+                               render_timeline_svg(series, plan.arena_bytes));
+    if (!out) {
+      std::cerr << "memplan compare: cannot write '" << flags.html << "'\n";
+      return kExitFailure;
+    }
+  }
+  if (!flags.trace_json.empty()) {
+    std::ofstream out(flags.trace_json);
+    out << runtime::trace_to_json(variants[0].trace, 1) << "\n";
+    if (!out) {
+      std::cerr << "memplan compare: cannot write '" << flags.trace_json << "'\n";
       return kExitFailure;
     }
   }
@@ -211,35 +245,38 @@ int run_compare(const CompareFlags& flags) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, device capacity %s\n\n",
+  std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
               flags.model.c_str(), static_cast<long long>(flags.batch), flags.optimizer.c_str(), plan.schedule.size(),
-              flags.steps, format_bytes(capacity.value()).c_str());
-  std::printf("%-40s %16s %16s %14s %22s\n", "", "reserved peak", "allocated peak", "fragmentation",
-              "device allocs/step");
-  std::printf("%-40s %16s %16s %14s %22s\n", "memplan static plan", format_bytes(plan.arena_bytes).c_str(),
-              format_bytes(plan.lower_bound_bytes).c_str(), "0.0%", "1 at setup, then 0");
+              flags.steps, flags.budget.empty() ? "no memory budget" : ("budget " + format_bytes(capacity.value())).c_str());
+  std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",
+              "allocs/step");
+  std::printf("%-40s %14s\n", "lower bound (peak of live bytes)", format_bytes(plan.lower_bound_bytes).c_str());
+  std::printf("%-40s %14s %14s %14s %14s %10s\n", "memplan planned arena", format_bytes(plan.arena_bytes).c_str(),
+              "-", "0 B", "0 B", "0");
   for (const Variant& v : variants) {
     const auto& r = v.result;
     if (r.out_of_memory) {
-      std::printf("%-40s OUT OF MEMORY at step %lld allocating '%s'\n", v.name.c_str(),
-                  static_cast<long long>(r.oom_step), r.oom_tensor.c_str());
+      std::printf("%-40s OUT OF MEMORY in step %lld at op %s, allocating '%s'\n", v.name.c_str(),
+                  static_cast<long long>(r.oom_step), op_name(r.oom_op).c_str(), r.oom_tensor.c_str());
       std::printf("    %s\n", r.oom_message.c_str());
       continue;
     }
-    std::string allocs;
-    for (const auto& s : r.steps) allocs += (allocs.empty() ? "" : ", ") + std::to_string(s.device_allocations);
-    char frag[32];
-    std::snprintf(frag, sizeof(frag), "%.1f%%", 100.0 * (1.0 - double(r.peak_allocated_bytes) / double(std::max<Bytes>(1, r.peak_reserved_bytes))));
-    std::printf("%-40s %16s %16s %14s %22s\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
-                format_bytes(r.peak_allocated_bytes).c_str(), frag, allocs.c_str());
+    std::printf("%-40s %14s %14s %14s %14s %10lld\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
+                format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
+                format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
+                format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
+                static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
   }
-  std::printf("\nreserved peak: device memory held; allocated peak: bytes in live blocks (static: the lower bound);\n"
-              "fragmentation: 1 - allocated/reserved at the peaks; device allocs: per step (step 1, 2, ...).\n");
+  std::printf("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
+              "  inactive split = free blocks inside split segments then; allocs/step = device allocations in the\n"
+              "  last (steady-state) step. planned: one allocation at setup, none per step.\n");
   if (!plan_fits) {
-    std::printf("\nthe static plan needs %s, more than the capacity %s\n", format_bytes(plan.arena_bytes).c_str(),
-                format_bytes(capacity.value()).c_str());
+    std::printf("\nplanned arena: OUT OF MEMORY at setup: it needs %s, the budget is %s\n",
+                format_bytes(plan.arena_bytes).c_str(), format_bytes(capacity.value()).c_str());
   }
   if (!flags.svg.empty()) std::printf("\nwrote %s\n", flags.svg.c_str());
+  if (!flags.html.empty()) std::printf("wrote %s\n", flags.html.c_str());
+  if (!flags.trace_json.empty()) std::printf("wrote %s\n", flags.trace_json.c_str());
   if (!flags.snapshot.empty()) std::printf("wrote %s (open it at pytorch.org/memory_viz)\n", flags.snapshot.c_str());
   return kExitOk;
 }
@@ -258,11 +295,15 @@ Command add_compare_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
   app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
-  app->add_option("--capacity", flags->capacity, "Simulated device memory, e.g. 80GiB, 24GB, 16000MiB")->capture_default_str();
+  app->add_option("--budget", flags->budget,
+                  "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where");
   app->add_option("--alloc-conf", flags->alloc_conf,
                   "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
   app->add_flag("--json", flags->json, "Print the comparison as JSON");
-  app->add_option("--svg", flags->svg, "Write a picture of both layouts (SVG)");
+  app->add_option("--svg", flags->svg, "Write a picture of the three layouts (SVG)");
+  app->add_option("--html", flags->html,
+                  "Write a self-contained HTML report: the table, the layouts and allocated vs reserved over time");
+  app->add_option("--trace-json", flags->trace_json, "Write the caching allocator's events as plain JSON");
   app->add_option("--snapshot", flags->snapshot,
                   "Write the caching allocator's run as a PyTorch memory snapshot (pickle) for pytorch.org/memory_viz");
   return Command{app, [flags] { return run_compare(*flags); }};

@@ -1,0 +1,125 @@
+#include "tools/compare_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "tools/memory_report.h"
+
+namespace memplan::tools {
+namespace {
+
+const char* kSeriesColors[] = {"#d95f02", "#1b9e77", "#7570b3"};
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes planned_arena_bytes) {
+  constexpr double kW = 900, kH = 300, kL = 80, kT = 20, kB = 40;
+  std::size_t points = 1;
+  Bytes y_max = planned_arena_bytes;
+  for (const auto& s : series) {
+    points = std::max(points, s.result->timeline.size());
+    for (const auto& p : s.result->timeline) y_max = std::max(y_max, p.reserved_bytes);
+  }
+  y_max = std::max<Bytes>(1, y_max);
+  auto x_of = [&](std::size_t i) { return kL + double(i) / double(std::max<std::size_t>(1, points - 1)) * kW; };
+  auto y_of = [&](Bytes b) { return kT + kH - double(b) / double(y_max) * kH; };
+  std::ostringstream svg;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"12\">\n",
+                kL + kW + 20, kT + kH + kB);
+  svg << buf;
+  std::snprintf(buf, sizeof(buf), "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n",
+                kL, kT, kW, kH);
+  svg << buf;
+  for (int k = 0; k <= 4; ++k) {
+    const Bytes b = y_max * k / 4;
+    std::snprintf(buf, sizeof(buf), "<text x=\"4\" y=\"%.1f\">%s</text>\n", y_of(b) + 4, format_bytes(b).c_str());
+    svg << buf;
+  }
+  std::snprintf(buf, sizeof(buf),
+                "<line class=\"planned\" x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#7570b3\" stroke-width=\"2\"/>\n",
+                kL, kL + kW, y_of(planned_arena_bytes), y_of(planned_arena_bytes));
+  svg << buf;
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    const auto& tl = series[s].result->timeline;
+    for (int which = 0; which < 2; ++which) {
+      svg << "<polyline fill=\"none\" stroke=\"" << kSeriesColors[s % 2] << "\" stroke-width=\"1.5\""
+          << (which == 1 ? " stroke-dasharray=\"5 3\"" : "") << " points=\"";
+      for (std::size_t i = 0; i < tl.size(); ++i) {
+        std::snprintf(buf, sizeof(buf), "%.1f,%.1f ", x_of(i), y_of(which == 0 ? tl[i].allocated_bytes : tl[i].reserved_bytes));
+        svg << buf;
+      }
+      svg << "\"/>\n";
+    }
+  }
+  double lx = kL;
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s: allocated (solid), reserved (dashed)</text>\n",
+                  lx, kT + kH + 30, kSeriesColors[s % 2], escape(series[s].name).c_str());
+    svg << buf;
+    lx += 420;
+  }
+  std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"#7570b3\">planned arena</text>\n", kL + kW - 90,
+                y_of(planned_arena_bytes) - 4);
+  svg << buf << "</svg>\n";
+  return svg.str();
+}
+
+std::string render_compare_html(const nlohmann::json& c, const std::string& layout_svg, const std::string& timeline_svg) {
+  std::ostringstream html;
+  const std::string title = "memplan compare: " + c["model"].get<std::string>() + ", batch " +
+                            std::to_string(c["batch"].get<std::int64_t>());
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape(title)
+       << "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
+          "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
+          ".oom{color:#c00;font-weight:bold}</style></head><body>\n";
+  html << "<h1>" << escape(title) << "</h1>\n";
+  html << "<p>The same training step (same op order, same tensor lifetimes) under three memory managers, replayed for "
+       << c["steps"].get<int>() << " steps on a simulated device"
+       << (c["budget_bytes"].is_null() ? std::string(" with no budget")
+                                       : " of " + format_bytes(c["budget_bytes"].get<Bytes>()))
+       << ".</p>\n";
+  html << "<table id=\"summary\"><tr><th></th><th>reserved peak</th><th>allocated at that moment</th>"
+          "<th>fragmentation</th><th>inactive split</th><th>device allocations per step</th></tr>\n";
+  html << "<tr><td>lower bound</td><td>" << format_bytes(c["lower_bound_bytes"].get<Bytes>())
+       << "</td><td></td><td></td><td></td><td></td></tr>\n";
+  html << "<tr><td>memplan planned arena</td><td>" << format_bytes(c["planned_arena_bytes"].get<Bytes>())
+       << "</td><td>-</td><td>0 B</td><td>0 B</td><td>0 (1 at setup)</td></tr>\n";
+  for (const char* key : {"caching", "expandable"}) {
+    const auto& d = c[key];
+    const std::string name = std::string(key) == "caching" ? "caching allocator" : "caching allocator, expandable segments";
+    if (d["out_of_memory"].get<bool>()) {
+      html << "<tr><td>" << name << "</td><td colspan=\"5\" class=\"oom\">out of memory in step "
+           << d["oom_step"].get<std::int64_t>() << " at op " << escape(d["oom_op"].get<std::string>()) << ": "
+           << escape(d["oom_message"].get<std::string>()) << "</td></tr>\n";
+      continue;
+    }
+    html << "<tr><td>" << name << "</td><td>" << format_bytes(d["reserved_peak_bytes"].get<Bytes>()) << "</td><td>"
+         << format_bytes(d["allocated_at_reserved_peak_bytes"].get<Bytes>()) << "</td><td>"
+         << format_bytes(d["fragmentation_bytes"].get<Bytes>()) << "</td><td>"
+         << format_bytes(d["inactive_split_bytes"].get<Bytes>()) << "</td><td>"
+         << d["device_allocs_per_step"].get<std::int64_t>() << "</td></tr>\n";
+  }
+  html << "</table>\n<h2>Layouts</h2>\n<p>Address (up) against op index (right) in the last replayed step; every "
+          "tensor is a rectangle coloured by role. Grey is memory the caching allocator holds but no live tensor "
+          "uses.</p>\n"
+       << layout_svg << "<h2>Allocated vs reserved over time</h2>\n<p>After every allocation and free, all steps.</p>\n"
+       << timeline_svg << "</body></html>\n";
+  return html.str();
+}
+
+}  // namespace memplan::tools
