@@ -8,10 +8,13 @@ MEMPLAN_PACKAGES=(
   libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
   dataset-fashion-mnist
 )
+# Only the test suite needs these: a browser to check the HTML reports.
+MEMPLAN_TEST_PACKAGES=(chromium)
 
+# memplan_install_deps [extra packages...]
 memplan_install_deps() {
   local missing=()
-  for p in "${MEMPLAN_PACKAGES[@]}"; do
+  for p in "${MEMPLAN_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/deps.sh
-memplan_install_deps
+memplan_install_deps "${MEMPLAN_TEST_PACKAGES[@]}"
 
 echo "== build (Release, -Werror) =="
 memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_WERROR=ON
