@@ -8,6 +8,7 @@
 #include "common/result.h"
 #include "graph/graph.h"
 #include "models/cnn.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 
 namespace memplan::models {
@@ -16,11 +17,14 @@ struct ModelOptions {
   std::string name = "mlp";
   MlpConfig mlp;  // used when name == "mlp"
   CnnConfig cnn;  // used when name == "cnn"
+  GptConfig gpt;  // used when name == "gpt"
   // false builds the evaluation graph (batch norm from running statistics, no dropout).
   bool training = true;
 };
 
 std::vector<std::string> trainable_model_names();
+// Every model build_forward knows (the trainable ones plus those `memplan train` cannot feed yet).
+std::vector<std::string> model_names();
 
 // What `memplan train` uses when a flag is not given: each model has its own sensible defaults.
 struct TrainDefaults {

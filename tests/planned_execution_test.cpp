@@ -38,6 +38,19 @@ models::ModelOptions small_cnn(std::int64_t blocks) {
   return options;
 }
 
+// A two-layer GPT with dropout on, so the masks' determinism is part of the comparison.
+models::ModelOptions small_gpt() {
+  models::ModelOptions options;
+  options.name = "gpt";
+  options.gpt.vocab = 11;
+  options.gpt.context = 8;
+  options.gpt.layers = 2;
+  options.gpt.heads = 2;
+  options.gpt.width = 8;
+  options.gpt.dropout = 0.1f;
+  return options;
+}
+
 // Every trainable reference model (and each optimizer) at a small size; synthetic data so the
 // test needs no dataset.
 const ModelCase kModels[] = {
@@ -46,6 +59,7 @@ const ModelCase kModels[] = {
     {"mlp_sgd_deep", mlp({32, {16, 16, 16}, 5}), 4, graph::OptimizerKind::sgd},
     {"cnn_adamw", small_cnn(1), 4, graph::OptimizerKind::adamw},
     {"cnn_momentum_two_blocks", small_cnn(2), 3, graph::OptimizerKind::momentum},
+    {"gpt_adamw_dropout", small_gpt(), 2, graph::OptimizerKind::adamw},
 };
 
 graph::Graph training_graph(const ModelCase& m) {
@@ -65,17 +79,21 @@ struct Outcome {
   std::int64_t allocations_during_steps = 0;
 };
 
-Outcome train(const ModelCase& m, const graph::Graph& g, runtime::Executor& exec, int steps) {
+Outcome train(const ModelCase&, const graph::Graph& g, runtime::Executor& exec, int steps) {
   exec.initialize_persistent(123);
   Rng rng(5);
-  std::vector<float> x(static_cast<std::size_t>(g.tensor(g.find("x")).shape.numel()));
-  std::vector<std::int32_t> y(static_cast<std::size_t>(m.batch));
+  const graph::TensorDesc& x_desc = g.tensor(g.find("x"));
+  std::vector<float> x(static_cast<std::size_t>(x_desc.shape.numel()));
+  std::vector<std::int32_t> ids(x.size());  // token ids when x is i32 (gpt)
+  std::vector<std::int32_t> y(static_cast<std::size_t>(g.tensor(g.find("labels")).shape.numel()));
   const auto classes = static_cast<std::uint64_t>(g.tensor(g.output).shape[1]);
   Outcome out;
   for (int s = 0; s < steps; ++s) {
     for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : ids) v = static_cast<std::int32_t>(rng.below(classes));
     for (auto& v : y) v = static_cast<std::int32_t>(rng.below(classes));
-    exec.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
+    const bool token_ids = x_desc.dtype == graph::DType::i32;
+    exec.set_input(g.find("x"), token_ids ? static_cast<const void*>(ids.data()) : x.data(), x_desc.size_bytes());
     exec.set_input(g.find("labels"), y.data(), static_cast<Bytes>(y.size() * 4));
     EXPECT_TRUE(exec.run_step().ok());
     out.loss = exec.read_scalar(g.loss);

@@ -1,0 +1,89 @@
+#include "models/gpt.h"
+
+#include <cmath>
+#include <string>
+
+#include "graph/builder.h"
+
+namespace memplan::models {
+namespace {
+
+using graph::InitSpec;
+
+struct Linear {
+  TensorId weight, bias;
+};
+
+}  // namespace
+
+graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool training) {
+  const std::int64_t B = batch, T = config.context, C = config.width, NH = config.heads, V = config.vocab;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || V <= 0 || config.layers <= 0) {
+    throw graph::GraphError("gpt: batch, context, width, heads, vocab and layers must be positive");
+  }
+  if (C % NH != 0) {
+    throw graph::GraphError("gpt: width " + std::to_string(C) + " is not divisible by " + std::to_string(NH) + " heads");
+  }
+  const std::int64_t HD = C / NH;  // head size
+  const float p = training ? config.dropout : 0.0f;
+  graph::Graph g;
+  graph::Builder b(g);
+  const InitSpec w_init{InitSpec::Kind::normal, 0.02f};
+  const InitSpec proj_init{InitSpec::Kind::normal, 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers))};
+  const InitSpec zeros{InitSpec::Kind::zeros, 0.0f};
+  const InitSpec ones{InitSpec::Kind::ones, 0.0f};
+  auto linear_params = [&](const std::string& name, std::int64_t out, std::int64_t in, InitSpec init) {
+    return Linear{b.parameter(name + ".weight", {out, in}, init), b.parameter(name + ".bias", {out}, zeros)};
+  };
+  auto layer_norm = [&](TensorId x, const std::string& name) {
+    return b.layer_norm(x, b.parameter(name + ".weight", {C}, ones), b.parameter(name + ".bias", {C}, zeros), name);
+  };
+  // [B*T, C] -> [B, NH, T, HD]
+  auto split_heads = [&](TensorId x, const std::string& name) {
+    return b.permute(b.reshape(x, {B, T, NH, HD}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
+  };
+
+  const TensorId x = b.input("x", {B, T}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
+  const TensorId wte = b.parameter("wte.weight", {V, C}, w_init);
+  const TensorId wpe = b.parameter("wpe.weight", {T, C}, w_init);
+
+  // Position embeddings broadcast over the batch: [B, T*C] + [T*C].
+  const TensorId tok = b.embedding(x, wte, "tok_emb");  // [B, T, C]
+  TensorId h = b.bias_add(b.reshape(tok, {B, T * C}, "tok_emb.flat"), b.reshape(wpe, {T * C}, "wpe.flat"), "emb");
+  h = b.reshape(b.dropout(h, p, "emb.drop"), {B * T, C}, "residual0");  // the residual stream [B*T, C]
+
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const std::string n = "h." + std::to_string(l);
+    // causal self-attention
+    const TensorId a_in = layer_norm(h, n + ".ln_1");
+    const Linear q = linear_params(n + ".attn.q", C, C, w_init);
+    const Linear k = linear_params(n + ".attn.k", C, C, w_init);
+    const Linear v = linear_params(n + ".attn.v", C, C, w_init);
+    const TensorId qh = split_heads(b.linear(a_in, q.weight, q.bias, n + ".attn.q"), n + ".attn.q");
+    const TensorId kh = split_heads(b.linear(a_in, k.weight, k.bias, n + ".attn.k"), n + ".attn.k");
+    const TensorId vh = split_heads(b.linear(a_in, v.weight, v.bias, n + ".attn.v"), n + ".attn.v");
+    TensorId att = b.batched_matmul(qh, kh, false, true, n + ".attn.scores");  // [B, NH, T, T]
+    att = b.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), n + ".attn.scaled");
+    att = b.softmax(att, /*causal=*/true, n + ".attn.probs");
+    att = b.dropout(att, p, n + ".attn.drop");
+    TensorId y = b.batched_matmul(att, vh, false, false, n + ".attn.values");  // [B, NH, T, HD]
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, n + ".attn.merge"), {B * T, C}, n + ".attn.merged");
+    const Linear proj = linear_params(n + ".attn.proj", C, C, proj_init);
+    y = b.dropout(b.linear(y, proj.weight, proj.bias, n + ".attn.proj"), p, n + ".attn.proj.drop");
+    h = b.add(h, y, n + ".residual1");
+    // MLP
+    const Linear fc = linear_params(n + ".mlp.fc", 4 * C, C, w_init);
+    const Linear out = linear_params(n + ".mlp.proj", C, 4 * C, proj_init);
+    TensorId m = b.gelu(b.linear(layer_norm(h, n + ".ln_2"), fc.weight, fc.bias, n + ".mlp.fc"), n + ".mlp.gelu");
+    m = b.dropout(b.linear(m, out.weight, out.bias, n + ".mlp.proj"), p, n + ".mlp.drop");
+    h = b.add(h, m, n + ".residual2");
+  }
+  h = layer_norm(h, "ln_f");
+  const TensorId head = config.tied_head ? wte : b.parameter("lm_head.weight", {V, C}, w_init);
+  g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
+  g.loss = b.cross_entropy(g.output, labels, "loss");
+  return g;
+}
+
+}  // namespace memplan::models
