@@ -12,6 +12,7 @@
 #include "common/rng.h"
 #include "graph/training_step.h"
 #include "models/mlp.h"
+#include "models/registry.h"
 #include "runtime/executor.h"
 
 namespace {
@@ -102,12 +103,21 @@ int main(int argc, char** argv) {
   nlohmann::json arenas = nlohmann::json::array();
   struct Config {
     const char* name;
-    models::MlpConfig mlp;
+    models::ModelOptions model;
   };
-  const Config configs[] = {{"mlp 784-256-256-10", {}}, {"mlp 784-1024-1024-1024-10", {784, {1024, 1024, 1024}, 10}}};
+  models::ModelOptions wide;
+  wide.mlp = {784, {1024, 1024, 1024}, 10};
+  models::ModelOptions cnn;
+  cnn.name = "cnn";
+  const Config configs[] = {{"mlp 784-256-256-10", {}}, {"mlp 784-1024-1024-1024-10", wide}, {"cnn (small ResNet)", cnn}};
   for (const Config& c : configs) {
     for (std::int64_t batch : {32, 128, 512, 2048}) {
-      graph::Graph g = models::build_mlp(c.mlp, batch);
+      auto forward = models::build_forward(c.model, batch);
+      if (!forward) {
+        std::fprintf(stderr, "bench_planned_vs_naive: %s\n", forward.error().message.c_str());
+        return 1;
+      }
+      graph::Graph g = std::move(forward).value();
       graph::make_training_step(g, graph::OptimizerConfig{});
       for (auto schedule : {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware}) {
         planner::PlanOptions options;
