@@ -9,6 +9,9 @@ memplan_install_deps "${MEMPLAN_TEST_PACKAGES[@]}"
 
 echo "== build (Release, -Werror) =="
 memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_WERROR=ON
+# Tests run in parallel processes, so each keeps to one OpenMP thread: busy-waiting OpenMP
+# teams oversubscribing the cores slow everything down, and no test measures speed.
+export OMP_NUM_THREADS=1
 echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
