@@ -2,6 +2,7 @@
 // on the same step, the JSON carries the numbers, pictures and snapshots are written, and bad
 // input is a usage error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -53,7 +54,7 @@ TEST(CompareCli, ABudgetThePlanFitsMakesTheCachingAllocatorRunOutWithPyTorchsMes
 }
 
 TEST(CompareCli, WritesThePictureAndThePyTorchSnapshot) {
-  const auto dir = std::filesystem::temp_directory_path() / "memplan_compare_test";
+  const auto dir = std::filesystem::temp_directory_path() / ("memplan_compare_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto svg = dir / "layout.svg", snap = dir / "snapshot.pickle", trace = dir / "trace.json";
   const auto r = run_cli("compare --batch 256 --svg " + svg.string() + " --snapshot " + snap.string() +

@@ -2,6 +2,7 @@
 // scripts/test.sh): the page loads with no console messages and shows the expected table and
 // rectangles. A control page with a script error proves the console check can fail.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -43,7 +44,10 @@ class CompareHtml : public ::testing::Test {
     if (!std::filesystem::exists(kChromium)) {
       GTEST_SKIP() << "Debian's chromium is not installed (scripts/test.sh installs it); the HTML report is not checked";
     }
-    dir_ = std::filesystem::temp_directory_path() / "memplan_html_test";
+    // One folder per test and process: ctest runs these tests in parallel.
+    dir_ = std::filesystem::temp_directory_path() /
+           ("memplan_html_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
