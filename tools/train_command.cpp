@@ -199,7 +199,7 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model", flags->model, "Model to train")
       ->check(CLI::IsMember(models::trainable_model_names()))
       ->capture_default_str();
-  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 3)")
+  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 4)")
                      ->check(positive_integer());
   app->add_option("--steps", flags->steps, "Number of steps (instead of --epochs)")
       ->check(positive_integer())
