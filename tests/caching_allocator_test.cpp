@@ -658,22 +658,21 @@ INSTANTIATE_TEST_SUITE_P(CachingAllocatorOptions, CachingAllocatorProperty,
                          ::testing::ValuesIn(std::vector<std::string>(std::begin(kPropertyConfigs), std::end(kPropertyConfigs))),
                          property_name);
 
-TEST(CachingAllocatorPerformance, MillionAllocFreePairsTakeWellUnderASecondEach) {
+// Speed is measured by bench/caching_allocator_bench.cpp; this checks what the cache does over
+// many requests.
+TEST(CachingAllocatorChurn, CacheAbsorbsNearlyAllOfManyRandomRequests) {
   SimulatedDevice device(64 * GiB);
   CachingAllocator a(device);
   Rng rng(7);
   std::vector<void*> live(256, nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 1000000; ++i) {
+  for (int i = 0; i < 200000; ++i) {
     const std::size_t slot = static_cast<std::size_t>(rng.below(live.size()));
     if (live[slot] != nullptr) a.free(live[slot]);
     const Bytes n = Bytes{512} << rng.below(16);  // 512 B .. 16 MiB
     live[slot] = a.allocate(n).value();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 5.0);
-  EXPECT_EQ(a.stats().allocation[kAll].allocated, 1000000);
-  EXPECT_LT(a.stats().num_device_alloc, 10000);  // the cache absorbs over 99% of requests
+  EXPECT_EQ(a.stats().allocation[kAll].allocated, 200000);
+  EXPECT_LT(a.stats().num_device_alloc, 2000);  // the cache absorbs over 99% of requests
 }
 
 }  // namespace
