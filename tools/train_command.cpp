@@ -199,14 +199,14 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model", flags->model, "Model to train")
       ->check(CLI::IsMember(models::trainable_model_names()))
       ->capture_default_str();
-  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 4)")
+  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 5)")
                      ->check(positive_integer());
   app->add_option("--steps", flags->steps, "Number of steps (instead of --epochs)")
       ->check(positive_integer())
       ->excludes(epochs);
-  auto* batch = app->add_option("--batch", flags->batch, "Samples per step (default per model: 128)")
+  auto* batch = app->add_option("--batch", flags->batch, "Samples per step (default per model: mlp 128, cnn 64)")
                     ->check(positive_integer());
-  auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 2e-3)")
+  auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 1e-3)")
                  ->check(positive_finite());
   app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
