@@ -269,7 +269,8 @@ TEST_P(GradCheck, BackwardMatchesCentralFiniteDifferences) {
   }
   const auto r = testing::random_values(static_cast<std::size_t>(g.tensor(weights).shape.numel()), 99);
   run.executor.set_input(weights, r.data(), g.tensor(weights).size_bytes());
-  const auto id_range = static_cast<std::size_t>(c.id_range > 0 ? c.id_range : dims[1]);
+  // Integer inputs (labels, token ids) take values below id_range, or below the class count.
+  const auto id_range = static_cast<std::size_t>(c.id_range > 0 ? c.id_range : dims.size() > 1 ? dims[1] : 1);
   for (TensorId id : g.tensors_with_role(graph::Role::input)) {
     if (g.tensor(id).dtype != graph::DType::i32) continue;
     std::vector<std::int32_t> l(static_cast<std::size_t>(g.tensor(id).shape.numel()));
