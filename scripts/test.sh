@@ -17,7 +17,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 echo "== build (ASan + UBSan) =="
 # The sanitizer build skips the CUDA backend: the CUDA runtime is not ASan-instrumented.
-memplan_build build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMPLAN_SANITIZE=ON -DMEMPLAN_CUDA=OFF \
+memplan_build build-sanitize -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DMEMPLAN_SANITIZE=ON -DMEMPLAN_CUDA=OFF \
   -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=OFF -DMEMPLAN_WERROR=ON
 echo "== tests under ASan + UBSan =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
