@@ -10,6 +10,19 @@
 
 namespace memplan::planner {
 
+PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& life) {
+  PlannedBuffer b;
+  b.root = life.root;
+  b.name = graph.tensor(life.root).name;
+  b.role = graph.tensor(life.root).role;
+  b.size_bytes = life.size_bytes;
+  b.first_op = life.first_op;
+  b.last_op = life.last_op;
+  b.persistent = life.persistent;
+  b.step_result = life.step_result;
+  return b;
+}
+
 namespace {
 
 Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options) {
@@ -27,15 +40,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
   AllocationProblem transient;
   std::vector<int> transient_index;  // problem buffer -> plan buffer
   for (const BufferLifetime& life : lifetimes.buffers) {
-    PlannedBuffer b;
-    b.root = life.root;
-    b.name = graph.tensor(life.root).name;
-    b.role = graph.tensor(life.root).role;
-    b.size_bytes = life.size_bytes;
-    b.first_op = life.first_op;
-    b.last_op = life.last_op;
-    b.persistent = life.persistent;
-    b.step_result = life.step_result;
+    PlannedBuffer b = unplaced_buffer(graph, life);
     const Bytes footprint = align_up(std::max<Bytes>(b.size_bytes, 1) + options.guard_bytes, kArenaAlignment);
     if (b.persistent) {
       b.offset = next;

@@ -31,6 +31,10 @@ struct PlannedBuffer {
                           // creates optimizer state there, as eager frameworks do lazily)
 };
 
+// A lifetime as a buffer of a plan, not yet placed (offset 0): the one conversion both the
+// planner and the naive executor use.
+PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& life);
+
 struct PlanOptions {
   ScheduleKind schedule = ScheduleKind::memory_aware;
   bool choose_best_schedule = true;  // plan both orders and keep the lower arena

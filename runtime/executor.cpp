@@ -78,16 +78,7 @@ Executor::Executor(const Graph& graph, Device& device, ExecutorOptions options)
     const planner::Lifetimes lifetimes = planner::compute_lifetimes(graph_, schedule_);
     buffer_of_tensor_ = lifetimes.buffer_of_tensor;
     for (const planner::BufferLifetime& life : lifetimes.buffers) {
-      planner::PlannedBuffer b;
-      b.root = life.root;
-      b.name = graph_.tensor(life.root).name;
-      b.role = graph_.tensor(life.root).role;
-      b.size_bytes = life.size_bytes;
-      b.first_op = life.first_op;
-      b.last_op = life.last_op;
-      b.persistent = life.persistent;
-      b.step_result = life.step_result;
-      buffers_.push_back(b);
+      buffers_.push_back(planner::unplaced_buffer(graph_, life));
     }
   }
   prepare_tables();

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "graph/training_step.h"
+#include "models/registry.h"
+
 namespace memplan::tools {
 
 CLI::Validator positive_finite() {
@@ -40,6 +43,22 @@ CLI::Validator positive_integer() {
         return {};
       },
       "INTEGER >= 1");
+}
+
+Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
+                                         const std::vector<std::int64_t>& hidden, const std::string& optimizer) {
+  models::ModelOptions options;
+  options.name = model;
+  options.mlp.hidden = hidden;
+  auto forward = models::build_forward(options, batch);
+  if (!forward) return forward.error();
+  auto kind = graph::parse_optimizer_kind(optimizer);
+  if (!kind) return kind.error();
+  graph::Graph step = std::move(forward).value();
+  graph::OptimizerConfig config;
+  config.kind = kind.value();
+  graph::make_training_step(step, config);
+  return step;
 }
 
 Progress::Progress(std::string label, std::int64_t total, bool enabled)

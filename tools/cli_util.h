@@ -8,12 +8,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/result.h"
+#include "graph/graph.h"
+
 namespace memplan::tools {
 
 // Accepts a finite number > 0 (rejects 0, negatives, NaN, inf and non-numbers).
 CLI::Validator positive_finite();
 // Accepts an integer >= 1.
 CLI::Validator positive_integer();
+
+// The training step (forward, backward, optimizer) of a reference model at a batch size, shapes
+// only: what plan, fit and compare start from. `hidden` sets the MLP's widths.
+Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
+                                         const std::vector<std::int64_t>& hidden, const std::string& optimizer);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {

@@ -116,18 +116,12 @@ int run_compare(const CompareFlags& flags) {
     std::cerr << "memplan compare: --alloc-conf: " << base_options.error().message << "\n";
     return kExitUsage;
   }
-  models::ModelOptions model;
-  model.name = flags.model;
-  model.mlp.hidden = flags.hidden;
-  auto forward = models::build_forward(model, flags.batch);
-  if (!forward) {
-    std::cerr << "memplan compare: " << forward.error().message << "\n";
+  auto built = build_training_step(flags.model, flags.batch, flags.hidden, flags.optimizer);
+  if (!built) {
+    std::cerr << "memplan compare: " << built.error().message << "\n";
     return kExitUsage;
   }
-  graph::Graph step = std::move(forward).value();
-  graph::OptimizerConfig opt;
-  opt.kind = graph::parse_optimizer_kind(flags.optimizer).value();
-  graph::make_training_step(step, opt);
+  const graph::Graph& step = built.value();
   auto planned = planner::plan_memory(step);
   if (!planned) {
     std::cerr << "memplan compare: " << planned.error().message << "\n";

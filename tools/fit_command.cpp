@@ -34,15 +34,9 @@ struct Planned {
 };
 
 Result<Planned> plan_batch(const FitFlags& flags, std::int64_t batch) {
-  models::ModelOptions model;
-  model.name = flags.model;
-  model.mlp.hidden = flags.hidden;
-  auto forward = models::build_forward(model, batch);
-  if (!forward) return forward.error();
-  Planned p{std::move(forward).value(), {}};
-  graph::OptimizerConfig opt;
-  opt.kind = graph::parse_optimizer_kind(flags.optimizer).value();
-  graph::make_training_step(p.graph, opt);
+  auto built = build_training_step(flags.model, batch, flags.hidden, flags.optimizer);
+  if (!built) return built.error();
+  Planned p{std::move(built).value(), {}};
   auto plan = planner::plan_memory(p.graph);  // the same options the executor uses
   if (!plan) return plan.error();
   p.plan = std::move(plan).value();

@@ -9,6 +9,7 @@
 #include "graph/training_step.h"
 #include "models/registry.h"
 #include "planner/memory_plan.h"
+#include "planner/minimalloc_csv.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"
@@ -28,38 +29,13 @@ struct PlanFlags {
   std::string out;
 };
 
-// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half.
-Status write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Error{"cannot write '" + tmp + "'"};
-    f << text;
-    f.flush();
-    if (!f) return Error{"writing '" + tmp + "' failed"};
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Error{"cannot rename '" + tmp + "' to '" + path + "'"};
-  }
-  return Status::success();
-}
-
 int run_plan(const PlanFlags& flags) {
-  models::ModelOptions model;
-  model.name = flags.model;
-  model.mlp.hidden = flags.hidden;
-  auto forward = models::build_forward(model, flags.batch);
-  if (!forward) {
-    std::cerr << "memplan plan: " << forward.error().message << "\n";
+  auto built = build_training_step(flags.model, flags.batch, flags.hidden, flags.optimizer);
+  if (!built) {
+    std::cerr << "memplan plan: " << built.error().message << "\n";
     return kExitUsage;
   }
-  graph::Graph step = std::move(forward).value();
-  graph::OptimizerConfig opt;
-  opt.kind = graph::parse_optimizer_kind(flags.optimizer).value();
-  graph::make_training_step(step, opt);
+  const graph::Graph& step = built.value();
 
   planner::PlanOptions options;
   options.in_place = !flags.no_in_place;
@@ -78,7 +54,7 @@ int run_plan(const PlanFlags& flags) {
   j["batch"] = flags.batch;
   j["optimizer"] = flags.optimizer;
   if (!flags.out.empty()) {
-    if (Status s = write_atomically(flags.out, j.dump(2) + "\n"); !s) {
+    if (Status s = planner::write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
       std::cerr << "memplan plan: " << s.error().message << "\n";
       return kExitFailure;
     }
