@@ -31,6 +31,7 @@ struct TrainDefaults {
   std::int64_t epochs = 5;
   std::int64_t batch = 128;
   double lr = 1e-3;
+  std::int64_t steps = 0;  // when set, a step count replaces epochs (text models sample windows)
 };
 TrainDefaults train_defaults(const std::string& model);
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "common/rng.h"
@@ -60,6 +61,21 @@ Result<std::string> read_fortunes(const std::string& dir) {
     while (std::getline(in, line)) text += line == "%" ? "\n" : line + "\n";
   }
   if (text.empty()) return Error{"no text files in '" + dir + "'"};
+  return text;
+}
+
+Result<std::string> read_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return read_fortunes(path);
+  if (!fs::is_regular_file(path, ec)) {
+    return Error{"no text file or folder '" + path + "' (install Debian's fortunes package: apt-get install fortunes, or pass --data FILE)"};
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read '" + path + "'"};
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Error{"cannot read '" + path + "'"};
+  if (text.empty()) return Error{"'" + path + "' is empty"};
   return text;
 }
 

@@ -30,6 +30,9 @@ Result<TextDataset> make_text_dataset(const std::string& text, std::int64_t min_
 // in name order, dropping the '%' separator lines. Error naming the folder if nothing is there.
 Result<std::string> read_fortunes(const std::string& dir);
 
+// The text at `path`: a folder is read as fortunes (above), a regular file as it is.
+Result<std::string> read_text(const std::string& path);
+
 // Fills x [batch, T] and labels [batch*T] (x shifted by one) from windows of `tokens` starting at
 // positions drawn from (seed, step): deterministic for a run.
 void sample_text_batch(const std::vector<std::int32_t>& tokens, std::int64_t batch, std::int64_t context,

@@ -1,7 +1,5 @@
 #include "planner/minimalloc_csv.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <array>
 #include <charconv>
@@ -201,38 +199,6 @@ Result<std::string> format_minimalloc_csv(const AllocationProblem& problem,
     out << b.id << ',' << b.first_op << ',' << b.end_op << ',' << b.size_bytes << ',' << offsets[i] << '\n';
   }
   return out.str();
-}
-
-Status write_file_atomically(const std::string& path, std::string_view text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  fs::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  // mkstemp gives a name no one else uses, in the target's directory so rename is atomic.
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) return Error{path + ": cannot create a temporary file in " + dir.string()};
-  // mkstemp creates 0600; an output file is an ordinary file others may read.
-  bool ok = ::fchmod(fd, 0644) == 0;
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    written += std::size_t(n);
-  }
-  if (::close(fd) != 0) ok = false;
-  if (!ok) {
-    std::remove(tmpl.c_str());
-    return Error{path + ": write failed"};
-  }
-  if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
-    std::remove(tmpl.c_str());
-    return Error{path + ": cannot rename the temporary file into place"};
-  }
-  return Status::success();
 }
 
 }  // namespace memplan::planner

@@ -31,8 +31,4 @@ Result<MinimallocCsv> read_minimalloc_csv(const std::string& path);
 Result<std::string> format_minimalloc_csv(const AllocationProblem& problem,
                                           const std::vector<Offset>& offsets);
 
-// Writes `text` to `path` all-or-nothing: a temporary file in the same directory, then a
-// rename, so a reader never sees a partial file and a failure leaves no file behind.
-Status write_file_atomically(const std::string& path, std::string_view text);
-
 }  // namespace memplan::planner

@@ -78,6 +78,9 @@ class Executor {
   std::string params_sha256() const;
 
   std::int64_t steps_completed() const { return steps_completed_; }
+  // Resuming from a checkpoint: step-dependent ops (Adam's bias correction, dropout masks)
+  // continue from step n + 1.
+  void set_steps_completed(std::int64_t n) { steps_completed_ = n; }
   std::int64_t device_allocations_during_steps() const { return allocations_during_steps_; }
   Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "common/atomic_file.h"
 #include "planner/minimalloc_csv.h"
 
 namespace memplan::planner {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "graph/training_step.h"
 #include "models/registry.h"
@@ -26,6 +27,27 @@ CLI::Validator positive_finite() {
         return {};
       },
       "NUMBER > 0");
+}
+
+CLI::Validator finite_in_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        std::size_t used = 0;
+        double v = 0.0;
+        try {
+          v = std::stod(value, &used);
+        } catch (const std::exception&) {
+          return "'" + value + "' is not a number";
+        }
+        if (used != value.size()) return "'" + value + "' is not a number";
+        if (!std::isfinite(v) || v < lo || v > hi) {
+          std::ostringstream msg;
+          msg << "must be a number in [" << lo << ", " << hi << "], got '" << value << "'";
+          return msg.str();
+        }
+        return {};
+      },
+      "NUMBER");
 }
 
 CLI::Validator positive_integer() {

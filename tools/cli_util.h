@@ -15,6 +15,8 @@ namespace memplan::tools {
 
 // Accepts a finite number > 0 (rejects 0, negatives, NaN, inf and non-numbers).
 CLI::Validator positive_finite();
+// Accepts a finite number in [lo, hi] (rejects NaN, which CLI::Range lets through).
+CLI::Validator finite_in_range(double lo, double hi);
 // Accepts an integer >= 1.
 CLI::Validator positive_integer();
 

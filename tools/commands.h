@@ -19,6 +19,7 @@ Command add_solve_command(CLI::App& root);
 Command add_plan_command(CLI::App& root);
 Command add_compare_command(CLI::App& root);
 Command add_fit_command(CLI::App& root);
+Command add_sample_command(CLI::App& root);
 
 // Exit codes shared by every command.
 inline constexpr int kExitOk = 0;

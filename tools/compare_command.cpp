@@ -3,12 +3,12 @@
 // simulated device: reserved peak, fragmentation, device allocations per step, out-of-memory
 // at a capacity, and a picture of both layouts.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/byte_size.h"
 #include "graph/training_step.h"
 #include "models/registry.h"
@@ -24,6 +24,15 @@
 
 namespace memplan::tools {
 namespace {
+
+// Each output file is complete or absent: a failed run never leaves half a report behind.
+bool write_output(const std::string& path, std::string_view bytes) {
+  if (Status s = write_file_atomically(path, bytes); !s) {
+    std::cerr << "memplan compare: cannot write " << s.error().message << "\n";
+    return false;
+  }
+  return true;
+}
 
 struct CompareFlags {
   std::string model = "mlp";
@@ -193,11 +202,9 @@ int run_compare(const CompareFlags& flags) {
     for (const Variant& v : variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
-    std::ofstream out(flags.svg);
-    out << render_layout_svg(flags.model + ", batch " + std::to_string(flags.batch) + ": the same step, three allocators (last step shown)",
-                             panels);
-    if (!out) {
-      std::cerr << "memplan compare: cannot write '" << flags.svg << "'\n";
+    if (!write_output(flags.svg, render_layout_svg(flags.model + ", batch " + std::to_string(flags.batch) +
+                                                        ": the same step, three allocators (last step shown)",
+                                                    panels))) {
       return kExitFailure;
     }
   }
@@ -208,31 +215,18 @@ int run_compare(const CompareFlags& flags) {
     }
     std::vector<TimelineSeries> series;
     for (const Variant& v : variants) series.push_back({v.name, &v.result});
-    std::ofstream out(flags.html);
-    out << render_compare_html(j, render_layout_svg("layouts of the last replayed step", panels),
-                               render_timeline_svg(series, plan.arena_bytes));
-    if (!out) {
-      std::cerr << "memplan compare: cannot write '" << flags.html << "'\n";
+    if (!write_output(flags.html, render_compare_html(j, render_layout_svg("layouts of the last replayed step", panels),
+                                                      render_timeline_svg(series, plan.arena_bytes)))) {
       return kExitFailure;
     }
   }
   if (!flags.trace_json.empty()) {
-    std::ofstream out(flags.trace_json);
-    out << runtime::trace_to_json(variants[0].trace, 1) << "\n";
-    if (!out) {
-      std::cerr << "memplan compare: cannot write '" << flags.trace_json << "'\n";
-      return kExitFailure;
-    }
+    if (!write_output(flags.trace_json, runtime::trace_to_json(variants[0].trace, 1) + "\n")) return kExitFailure;
   }
   if (!flags.snapshot.empty()) {
     // PyTorch's viewer (pytorch.org/memory_viz) reads pickled snapshots.
     const std::string bytes = runtime::memory_snapshot_pickle(variants[0].result.snapshot_at_end, &variants[0].trace);
-    std::ofstream out(flags.snapshot, std::ios::binary);
-    out << bytes;
-    if (!out) {
-      std::cerr << "memplan compare: cannot write '" << flags.snapshot << "'\n";
-      return kExitFailure;
-    }
+    if (!write_output(flags.snapshot, bytes)) return kExitFailure;
   }
 
   if (flags.json) {

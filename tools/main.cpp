@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
       "memplan: a training framework that plans every byte of a training step before it runs.\n"
       "Run 'memplan COMMAND --help' for a command's options."};
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_train_command(app), add_plan_command(app), add_fit_command(app), add_compare_command(app), add_solve_command(app)};
+  std::vector<Command> commands = {add_train_command(app), add_plan_command(app), add_fit_command(app), add_compare_command(app), add_solve_command(app), add_sample_command(app)};
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::string names;

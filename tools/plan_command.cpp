@@ -9,6 +9,7 @@
 #include "graph/training_step.h"
 #include "models/registry.h"
 #include "planner/memory_plan.h"
+#include "common/atomic_file.h"
 #include "planner/minimalloc_csv.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -54,7 +55,7 @@ int run_plan(const PlanFlags& flags) {
   j["batch"] = flags.batch;
   j["optimizer"] = flags.optimizer;
   if (!flags.out.empty()) {
-    if (Status s = planner::write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
+    if (Status s = write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
       std::cerr << "memplan plan: " << s.error().message << "\n";
       return kExitFailure;
     }
@@ -92,7 +93,7 @@ Command add_plan_command(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--no-in-place", flags->no_in_place, "Do not let elementwise ops write over an input that dies there");
   app->add_option("--time-limit", flags->time_limit_s, "Seconds for the exact offset search after the greedy portfolio")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(finite_in_range(0.0, 3600.0))
       ->capture_default_str();
   app->add_flag("--json", flags->json, "Print the plan as JSON (totals and every buffer)");
   app->add_option("--out", flags->out, "Also write the JSON plan to this file (atomically)");

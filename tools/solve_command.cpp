@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/exact_solver.h"
+#include "common/atomic_file.h"
 #include "planner/minimalloc_csv.h"
 #include "planner/validator.h"
 #include "tools/commands.h"

@@ -10,13 +10,16 @@
 #include "graph/training_step.h"
 #include "kernels/kernel.h"
 #include "models/fashion_mnist.h"
+#include "models/text_dataset.h"
 #include "models/registry.h"
 #include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/trainer.h"
+#include "runtime/weights.h"
 #include "tools/classifier.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/language_model.h"
 #include "tools/memory_report.h"
 
 namespace memplan::tools {
@@ -32,8 +35,10 @@ struct TrainFlags {
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::uint64_t seed = 0;
-  std::string data = models::kFashionMnistDefaultDir;
+  std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
+  models::GptConfig gpt;  // vocab comes from the text
+  std::string save, load;
   int threads = 0;
   std::string mode = "planned";
   std::vector<std::string> debug;
@@ -41,10 +46,10 @@ struct TrainFlags {
   bool quiet = false;
 };
 
-std::string format_rate(double samples_per_s) {
+std::string format_rate(double per_s, bool tokens) {
   std::ostringstream out;
   out.precision(0);
-  out << std::fixed << samples_per_s << " samples/s";
+  out << std::fixed << per_s << (tokens ? " tokens/s" : " samples/s");
   return out.str();
 }
 
@@ -62,29 +67,51 @@ int run_train(const TrainFlags& flags) {
     }
   }
 
-  auto train_data = models::load_fashion_mnist(flags.data, models::Split::train);
-  if (!train_data) {
-    std::cerr << "memplan train: " << train_data.error().message << "\n";
-    return kExitUsage;
-  }
-  auto test_data = models::load_fashion_mnist(flags.data, models::Split::test);
-  if (!test_data) {
-    std::cerr << "memplan train: " << test_data.error().message << "\n";
-    return kExitUsage;
-  }
-  if (flags.batch > train_data.value().count) {
-    std::cerr << "memplan train: --batch " << flags.batch << " is larger than the training set ("
-              << train_data.value().count << " images)\n";
-    return kExitUsage;
-  }
-
+  const bool text_model = flags.model == "gpt";
   models::ModelOptions model;
   model.name = flags.model;
-  model.mlp.hidden = flags.hidden;
-  model.mlp.inputs = train_data.value().features();
-  model.mlp.classes = train_data.value().classes;
-  model.cnn.image = train_data.value().rows;  // square images, one channel
-  model.cnn.classes = train_data.value().classes;
+  std::optional<models::ImageDataset> train_images, test_images;
+  std::optional<models::TextDataset> text;
+  if (text_model) {
+    const std::string source = flags.data.empty() ? models::kFortunesDefaultDir : flags.data;
+    auto raw = models::read_text(source);
+    if (!raw) {
+      std::cerr << "memplan train: " << raw.error().message << "\n";
+      return kExitUsage;
+    }
+    auto data = models::make_text_dataset(raw.value(), flags.gpt.context + 1);
+    if (!data) {
+      std::cerr << "memplan train: " << source << ": " << data.error().message << " (a shorter --seq may work)\n";
+      return kExitUsage;
+    }
+    text = std::move(data).value();
+    model.gpt = flags.gpt;
+    model.gpt.vocab = text->vocab_size();
+  } else {
+    const std::string source = flags.data.empty() ? models::kFashionMnistDefaultDir : flags.data;
+    auto train_data = models::load_fashion_mnist(source, models::Split::train);
+    if (!train_data) {
+      std::cerr << "memplan train: " << train_data.error().message << "\n";
+      return kExitUsage;
+    }
+    auto test_data = models::load_fashion_mnist(source, models::Split::test);
+    if (!test_data) {
+      std::cerr << "memplan train: " << test_data.error().message << "\n";
+      return kExitUsage;
+    }
+    if (flags.batch > train_data.value().count) {
+      std::cerr << "memplan train: --batch " << flags.batch << " is larger than the training set ("
+                << train_data.value().count << " images)\n";
+      return kExitUsage;
+    }
+    train_images = std::move(train_data).value();
+    test_images = std::move(test_data).value();
+    model.mlp.hidden = flags.hidden;
+    model.mlp.inputs = train_images->features();
+    model.mlp.classes = train_images->classes;
+    model.cnn.image = train_images->rows;  // square images, one channel
+    model.cnn.classes = train_images->classes;
+  }
   auto forward = models::build_forward(model, flags.batch);
   if (!forward) {
     std::cerr << "memplan train: " << forward.error().message << "\n";
@@ -112,23 +139,60 @@ int run_train(const TrainFlags& flags) {
     return kExitFailure;
   }
   executor.initialize_persistent(flags.seed);
+  std::int64_t first_step = 0;  // data continues where a loaded run stopped
+  if (!flags.load.empty()) {
+    auto file = runtime::read_weights_file(flags.load);
+    if (!file) {
+      std::cerr << "memplan train: " << file.error().message << "\n";
+      return kExitUsage;
+    }
+    auto loaded = runtime::load_weights(executor, file.value(), flags.load);
+    if (!loaded) {
+      std::cerr << "memplan train: " << loaded.error().message << "\n";
+      return kExitUsage;
+    }
+    first_step = loaded.value().step;
+    if (!flags.quiet) {
+      std::fprintf(stderr, "memplan train: loaded %d tensors from %s, resuming after step %lld%s\n",
+                   loaded.value().loaded, flags.load.c_str(), static_cast<long long>(first_step),
+                   loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)");
+    }
+  }
 
-  BatchFeeder feeder(train_data.value(), flags.batch, flags.seed);
-  const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * feeder.steps_per_epoch();
+  std::optional<BatchFeeder> image_feeder;
+  std::optional<TextFeeder> text_feeder;
+  std::int64_t steps_per_epoch = 0;
+  if (text_model) {
+    text_feeder.emplace(*text, flags.batch, model.gpt.context, flags.seed);
+    steps_per_epoch = text_feeder->steps_per_epoch();
+  } else {
+    image_feeder.emplace(*train_images, flags.batch, flags.seed);
+    steps_per_epoch = image_feeder->steps_per_epoch();
+  }
+  const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * steps_per_epoch;
+  const std::int64_t samples_per_step = text_model ? flags.batch * model.gpt.context : flags.batch;
   if (!flags.quiet) {
-    std::fprintf(stderr, "memplan train: %s on Fashion-MNIST, %lld steps of batch %lld, %s lr %g, device %s (%d threads)\n",
-                 flags.model.c_str(), static_cast<long long>(steps), static_cast<long long>(flags.batch),
-                 flags.optimizer.c_str(), flags.lr, device.name().c_str(), kernels::cpu_threads());
+    std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s (%d threads)\n",
+                 flags.model.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
+                 static_cast<long long>(flags.batch), flags.optimizer.c_str(), flags.lr, device.name().c_str(),
+                 kernels::cpu_threads());
   }
   Progress progress("train", steps, !flags.quiet);
   double recent_ms = 0.0;
   auto summary = runtime::train(
-      executor, steps, [&](std::int64_t i, runtime::Executor& e) { feeder.feed(i, e); },
+      executor, steps,
+      [&](std::int64_t i, runtime::Executor& e) {
+        if (text_feeder) {
+          text_feeder->feed(first_step + i, e);
+        } else {
+          image_feeder->feed(first_step + i, e);
+        }
+      },
       [&](const runtime::StepReport& r) {
         recent_ms = recent_ms == 0.0 ? r.step_ms : 0.95 * recent_ms + 0.05 * r.step_ms;
         std::ostringstream detail;
         detail.precision(4);
-        detail << "loss " << r.loss << "  " << format_rate(double(flags.batch) * 1000.0 / recent_ms);
+        detail << "loss " << r.loss << "  " << format_rate(double(samples_per_step) * 1000.0 / recent_ms, text_model);
         progress.update(r.step, detail.str());
       });
   if (!summary) {
@@ -138,12 +202,35 @@ int run_train(const TrainFlags& flags) {
   const runtime::TrainSummary& s = summary.value();
   progress.finish("");
 
-  auto eval = evaluate_classifier(model, executor, test_data.value(), device);
-  if (!eval) {
-    std::cerr << "memplan train: evaluation failed: " << eval.error().message << "\n";
-    return kExitFailure;
+  std::optional<Evaluation> eval;
+  std::optional<TextEvaluation> val;
+  if (text_model) {
+    auto r = evaluate_language_model(model, executor, text->val, device, /*max_windows=*/1024);
+    if (!r) {
+      std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
+      return kExitFailure;
+    }
+    val = r.value();
+  } else {
+    auto r = evaluate_classifier(model, executor, *test_images, device);
+    if (!r) {
+      std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
+      return kExitFailure;
+    }
+    eval = r.value();
   }
-  const double samples_per_s = double(flags.batch) * 1000.0 / s.step_time_ms_median;
+  if (!flags.save.empty()) {
+    std::map<std::string, std::string> metadata =
+        text_model ? gpt_metadata(model.gpt, *text) : std::map<std::string, std::string>{{"memplan.model", flags.model}};
+    metadata["memplan.optimizer"] = flags.optimizer;
+    if (Status saved = runtime::save_weights(executor, flags.save, metadata); !saved) {
+      std::cerr << "memplan train: cannot save: " << saved.error().message << "\n";
+      return kExitFailure;
+    }
+    if (!flags.quiet) std::fprintf(stderr, "memplan train: saved the weights to %s\n", flags.save.c_str());
+  }
+  const double samples_per_s = double(samples_per_step) * 1000.0 / s.step_time_ms_median;
+  const double epochs_done = double(s.steps) / double(steps_per_epoch);
   if (flags.json) {
     nlohmann::json out;
     out["model"] = flags.model;
@@ -160,28 +247,46 @@ int run_train(const TrainFlags& flags) {
     out["batch"] = flags.batch;
     out["seed"] = flags.seed;
     out["steps"] = s.steps;
-    out["epochs"] = double(s.steps) / double(feeder.steps_per_epoch());
+    out["epochs"] = epochs_done;
     out["final_loss"] = s.final_loss;
-    out["test_accuracy"] = eval.value().accuracy;
-    out["test_loss"] = eval.value().mean_loss;
+    if (eval) {
+      out["test_accuracy"] = eval->accuracy;
+      out["test_loss"] = eval->mean_loss;
+    }
+    if (val) {
+      out["val_loss"] = val->mean_loss;
+      out["val_tokens"] = val->tokens;
+      out["unigram_entropy"] = unigram_entropy(text->train, text->vocab_size());
+      out["vocab"] = text->vocab_size();
+      out["context"] = model.gpt.context;
+      out["tokens_per_s"] = samples_per_s;
+    } else {
+      out["samples_per_s"] = samples_per_s;
+    }
     out["params_sha256"] = executor.params_sha256();
     out["step_time_ms_median"] = s.step_time_ms_median;
-    out["samples_per_s"] = samples_per_s;
     out["train_seconds"] = s.total_seconds;
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
     out["device_bytes_at_setup"] = executor.device_bytes_at_setup();
     out["threads"] = kernels::cpu_threads();
+    if (!flags.save.empty()) out["saved"] = flags.save;
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", flags.model.c_str(),
                 flags.optimizer.c_str(), flags.lr, static_cast<long long>(flags.batch),
                 static_cast<unsigned long long>(flags.seed));
-    std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps),
-                double(s.steps) / double(feeder.steps_per_epoch()), s.total_seconds);
+    std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), epochs_done,
+                s.total_seconds);
     std::printf("final loss       %.4f\n", s.final_loss);
-    std::printf("test accuracy    %.2f%%  (test loss %.4f)\n", 100.0 * eval.value().accuracy,
-                eval.value().mean_loss);
-    std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median, format_rate(samples_per_s).c_str());
+    if (eval) {
+      std::printf("test accuracy    %.2f%%  (test loss %.4f)\n", 100.0 * eval->accuracy, eval->mean_loss);
+    }
+    if (val) {
+      std::printf("val loss         %.4f nats/char over %lld characters (unigram entropy of the text %.4f)\n",
+                  val->mean_loss, static_cast<long long>(val->tokens), unigram_entropy(text->train, text->vocab_size()));
+    }
+    std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median,
+                format_rate(samples_per_s, text_model).c_str());
     std::printf("params sha256    %s\n", executor.params_sha256().c_str());
     std::printf("device allocations during steps: %lld (%s mode)\n",
                 static_cast<long long>(executor.device_allocations_during_steps()), flags.mode.c_str());
@@ -199,30 +304,50 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model", flags->model, "Model to train")
       ->check(CLI::IsMember(models::trainable_model_names()))
       ->capture_default_str();
-  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 5)")
+  auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 5; gpt counts steps: 3000)")
                      ->check(positive_integer());
   app->add_option("--steps", flags->steps, "Number of steps (instead of --epochs)")
       ->check(positive_integer())
       ->excludes(epochs);
-  auto* batch = app->add_option("--batch", flags->batch, "Samples per step (default per model: mlp 128, cnn 64)")
+  auto* batch = app->add_option("--batch", flags->batch, "Samples per step (default per model: mlp 128, cnn 64, gpt 32 sequences)")
                     ->check(positive_integer());
-  auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 1e-3)")
+  auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 1e-3, gpt 3e-3)")
                  ->check(positive_finite());
   app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
       ->capture_default_str();
   app->add_option("--momentum", flags->momentum, "Momentum (optimizer momentum)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_in_range(0.0, 1.0))
       ->capture_default_str();
   app->add_option("--weight-decay", flags->weight_decay, "Weight decay (decoupled for adamw)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_in_range(0.0, 1.0))
       ->capture_default_str();
   app->add_option("--seed", flags->seed, "Seed for initialisation and shuffling")->capture_default_str();
-  app->add_option("--data", flags->data, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
-  app->add_option("--hidden", flags->hidden, "MLP hidden widths, e.g. --hidden 256,256")
-      ->delimiter(',')
-      ->check(positive_integer())
-      ->capture_default_str();
+  app->add_option("--data", flags->data,
+                  "mlp, cnn: folder with the Fashion-MNIST IDX files (default " +
+                      std::string(models::kFashionMnistDefaultDir) + "); gpt: a text file, or a folder of fortune files (default " +
+                      models::kFortunesDefaultDir + ")");
+  auto* hidden = app->add_option("--hidden", flags->hidden, "mlp: hidden widths, e.g. --hidden 256,256")
+                     ->delimiter(',')
+                     ->check(positive_integer())
+                     ->capture_default_str();
+  std::vector<CLI::Option*> gpt_options = {
+      app->add_option("--seq", flags->gpt.context, "gpt: characters per sequence (context)")
+          ->check(positive_integer())
+          ->capture_default_str(),
+      app->add_option("--layers", flags->gpt.layers, "gpt: transformer blocks")->check(positive_integer())->capture_default_str(),
+      app->add_option("--heads", flags->gpt.heads, "gpt: attention heads (must divide --width)")
+          ->check(positive_integer())
+          ->capture_default_str(),
+      app->add_option("--width", flags->gpt.width, "gpt: residual stream width")->check(positive_integer())->capture_default_str(),
+      app->add_option("--dropout", flags->gpt.dropout, "gpt: dropout probability")->check(finite_in_range(0.0, 0.95))->capture_default_str(),
+  };
+  app->add_option("--save", flags->save,
+                  "Write the trained weights (and optimizer state) to this safetensors file when training ends; "
+                  "the previous file stays intact until the new one is complete");
+  app->add_option("--load", flags->load,
+                  "Start from the weights in this safetensors file (saved by --save with the same model flags)")
+      ->check(CLI::ExistingFile);
   app->add_option("--threads", flags->threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
@@ -237,10 +362,21 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::IsMember({"poison", "guards"}));
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
-  return Command{app, [flags, epochs, batch, lr] {
+  return Command{app, [flags, epochs, batch, lr, hidden, gpt_options] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults
+    if (resolved.model != "mlp" && hidden->count() > 0) {
+      std::cerr << "memplan train: --hidden sets the MLP's widths; it does not apply to --model " << resolved.model << "\n";
+      return kExitUsage;
+    }
+    for (const CLI::Option* option : gpt_options) {
+      if (resolved.model != "gpt" && option->count() > 0) {
+        std::cerr << "memplan train: " << option->get_name() << " applies to --model gpt, not " << resolved.model << "\n";
+        return kExitUsage;
+      }
+    }
     const models::TrainDefaults defaults = models::train_defaults(resolved.model);
     if (epochs->count() == 0) resolved.epochs = defaults.epochs;
+    if (epochs->count() == 0 && resolved.steps == 0) resolved.steps = defaults.steps;
     if (batch->count() == 0) resolved.batch = defaults.batch;
     if (lr->count() == 0) resolved.lr = defaults.lr;
     return run_train(resolved);

@@ -1,0 +1,147 @@
+#include "runtime/weights.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/sha256.h"
+
+namespace memplan::runtime {
+namespace {
+
+// State an optimizer update reads and writes (momentum, Adam moments), as opposed to the
+// model's own buffers: only the former may be absent from a file, or present in a file and
+// absent from a graph (an evaluation graph has no optimizer).
+bool is_optimizer_state(const graph::Graph& g, TensorId id) {
+  if (g.tensor(id).role != graph::Role::optimizer_state) return false;
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::optimizer) continue;
+    for (TensorId u : op.updates) {
+      if (u == id) return true;
+    }
+  }
+  return false;
+}
+
+// Names a file tensor may carry without the graph having it: "<parameter>.<state>".
+bool looks_like_optimizer_state(const graph::Graph& g, const std::string& name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos) return false;
+  const TensorId owner = g.find(name.substr(0, dot));
+  return owner != kNoTensor && g.tensor(owner).role == graph::Role::parameter;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Status save_weights(const Executor& executor, const std::string& path, std::map<std::string, std::string> metadata) {
+  const graph::Graph& g = executor.graph();
+  std::vector<std::string> storage;
+  std::vector<TensorId> ids;
+  for (TensorId id = 0; id < g.num_tensors(); ++id) {
+    if (!graph::is_persistent(g.tensor(id).role)) continue;
+    std::string bytes(static_cast<std::size_t>(g.tensor(id).size_bytes()), '\0');
+    executor.read_tensor(id, bytes.data());
+    storage.push_back(std::move(bytes));
+    ids.push_back(id);
+  }
+  Sha256 sha;
+  std::vector<SafetensorsEntry> entries;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const graph::TensorDesc& t = g.tensor(ids[i]);
+    entries.push_back({t.name, t.dtype, t.shape.dims, storage[i]});
+    sha.update(storage[i].data(), storage[i].size());
+  }
+  metadata[kChecksumKey] = sha.finish_hex();
+  metadata[kStepKey] = std::to_string(executor.steps_completed());
+  auto encoded = encode_safetensors(entries, metadata);
+  if (!encoded) return Error{path + ": " + encoded.error().message};
+  return write_file_atomically(path, encoded.value());
+}
+
+Result<WeightsFile> read_weights_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot open weights file '" + path + "'"};
+  WeightsFile file;
+  file.bytes = std::make_unique<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Error{"cannot read weights file '" + path + "'"};
+  auto view = parse_safetensors(*file.bytes, path);
+  if (!view) return view.error();
+  file.view = std::move(view).value();
+  if (auto it = file.view.metadata.find(kChecksumKey); it != file.view.metadata.end()) {
+    Sha256 sha;
+    for (const SafetensorsEntry& t : file.view.tensors) sha.update(t.data.data(), t.data.size());
+    if (sha.finish_hex() != it->second) {
+      return Error{path + ": checksum mismatch: the tensor data is not what was saved (corrupted file); "
+                          "load an earlier checkpoint"};
+    }
+  }
+  return file;
+}
+
+Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source) {
+  const graph::Graph& g = executor.graph();
+  std::vector<std::string> problems;
+  LoadReport report;
+  std::vector<std::pair<TensorId, const SafetensorsEntry*>> writes;
+  for (TensorId id = 0; id < g.num_tensors(); ++id) {
+    const graph::TensorDesc& t = g.tensor(id);
+    if (!graph::is_persistent(t.role)) continue;
+    const SafetensorsEntry* entry = file.view.find(t.name);
+    if (entry == nullptr) {
+      if (is_optimizer_state(g, id)) {
+        report.fresh_state.push_back(t.name);
+      } else {
+        problems.push_back(t.name + ": missing from the file (the model has shape " + shape_text(t.shape.dims) + ")");
+      }
+      continue;
+    }
+    if (entry->dtype != t.dtype) {
+      problems.push_back(t.name + ": dtype " + std::string(safetensors_dtype_name(entry->dtype)) + " in the file, " +
+                         std::string(safetensors_dtype_name(t.dtype)) + " in the model");
+    } else if (entry->shape != t.shape.dims) {
+      problems.push_back(t.name + ": shape " + shape_text(entry->shape) + " in the file, " + shape_text(t.shape.dims) +
+                         " in the model");
+    } else {
+      writes.emplace_back(id, entry);
+    }
+  }
+  for (const SafetensorsEntry& entry : file.view.tensors) {
+    const TensorId id = g.find(entry.name);
+    const bool known = id != kNoTensor && graph::is_persistent(g.tensor(id).role);
+    if (!known && !looks_like_optimizer_state(g, entry.name)) {
+      problems.push_back(entry.name + ": in the file but not in this model");
+    }
+  }
+  if (!problems.empty()) {
+    std::ostringstream msg;
+    msg << source << " does not match the model (" << problems.size() << " problem" << (problems.size() == 1 ? "" : "s")
+        << "; were the model flags the same as when it was saved?):";
+    for (const std::string& p : problems) msg << "\n  " << p;
+    return Error{msg.str()};
+  }
+  std::int64_t step = 0;
+  if (auto it = file.view.metadata.find(kStepKey); it != file.view.metadata.end()) {
+    char* end = nullptr;
+    step = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || step < 0) {
+      return Error{source + ": metadata " + kStepKey + " is not a step count: '" + it->second + "'"};
+    }
+  }
+  for (const auto& [id, entry] : writes) executor.write_tensor(id, entry->data.data());
+  report.loaded = static_cast<int>(writes.size());
+  if (report.fresh_state.empty()) {
+    report.step = step;
+    executor.set_steps_completed(step);
+  }
+  return report;
+}
+
+}  // namespace memplan::runtime

@@ -1,0 +1,51 @@
+// Saving and loading a model's persistent tensors (parameters, batch-norm running statistics,
+// optimizer state) as safetensors files. Saves are crash-safe (common/atomic_file.h) and carry a
+// SHA-256 of the data in the metadata, so a corrupted file is refused instead of loaded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "runtime/executor.h"
+#include "runtime/safetensors.h"
+
+namespace memplan::runtime {
+
+// Metadata key holding the hex SHA-256 of the data section.
+inline constexpr const char* kChecksumKey = "memplan.data_sha256";
+// Metadata key holding the executor's completed step count.
+inline constexpr const char* kStepKey = "memplan.step";
+
+// Writes every persistent tensor of `executor`'s graph (in graph order) with `metadata`, the
+// step count and the checksum. The previous file at `path`, if any, stays intact until the new one is complete.
+Status save_weights(const Executor& executor, const std::string& path, std::map<std::string, std::string> metadata);
+
+struct WeightsFile {
+  std::unique_ptr<std::string> bytes;  // the whole file; `view` points into it
+  SafetensorsView view;
+};
+
+// Reads and parses `path`, and verifies the checksum when the file has one (files written by
+// other tools usually do not, and are accepted).
+Result<WeightsFile> read_weights_file(const std::string& path);
+
+struct LoadReport {
+  int loaded = 0;
+  // Optimizer state the file does not have (saved with another optimizer, or weights only):
+  // left at its initial values.
+  std::vector<std::string> fresh_state;
+  // The saved step count, restored into the executor when all optimizer state was loaded
+  // (fresh state restarts at step 0, as Adam's bias correction expects).
+  std::int64_t step = 0;
+};
+
+// Copies the file's tensors into `executor` (after setup()). Every parameter and buffer of the
+// graph must be in the file with the same shape and dtype, and the file may hold nothing the
+// graph lacks except optimizer state; otherwise an Error lists every mismatch by tensor name and
+// nothing is written.
+Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source);
+
+}  // namespace memplan::runtime

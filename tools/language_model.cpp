@@ -1,0 +1,208 @@
+#include "tools/language_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "common/rng.h"
+
+namespace memplan::tools {
+
+TextFeeder::TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed)
+    : data_(data), batch_(batch), context_(context), seed_(seed) {}
+
+std::int64_t TextFeeder::steps_per_epoch() const {
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(data_.train.size()) / (batch_ * context_));
+}
+
+void TextFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
+  models::sample_text_batch(data_.train, batch_, context_, seed_, step_index, x_, labels_);
+  const graph::Graph& g = executor.graph();
+  executor.set_input(g.find("x"), x_.data(), static_cast<Bytes>(x_.size() * sizeof(std::int32_t)));
+  executor.set_input(g.find("labels"), labels_.data(), static_cast<Bytes>(labels_.size() * sizeof(std::int32_t)));
+}
+
+double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {
+  std::vector<double> counts(static_cast<std::size_t>(vocab), 0.0);
+  for (std::int32_t t : tokens) counts[static_cast<std::size_t>(t)] += 1.0;
+  double h = 0.0;
+  for (double c : counts) {
+    if (c > 0) {
+      const double p = c / double(tokens.size());
+      h -= p * std::log(p);
+    }
+  }
+  return h;
+}
+
+namespace {
+
+// An executor for the evaluation graph that reads `trained`'s parameters in place.
+Status bind_trained_weights(runtime::Executor& exec, const runtime::Executor& trained) {
+  const graph::Graph& g = exec.graph();
+  for (TensorId p = 0; p < g.num_tensors(); ++p) {
+    if (!graph::is_persistent(g.tensor(p).role)) continue;
+    const TensorId trained_id = trained.graph().find(g.tensor(p).name);
+    if (trained_id == kNoTensor) return Error{"tensor '" + g.tensor(p).name + "' is not in the trained graph"};
+    exec.bind_external(p, trained.storage(trained_id));
+  }
+  return exec.setup();
+}
+
+}  // namespace
+
+Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model, const runtime::Executor& trained,
+                                               const std::vector<std::int32_t>& tokens, runtime::Device& device,
+                                               std::int64_t max_windows) {
+  const std::int64_t T = model.gpt.context;
+  const std::int64_t available = (static_cast<std::int64_t>(tokens.size()) - 1) / T;
+  if (available < 1) return Error{"the validation text is shorter than one sequence of " + std::to_string(T)};
+  std::int64_t windows = std::min(available, max_windows);
+  const std::int64_t batch = std::min<std::int64_t>(32, windows);
+  windows = windows / batch * batch;
+  const std::int64_t stride = available / windows * T;  // evenly spread over the whole split
+
+  models::ModelOptions eval_model = model;
+  eval_model.training = false;
+  auto forward = models::build_forward(eval_model, batch);
+  if (!forward) return forward.error();
+  const graph::Graph& g = forward.value();
+  runtime::Executor exec(g, device, runtime::ExecutorOptions{trained.mode(), {}, {}});
+  if (Status s = bind_trained_weights(exec, trained); !s) return s.error();
+
+  std::vector<std::int32_t> x(static_cast<std::size_t>(batch * T)), labels(x.size());
+  double loss_sum = 0.0;
+  for (std::int64_t w = 0; w < windows; w += batch) {
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const auto start = static_cast<std::size_t>((w + i) * stride);
+      for (std::int64_t t = 0; t < T; ++t) {
+        x[static_cast<std::size_t>(i * T + t)] = tokens[start + static_cast<std::size_t>(t)];
+        labels[static_cast<std::size_t>(i * T + t)] = tokens[start + static_cast<std::size_t>(t) + 1];
+      }
+    }
+    exec.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * sizeof(std::int32_t)));
+    exec.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * sizeof(std::int32_t)));
+    if (Status s = exec.run_step(); !s) return s.error();
+    loss_sum += double(exec.read_scalar(g.loss));
+  }
+  return TextEvaluation{loss_sum / double(windows / batch), windows * T};
+}
+
+Result<std::vector<std::int32_t>> generate(runtime::Executor& executor, std::vector<std::int32_t> prompt,
+                                           const SampleOptions& options) {
+  const graph::Graph& g = executor.graph();
+  const graph::TensorDesc& logits_desc = g.tensor(g.output);
+  const std::int64_t T = g.tensor(g.find("x")).shape[1];
+  const std::int64_t V = logits_desc.shape[1];
+  if (logits_desc.shape[0] != T) return Error{"text generation needs a graph of batch 1"};
+  if (prompt.empty()) prompt.push_back(0);
+  Rng rng(options.seed * 0x9e3779b97f4a7c15ULL + 0x5a17);
+  std::vector<std::int32_t> context(static_cast<std::size_t>(T), 0), labels(static_cast<std::size_t>(T), 0);
+  std::vector<float> logits(static_cast<std::size_t>(T * V));
+  std::vector<double> probs(static_cast<std::size_t>(V));
+  std::vector<std::int32_t> text = prompt, generated;
+  for (std::int64_t n = 0; n < options.tokens; ++n) {
+    // The last T tokens at positions 0..len-1; causal attention makes the padding after them irrelevant.
+    const auto len = static_cast<std::int64_t>(std::min<std::size_t>(text.size(), static_cast<std::size_t>(T)));
+    std::fill(context.begin(), context.end(), 0);
+    std::copy(text.end() - len, text.end(), context.begin());
+    executor.set_input(g.find("x"), context.data(), static_cast<Bytes>(context.size() * sizeof(std::int32_t)));
+    executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * sizeof(std::int32_t)));
+    if (Status s = executor.run_step(); !s) return s.error();
+    executor.read_tensor(g.output, logits.data());
+    const float* row = &logits[static_cast<std::size_t>((len - 1) * V)];
+    std::int32_t next = 0;
+    if (options.temperature == 0.0) {
+      next = static_cast<std::int32_t>(std::max_element(row, row + V) - row);
+    } else {
+      const float top = *std::max_element(row, row + V);
+      double total = 0.0;
+      for (std::int64_t v = 0; v < V; ++v) {
+        probs[static_cast<std::size_t>(v)] = std::exp((double(row[v]) - double(top)) / options.temperature);
+        total += probs[static_cast<std::size_t>(v)];
+      }
+      double u = double(rng.uniform01()) * total;
+      next = static_cast<std::int32_t>(V - 1);
+      for (std::int64_t v = 0; v < V; ++v) {
+        u -= probs[static_cast<std::size_t>(v)];
+        if (u <= 0.0) {
+          next = static_cast<std::int32_t>(v);
+          break;
+        }
+      }
+    }
+    text.push_back(next);
+    generated.push_back(next);
+  }
+  return generated;
+}
+
+namespace {
+
+std::string hex_of(const std::vector<unsigned char>& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> gpt_metadata(const models::GptConfig& config, const models::TextDataset& data) {
+  nlohmann::json c = {{"vocab", config.vocab},   {"context", config.context}, {"layers", config.layers},
+                      {"heads", config.heads},   {"width", config.width},     {"dropout", config.dropout},
+                      {"tied_head", config.tied_head}};
+  return {{"memplan.model", "gpt"}, {"memplan.config", c.dump()}, {"memplan.vocab_hex", hex_of(data.vocab)}};
+}
+
+Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& metadata, const std::string& source) {
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* model = get("memplan.model");
+  if (model == nullptr || *model != "gpt") {
+    return Error{source + ": not a GPT saved by 'memplan train --model gpt --save' (metadata memplan.model is " +
+                 (model ? "'" + *model + "'" : std::string("missing")) + ")"};
+  }
+  const std::string* config_text = get("memplan.config");
+  const std::string* vocab_hex = get("memplan.vocab_hex");
+  if (config_text == nullptr || vocab_hex == nullptr) return Error{source + ": metadata lacks memplan.config or memplan.vocab_hex"};
+  nlohmann::json c = nlohmann::json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
+  SavedGpt saved;
+  auto integer = [&](const char* key, std::int64_t& out) {
+    if (!c.is_object() || !c.contains(key) || !c[key].is_number_integer() || c[key].get<std::int64_t>() <= 0) return false;
+    out = c[key].get<std::int64_t>();
+    return true;
+  };
+  if (!integer("vocab", saved.config.vocab) || !integer("context", saved.config.context) ||
+      !integer("layers", saved.config.layers) || !integer("heads", saved.config.heads) ||
+      !integer("width", saved.config.width) || !c.contains("tied_head") || !c["tied_head"].is_boolean()) {
+    return Error{source + ": metadata memplan.config is not a GPT configuration: " + *config_text};
+  }
+  saved.config.tied_head = c["tied_head"].get<bool>();
+  saved.config.dropout = 0.0f;  // generation never drops
+  if (vocab_hex->size() % 2 != 0) return Error{source + ": metadata memplan.vocab_hex has an odd length"};
+  for (std::size_t i = 0; i < vocab_hex->size(); i += 2) {
+    const int hi = hex_digit((*vocab_hex)[i]), lo = hex_digit((*vocab_hex)[i + 1]);
+    if (hi < 0 || lo < 0) return Error{source + ": metadata memplan.vocab_hex is not hexadecimal"};
+    saved.vocab.push_back(static_cast<unsigned char>(hi * 16 + lo));
+  }
+  if (static_cast<std::int64_t>(saved.vocab.size()) != saved.config.vocab) {
+    return Error{source + ": the vocabulary has " + std::to_string(saved.vocab.size()) + " characters but the model " +
+                 std::to_string(saved.config.vocab)};
+  }
+  return saved;
+}
+
+}  // namespace memplan::tools
