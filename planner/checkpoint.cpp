@@ -284,18 +284,30 @@ class Checkpointer {
   // The least recomputation on the DP's frontier whose planned arena fits `budget`; without a
   // budget, the smallest planned arena (ties: less recomputation).
   Result<std::optional<Candidate>> optimal(std::optional<Bytes> budget) {
-    const std::vector<ChainSolution> frontier = chain_frontier(chain_.stages);
-    std::optional<Candidate> best;
-    for (const ChainSolution& s : frontier) {  // increasing recomputation
-      auto c = make(CheckpointStrategy::kOptimal, s.segments);
-      if (!c) return c.error();
+    if (!frontier_) {
+      frontier_ = chain_frontier(chain_.stages);
+      measured_.assign(frontier_->size(), std::nullopt);
+    }
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < frontier_->size(); ++i) {  // increasing recomputation
+      if (!measured_[i]) {
+        auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].segments);
+        if (!c) return c.error();
+        measured_[i] = Measured{c.value().arena, c.value().extra_flops};
+      }
       if (budget) {
-        if (c.value().arena <= *budget) return std::optional<Candidate>(std::move(c).value());
-      } else if (!best || c.value().arena < best->arena) {
-        best = std::move(c).value();
+        if (measured_[i]->arena <= *budget) {
+          best = i;
+          break;
+        }
+      } else if (!best || measured_[i]->arena < measured_[*best]->arena) {
+        best = i;
       }
     }
-    return best;
+    if (!best) return std::optional<Candidate>();
+    auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*best].segments);
+    if (!c) return c.error();
+    return std::optional<Candidate>(std::move(c).value());
   }
 
   double base_flops() const { return base_flops_; }
@@ -306,6 +318,13 @@ class Checkpointer {
   PlanOptions search_options_;
   CheckpointChain chain_;
   double base_flops_;
+  // The frontier and each point's planned arena, computed once per step.
+  struct Measured {
+    Bytes arena = 0;
+    double extra_flops = 0.0;
+  };
+  std::optional<std::vector<ChainSolution>> frontier_;
+  std::vector<std::optional<Measured>> measured_;
 };
 
 // The budget cannot be met: say the least any strategy reaches and which one.

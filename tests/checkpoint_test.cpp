@@ -3,8 +3,15 @@
 // CLI flags.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "common/rng.h"
@@ -172,7 +179,16 @@ models::ModelOptions gpt() {
   return o;
 }
 
+void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.name; }
+
 const ModelCase kModels[] = {{"mlp", mlp(), 16}, {"cnn", cnn(), 3}, {"gpt", gpt(), 2}};
+
+// The greedy packer alone keeps these tests fast; the exact search changes no decision tested here.
+planner::PlanOptions fast() {
+  planner::PlanOptions o;
+  o.solver_time_limit_s = 0.0;
+  return o;
+}
 
 graph::Graph training_step(const ModelCase& m) {
   graph::Graph g = models::build_forward(m.model, m.batch).value();
@@ -216,7 +232,7 @@ class CheckpointBitwise : public ::testing::TestWithParam<StrategyCase> {};
 TEST_P(CheckpointBitwise, SameParametersWithAndWithoutCheckpointing) {
   const auto& [m, strategy] = GetParam();
   const graph::Graph g = training_step(m);
-  const auto outcome = planner::apply_checkpointing(g, strategy, std::nullopt);
+  const auto outcome = planner::apply_checkpointing(g, strategy, std::nullopt, fast());
   ASSERT_TRUE(outcome.ok()) << outcome.error().message;
   const graph::Graph& c = outcome.value().graph;
   ASSERT_GT(count_recompute_ops(c), 0) << "nothing was recomputed: the comparison would prove nothing";
@@ -245,7 +261,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Checkpoint, RecomputeOpsRunAfterTheForwardAndBeforeTheirBackwardReaders) {
   const graph::Graph g = training_step(kModels[2]);
-  const graph::Graph c = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt).value().graph;
+  const graph::Graph c = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value().graph;
   int last_forward = -1, first_recompute = -1;
   for (int i = 0; i < c.num_ops(); ++i) {
     const graph::Op& op = c.ops()[static_cast<std::size_t>(i)];
@@ -266,7 +282,7 @@ TEST(Checkpoint, RecomputeOpsRunAfterTheForwardAndBeforeTheirBackwardReaders) {
 TEST(Checkpoint, NoneAndAutoWithoutBudgetChangeNothing) {
   const graph::Graph g = training_step(kModels[0]);
   for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kAuto}) {
-    const auto o = planner::apply_checkpointing(g, s, std::nullopt).value();
+    const auto o = planner::apply_checkpointing(g, s, std::nullopt, fast()).value();
     EXPECT_EQ(o.chosen, CheckpointStrategy::kNone);
     EXPECT_EQ(count_recompute_ops(o.graph), 0);
     EXPECT_EQ(o.peak_after, o.peak_before);
@@ -276,39 +292,39 @@ TEST(Checkpoint, NoneAndAutoWithoutBudgetChangeNothing) {
 
 TEST(Checkpoint, OptimalMeetsABudgetAndAutoPicksTheCheapest) {
   const graph::Graph g = training_step(kModels[2]);
-  const auto sqrt = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt).value();
+  const auto sqrt = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value();
   const Bytes budget = sqrt.peak_after;
-  const auto opt = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget);
+  const auto opt = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget, fast());
   ASSERT_TRUE(opt.ok()) << opt.error().message;
   EXPECT_LE(opt.value().peak_after, budget);
   EXPECT_LE(opt.value().extra_flops_fraction, sqrt.extra_flops_fraction);
-  const auto a = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, budget);
+  const auto a = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, budget, fast());
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_NE(a.value().chosen, CheckpointStrategy::kNone);
   EXPECT_LE(a.value().peak_after, budget);
   EXPECT_LE(a.value().extra_flops_fraction, opt.value().extra_flops_fraction);
   // A budget the step already fits needs no recomputation.
-  const auto roomy = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, sqrt.peak_before).value();
+  const auto roomy = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, sqrt.peak_before, fast()).value();
   EXPECT_EQ(roomy.chosen, CheckpointStrategy::kNone);
 }
 
 TEST(Checkpoint, BudgetBelowTheMinimumNamesTheMinimumAndItsStrategy) {
   const graph::Graph g = training_step(kModels[2]);
-  const auto least = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt).value();
+  const auto least = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
   for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kSqrt, CheckpointStrategy::kOptimal, CheckpointStrategy::kAuto}) {
-    const auto r = planner::apply_checkpointing(g, s, least.peak_after / 2);
+    const auto r = planner::apply_checkpointing(g, s, least.peak_after / 2, fast());
     ASSERT_FALSE(r.ok()) << planner::checkpoint_strategy_name(s);
     const std::string& msg = r.error().message;
     EXPECT_NE(msg.find("minimum feasible arena"), std::string::npos) << msg;
     EXPECT_NE(msg.find("--checkpoint "), std::string::npos) << msg;
   }
   // The minimum it names is reachable.
-  const std::string msg = planner::apply_checkpointing(g, CheckpointStrategy::kNone, 1).error().message;
+  const std::string msg = planner::apply_checkpointing(g, CheckpointStrategy::kNone, 1, fast()).error().message;
   const auto pos = msg.find(" B), reached");
   ASSERT_NE(pos, std::string::npos) << msg;
   const Bytes minimum = std::stoll(msg.substr(msg.rfind('(', pos) + 1));
   EXPECT_LE(minimum, least.peak_after);
-  EXPECT_TRUE(planner::apply_checkpointing(g, CheckpointStrategy::kAuto, minimum).ok());
+  EXPECT_TRUE(planner::apply_checkpointing(g, CheckpointStrategy::kAuto, minimum, fast()).ok());
 }
 
 TEST(Checkpoint, ParseStrategyNames) {
@@ -318,6 +334,93 @@ TEST(Checkpoint, ParseStrategyNames) {
   const auto bad = planner::parse_checkpoint_strategy("sqrt2");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("none, sqrt, optimal or auto"), std::string::npos);
+}
+
+// --- the CLI ----------------------------------------------------------------------------
+
+using testing::run_cli;
+
+TEST(CheckpointCli, BadFlagsAreUsageErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"plan --model gpt --checkpoint sqrt2", "--checkpoint"},
+      {"plan --model gpt --checkpoint optimal --budget 12XB", "--budget"},
+      {"plan --model gpt --checkpoint optimal --budget -1", "--budget"},
+      {"train --checkpoint fast --steps 1", "--checkpoint"},
+      {"fit --budget 1GiB --checkpoint maybe", "--checkpoint"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+TEST(CheckpointCli, PlanPrintsTheTradeInOneLine) {
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --checkpoint sqrt", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::regex line(R"(checkpoint sqrt: peak ([0-9.]+) MiB -> ([0-9.]+) MiB, recompute \+([0-9.]+)% FLOPs)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+  EXPECT_LT(std::stod(m[2]), std::stod(m[1]));
+  EXPECT_GT(std::stod(m[3]), 0.0);
+}
+
+TEST(CheckpointCli, BudgetBelowTheMinimumIsAUsageErrorNamingTheMinimum) {
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --checkpoint auto --budget 1KiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("minimum feasible arena is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reached with --checkpoint"), std::string::npos) << r.output;
+}
+
+TEST(CheckpointCli, PlanJsonMeetsTheBudget) {
+  const auto none = nlohmann::json::parse(run_cli("plan --model gpt --batch 4 --time-limit 0 --json", false).output);
+  const Bytes before = none["arena_bytes"].get<Bytes>();
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --json --checkpoint auto --budget " +
+                         std::to_string(before * 9 / 10), false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["checkpoint"]["peak_before_bytes"].get<Bytes>(), before);
+  EXPECT_LE(j["arena_bytes"].get<Bytes>(), before * 9 / 10);
+  EXPECT_EQ(j["checkpoint"]["peak_after_bytes"], j["arena_bytes"]);
+  EXPECT_GT(j["checkpoint"]["recompute_ops"].get<int>(), 0);
+  EXPECT_NE(j["checkpoint"]["strategy"], "none");
+}
+
+TEST(CheckpointCli, FitWithCheckpointingFitsWhereWithoutItDoesNot) {
+  const auto none = nlohmann::json::parse(run_cli("plan --model gpt --batch 4 --time-limit 0 --json", false).output);
+  const std::string budget = std::to_string(none["arena_bytes"].get<Bytes>() * 9 / 10);
+  const auto without = nlohmann::json::parse(
+      run_cli("fit --model gpt --batch 4 --device cpu --json --budget " + budget, false).output);
+  EXPECT_FALSE(without["fits"].get<bool>());
+  const auto r = run_cli("fit --model gpt --batch 4 --device cpu --json --checkpoint auto --budget " + budget, false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto with = nlohmann::json::parse(r.output);
+  EXPECT_TRUE(with["fits"].get<bool>()) << r.output;
+  EXPECT_GT(with["checkpoint"]["extra_flops_fraction"].get<double>(), 0.0);
+}
+
+TEST(CheckpointCli, TrainingWithCheckpointingGivesTheSameParameters) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("memplan_ckpt_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 100; ++i) text << "a stitch in time saves nine " << i << "\n";
+  }
+  const std::string model = "train --model gpt --layers 2 --width 16 --heads 2 --seq 8 --batch 2 --dropout 0.1 "
+                            "--steps 3 --threads 1 --quiet --json --data " + (dir / "text.txt").string();
+  const auto a = run_cli(model, false);
+  const auto b = run_cli(model + " --checkpoint optimal", false);
+  fs::remove_all(dir);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto ja = nlohmann::json::parse(a.output);
+  const auto jb = nlohmann::json::parse(b.output);
+  EXPECT_EQ(ja["params_sha256"], jb["params_sha256"]);
+  EXPECT_FALSE(ja.contains("checkpoint"));
+  ASSERT_TRUE(jb.contains("checkpoint"));
+  EXPECT_LT(jb["arena_bytes"].get<Bytes>(), ja["arena_bytes"].get<Bytes>());
+  EXPECT_EQ(jb["checkpoint"]["peak_after_bytes"], jb["arena_bytes"]);
 }
 
 }  // namespace
