@@ -26,24 +26,39 @@ struct FitFlags {
   std::vector<std::int64_t> hidden = {256, 256};
   bool max_batch = false;
   bool json = false;
+  CheckpointFlags checkpoint;  // --checkpoint; the arena budget is --budget minus the overheads
+  Bytes arena_budget = 0;
 };
 
 struct Planned {
   graph::Graph graph;
   planner::MemoryPlan plan;
+  std::optional<planner::CheckpointOutcome> checkpoint;
 };
 
 Result<Planned> plan_batch(const FitFlags& flags, std::int64_t batch) {
   auto built = build_training_step(flags.model, batch, flags.hidden, flags.optimizer);
   if (!built) return built.error();
   Planned p{std::move(built).value(), {}};
+  // A strategy that cannot meet the budget still plans its smallest arena: the answer is then "no".
+  Result<std::optional<planner::CheckpointOutcome>> checkpointed = std::optional<planner::CheckpointOutcome>();
+  if (flags.checkpoint.strategy != "none") {
+    checkpointed = apply_checkpoint_flags(flags.checkpoint, p.graph, {}, flags.arena_budget);
+    CheckpointFlags least = flags.checkpoint;
+    if (least.strategy == "auto") least.strategy = "optimal";
+    if (!checkpointed) checkpointed = apply_checkpoint_flags(least, p.graph);
+  }
+  if (checkpointed && checkpointed.value()) {
+    p.checkpoint = checkpointed.value();
+    p.graph = std::move(checkpointed.value()->graph);
+  }
   auto plan = planner::plan_memory(p.graph);  // the same options the executor uses
   if (!plan) return plan.error();
   p.plan = std::move(plan).value();
   return p;
 }
 
-int run_fit(const FitFlags& flags) {
+int run_fit(FitFlags flags) {
   auto budget = parse_byte_size(flags.budget);
   if (!budget) {
     std::cerr << "memplan fit: --budget: " << budget.error().message << "\n";
@@ -65,6 +80,7 @@ int run_fit(const FitFlags& flags) {
   }
   Bytes overhead_bytes = 0;
   for (const auto& o : overhead_list) overhead_bytes += o.bytes;
+  flags.arena_budget = std::max<Bytes>(1, budget.value() - overhead_bytes);
 
   auto planned = plan_batch(flags, flags.batch);
   if (!planned) {
@@ -100,7 +116,7 @@ int run_fit(const FitFlags& flags) {
                     {"effective_batch", micro * accumulation}, {"checkpoint", "none"}};
       suggestion_text = "micro-batch " + std::to_string(micro) + " x " + std::to_string(accumulation) +
                         " gradient-accumulation steps (effective batch " + std::to_string(micro * accumulation) +
-                        "); activation checkpointing is not available yet";
+                        "), or try --checkpoint auto";
     } else {
       suggestion_text = "not even batch 1 fits: the parameters and optimizer state alone need " +
                         format_bytes(report.breakdown.parameters + report.breakdown.optimizer_state) +
@@ -126,6 +142,7 @@ int run_fit(const FitFlags& flags) {
       j["max_batch_by_checkpoint"] = {{"none", search->max_batch}};
       j["plans_made"] = search->probes;
     }
+    if (planned.value().checkpoint) j["checkpoint"] = checkpoint_json(*planned.value().checkpoint);
     j["suggestion"] = suggestion;
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -150,6 +167,7 @@ int run_fit(const FitFlags& flags) {
     std::printf("\nlargest batch that fits: %lld (checkpoint none; %lld plans)\n", static_cast<long long>(search->max_batch),
                 static_cast<long long>(search->probes));
   }
+  if (planned.value().checkpoint) std::printf("%s\n", checkpoint_line(*planned.value().checkpoint).c_str());
   if (!report.fits) std::printf("suggestion: %s\n", suggestion_text.c_str());
   return kExitOk;
 }
@@ -173,6 +191,7 @@ Command add_fit_command(CLI::App& root) {
   app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
   app->add_flag("--max-batch", flags->max_batch, "Also search the largest batch that fits (exact: it fits, one more does not)");
   app->add_flag("--json", flags->json, "Print the answer as JSON");
+  add_checkpoint_options(*app, flags->checkpoint, /*with_budget=*/false);
   return Command{app, [flags] { return run_fit(*flags); }};
 }
 
