@@ -2,6 +2,9 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel.h"
+#ifdef MEMPLAN_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace memplan::kernels {
 
@@ -20,12 +23,25 @@ const Table& table() {
     for (const auto& [kind, fn] : cpu::kernel_entries()) {
       t[static_cast<std::size_t>(kind)][static_cast<std::size_t>(DeviceKind::cpu)] = fn;
     }
+#ifdef MEMPLAN_HAVE_CUDA
+    for (const auto& [kind, fn] : cuda::kernel_entries()) {
+      t[static_cast<std::size_t>(kind)][static_cast<std::size_t>(DeviceKind::cuda)] = fn;
+    }
+#endif
     return t;
   }();
   return instance;
 }
 
 }  // namespace
+
+bool built_with_cuda() {
+#ifdef MEMPLAN_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
   return table()[static_cast<std::size_t>(kind)][static_cast<std::size_t>(device)];

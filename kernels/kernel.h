@@ -36,6 +36,9 @@ struct KernelCall {
 
 using KernelFn = void (*)(const KernelCall&);
 
+// Whether this build holds the CUDA kernels (the CUDA toolkit was found at configure time).
+bool built_with_cuda();
+
 // The kernel for (kind, device), or nullptr when that device has none.
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
 

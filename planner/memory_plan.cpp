@@ -57,6 +57,11 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     }
     plan.buffers.push_back(b);
   }
+  if (options.workspace_bytes > 0) {
+    plan.workspace_offset = next;
+    plan.workspace_bytes = options.workspace_bytes;
+    next += align_up(options.workspace_bytes, kArenaAlignment);
+  }
   plan.persistent_bytes = next;
   std::vector<bool> touched(plan.buffers.size(), false);
   for (OpIndex pos = 0; pos < static_cast<OpIndex>(plan.schedule.size()); ++pos) {
@@ -137,6 +142,18 @@ AllocationProblem transient_problem(const MemoryPlan& plan) {
 
 Status validate_plan(const MemoryPlan& plan) {
   const std::size_t n = plan.buffers.size();
+  if (plan.workspace_bytes > 0) {
+    const Offset ws_end = plan.workspace_offset + plan.workspace_bytes;
+    if (plan.workspace_offset < 0 || plan.workspace_offset % kArenaAlignment != 0 || ws_end > plan.persistent_bytes) {
+      return Error{"the kernel workspace [" + std::to_string(plan.workspace_offset) + ", " + std::to_string(ws_end) +
+                   ") is not an aligned range inside the persistent region"};
+    }
+    for (const PlannedBuffer& a : plan.buffers) {
+      if (a.size_bytes > 0 && a.offset < ws_end && plan.workspace_offset < a.offset + a.size_bytes + plan.guard_bytes) {
+        return Error{"buffer '" + a.name + "' overlaps the kernel workspace"};
+      }
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     const PlannedBuffer& a = plan.buffers[i];
     if (a.offset < 0 || a.offset % kArenaAlignment != 0) {

@@ -41,6 +41,9 @@ struct PlanOptions {
   bool in_place = true;
   double solver_time_limit_s = 2.0;  // exact search budget after the greedy portfolio
   Bytes guard_bytes = 0;             // debug: a gap after every buffer, checked after every op
+  // Kernel scratch the device asks for (the CUDA device: cuBLAS workspace and kernels' partial
+  // sums); placed at the end of the persistent region, so it is part of the arena.
+  Bytes workspace_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -54,6 +57,8 @@ struct MemoryPlan {
   Bytes transient_lower_bound_bytes = 0;
   Bytes lower_bound_bytes = 0;        // persistent + transient lower bound
   Bytes guard_bytes = 0;
+  Offset workspace_offset = 0;  // inside the persistent region; workspace_bytes long
+  Bytes workspace_bytes = 0;
   SolveStatus solve_status = SolveStatus::feasible;
   double solve_ms = 0.0;
   // The arena each order would need (for reports): program order and memory-aware order.

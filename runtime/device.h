@@ -33,6 +33,13 @@ class Device {
 
   const DeviceStats& stats() const { return stats_; }
 
+  // Kernel scratch this device wants inside the plan (the CUDA device: its cuBLAS workspace).
+  virtual Bytes workspace_bytes() const { return 0; }
+  // Where that scratch lives from now on; nullptr detaches it (before its memory is freed).
+  virtual void attach_workspace(void* /*ptr*/, Bytes /*size_bytes*/) {}
+  // Waits until queued work has finished (timing); CPU kernels run synchronously.
+  virtual void synchronize() {}
+
  protected:
   virtual void* raw_allocate(Bytes size_bytes) = 0;  // nullptr when out of memory
   virtual void raw_deallocate(void* ptr) = 0;

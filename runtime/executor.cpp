@@ -67,6 +67,10 @@ Executor::Executor(const Graph& graph, Device& device, ExecutorOptions options)
     // the two differ only in where tensors live.
     planner::PlanOptions plan_options = options.plan;
     if (debug_.guards && mode_ == ExecutionMode::planned) plan_options.guard_bytes = std::max<Bytes>(plan_options.guard_bytes, 64);
+    // The device's kernel workspace is one more persistent range of the arena.
+    if (mode_ == ExecutionMode::planned) {
+      plan_options.workspace_bytes = std::max(plan_options.workspace_bytes, device_.workspace_bytes());
+    }
     if (mode_ == ExecutionMode::dynamic) allocator_ = std::make_unique<CachingAllocator>(device_, options.allocator);
     auto plan = planner::plan_memory(graph_, plan_options);
     MEMPLAN_CHECK(plan.ok(), "planning failed: " << (plan.ok() ? "" : plan.error().message));
@@ -111,6 +115,10 @@ void Executor::prepare_tables() {
 }
 
 Executor::~Executor() {
+  if (workspace_ != nullptr) {
+    device_.attach_workspace(nullptr, 0);
+    if (workspace_owned_) device_.deallocate(workspace_, device_.workspace_bytes());
+  }
   for (std::size_t b = 0; b < slots_.size(); ++b) release(static_cast<int>(b));
   if (arena_ != nullptr) device_.deallocate(arena_, plan_->arena_bytes);
   allocator_.reset();  // returns its cached segments to the device
@@ -181,6 +189,18 @@ Status Executor::setup() {
       if (!ptr) return Error{"allocating '" + buffers_[b].name + "': " + ptr.error().message};
       slots_[b] = Slot{ptr.value(), true};
     }
+  }
+  if (const Bytes wanted = device_.workspace_bytes(); wanted > 0) {
+    if (mode_ == ExecutionMode::planned && plan_->workspace_bytes >= wanted) {
+      workspace_ = static_cast<std::byte*>(arena_) + plan_->workspace_offset;
+    } else {
+      // A plan made without the workspace, or naive/dynamic mode: its own allocation, at setup.
+      Result<void*> ws = device_.allocate(wanted);
+      if (!ws) return Error{"allocating the kernel workspace: " + ws.error().message};
+      workspace_ = ws.value();
+      workspace_owned_ = true;
+    }
+    device_.attach_workspace(workspace_, wanted);
   }
   device_bytes_at_setup_ = device_.stats().bytes_in_use - before;
   setup_done_ = true;
@@ -292,6 +312,8 @@ Status Executor::check_finite(const Op& op, std::size_t position, bool inputs) c
 Status Executor::run_step() {
   MEMPLAN_CHECK(setup_done_, "run_step before setup");
   const std::int64_t allocations_before = device_.stats().allocations;
+  // Another executor on this device (an evaluation graph) may have attached its own workspace.
+  if (workspace_ != nullptr) device_.attach_workspace(workspace_, device_.workspace_bytes());
   // Last step's results are released now that the caller had the chance to read them.
   if (mode_ != ExecutionMode::planned) {
     for (std::size_t b = 0; b < buffers_.size(); ++b) {
@@ -369,6 +391,7 @@ Status Executor::run_step() {
       release(b);
     }
   }
+  device_.synchronize();  // the step is over when its kernels are (step times, host reads)
   ++steps_completed_;
   allocations_during_steps_ += device_.stats().allocations - allocations_before;
   return Status::success();

@@ -118,6 +118,8 @@ class Executor {
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   std::vector<std::vector<std::byte>> staged_;  // per tensor: host data for the next step
   void* arena_ = nullptr;
+  void* workspace_ = nullptr;     // the device's kernel workspace, when it wants one
+  bool workspace_owned_ = false;  // allocated on its own (not inside the arena)
   std::unique_ptr<CachingAllocator> allocator_;  // dynamic mode
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;

@@ -15,6 +15,7 @@
 #include "models/text_dataset.h"
 #include "models/registry.h"
 #include "runtime/device.h"
+#include "runtime/devices.h"
 #include "runtime/executor.h"
 #include "runtime/trainer.h"
 #include "runtime/weights.h"
@@ -43,6 +44,7 @@ struct TrainFlags {
   std::string save, load;
   int threads = 0;
   std::string mode = "planned";
+  std::string device = "auto";
   std::vector<std::string> debug;
   std::string device_memory;  // empty: as much as the host gives
   bool json = false;
@@ -114,6 +116,24 @@ int run_train(const TrainFlags& flags) {
     }
   }
 
+  // The device first: a missing GPU is reported before any data is read.
+  auto device_kind = runtime::resolve_device_kind(flags.device);
+  if (!device_kind) {
+    std::cerr << "memplan train: --device: " << device_kind.error().message << "\n";
+    return kExitUsage;
+  }
+  auto made = runtime::make_device(device_kind.value(), device_capacity);
+  if (!made) {
+    std::cerr << "memplan train: --device " << flags.device << ": " << made.error().message << "\n";
+    return kExitUsage;
+  }
+  const std::unique_ptr<runtime::Device> device_owner = std::move(made).value();
+  runtime::Device& device = *device_owner;
+  if (flags.device == "auto" && !flags.quiet) {
+    std::fprintf(stderr, "memplan train: --device auto: %s\n",
+                 device.kind() == kernels::DeviceKind::cuda ? "a CUDA GPU is present, training on it"
+                                                            : "no CUDA GPU present, training on the CPU");
+  }
   const bool text_model = flags.model == "gpt";
   models::ModelOptions model;
   model.name = flags.model;
@@ -187,7 +207,6 @@ int run_train(const TrainFlags& flags) {
     exec_options.debug.guards = exec_options.debug.guards || d == "guards";
     exec_options.debug.finite = exec_options.debug.finite || d == "finite";
   }
-  runtime::CpuDevice device(device_capacity);
   runtime::Executor executor(step, device, exec_options);
   if (Status s = executor.setup(); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
@@ -228,10 +247,12 @@ int run_train(const TrainFlags& flags) {
   const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * steps_per_epoch;
   const std::int64_t samples_per_step = text_model ? flags.batch * model.gpt.context : flags.batch;
   if (!flags.quiet) {
-    std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s (%d threads)\n",
+    const std::string where = device.kind() == kernels::DeviceKind::cpu
+                                  ? device.name() + " (" + std::to_string(kernels::cpu_threads()) + " threads)"
+                                  : device.name();
+    std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s\n",
                  flags.model.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
-                 static_cast<long long>(flags.batch), flags.optimizer.c_str(), flags.lr, device.name().c_str(),
-                 kernels::cpu_threads());
+                 static_cast<long long>(flags.batch), flags.optimizer.c_str(), flags.lr, where.c_str());
   }
   Progress progress("train", steps, !flags.quiet);
   double recent_ms = 0.0;
@@ -421,6 +442,10 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--mode", flags->mode,
                   "planned: one arena allocated once, tensors at planned offsets; naive: one device allocation per tensor; dynamic: a PyTorch-style caching allocator")
       ->check(CLI::IsMember({"planned", "naive", "dynamic"}))
+      ->capture_default_str();
+  app->add_option("--device", flags->device,
+                  "Where to train: cpu, cuda, or auto (cuda when a GPU is present, else cpu; says which on stderr)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   app->add_option("--debug", flags->debug,
                   "Debug checks, comma-separated: poison (NaN-fill dead buffers, stop at the first op reading NaN), "

@@ -1,0 +1,92 @@
+// GEMM-shaped ops through cuBLAS: matmul, batched matmul (attention) and the convolution GEMMs
+// (forward, weight gradient, column gradient) on im2col columns. Row-major operands are passed
+// to column-major cuBLAS as their transposes: C^T = op(B)^T op(A)^T.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace memplan::kernels::cuda {
+namespace {
+
+using graph::OpKind;
+
+// C[M,N] (+)= op(A) op(B) for `batch` matrices at the given element strides (0 = shared);
+// row-major, A stored [M,K] or [K,M] (trans_a), B stored [K,N] or [N,K] (trans_b).
+void gemm_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                  std::int64_t stride_a, const float* b, std::int64_t stride_b, float* c, std::int64_t stride_c,
+                  std::int64_t batch, float beta) {
+  const float alpha = 1.0f;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto ld_b = static_cast<int>(trans_b ? k : n);
+  const auto ld_a = static_cast<int>(trans_a ? m : k);
+  cublasHandle_t h = context().cublas;
+  if (batch == 1) {
+    MEMPLAN_CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, a, ld_a, &beta, c, int(n)));
+  } else {
+    MEMPLAN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, stride_b, a,
+                                                   ld_a, stride_a, &beta, c, int(n), stride_c, int(batch)));
+  }
+}
+
+void k_matmul(const KernelCall& c) {
+  const graph::Shape& a = *c.inputs[0].shape;
+  const graph::Shape& out = *c.outputs[0].shape;
+  const std::int64_t k = c.attrs->trans_a ? a[0] : a[1];
+  gemm_batched(c.attrs->trans_a, c.attrs->trans_b, out[0], out[1], k, c.inputs[0].f32(), 0, c.inputs[1].f32(), 0,
+               c.outputs[0].f32(), 0, 1, 0.0f);
+}
+
+void k_batched_matmul(const KernelCall& c) {
+  const graph::Shape& a = *c.inputs[0].shape;
+  const graph::Shape& out = *c.outputs[0].shape;
+  const int r = out.rank();
+  const std::int64_t m = out[r - 2], n = out[r - 1];
+  const std::int64_t k = c.attrs->trans_a ? a[r - 2] : a[r - 1];
+  const std::int64_t batch = out.numel() / (m * n);
+  gemm_batched(c.attrs->trans_a, c.attrs->trans_b, m, n, k, c.inputs[0].f32(), m * k, c.inputs[1].f32(), k * n,
+               c.outputs[0].f32(), m * n, batch, 0.0f);
+}
+
+// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]: one strided-batched GEMM, w shared.
+void k_conv2d(const KernelCall& c) {
+  const graph::Shape& cs = *c.inputs[0].shape;
+  const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
+  const std::int64_t cout = (*c.inputs[1].shape)[0];
+  gemm_batched(false, false, cout, p, ckk, c.inputs[1].f32(), 0, c.inputs[0].f32(), ckk * p, c.outputs[0].f32(),
+               cout * p, n, 0.0f);
+}
+
+// dcols[n] [CKK, P] = w^T dy[n].
+void k_conv2d_backward_cols(const KernelCall& c) {
+  const graph::Shape& ds = *c.outputs[0].shape;
+  const std::int64_t n = ds[0], ckk = ds[1], p = ds[2];
+  const std::int64_t cout = (*c.inputs[1].shape)[0];
+  gemm_batched(true, false, ckk, p, cout, c.inputs[1].f32(), 0, c.inputs[0].f32(), cout * p, c.outputs[0].f32(),
+               ckk * p, n, 0.0f);
+}
+
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T: samples accumulated in order (beta = 1
+// after the first), so the sum order is fixed.
+void k_conv2d_backward_weight(const KernelCall& c) {
+  const graph::Shape& cs = *c.inputs[1].shape;
+  const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
+  const std::int64_t cout = (*c.inputs[0].shape)[1];
+  for (std::int64_t i = 0; i < n; ++i) {
+    gemm_batched(false, true, cout, ckk, p, c.inputs[0].f32() + i * cout * p, 0, c.inputs[1].f32() + i * ckk * p, 0,
+                 c.outputs[0].f32(), 0, 1, i == 0 ? 0.0f : 1.0f);
+  }
+}
+
+}  // namespace
+
+KernelEntries blas_kernel_entries() {
+  return {
+      {OpKind::matmul, k_matmul},
+      {OpKind::batched_matmul, k_batched_matmul},
+      {OpKind::conv2d, k_conv2d},
+      {OpKind::conv2d_backward_cols, k_conv2d_backward_cols},
+      {OpKind::conv2d_backward_weight, k_conv2d_backward_weight},
+  };
+}
+
+}  // namespace memplan::kernels::cuda

@@ -1,0 +1,63 @@
+// The CUDA context: created on first use, lives for the process (the driver reclaims it at exit;
+// destroying handles from a static destructor would race the CUDA runtime's own teardown).
+#include <mutex>
+
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace memplan::kernels::cuda {
+
+namespace {
+Context* g_context = nullptr;
+std::once_flag g_once;
+}  // namespace
+
+std::string error_string(cudaError_t status) {
+  return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+}
+
+Context& context() {
+  std::call_once(g_once, [] {
+    auto* ctx = new Context();
+    MEMPLAN_CUDA_CHECK(cudaSetDevice(ctx->device));
+    MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    MEMPLAN_CUBLAS_CHECK(cublasCreate(&ctx->cublas));
+    MEMPLAN_CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+    // Plain FP32 GEMMs (no TF32), as the CPU computes and as PyTorch does by default.
+    MEMPLAN_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+    MEMPLAN_CUDNN_CHECK(cudnnCreate(&ctx->cudnn));
+    MEMPLAN_CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream));
+    g_context = ctx;
+  });
+  return *g_context;
+}
+
+bool context_created() { return g_context != nullptr; }
+
+void set_workspace(void* ptr, std::size_t size_bytes) {
+  Context& ctx = context();
+  if (ptr == ctx.workspace && (ptr == nullptr || size_bytes == ctx.workspace_bytes)) return;
+  MEMPLAN_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // no kernel may still use the old one
+  ctx.workspace = ptr;
+  ctx.workspace_bytes = ptr == nullptr ? 0 : size_bytes;
+  // Without a workspace of ours cuBLAS would allocate its own; with one it allocates nothing.
+  MEMPLAN_CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, ptr, ctx.workspace_bytes));
+}
+
+void* scratch(std::size_t size_bytes, const char* op) {
+  const Context& ctx = context();
+  MEMPLAN_CHECK(ctx.workspace != nullptr && size_bytes <= ctx.workspace_bytes,
+                "op '" << op << "' needs " << size_bytes << " bytes of CUDA workspace, the plan holds "
+                       << ctx.workspace_bytes);
+  return ctx.workspace;
+}
+
+KernelEntries kernel_entries() {
+  KernelEntries all = elementwise_kernel_entries();
+  for (KernelEntries part : {reduction_kernel_entries(), nn_kernel_entries(), blas_kernel_entries()}) {
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+}  // namespace memplan::kernels::cuda

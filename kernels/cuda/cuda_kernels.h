@@ -1,0 +1,21 @@
+// CUDA implementations of every op that has a CPU kernel, registered in the same dispatch table.
+// Each file contributes its entries; kernels run on the context's one stream and take their
+// scratch from the workspace inside the arena.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace memplan::kernels::cuda {
+
+using KernelEntries = std::vector<std::pair<graph::OpKind, KernelFn>>;
+
+KernelEntries kernel_entries();
+KernelEntries elementwise_kernel_entries();  // elementwise.cu
+KernelEntries reduction_kernel_entries();    // reduce.cu
+KernelEntries nn_kernel_entries();           // nn.cu
+KernelEntries blas_kernel_entries();         // blas.cu
+
+}  // namespace memplan::kernels::cuda

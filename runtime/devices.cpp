@@ -1,0 +1,37 @@
+#include "runtime/devices.h"
+
+#ifdef MEMPLAN_HAVE_CUDA
+#include "kernels/cuda/device_query.h"
+#include "runtime/cuda_device.h"
+#endif
+
+namespace memplan::runtime {
+
+bool cuda_device_present() {
+#ifdef MEMPLAN_HAVE_CUDA
+  return kernels::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+Result<kernels::DeviceKind> resolve_device_kind(std::string_view name) {
+  if (name == "cpu") return kernels::DeviceKind::cpu;
+  if (name == "cuda") return kernels::DeviceKind::cuda;
+  if (name == "auto") return cuda_device_present() ? kernels::DeviceKind::cuda : kernels::DeviceKind::cpu;
+  return Error{"unknown device '" + std::string(name) + "' (expected cpu, cuda or auto)"};
+}
+
+Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes) {
+  if (kind == kernels::DeviceKind::cpu) return std::unique_ptr<Device>(std::make_unique<CpuDevice>(capacity_bytes));
+#ifdef MEMPLAN_HAVE_CUDA
+  if (!cuda_device_present()) {
+    return Error{"no CUDA device is available (the driver reports no GPU); use --device cpu"};
+  }
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(capacity_bytes));
+#else
+  return Error{"this memplan was built without CUDA (no nvcc at configure time); use --device cpu"};
+#endif
+}
+
+}  // namespace memplan::runtime

@@ -1,0 +1,24 @@
+// Choosing a device without including any CUDA header: whether a GPU is usable, and a device
+// of a given kind. In builds without CUDA, cuda_device_present() is false.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "runtime/device.h"
+
+namespace memplan::runtime {
+
+// True when this build has the CUDA backend and the driver reports at least one GPU.
+bool cuda_device_present();
+
+// "cpu", "cuda" or "auto" (cuda when present, else cpu).
+Result<kernels::DeviceKind> resolve_device_kind(std::string_view name);
+
+// A device of that kind; an Error (naming what is missing) when CUDA is asked for but absent.
+// capacity_bytes > 0 caps the memory it hands out (train --device-memory).
+Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes = 0);
+
+}  // namespace memplan::runtime
