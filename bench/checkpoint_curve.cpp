@@ -42,9 +42,9 @@ graph::Graph training_step(const models::ModelOptions& model, std::int64_t batch
 
 // Plans the step with `segments` recomputed; exits on an invalid plan (a bug, not a result).
 Point measure(const graph::Graph& step, const planner::CheckpointChain& chain,
-              const std::vector<planner::ChainSegment>& segments, const std::string& strategy, double base_flops,
+              const std::vector<planner::ChainAction>& actions, const std::string& strategy, double base_flops,
               const planner::PlanOptions& options) {
-  const graph::Graph g = planner::rematerialize(step, chain, segments);
+  const graph::Graph g = planner::rematerialize(step, chain, actions);
   auto plan = planner::plan_memory(g, options);
   if (!plan || !planner::validate_plan(plan.value())) {
     std::fprintf(stderr, "FAILED: the %s step does not plan or validate\n", strategy.c_str());
@@ -76,13 +76,14 @@ nlohmann::json run_model(const std::string& name, const models::ModelOptions& mo
   const double t0 = time_ms([] {});
   std::vector<Point> frontier;
   const double ms = time_ms([&] {
-    for (const planner::ChainSolution& s : planner::chain_frontier(chain.stages)) {
-      frontier.push_back(measure(step, chain, s.segments, "optimal", base_flops, options));
+    for (const planner::ChainSchedule& s : planner::chain_frontier_nested(chain.stages)) {
+      frontier.push_back(measure(step, chain, s.actions, "optimal", base_flops, options));
       frontier.back().modelled = s.recompute_flops / base_flops;
     }
   }) + t0;
-  const Point sqrt = measure(step, chain, planner::sqrt_segments(static_cast<int>(chain.stages.size())), "sqrt",
-                             base_flops, options);
+  const Point sqrt = measure(step, chain,
+                             planner::segments_to_actions(planner::sqrt_segments(static_cast<int>(chain.stages.size()))),
+                             "sqrt", base_flops, options);
   Bytes least = sqrt.arena;
   for (const Point& p : frontier) least = std::min(least, p.arena);
 
