@@ -337,7 +337,7 @@ Result<Bytes> planned_arena(const Graph& g, const PlanOptions& options) {
 class Checkpointer {
  public:
   Checkpointer(const Graph& step, const PlanOptions& options)
-      : step_(step), options_(options), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
+      : step_(step), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
     // Candidates are compared with the greedy packer alone (fast, and never below the final
     // plan's arena); the chosen one is then planned with the caller's options.
     search_options_ = options;
@@ -396,7 +396,6 @@ class Checkpointer {
 
  private:
   const Graph& step_;
-  PlanOptions options_;
   PlanOptions search_options_;
   CheckpointChain chain_;
   double base_flops_;
@@ -448,6 +447,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, Checkp
   switch (strategy) {
     case CheckpointStrategy::kNone:
       if (Status s = take(cp.none()); !s) return s.error();
+      chosen->arena = before.value();  // planned with the caller's options, as it stays
       break;
     case CheckpointStrategy::kSqrt:
       if (Status s = take(cp.sqrt()); !s) return s.error();
@@ -461,6 +461,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, Checkp
     case CheckpointStrategy::kAuto: {
       if (!budget || before.value() <= *budget) {
         if (Status s = take(cp.none()); !s) return s.error();
+        chosen->arena = before.value();
         break;
       }
       auto opt = cp.optimal(budget);
