@@ -29,6 +29,7 @@ struct Point {
   Bytes arena = 0;
   double extra = 0.0;  // recompute FLOPs / FLOPs of the step without checkpointing
   int recompute_ops = 0;
+  double modelled = 0.0;  // the chain DP's recompute FLOPs / the same
 };
 
 double mib(Bytes b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -41,9 +42,9 @@ graph::Graph training_step(const models::ModelOptions& model, std::int64_t batch
 
 // Plans the step with `segments` recomputed; exits on an invalid plan (a bug, not a result).
 Point measure(const graph::Graph& step, const planner::CheckpointChain& chain,
-              const std::vector<planner::ChainSegment>& segments, const std::string& strategy, double base_flops,
+              const std::vector<planner::ChainAction>& actions, const std::string& strategy, double base_flops,
               const planner::PlanOptions& options) {
-  const graph::Graph g = planner::rematerialize(step, chain, segments);
+  const graph::Graph g = planner::rematerialize(step, chain, actions);
   auto plan = planner::plan_memory(g, options);
   if (!plan || !planner::validate_plan(plan.value())) {
     std::fprintf(stderr, "FAILED: the %s step does not plan or validate\n", strategy.c_str());
@@ -54,13 +55,13 @@ Point measure(const graph::Graph& step, const planner::CheckpointChain& chain,
   return p;
 }
 
-// The least recomputation among `points` whose arena fits `budget`, or nullptr.
+// What the optimal strategy picks for a budget: the first point of the frontier (increasing
+// modelled recomputation) whose planned arena fits, or nullptr.
 const Point* cheapest_fitting(const std::vector<Point>& points, Bytes budget) {
-  const Point* best = nullptr;
   for (const Point& p : points) {
-    if (p.arena <= budget && (!best || p.extra < best->extra)) best = &p;
+    if (p.arena <= budget) return &p;
   }
-  return best;
+  return nullptr;
 }
 
 nlohmann::json run_model(const std::string& name, const models::ModelOptions& model, std::int64_t batch,
@@ -75,12 +76,14 @@ nlohmann::json run_model(const std::string& name, const models::ModelOptions& mo
   const double t0 = time_ms([] {});
   std::vector<Point> frontier;
   const double ms = time_ms([&] {
-    for (const planner::ChainSolution& s : planner::chain_frontier(chain.stages)) {
-      frontier.push_back(measure(step, chain, s.segments, "optimal", base_flops, options));
+    for (const planner::ChainSchedule& s : planner::chain_frontier_nested(chain.stages)) {
+      frontier.push_back(measure(step, chain, s.actions, "optimal", base_flops, options));
+      frontier.back().modelled = s.recompute_flops / base_flops;
     }
   }) + t0;
-  const Point sqrt = measure(step, chain, planner::sqrt_segments(static_cast<int>(chain.stages.size())), "sqrt",
-                             base_flops, options);
+  const Point sqrt = measure(step, chain,
+                             planner::segments_to_actions(planner::sqrt_segments(static_cast<int>(chain.stages.size()))),
+                             "sqrt", base_flops, options);
   Bytes least = sqrt.arena;
   for (const Point& p : frontier) least = std::min(least, p.arena);
 
@@ -107,7 +110,9 @@ nlohmann::json run_model(const std::string& name, const models::ModelOptions& mo
   j["optimal_at_sqrt_budget"] = at_sqrt ? nlohmann::json{{"arena_bytes", at_sqrt->arena}, {"extra_flops_fraction", at_sqrt->extra}}
                                         : nlohmann::json(nullptr);
   nlohmann::json points = nlohmann::json::array();
-  for (const Point& p : frontier) points.push_back({{"arena_bytes", p.arena}, {"extra_flops_fraction", p.extra}});
+  for (const Point& p : frontier) {
+    points.push_back({{"arena_bytes", p.arena}, {"extra_flops_fraction", p.extra}, {"modelled_extra_flops_fraction", p.modelled}});
+  }
   j["optimal_frontier"] = points;
 
   // The curve: budgets evenly spaced from the least reachable arena to the arena without checkpointing.
@@ -131,13 +136,23 @@ nlohmann::json run_model(const std::string& name, const models::ModelOptions& mo
   j["one_third_transient"] = {{"budget_bytes", third},
                               {"optimal_extra_flops_fraction", o ? nlohmann::json(o->extra) : nlohmann::json(nullptr)},
                               {"minimum_transient_fraction", double(least - none.persistent_bytes) / double(none.transient_bytes)}};
+  // One third of the activations live at the peak without checkpointing (the rest of the arena stays).
+  Bytes activations = 0;
+  for (const auto& [role, bytes] : none.peak_by_role()) activations += role == graph::Role::activation ? bytes : 0;
+  const Bytes third_of_activations = none.arena_bytes - 2 * activations / 3;
+  const Point* oa = cheapest_fitting(frontier, third_of_activations);
+  j["one_third_activations"] = {{"activation_bytes_at_peak", activations},
+                                {"budget_bytes", third_of_activations},
+                                {"optimal_extra_flops_fraction", oa ? nlohmann::json(oa->extra) : nlohmann::json(nullptr)}};
   std::printf("%s: %zu stages, %d ops; no checkpointing %.1f MiB (persistent %.1f, transient %.1f); least %.1f MiB "
               "(transient %.0f%% of before); sqrt %.1f MiB at +%.1f%%; optimal at that budget %s; "
-              "at a third of the transient region (%.1f MiB): %s; %zu frontier points planned in %.0f ms\n",
+              "at a third of the transient region (%.1f MiB): %s; at a third of the peak's %.1f MiB of activations "
+              "(%.1f MiB): %s; %zu frontier points planned in %.0f ms\n",
               name.c_str(), chain.stages.size(), step.num_ops(), mib(none.arena_bytes), mib(none.persistent_bytes),
               mib(none.transient_bytes), mib(least), 100.0 * double(least - none.persistent_bytes) / double(none.transient_bytes),
               mib(sqrt.arena), 100 * sqrt.extra, at_sqrt ? cell(at_sqrt).c_str() : "-", mib(third),
-              o ? cell(o).c_str() : "does not fit", frontier.size(), ms);
+              o ? cell(o).c_str() : "does not fit", mib(activations), mib(third_of_activations),
+              oa ? cell(oa).c_str() : "does not fit", frontier.size(), ms);
   return j;
 }
 

@@ -155,3 +155,183 @@ std::vector<ChainSegment> sqrt_segments(int num_stages) {
 }
 
 }  // namespace memplan::planner
+
+namespace memplan::planner {
+namespace {
+
+// C(s, t, m) over intervals [s, t] and memory units m; choice: 0 keep s whole, k > s split at k.
+struct NestedTable {
+  int n = 0;
+  Bytes width = 0;
+  std::vector<double> cost;
+  std::vector<int> choice;  // -1: infeasible
+  std::size_t at(int s, int t, Bytes m) const {
+    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)) *
+               static_cast<std::size_t>(width) + static_cast<std::size_t>(m);
+  }
+};
+
+NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units, Bytes quantum) {
+  NestedTable t;
+  t.n = static_cast<int>(stages.size());
+  t.width = limit_units + 1;
+  const std::size_t cells = static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.width);
+  t.cost.assign(cells, kInfeasible);
+  t.choice.assign(cells, -1);
+  auto stage = [&](int i) -> const ChainStage& { return stages[static_cast<std::size_t>(i)]; };
+  for (int len = 1; len <= t.n; ++len) {
+    for (int s = 0; s + len - 1 < t.n; ++s) {
+      const int e = s + len - 1;
+      for (Bytes m = 0; m < t.width; ++m) {
+        double best = kInfeasible;
+        int best_choice = -1;
+        const Bytes all = units(stage(s).all_bytes(), quantum);
+        if (all <= m) {
+          const double rest = s == e ? 0.0 : t.cost[t.at(s + 1, e, m - all)];
+          if (stage(s).forward_flops + rest < best) best = stage(s).forward_flops + rest, best_choice = 0;
+        }
+        double run = 0.0;
+        for (int k = s + 1; k <= e; ++k) {
+          run += stage(k - 1).forward_flops;
+          const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
+          if (kept > m) continue;
+          const double c = run + t.cost[t.at(k, e, m - kept)] + t.cost[t.at(s, k - 1, m)];
+          if (c < best) best = c, best_choice = k;
+        }
+        t.cost[t.at(s, e, m)] = best;
+        t.choice[t.at(s, e, m)] = best_choice;
+      }
+    }
+  }
+  return t;
+}
+
+void emit_nested(const NestedTable& t, const std::vector<ChainStage>& stages, Bytes quantum, int s, int e, Bytes m,
+                 std::vector<ChainAction>& out) {
+  const int k = t.choice[t.at(s, e, m)];
+  MEMPLAN_CHECK(k >= 0, "nested chain DP reconstruction reached an infeasible cell");
+  if (k == 0) {
+    out.push_back({ChainActionKind::kForwardKeepAll, s});
+    if (s < e) emit_nested(t, stages, quantum, s + 1, e, m - units(stages[static_cast<std::size_t>(s)].all_bytes(), quantum), out);
+    out.push_back({ChainActionKind::kBackward, s});
+    return;
+  }
+  for (int i = s; i < k; ++i) out.push_back({ChainActionKind::kForward, i});
+  emit_nested(t, stages, quantum, k, e, m - units(stages[static_cast<std::size_t>(k - 1)].boundary_bytes, quantum), out);
+  emit_nested(t, stages, quantum, s, k - 1, m, out);
+}
+
+}  // namespace
+
+ChainSchedule simulate_chain(const std::vector<ChainStage>& stages, std::vector<ChainAction> actions) {
+  const int n = static_cast<int>(stages.size());
+  const int steps = static_cast<int>(actions.size());
+  // Items: boundary versions and kept internals, each with its creation and last use.
+  struct Item {
+    Bytes bytes = 0;
+    int created = 0;
+    int last_use = 0;
+  };
+  std::vector<Item> items;
+  std::vector<int> latest(static_cast<std::size_t>(n), -1);     // item of the latest output of each stage
+  std::vector<int> internals(static_cast<std::size_t>(n), -1);  // item of the kept internals of the latest run
+  std::vector<bool> ran(static_cast<std::size_t>(n), false), done(static_cast<std::size_t>(n), false);
+  ChainSchedule out;
+  int next_backward = n - 1;
+  for (int a = 0; a < steps; ++a) {
+    const ChainAction& act = actions[static_cast<std::size_t>(a)];
+    const int i = act.stage;
+    MEMPLAN_CHECK(i >= 0 && i < n && !done[static_cast<std::size_t>(i)], "action on stage " << i << " after its backward");
+    auto use = [&](int item) { items[static_cast<std::size_t>(item)].last_use = a; };
+    if (i > 0) {
+      MEMPLAN_CHECK(latest[static_cast<std::size_t>(i - 1)] >= 0, "stage " << i << " runs before its input exists");
+      use(latest[static_cast<std::size_t>(i - 1)]);
+    }
+    if (act.kind == ChainActionKind::kBackward) {
+      MEMPLAN_CHECK(i == next_backward, "backward of stage " << i << " out of order");
+      MEMPLAN_CHECK(internals[static_cast<std::size_t>(i)] >= 0, "backward of stage " << i << " without its activations");
+      use(internals[static_cast<std::size_t>(i)]);
+      use(latest[static_cast<std::size_t>(i)]);
+      done[static_cast<std::size_t>(i)] = true;
+      --next_backward;
+      continue;
+    }
+    MEMPLAN_CHECK(ran[static_cast<std::size_t>(i)] || i == 0 || ran[static_cast<std::size_t>(i - 1)],
+                  "the first run of stage " << i << " comes before its predecessor's");
+    if (ran[static_cast<std::size_t>(i)]) out.recompute_flops += stages[static_cast<std::size_t>(i)].forward_flops;
+    ran[static_cast<std::size_t>(i)] = true;
+    const ChainStage& st = stages[static_cast<std::size_t>(i)];
+    latest[static_cast<std::size_t>(i)] = static_cast<int>(items.size());
+    items.push_back({st.boundary_bytes, a, a});
+    internals[static_cast<std::size_t>(i)] = -1;
+    if (act.kind == ChainActionKind::kForwardKeepAll) {
+      internals[static_cast<std::size_t>(i)] = static_cast<int>(items.size());
+      items.push_back({st.internal_bytes, a, a});
+    }
+  }
+  MEMPLAN_CHECK(next_backward == -1, "the schedule leaves " << next_backward + 1 << " stages without a backward");
+  for (int a = 0; a < steps; ++a) {
+    if (actions[static_cast<std::size_t>(a)].kind != ChainActionKind::kBackward) continue;
+    Bytes live = 0;
+    for (const Item& item : items) {
+      if (item.created <= a && a <= item.last_use) live += item.bytes;
+    }
+    out.peak_bytes = std::max(out.peak_bytes, live);
+  }
+  out.actions = std::move(actions);
+  return out;
+}
+
+ChainSchedule solve_chain_nested(const std::vector<ChainStage>& stages, Bytes memory_limit, Bytes quantum) {
+  MEMPLAN_CHECK(quantum >= 1, "quantum must be positive");
+  if (stages.empty() || memory_limit < 0) return {};
+  const Bytes limit_units = std::min(memory_limit / quantum, total_units(stages, quantum));
+  const NestedTable t = fill_nested(stages, limit_units, quantum);
+  const int n = static_cast<int>(stages.size());
+  if (t.cost[t.at(0, n - 1, limit_units)] == kInfeasible) return {};
+  std::vector<ChainAction> actions;
+  emit_nested(t, stages, quantum, 0, n - 1, limit_units, actions);
+  return simulate_chain(stages, std::move(actions));
+}
+
+std::vector<ChainSchedule> chain_frontier_nested(const std::vector<ChainStage>& stages, int resolution) {
+  if (stages.empty()) return {};
+  Bytes total = 0;
+  for (const ChainStage& s : stages) total += s.all_bytes();
+  const Bytes quantum = std::max<Bytes>(1, (total + resolution - 1) / std::max(resolution, 1));
+  const Bytes limit_units = total_units(stages, quantum);
+  const NestedTable t = fill_nested(stages, limit_units, quantum);
+  const int n = static_cast<int>(stages.size());
+  std::vector<ChainSchedule> by_memory;
+  double previous = kInfeasible;
+  for (Bytes m = 0; m <= limit_units; ++m) {
+    const double c = t.cost[t.at(0, n - 1, m)];
+    if (c == kInfeasible || c >= previous) continue;
+    previous = c;
+    std::vector<ChainAction> actions;
+    emit_nested(t, stages, quantum, 0, n - 1, m, actions);
+    ChainSchedule s = simulate_chain(stages, std::move(actions));
+    while (!by_memory.empty() && by_memory.back().peak_bytes >= s.peak_bytes) by_memory.pop_back();
+    by_memory.push_back(std::move(s));
+  }
+  std::reverse(by_memory.begin(), by_memory.end());
+  return by_memory;
+}
+
+std::vector<ChainAction> segments_to_actions(const std::vector<ChainSegment>& segments) {
+  std::vector<ChainAction> actions;
+  for (const ChainSegment& seg : segments) {
+    for (int i = seg.first; i <= seg.last; ++i) {
+      actions.push_back({seg.recompute ? ChainActionKind::kForward : ChainActionKind::kForwardKeepAll, i});
+    }
+  }
+  for (auto seg = segments.rbegin(); seg != segments.rend(); ++seg) {
+    if (seg->recompute) {
+      for (int i = seg->first; i <= seg->last; ++i) actions.push_back({ChainActionKind::kForwardKeepAll, i});
+    }
+    for (int i = seg->last; i >= seg->first; --i) actions.push_back({ChainActionKind::kBackward, i});
+  }
+  return actions;
+}
+
+}  // namespace memplan::planner

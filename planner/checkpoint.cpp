@@ -149,92 +149,174 @@ CheckpointChain find_checkpoint_chain(const Graph& g) {
   return chain;
 }
 
-Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainSegment>& segments) {
+Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainAction>& actions) {
   const int num_ops = g.num_ops();
   const auto nt = static_cast<std::size_t>(g.num_tensors());
+  const int num_stages = static_cast<int>(chain.stages.size());
   // Stage of each forward op.
   std::vector<int> stage_of_op(static_cast<std::size_t>(num_ops), -1);
+  std::vector<std::vector<int>> stage_ops(static_cast<std::size_t>(num_stages));
   {
     int stage = 0;
-    for (int i = 0; i < num_ops && stage < static_cast<int>(chain.last_op.size()); ++i) {
+    for (int i = 0; i < num_ops && stage < num_stages; ++i) {
       if (g.ops()[static_cast<std::size_t>(i)].phase != Phase::forward) continue;
       stage_of_op[static_cast<std::size_t>(i)] = stage;
+      stage_ops[static_cast<std::size_t>(stage)].push_back(i);
       if (i == chain.last_op[static_cast<std::size_t>(stage)]) ++stage;
     }
   }
   const std::vector<bool> backward_reads = read_by_backward(g);
   const std::vector<bool> results = step_result_roots(g);
+  auto stage_of = [&](TensorId t) {
+    const int p = g.producer(t);
+    return p < 0 ? -1 : stage_of_op[static_cast<std::size_t>(p)];
+  };
+  // Tensors a run of their stage can produce again (inputs, persistent state and step results
+  // are never recomputed: the originals stay).
+  auto recomputable = [&](TensorId t) {
+    return stage_of(t) >= 0 && !is_free(g, t) && !results[static_cast<std::size_t>(g.storage_root(t))];
+  };
+  auto boundary = [&](int stage) {
+    const Op& op = g.ops()[static_cast<std::size_t>(chain.last_op[static_cast<std::size_t>(stage)])];
+    return op.outputs.empty() ? kNoTensor : op.outputs[0];
+  };
+  // Where each stage's backward starts: its first backward op reading one of the stage's
+  // activations other than its output (which the next stage's backward also reads), else its output.
+  std::vector<int> anchor(static_cast<std::size_t>(num_stages), -1);
+  for (int i = 0; i < num_ops; ++i) {
+    const Op& op = g.ops()[static_cast<std::size_t>(i)];
+    if (op.phase != Phase::backward) continue;
+    for (TensorId t : op.inputs) {
+      const int s = stage_of(t);
+      if (s < 0 || !recomputable(t) || t == boundary(s)) continue;
+      if (anchor[static_cast<std::size_t>(s)] < 0) anchor[static_cast<std::size_t>(s)] = i;
+    }
+  }
+  for (int i = 0; i < num_ops; ++i) {
+    const Op& op = g.ops()[static_cast<std::size_t>(i)];
+    if (op.phase != Phase::backward) continue;
+    for (TensorId t : op.inputs) {
+      const int s = stage_of(t);
+      if (s >= 0 && recomputable(t) && anchor[static_cast<std::size_t>(s)] < 0) anchor[static_cast<std::size_t>(s)] = i;
+    }
+  }
 
   Graph out = g;
-  std::vector<TensorId> clone(nt, kNoTensor);
-  std::vector<std::vector<int>> blocks_before(static_cast<std::size_t>(num_ops));  // recompute ops to run before op i
-  for (const ChainSegment& seg : segments) {
-    if (!seg.recompute) continue;
-    const Op& end_op = g.ops()[static_cast<std::size_t>(chain.last_op[static_cast<std::size_t>(seg.last)])];
-    const TensorId end_root = end_op.outputs.empty() ? kNoTensor : g.storage_root(end_op.outputs[0]);
-    // Produced inside the segment and gone by the time the backward pass arrives.
-    auto inside = [&](TensorId t) {
-      const int p = g.producer(t);
-      if (p < 0) return false;
-      const int s = stage_of_op[static_cast<std::size_t>(p)];
-      const TensorId root = g.storage_root(t);
-      return s >= seg.first && s <= seg.last && !is_free(g, t) && root != end_root &&
-             !results[static_cast<std::size_t>(root)];
-    };
-    std::vector<TensorId> dropped;
-    for (TensorId t = 0; t < g.num_tensors(); ++t) {
-      if (backward_reads[static_cast<std::size_t>(t)] && inside(t)) dropped.push_back(t);
+  std::vector<TensorId> current(nt);  // the latest version of each tensor, as the actions run
+  for (std::size_t t = 0; t < nt; ++t) current[t] = static_cast<TensorId>(t);
+  std::vector<int> runs(static_cast<std::size_t>(num_stages), 0);
+  std::vector<int> clone_count(static_cast<std::size_t>(num_ops), 0);
+  struct Block {
+    std::vector<int> ops;                              // indices in `out`
+    std::vector<std::pair<TensorId, TensorId>> versions;  // original -> the version this block makes
+    int before = 0;                                    // runs just before this op of `g`
+  };
+  std::vector<Block> blocks;
+  Block pending;
+  int last_anchor = 0;  // blocks go after the forward pass, at the earliest before the first backward op
+  while (last_anchor < num_ops && g.ops()[static_cast<std::size_t>(last_anchor)].phase != Phase::backward) ++last_anchor;
+  // Whether a run's output feeds a later run of the next stage (before that stage's backward);
+  // if not, the backward reads the version that is already there.
+  std::vector<bool> output_feeds_a_run(actions.size(), false);
+  {
+    std::vector<int> open_run(static_cast<std::size_t>(num_stages), -1);  // latest run of each stage
+    for (std::size_t a = 0; a < actions.size(); ++a) {
+      const int i = actions[a].stage;
+      if (actions[a].kind == ChainActionKind::kBackward) continue;
+      if (i > 0 && open_run[static_cast<std::size_t>(i - 1)] >= 0) {
+        output_feeds_a_run[static_cast<std::size_t>(open_run[static_cast<std::size_t>(i - 1)])] = true;
+      }
+      open_run[static_cast<std::size_t>(i)] = static_cast<int>(a);
     }
-    if (dropped.empty()) continue;
-    // The forward ops that recompute them, with whatever inside the segment those depend on.
+  }
+  for (std::size_t a = 0; a < actions.size(); ++a) {
+    const ChainAction& action = actions[a];
+    const int i = action.stage;
+    if (action.kind == ChainActionKind::kBackward) {
+      // Recompute runs go just before the backward of the next stage the schedule differentiates.
+      int at = anchor[static_cast<std::size_t>(i)];
+      last_anchor = std::max(last_anchor, at);
+      if (!pending.ops.empty()) {
+        pending.before = last_anchor;
+        blocks.push_back(std::move(pending));
+        pending = Block{};
+      }
+      continue;
+    }
+    if (runs[static_cast<std::size_t>(i)]++ == 0) continue;  // the first run is the forward pass itself
+    // What this run must produce: the stage's output, and when it keeps everything, every
+    // activation the stage's backward reads; then what those depend on inside the stage.
+    std::vector<TensorId> targets;
+    if (output_feeds_a_run[a] && boundary(i) != kNoTensor && recomputable(boundary(i))) targets.push_back(boundary(i));
+    // The output's previous version was read by the next stage's backward just before; its own
+    // backward reads that one too rather than a copy (same bytes live, fewer FLOPs).
+    if (action.kind == ChainActionKind::kForwardKeepAll) {
+      const TensorId output_root = boundary(i) == kNoTensor ? kNoTensor : g.storage_root(boundary(i));
+      for (int p : stage_ops[static_cast<std::size_t>(i)]) {
+        for (TensorId t : g.ops()[static_cast<std::size_t>(p)].outputs) {
+          if (backward_reads[static_cast<std::size_t>(t)] && recomputable(t) && g.storage_root(t) != output_root) {
+            targets.push_back(t);
+          }
+        }
+      }
+    }
     std::set<int> needed;
-    std::vector<TensorId> stack = dropped;
-    while (!stack.empty()) {
-      const TensorId t = stack.back();
-      stack.pop_back();
+    while (!targets.empty()) {
+      const TensorId t = targets.back();
+      targets.pop_back();
       const int p = g.producer(t);
       if (!needed.insert(p).second) continue;
       for (TensorId in : g.ops()[static_cast<std::size_t>(p)].inputs) {
-        if (inside(in)) stack.push_back(in);
+        if (stage_of(in) == i && recomputable(in)) targets.push_back(in);
       }
     }
-    std::vector<int> block;
+    std::vector<TensorId> made(nt, kNoTensor);  // this run's tensors
     for (int p : needed) {  // ascending: program order is a topological order
       const Op& op = g.ops()[static_cast<std::size_t>(p)];
       MEMPLAN_CHECK(op.outputs.size() == 1 && op.updates.empty(), "cannot recompute '" << op.name << "'");
       std::vector<TensorId> inputs = op.inputs;
       for (TensorId& in : inputs) {
-        if (clone[static_cast<std::size_t>(in)] != kNoTensor) in = clone[static_cast<std::size_t>(in)];
+        if (made[static_cast<std::size_t>(in)] != kNoTensor) in = made[static_cast<std::size_t>(in)];
+        else if (recomputable(in)) in = current[static_cast<std::size_t>(in)];  // the previous stage's output
       }
       const graph::TensorDesc& desc = g.tensor(op.outputs[0]);
-      clone[static_cast<std::size_t>(op.outputs[0])] =
-          out.add_op(op.kind, std::move(inputs), op.attrs, "recompute:" + desc.name, desc.role, Phase::recompute);
-      block.push_back(out.num_ops() - 1);
+      const int copy = ++clone_count[static_cast<std::size_t>(p)];
+      const std::string name = "recompute:" + desc.name + (copy > 1 ? "#" + std::to_string(copy) : "");
+      const TensorId t = out.add_op(op.kind, std::move(inputs), op.attrs, name, desc.role, Phase::recompute);
+      made[static_cast<std::size_t>(op.outputs[0])] = t;
+      current[static_cast<std::size_t>(op.outputs[0])] = t;
+      pending.versions.emplace_back(op.outputs[0], t);
+      pending.ops.push_back(out.num_ops() - 1);
     }
-    // Backward readers switch to the recomputed tensors; the block runs just before the first.
-    int first_reader = num_ops;
-    for (int i = 0; i < num_ops; ++i) {
-      const Op& op = g.ops()[static_cast<std::size_t>(i)];
-      if (op.phase != Phase::backward) continue;
-      for (int slot = 0; slot < static_cast<int>(op.inputs.size()); ++slot) {
-        const TensorId t = op.inputs[static_cast<std::size_t>(slot)];
-        if (clone[static_cast<std::size_t>(t)] == kNoTensor || !inside(t)) continue;
-        out.replace_input(i, slot, clone[static_cast<std::size_t>(t)]);
-        first_reader = std::min(first_reader, i);
-      }
-    }
-    MEMPLAN_CHECK(first_reader < num_ops, "recomputed tensors without a backward reader");
-    auto& before = blocks_before[static_cast<std::size_t>(first_reader)];
-    before.insert(before.end(), block.begin(), block.end());
   }
+  MEMPLAN_CHECK(pending.ops.empty(), "recompute runs after the last backward");
+
+  // Program order: blocks before their ops; backward ops read the versions made before them.
+  std::vector<TensorId> version(nt);
+  for (std::size_t t = 0; t < nt; ++t) version[t] = static_cast<TensorId>(t);
   std::vector<int> order;
   order.reserve(static_cast<std::size_t>(out.num_ops()));
+  std::size_t next_block = 0;
   for (int i = 0; i < num_ops; ++i) {
-    for (int r : blocks_before[static_cast<std::size_t>(i)]) order.push_back(r);
+    for (; next_block < blocks.size() && blocks[next_block].before == i; ++next_block) {
+      for (int r : blocks[next_block].ops) order.push_back(r);
+      for (const auto& [t, v] : blocks[next_block].versions) version[static_cast<std::size_t>(t)] = v;
+    }
     order.push_back(i);
+    const Op& op = g.ops()[static_cast<std::size_t>(i)];
+    if (op.phase != Phase::backward) continue;
+    for (int slot = 0; slot < static_cast<int>(op.inputs.size()); ++slot) {
+      const TensorId t = op.inputs[static_cast<std::size_t>(slot)];
+      if (version[static_cast<std::size_t>(t)] != t) out.replace_input(i, slot, version[static_cast<std::size_t>(t)]);
+    }
   }
+  MEMPLAN_CHECK(next_block == blocks.size(), "a recompute block found no place");
   out.reorder_ops(order);
   return out;
+}
+
+Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainSegment>& segments) {
+  return rematerialize(g, chain, segments_to_actions(segments));
 }
 
 namespace {
@@ -255,17 +337,17 @@ Result<Bytes> planned_arena(const Graph& g, const PlanOptions& options) {
 class Checkpointer {
  public:
   Checkpointer(const Graph& step, const PlanOptions& options)
-      : step_(step), options_(options), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
+      : step_(step), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
     // Candidates are compared with the greedy packer alone (fast, and never below the final
     // plan's arena); the chosen one is then planned with the caller's options.
     search_options_ = options;
     search_options_.solver_time_limit_s = 0.0;
   }
 
-  Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainSegment>& segments) {
+  Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainAction>& actions) {
     Candidate c;
     c.strategy = strategy;
-    c.graph = rematerialize(step_, chain_, segments);
+    c.graph = rematerialize(step_, chain_, actions);
     c.extra_flops = graph_flops(c.graph) - base_flops_;
     auto arena = planned_arena(c.graph, search_options_);
     if (!arena) return arena.error();
@@ -274,24 +356,24 @@ class Checkpointer {
   }
 
   Result<Candidate> none() {
-    return make(CheckpointStrategy::kNone, {});
+    return make(CheckpointStrategy::kNone, segments_to_actions({{0, static_cast<int>(chain_.stages.size()) - 1, false}}));
   }
 
   Result<Candidate> sqrt() {
-    return make(CheckpointStrategy::kSqrt, sqrt_segments(static_cast<int>(chain_.stages.size())));
+    return make(CheckpointStrategy::kSqrt, segments_to_actions(sqrt_segments(static_cast<int>(chain_.stages.size()))));
   }
 
   // The least recomputation on the DP's frontier whose planned arena fits `budget`; without a
   // budget, the smallest planned arena (ties: less recomputation).
   Result<std::optional<Candidate>> optimal(std::optional<Bytes> budget) {
     if (!frontier_) {
-      frontier_ = chain_frontier(chain_.stages);
+      frontier_ = chain_frontier_nested(chain_.stages);
       measured_.assign(frontier_->size(), std::nullopt);
     }
     std::optional<std::size_t> best;
     for (std::size_t i = 0; i < frontier_->size(); ++i) {  // increasing recomputation
       if (!measured_[i]) {
-        auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].segments);
+        auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
         if (!c) return c.error();
         measured_[i] = Measured{c.value().arena, c.value().extra_flops};
       }
@@ -305,7 +387,7 @@ class Checkpointer {
       }
     }
     if (!best) return std::optional<Candidate>();
-    auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*best].segments);
+    auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*best].actions);
     if (!c) return c.error();
     return std::optional<Candidate>(std::move(c).value());
   }
@@ -314,7 +396,6 @@ class Checkpointer {
 
  private:
   const Graph& step_;
-  PlanOptions options_;
   PlanOptions search_options_;
   CheckpointChain chain_;
   double base_flops_;
@@ -323,7 +404,7 @@ class Checkpointer {
     Bytes arena = 0;
     double extra_flops = 0.0;
   };
-  std::optional<std::vector<ChainSolution>> frontier_;
+  std::optional<std::vector<ChainSchedule>> frontier_;
   std::vector<std::optional<Measured>> measured_;
 };
 
@@ -366,6 +447,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, Checkp
   switch (strategy) {
     case CheckpointStrategy::kNone:
       if (Status s = take(cp.none()); !s) return s.error();
+      chosen->arena = before.value();  // planned with the caller's options, as it stays
       break;
     case CheckpointStrategy::kSqrt:
       if (Status s = take(cp.sqrt()); !s) return s.error();
@@ -379,6 +461,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, Checkp
     case CheckpointStrategy::kAuto: {
       if (!budget || before.value() <= *budget) {
         if (Status s = take(cp.none()); !s) return s.error();
+        chosen->arena = before.value();
         break;
       }
       auto opt = cp.optimal(budget);

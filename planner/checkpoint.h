@@ -6,16 +6,19 @@
 //
 // The forward pass is cut into a chain of stages at every tensor that is the only activation
 // crossing from earlier ops to later ones (a residual stream between transformer half-blocks,
-// a ResNet block's output, an MLP layer's output). Strategies choose which stages to recompute:
+// a ResNet block's output, an MLP layer's output). Strategies choose a schedule of the chain
+// (chain_dp.h): which stage runs forward when, keeping what, before each stage's backward:
 //   none     nothing is recomputed;
 //   sqrt     Chen et al. 2016: segments of about sqrt(n) stages, each recomputed from the kept
 //            boundary before it, except the last;
-//   optimal  the chain DP of chain_dp.h (exact for that family under its memory model) over
-//            every memory limit, then the least recomputation whose planned arena fits;
+//   optimal  the nested chain DP (Beaumont et al. 2019; exact for its family under its memory
+//            model) over every memory limit, then the least recomputation whose planned arena
+//            fits (without a budget: the smallest planned arena);
 //   auto     the strategy with the least recomputation whose planned arena fits the budget.
-// Inside a recomputed stage every activation its backward reads is dropped and recomputed, with
-// whatever of the stage it depends on (a sound choice: a stage's internals are consumed by its
-// own backward only, so they are needed together).
+// Inside a stage that runs again keeping everything, every activation its backward reads is
+// recomputed with whatever of the stage it depends on (a sound choice: a stage's internals are
+// read by its own backward only, so they are needed together); a run that keeps only its output
+// recomputes just what that output needs.
 //
 // Recompute ops are clones (same kind, attributes and parameters) of forward ops, so they compute
 // the same bits: dropout masks derive from the op's seed attribute and the step, not from the
@@ -60,7 +63,13 @@ struct CheckpointChain {
 };
 CheckpointChain find_checkpoint_chain(const graph::Graph& training_step);
 
-// The training step with the given segments of the chain recomputed (segments from chain_dp.h).
+// The training step rewritten to follow a schedule of the chain (chain_dp.h): a stage's first
+// forward run is the forward pass itself; every later run adds recompute ops (a kForward run only
+// those its output needs), placed just before the backward of the next stage the schedule
+// differentiates; each backward op reads the latest run's version of its forward inputs.
+graph::Graph rematerialize(const graph::Graph& training_step, const CheckpointChain& chain,
+                           const std::vector<ChainAction>& actions);
+// The same for a single-level segmentation.
 graph::Graph rematerialize(const graph::Graph& training_step, const CheckpointChain& chain,
                            const std::vector<ChainSegment>& segments);
 

@@ -113,10 +113,11 @@ int run_fit(FitFlags flags) {
       const std::int64_t accumulation = (flags.batch + search->max_batch - 1) / search->max_batch;
       const std::int64_t micro = (flags.batch + accumulation - 1) / accumulation;
       suggestion = {{"micro_batch", micro}, {"gradient_accumulation_steps", accumulation},
-                    {"effective_batch", micro * accumulation}, {"checkpoint", "none"}};
+                    {"effective_batch", micro * accumulation}, {"checkpoint", flags.checkpoint.strategy}};
       suggestion_text = "micro-batch " + std::to_string(micro) + " x " + std::to_string(accumulation) +
                         " gradient-accumulation steps (effective batch " + std::to_string(micro * accumulation) +
-                        "), or try --checkpoint auto";
+                        ")" +
+                        (flags.checkpoint.strategy == "none" ? ", or try --checkpoint auto" : "");
     } else {
       suggestion_text = "not even batch 1 fits: the parameters and optimizer state alone need " +
                         format_bytes(report.breakdown.parameters + report.breakdown.optimizer_state) +
@@ -139,7 +140,7 @@ int run_fit(FitFlags flags) {
     j["runtime_overheads"] = o;
     if (search) {
       j["max_batch"] = search->max_batch;
-      j["max_batch_by_checkpoint"] = {{"none", search->max_batch}};
+      j["max_batch_by_checkpoint"] = {{flags.checkpoint.strategy, search->max_batch}};
       j["plans_made"] = search->probes;
     }
     if (planned.value().checkpoint) j["checkpoint"] = checkpoint_json(*planned.value().checkpoint);
@@ -164,7 +165,8 @@ int run_fit(FitFlags flags) {
   std::printf("  %-28s %14s\n", "headroom", report.headroom_bytes >= 0 ? format_bytes(report.headroom_bytes).c_str()
                                                                       : ("-" + format_bytes(-report.headroom_bytes)).c_str());
   if (search) {
-    std::printf("\nlargest batch that fits: %lld (checkpoint none; %lld plans)\n", static_cast<long long>(search->max_batch),
+    std::printf("\nlargest batch that fits: %lld (checkpoint %s; %lld plans)\n", static_cast<long long>(search->max_batch),
+                flags.checkpoint.strategy.c_str(),
                 static_cast<long long>(search->probes));
   }
   if (planned.value().checkpoint) std::printf("%s\n", checkpoint_line(*planned.value().checkpoint).c_str());
