@@ -10,6 +10,9 @@ namespace {
 
 // Large enough for any real arena, small enough that offset + size never overflows int64.
 constexpr Bytes kMaxBytes = Bytes{1} << 60;
+// The footprints of all buffers together: keeps every stacked height, the lower bound's sums and
+// a solver's offset + footprint inside 64 bits however the buffers are packed.
+constexpr Bytes kMaxTotalBytes = Bytes{1} << 62;
 
 std::string describe(const BufferSpec& buffer, std::size_t index) {
   std::ostringstream out;
@@ -57,6 +60,7 @@ Status check_problem(const AllocationProblem& problem) {
     return Error{"capacity " + std::to_string(*problem.capacity_bytes) + " is out of range [0, 2^60]"};
   }
   std::vector<std::size_t> fixed;
+  Bytes total = 0;
   for (std::size_t i = 0; i < problem.buffers.size(); ++i) {
     const BufferSpec& buffer = problem.buffers[i];
     if (buffer.size_bytes < 0 || buffer.size_bytes > kMaxBytes) {
@@ -66,6 +70,11 @@ Status check_problem(const AllocationProblem& problem) {
     if (buffer.alignment < 1 || buffer.alignment > kMaxBytes) {
       return Error{describe(buffer, i) + ": alignment " + std::to_string(buffer.alignment) +
                    " must be in [1, 2^60]"};
+    }
+    total += footprint_bytes(buffer);  // each footprint is at most 2^61: no overflow before the check
+    if (total > kMaxTotalBytes) {
+      return Error{describe(buffer, i) + ": the buffers up to here add up to more than 2^62 bytes, "
+                   "more than any arena can hold"};
     }
     if (buffer.first_op >= buffer.end_op) {
       return Error{describe(buffer, i) + ": empty lifetime [" + std::to_string(buffer.first_op) +

@@ -65,7 +65,8 @@ inline bool lifetimes_overlap(const BufferSpec& a, const BufferSpec& b) {
 // fixed-offset buffers at their top (offset + footprint), which no packing can go below.
 Bytes lower_bound_bytes(const AllocationProblem& problem);
 
-// Input checks at the public boundary: sizes >= 0 and below 2^60, alignment >= 1,
+// Input checks at the public boundary: sizes >= 0 and below 2^60, all footprints together at
+// most 2^62 (so no height overflows 64 bits), alignment >= 1,
 // first_op < end_op, fixed offsets non-negative and aligned, fixed buffers not overlapping
 // each other, capacity >= 0. Solvers MEMPLAN_CHECK this; callers get a message naming the
 // buffer.

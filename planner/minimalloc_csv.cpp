@@ -21,6 +21,7 @@ constexpr std::array<std::string_view, kColumnCount> kColumnNames = {"id", "lowe
 
 // The same limit check_problem() applies, so a file that parses also passes it.
 constexpr std::int64_t kMaxSize = std::int64_t{1} << 60;
+constexpr std::int64_t kMaxTotalSize = std::int64_t{1} << 62;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -100,6 +101,7 @@ Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_vi
   bool have_header = false;
   std::unordered_set<std::string> ids;
   std::vector<Offset> offsets;
+  std::int64_t total_size = 0;
   std::size_t line_number = 0;
   std::size_t cursor = 0;
   while (cursor < text.size()) {
@@ -152,6 +154,8 @@ Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_vi
     }
     if (value[kSize] <= 0) return error("size " + std::to_string(value[kSize]) + " must be positive");
     if (value[kSize] > kMaxSize) return error("size " + std::to_string(value[kSize]) + " exceeds 2^60");
+    total_size += value[kSize];  // each at most 2^60 and the total at most 2^62 so far: no overflow
+    if (total_size > kMaxTotalSize) return error("the sizes up to here add up to more than 2^62 bytes");
     if (value[kUpper] <= value[kLower]) {
       return error("upper " + std::to_string(value[kUpper]) + " must be greater than lower " +
                    std::to_string(value[kLower]) + " (lifetimes are [lower, upper))");

@@ -73,6 +73,20 @@ TEST(CheckProblem, RejectsEachBadField) {
   EXPECT_NE(message(p).find("capacity"), std::string::npos);
 }
 
+// Found by fuzzing (fuzz/corpus/solver/regress-lower-bound-overflow): buffers of legal size whose
+// sum overflowed 64 bits in the lower bound. Four of 2^60 fit the limit; a fifth byte does not.
+TEST(CheckProblem, RejectsBuffersWhoseTotalOverflowsHeights) {
+  AllocationProblem p;
+  for (int i = 0; i < 4; ++i) p.buffers.push_back(buffer("b" + std::to_string(i), Bytes{1} << 60, 0, 2));
+  ASSERT_TRUE(check_problem(p).ok());
+  EXPECT_EQ(lower_bound_bytes(p), Bytes{1} << 62);
+  p.buffers.push_back(buffer("last", 1, 5, 6));
+  const Status s = check_problem(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("'last'"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("2^62"), std::string::npos) << s.error().message;
+}
+
 TEST(SolveStatus, Names) {
   EXPECT_EQ(to_string(SolveStatus::optimal), "optimal");
   EXPECT_EQ(to_string(SolveStatus::feasible), "feasible");

@@ -182,8 +182,9 @@ TEST(HostileInput, EveryFlagOfEveryCommandRefusesBadValues) {
 TEST(HostileInput, SizeAndOptionFlagsThroughTheBinary) {
   TempDir tmp;
   const std::string svg = (tmp.path / "out.svg").string();
-  const std::vector<std::string> values = {"", "abc", "-1", "0", "nan", "inf", "1e999", "5XB", "-3GiB",
-                                           std::string(5000, '7') + "GiB"};
+  // Every value is also tried in-process above; a few through the binary check the exit code and
+  // that no output file appears.
+  const std::vector<std::string> values = {"", "nan", "-3GiB", std::string(5000, '7') + "GiB"};
   struct Case {
     std::vector<std::string> prefix;
     std::string flag;
@@ -348,7 +349,7 @@ TEST(HostileInput, SafetensorsFilesAreRefused) {
     const fs::path input = tmp.path / "weights.safetensors";
     write_file(input, c.bytes);
     expect_refused({"sample", "--load", input.string(), "--tokens", "4"}, input.string(), out, "safetensors " + c.name);
-    if (c.name == "empty" || c.name == "checksum mismatch" || c.name == "valid but not a gpt") {
+    if (c.name == "checksum mismatch" || c.name == "valid but not a gpt") {
       expect_refused({"train", "--model", "gpt", "--layers", "1", "--width", "16", "--heads", "2", "--seq", "8", "--batch",
                       "2", "--steps", "1", "--quiet", "--data", text.string(), "--load", input.string(), "--save",
                       out.string()},

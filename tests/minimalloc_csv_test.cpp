@@ -18,6 +18,13 @@ std::string error_of(std::string_view text) {
   return r.ok() ? "ok" : r.error().message;
 }
 
+TEST(MinimallocCsv, SizesAddingUpPast2To62AreRefusedWithTheLine) {
+  std::string text = "id,lower,upper,size\n";
+  for (int i = 0; i < 4; ++i) text += "b" + std::to_string(i) + ",0,2,1152921504606846976\n";
+  ASSERT_EQ(error_of(text), "ok");
+  EXPECT_EQ(error_of(text + "x,0,2,1\n"), "in.csv:6: the sizes up to here add up to more than 2^62 bytes");
+}
+
 TEST(MinimallocCsv, ParsesTheReadmeExample) {
   const Result<MinimallocCsv> r = parse_minimalloc_csv("id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\n", "x");
   ASSERT_TRUE(r.ok()) << r.error().message;
