@@ -64,7 +64,7 @@ CUmemAllocationProp page_properties(int device) {
 
 }  // namespace
 
-CudaDevice::CudaDevice() {
+CudaDevice::CudaDevice(Bytes capacity_bytes) : capacity_bytes_(capacity_bytes) {
   kc::Context& ctx = kc::context();
   cudaDeviceProp prop{};
   MEMPLAN_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device));
@@ -86,6 +86,7 @@ CudaDevice::~CudaDevice() {
 }
 
 void* CudaDevice::raw_allocate(Bytes size_bytes) {
+  if (capacity_bytes_ > 0 && stats().bytes_in_use + size_bytes > capacity_bytes_) return nullptr;
   void* ptr = nullptr;
   const cudaError_t status = cudaMalloc(&ptr, static_cast<std::size_t>(size_bytes));
   if (status == cudaErrorMemoryAllocation) {

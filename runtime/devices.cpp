@@ -22,13 +22,13 @@ Result<kernels::DeviceKind> resolve_device_kind(std::string_view name) {
   return Error{"unknown device '" + std::string(name) + "' (expected cpu, cuda or auto)"};
 }
 
-Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind) {
-  if (kind == kernels::DeviceKind::cpu) return std::unique_ptr<Device>(std::make_unique<CpuDevice>());
+Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes) {
+  if (kind == kernels::DeviceKind::cpu) return std::unique_ptr<Device>(std::make_unique<CpuDevice>(capacity_bytes));
 #ifdef MEMPLAN_HAVE_CUDA
   if (!cuda_device_present()) {
     return Error{"no CUDA device is available (the driver reports no GPU); use --device cpu"};
   }
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>());
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(capacity_bytes));
 #else
   return Error{"this memplan was built without CUDA (no nvcc at configure time); use --device cpu"};
 #endif

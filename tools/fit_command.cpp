@@ -180,11 +180,12 @@ Command add_fit_command(CLI::App& root) {
       "fit", "Does a training step fit a memory budget, and what is the largest batch that does? Planning only.");
   app->add_option("--model", flags->model, "Model")->check(CLI::IsMember(models::trainable_model_names()))->capture_default_str();
   app->add_option("--batch", flags->batch, "Samples per step")->check(positive_integer())->capture_default_str();
-  app->add_option("--budget", flags->budget, "Device memory, e.g. 80GiB, 24GB, 16000MiB, or bytes")->required();
+  app->add_option("--budget", flags->budget, "Device memory, e.g. 80GiB, 24GB, 16000MiB, or bytes")->required()->check(byte_size());
   app->add_option("--device", flags->device, "cuda (adds CUDA context and library overheads) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
-  app->add_option("--overhead", flags->overhead, "Runtime overhead outside the arena, replacing the built-in constants");
+  app->add_option("--overhead", flags->overhead, "Runtime overhead outside the arena, replacing the built-in constants")
+      ->check(byte_size(/*allow_zero=*/true));
   app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
       ->capture_default_str();
