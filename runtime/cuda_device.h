@@ -16,8 +16,8 @@ namespace memplan::runtime {
 class CudaDevice final : public Device, public VirtualMemoryDevice {
  public:
   // Device 0; creates the CUDA context, stream and library handles. Check cuda_device_present()
-  // (devices.h) first: without a device this is a programmer error. A capacity above 0 caps what
-  // the device hands out (as if the card were that small), like CpuDevice's.
+  // (devices.h) first: without a device this is a programmer error.
+  // A capacity > 0 caps the bytes cudaMalloc'd through allocate() (like CpuDevice's).
   explicit CudaDevice(Bytes capacity_bytes = 0);
   ~CudaDevice() override;
   CudaDevice(const CudaDevice&) = delete;
@@ -48,7 +48,7 @@ class CudaDevice final : public Device, public VirtualMemoryDevice {
 
  private:
   std::string name_;
-  Bytes capacity_bytes_ = 0;  // 0 = what the card has
+  Bytes capacity_bytes_ = 0;
   Bytes granularity_ = 0;
   std::map<DeviceAddress, Bytes> reservations_;                // base -> size
   std::map<DeviceAddress, unsigned long long> page_handles_;  // page address -> physical handle

@@ -18,7 +18,7 @@ bool cuda_device_present();
 Result<kernels::DeviceKind> resolve_device_kind(std::string_view name);
 
 // A device of that kind; an Error (naming what is missing) when CUDA is asked for but absent.
-// capacity_bytes > 0 caps the memory it hands out (train --device-memory).
+// A capacity > 0 caps what the device hands out (out-of-memory becomes testable).
 Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes = 0);
 
 }  // namespace memplan::runtime

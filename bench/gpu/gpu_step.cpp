@@ -39,7 +39,7 @@ std::vector<Case> cases(bool quick) {
   std::vector<Case> out;
   models::ModelOptions mlp;
   mlp.name = "mlp";
-  out.push_back({"mlp 784-256-256-10", mlp, 128, 50, 1 * kGiB, 1 << 16});
+  out.push_back({"mlp 784-256-256-10", mlp, 128, 50, kGiB / 4, 1 << 18});
   models::ModelOptions cnn;
   cnn.name = "cnn";
   out.push_back({"cnn (ResNet, 28x28)", cnn, 64, 30, 2 * kGiB, 1 << 12});

@@ -55,7 +55,7 @@ def main():
             f"| {r['model']} | {r['batch']} | {r['memplan_step_ms']:.2f} | {ts} | {mib(r['memplan_arena_bytes'])} "
             f"| {mib(r['torch_max_memory_reserved_bytes'])} | {mib(r['measured_device_bytes_delta'])} "
             f"| {mib(r['device_used_bytes_total'])} ({mib(r['fit_predicted_total_bytes'])}) "
-            f"| {r['device_allocations_during_steps']} | {r['budget_bytes'] / 2**30:.0f} "
+            f"| {r['device_allocations_during_steps']} | {r['budget_bytes'] / 2**30:.2f} "
             f"| {r['max_batch_memplan_plan']} | {mbt} |")
     with open(args.out_md, "w") as f:
         f.write("\n".join(lines) + "\n")

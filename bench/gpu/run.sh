@@ -28,9 +28,15 @@ mkdir -p bench/results
 "$BUILD"/bench/bench_gpu_step --out bench/results/gpu_memplan.json $QUICK
 
 stamp "PyTorch eager on the GPU"
-PY=python3
+PY=""
+for candidate in python3 /usr/bin/python3; do
+  if "$candidate" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    PY=$candidate
+    break
+  fi
+done
 rm -f bench/results/gpu_torch.json
-if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if [ -n "$PY" ]; then
   $PY bench/gpu/torch_step.py --memplan bench/results/gpu_memplan.json --out bench/results/gpu_torch.json || \
     echo "torch_step.py failed; the table's PyTorch columns stay n/a"
 else
@@ -38,6 +44,6 @@ else
 fi
 
 stamp "table"
-$PY bench/gpu/render.py --memplan bench/results/gpu_memplan.json --torch bench/results/gpu_torch.json \
+python3 bench/gpu/render.py --memplan bench/results/gpu_memplan.json --torch bench/results/gpu_torch.json \
   --out-json bench/results/gpu.json --out-md bench/results/gpu.md
 stamp "done"

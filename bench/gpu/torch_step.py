@@ -78,6 +78,11 @@ class GPT(nn.Module):
                 "ln_1": nn.LayerNorm(width), "qkv": nn.Linear(width, 3 * width), "proj": nn.Linear(width, width),
                 "ln_2": nn.LayerNorm(width), "fc": nn.Linear(width, 4 * width), "out": nn.Linear(4 * width, width)}))
         self.ln_f = nn.LayerNorm(width)
+        for m in self.modules():  # GPT-2's initialisation, as memplan's model uses
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
 
     def forward(self, x):
         B, T = x.shape
