@@ -91,4 +91,31 @@ TensorId Graph::find(const std::string& name) const {
   return kNoTensor;
 }
 
+void Graph::replace_input(int op_index, int slot, TensorId tensor) {
+  MEMPLAN_CHECK(op_index >= 0 && op_index < num_ops(), "no op " << op_index);
+  Op& op = ops_[static_cast<std::size_t>(op_index)];
+  MEMPLAN_CHECK(slot >= 0 && slot < static_cast<int>(op.inputs.size()), op.name << " has no input " << slot);
+  const TensorDesc& old_desc = this->tensor(op.inputs[static_cast<std::size_t>(slot)]);
+  const TensorDesc& new_desc = this->tensor(tensor);
+  MEMPLAN_CHECK(old_desc.shape == new_desc.shape && old_desc.dtype == new_desc.dtype,
+                op.name << ": '" << new_desc.name << "' cannot replace '" << old_desc.name << "'");
+  op.inputs[static_cast<std::size_t>(slot)] = tensor;
+}
+
+void Graph::reorder_ops(const std::vector<int>& order) {
+  MEMPLAN_CHECK(static_cast<int>(order.size()) == num_ops(), "order names " << order.size() << " of " << num_ops() << " ops");
+  std::vector<bool> seen(ops_.size(), false);
+  std::vector<Op> reordered;
+  reordered.reserve(ops_.size());
+  for (int i : order) {
+    MEMPLAN_CHECK(i >= 0 && i < num_ops() && !seen[static_cast<std::size_t>(i)], "order is not a permutation");
+    seen[static_cast<std::size_t>(i)] = true;
+    reordered.push_back(std::move(ops_[static_cast<std::size_t>(i)]));
+  }
+  ops_ = std::move(reordered);
+  for (int i = 0; i < num_ops(); ++i) {
+    for (TensorId t : ops_[static_cast<std::size_t>(i)].outputs) producer_[static_cast<std::size_t>(t)] = i;
+  }
+}
+
 }  // namespace memplan::graph

@@ -37,6 +37,13 @@ class Graph {
   int producer(TensorId id) const;
   TensorId find(const std::string& name) const;  // kNoTensor when absent
 
+  // Graph rewrites for passes such as activation checkpointing (before anything runs):
+  // point input `slot` of op `op_index` at another tensor of the same shape and dtype.
+  void replace_input(int op_index, int slot, TensorId tensor);
+  // Puts the ops in a new program order: order[i] is the current index of the op to run i-th
+  // (a permutation of all ops). Producer indices follow; dependences are the caller's to keep.
+  void reorder_ops(const std::vector<int>& order);
+
   TensorId loss = kNoTensor;    // the scalar training loss
   TensorId output = kNoTensor;  // the model's prediction (e.g. logits), for evaluation
   // Extra tensors kept alive to the end of the step so callers can read them (gradient checks,

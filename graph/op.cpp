@@ -442,6 +442,9 @@ OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1
 // --- FLOPs: multiply-adds count 2; transcendental functions count 1 each -----------------
 
 double numel_of(const TensorDesc* t) { return t ? double(t->shape.numel()) : 0.0; }
+// Ops that only move or generate data count 0: reshape (a view), permute, im2col and the
+// embedding gather (copies), fill, and dropout_mask (random bits, no arithmetic). Checkpointing's
+// recompute overhead is measured with this table, so recomputing these is free by this count.
 double flops_zero(Inputs, const TensorDesc*) { return 0.0; }
 double flops_per_output(Inputs, const TensorDesc* out) { return numel_of(out); }
 double flops_matmul(Inputs in, const TensorDesc* out) {

@@ -96,34 +96,59 @@ TEST(Zoo, FitArenaEqualsWhatThePlannedExecutorAllocates) {
   }
 }
 
-TEST(Zoo, MaxBatchFitsAndOneMoreDoesNot) {
-  struct Case {
-    std::string args;  // model and shape flags
-    const char* budget;
-  };
-  for (const Case& c : {Case{"--model gpt2 --seq 64", "3GiB"}, Case{"--model resnet50 --image-size 64", "1500MB"},
-                        Case{"--model llama-1b --seq 32 --dtype bf16 --optimizer sgd", "9GiB"}}) {
-    const std::string common = c.args + " --device cuda --budget " + c.budget;
-    const auto j = fit_json(common + " --max-batch");
-    ASSERT_TRUE(j.contains("max_batch")) << c.args;
-    const std::int64_t max_batch = j["max_batch"].get<std::int64_t>();
-    ASSERT_GT(max_batch, 0) << c.args;
-    EXPECT_EQ(j["max_batch_by_checkpoint"]["none"].get<std::int64_t>(), max_batch);
-    EXPECT_TRUE(fit_json(common + " --batch " + std::to_string(max_batch))["fits"].get<bool>()) << c.args;
-    const auto over = fit_json(common + " --batch " + std::to_string(max_batch + 1));
-    EXPECT_FALSE(over["fits"].get<bool>()) << c.args;
-    // Not fitting: the suggestion is a micro-batch that fits and divides the requested batch.
-    const std::int64_t micro = over["suggestion"]["micro_batch"].get<std::int64_t>();
-    EXPECT_GE(micro, 1);
-    EXPECT_LE(micro, max_batch);
-    EXPECT_EQ(micro * over["suggestion"]["gradient_accumulation_steps"].get<std::int64_t>(), max_batch + 1);
+struct MaxBatchCase {
+  const char* args;  // model and shape flags
+  const char* budget;
+};
+
+class ZooMaxBatch : public ::testing::TestWithParam<MaxBatchCase> {};
+
+TEST_P(ZooMaxBatch, FitsAndOneMoreDoesNot) {
+  const MaxBatchCase& c = GetParam();
+  const std::string common = std::string(c.args) + " --device cuda --checkpoint none --budget " + c.budget;
+  const auto j = fit_json(common + " --max-batch");
+  ASSERT_TRUE(j.contains("max_batch")) << c.args;
+  const std::int64_t max_batch = j["max_batch"].get<std::int64_t>();
+  ASSERT_GT(max_batch, 0) << c.args;
+  EXPECT_EQ(j["max_batch_by_checkpoint"].size(), 1u) << "--checkpoint given: that strategy alone";
+  EXPECT_EQ(j["max_batch_by_checkpoint"]["none"].get<std::int64_t>(), max_batch);
+  EXPECT_TRUE(fit_json(common + " --batch " + std::to_string(max_batch))["fits"].get<bool>()) << c.args;
+  const auto over = fit_json(common + " --batch " + std::to_string(max_batch + 1));
+  EXPECT_FALSE(over["fits"].get<bool>()) << c.args;
+  // Not fitting: the suggestion is a micro-batch that fits and divides the requested batch.
+  const std::int64_t micro = over["suggestion"]["micro_batch"].get<std::int64_t>();
+  EXPECT_GE(micro, 1);
+  EXPECT_LE(micro, max_batch);
+  EXPECT_EQ(micro * over["suggestion"]["gradient_accumulation_steps"].get<std::int64_t>(), max_batch + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ZooMaxBatch,
+                         ::testing::Values(MaxBatchCase{"--model gpt2 --seq 64", "3GiB"},
+                                           MaxBatchCase{"--model resnet50 --image-size 64", "1500MB"},
+                                           MaxBatchCase{"--model llama-1b --seq 32 --dtype bf16 --optimizer sgd", "9GiB"}));
+
+TEST(Zoo, MaxBatchPerCheckpointStrategySideBySide) {
+  const std::string common = "--model gpt --device cpu --budget 40MiB";
+  const auto j = fit_json(common + " --max-batch");
+  ASSERT_TRUE(j.contains("max_batch_by_checkpoint"));
+  const auto& per = j["max_batch_by_checkpoint"];
+  ASSERT_EQ(per.size(), 3u) << per.dump();
+  for (const char* strategy : {"none", "sqrt", "optimal"}) {
+    ASSERT_TRUE(per.contains(strategy)) << strategy;
+    const std::int64_t mb = per[strategy].get<std::int64_t>();
+    ASSERT_GT(mb, 0) << strategy;
+    const std::string with = common + " --checkpoint " + strategy + " --batch ";
+    EXPECT_TRUE(fit_json(with + std::to_string(mb))["fits"].get<bool>()) << strategy;
+    EXPECT_FALSE(fit_json(with + std::to_string(mb + 1))["fits"].get<bool>()) << strategy;
   }
+  // Recomputing activations never lowers the largest batch.
+  EXPECT_GE(per["optimal"].get<std::int64_t>(), per["none"].get<std::int64_t>());
 }
 
 TEST(Zoo, FlagsThatCannotWorkAreUsageErrors) {
   for (const char* args : {"--model mlp --dtype bf16", "--model gpt2 --dtype fp8", "--model resnet50 --seq 128",
                            "--model gpt2 --image-size 224", "--model gpt2 --seq 2048", "--model bert-base --seq 513",
-                           "--model vit-b16 --image-size 100", "--model gpt2 --checkpoint sqrt",
+                           "--model vit-b16 --image-size 100", "--model gpt2 --checkpoint maybe",
                            "--model gpt3 --batch 1"}) {
     const auto r = run_cli(std::string("fit --budget 80GiB ") + args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;

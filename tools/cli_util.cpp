@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/byte_size.h"
 #include "graph/training_step.h"
 #include "models/registry.h"
 
@@ -65,6 +66,71 @@ CLI::Validator positive_integer() {
         return {};
       },
       "INTEGER >= 1");
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        auto bytes = parse_byte_size(value);
+        return bytes ? std::string() : bytes.error().message;
+      },
+      "BYTES");
+}
+
+void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_budget) {
+  app.add_option("--checkpoint", flags.strategy,
+                 "Activation checkpointing: none, sqrt (Chen et al.), optimal (least recomputation for the "
+                 "budget), auto (the cheapest that fits the budget)")
+      ->check(CLI::IsMember({"none", "sqrt", "optimal", "auto"}))
+      ->capture_default_str();
+  if (with_budget) {
+    app.add_option("--budget", flags.budget,
+                   "Arena budget for --checkpoint, e.g. 24GiB, 512MB or bytes (without it sqrt and optimal "
+                   "minimise memory)")
+        ->check(byte_size());
+  }
+}
+
+Result<std::optional<planner::CheckpointOutcome>> apply_checkpoint_flags(const CheckpointFlags& flags,
+                                                                         const graph::Graph& step,
+                                                                         const planner::PlanOptions& options,
+                                                                         std::optional<Bytes> budget) {
+  auto strategy = planner::parse_checkpoint_strategy(flags.strategy);
+  if (!strategy) return strategy.error();
+  if (!budget && !flags.budget.empty()) {
+    auto parsed = parse_byte_size(flags.budget);
+    if (!parsed) return Error{"--budget: " + parsed.error().message};
+    budget = parsed.value();
+  }
+  if (strategy.value() == planner::CheckpointStrategy::kNone && !budget) return std::optional<planner::CheckpointOutcome>();
+  auto outcome = planner::apply_checkpointing(step, strategy.value(), budget, options);
+  if (!outcome) return outcome.error();
+  return std::optional<planner::CheckpointOutcome>(std::move(outcome).value());
+}
+
+namespace {
+std::string mib(Bytes bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+}  // namespace
+
+std::string checkpoint_line(const planner::CheckpointOutcome& outcome) {
+  char overhead[32];
+  std::snprintf(overhead, sizeof overhead, "%.1f", 100.0 * outcome.extra_flops_fraction);
+  return "checkpoint " + std::string(planner::checkpoint_strategy_name(outcome.chosen)) + ": peak " +
+         mib(outcome.peak_before) + " -> " + mib(outcome.peak_after) + ", recompute +" + overhead + "% FLOPs";
+}
+
+nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {
+  int recompute_ops = 0;
+  for (const graph::Op& op : outcome.graph.ops()) recompute_ops += op.phase == graph::Phase::recompute ? 1 : 0;
+  return {{"strategy", planner::checkpoint_strategy_name(outcome.chosen)},
+          {"peak_before_bytes", outcome.peak_before},
+          {"peak_after_bytes", outcome.peak_after},
+          {"extra_flops_fraction", outcome.extra_flops_fraction},
+          {"recompute_ops", recompute_ops}};
 }
 
 Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,

@@ -4,12 +4,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "graph/graph.h"
+#include "planner/checkpoint.h"
 
 namespace memplan::tools {
 
@@ -24,6 +27,27 @@ CLI::Validator positive_integer();
 // only: what plan, fit and compare start from. `hidden` sets the MLP's widths.
 Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
                                          const std::vector<std::int64_t>& hidden, const std::string& optimizer);
+
+// Accepts a byte size as common/byte_size.h parses it ("24GiB", "512MB", "1048576").
+CLI::Validator byte_size();
+
+// --checkpoint and --budget, shared by train, plan and fit.
+struct CheckpointFlags {
+  std::string strategy = "none";
+  std::string budget;  // empty: no arena budget
+};
+// Registers --checkpoint, and --budget unless the command has its own (fit's device budget).
+void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_budget = true);
+// Applies the flags to a built training step. nullopt when nothing was asked (none, no budget);
+// an Error (the budget cannot be met: it names the minimum and the strategy) otherwise.
+// `budget` replaces the flag's (fit passes its device budget minus the runtime overheads).
+Result<std::optional<planner::CheckpointOutcome>> apply_checkpoint_flags(const CheckpointFlags& flags,
+                                                                         const graph::Graph& step,
+                                                                         const planner::PlanOptions& options = {},
+                                                                         std::optional<Bytes> budget = std::nullopt);
+// "checkpoint optimal: peak 120.9 MiB -> 47.0 MiB, recompute +0.5% FLOPs"
+std::string checkpoint_line(const planner::CheckpointOutcome& outcome);
+nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {

@@ -10,6 +10,7 @@
 #include "graph/training_step.h"
 #include "models/registry.h"
 #include "models/zoo.h"
+#include "planner/checkpoint.h"
 #include "planner/fit.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -32,21 +33,24 @@ struct FitFlags {
   std::string overhead;  // overrides the runtime overhead constants
   std::string optimizer = "adamw";
   std::string dtype = "fp32";
-  std::string checkpoint = "none";
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
   std::vector<std::int64_t> hidden = {256, 256};
   bool max_batch = false;
   bool json = false;
+  CheckpointFlags checkpoint;  // --checkpoint; the arena budget is --budget minus the overheads
+  bool checkpoint_given = false;  // --checkpoint on the command line: --max-batch searches it alone
+  Bytes arena_budget = 0;
 };
 
-// The checkpoint strategies fit plans with, in the order --max-batch shows them. Activation
-// checkpointing is not part of this build yet: only "none".
-std::vector<std::string> checkpoint_strategies() { return {"none"}; }
+// The checkpoint strategies --max-batch shows side by side and the suggestion chooses from,
+// least recomputation first.
+std::vector<std::string> checkpoint_strategies() { return {"none", "sqrt", "optimal"}; }
 
 struct Planned {
   graph::Graph graph;
   planner::MemoryPlan plan;
+  std::optional<planner::CheckpointOutcome> checkpoint;
 };
 
 // The training step of the chosen model at a batch size: a zoo model (planning only) or one of
@@ -91,11 +95,25 @@ planner::PlanOptions plan_options(const FitFlags& flags) {
 // Every plan fit reports goes through here (the requested batch, every probe of the batch
 // search, every checkpoint strategy).
 Result<Planned> plan_batch(const FitFlags& flags, std::int64_t batch, const std::string& checkpoint) {
-  if (checkpoint != "none") return Error{"checkpoint strategy '" + checkpoint + "' is not available"};
   auto built = build_step(flags, batch);
   if (!built) return built.error();
-  Planned p{std::move(built).value(), {}};
-  auto plan = planner::plan_memory(p.graph, plan_options(flags));
+  Planned p{std::move(built).value(), {}, std::nullopt};
+  const planner::PlanOptions options = plan_options(flags);
+  // A strategy that cannot meet the budget still plans its smallest arena: the answer is then "no".
+  Result<std::optional<planner::CheckpointOutcome>> checkpointed = std::optional<planner::CheckpointOutcome>();
+  if (checkpoint != "none") {
+    CheckpointFlags wanted = flags.checkpoint;
+    wanted.strategy = checkpoint;
+    checkpointed = apply_checkpoint_flags(wanted, p.graph, options, flags.arena_budget);
+    if (wanted.strategy == "auto") wanted.strategy = "optimal";
+    if (!checkpointed) checkpointed = apply_checkpoint_flags(wanted, p.graph, options);
+    if (!checkpointed) return checkpointed.error();
+  }
+  if (checkpointed.value()) {
+    p.checkpoint = checkpointed.value();
+    p.graph = std::move(checkpointed.value()->graph);
+  }
+  auto plan = planner::plan_memory(p.graph, options);
   if (!plan) return plan.error();
   p.plan = std::move(plan).value();
   return p;
@@ -118,10 +136,7 @@ std::string check_flags(const FitFlags& flags) {
       return names;
     }() + "); the trainable models plan in fp32";
   }
-  const auto strategies = checkpoint_strategies();
-  if (std::find(strategies.begin(), strategies.end(), flags.checkpoint) == strategies.end()) {
-    return "--checkpoint " + flags.checkpoint + ": activation checkpointing is not available in this build yet; use --checkpoint none";
-  }
+  if (auto s = planner::parse_checkpoint_strategy(flags.checkpoint.strategy); !s) return "--checkpoint: " + s.error().message;
   return {};
 }
 
@@ -155,51 +170,91 @@ int run_fit(FitFlags flags) {
   }
   Bytes overhead_bytes = 0;
   for (const auto& o : overhead_list) overhead_bytes += o.bytes;
+  flags.arena_budget = std::max<Bytes>(1, budget.value() - overhead_bytes);
 
-  auto planned = plan_batch(flags, flags.batch, flags.checkpoint);
+  auto planned = plan_batch(flags, flags.batch, flags.checkpoint.strategy);
   if (!planned) {
     std::cerr << "memplan fit: " << planned.error().message << "\n";
     return kExitUsage;
   }
   const planner::FitReport report = planner::fit_report(planned.value().plan, budget.value(), overhead_list);
 
-  // The largest batch per checkpoint strategy (--max-batch: every strategy, side by side; a
-  // batch that does not fit: the requested strategy, for the suggestion).
+  // The largest batch per checkpoint strategy: with --max-batch every strategy, side by side;
+  // for a batch that does not fit, the requested one (for the micro-batch suggestion). When the
+  // persistent state alone exceeds the budget no batch fits under any strategy (checkpointing
+  // only trades activations), so nothing is searched.
+  const bool persistent_too_big = planned.value().plan.persistent_bytes + overhead_bytes > budget.value();
   std::optional<planner::BatchSearch> search;  // for the requested strategy
   std::vector<std::pair<std::string, planner::BatchSearch>> by_strategy;
   if (flags.max_batch || !report.fits) {
-    const std::vector<std::string> strategies =
-        flags.max_batch ? checkpoint_strategies() : std::vector<std::string>{flags.checkpoint};
+    std::vector<std::string> strategies = flags.max_batch && !flags.checkpoint_given
+                                              ? checkpoint_strategies()
+                                              : std::vector<std::string>{flags.checkpoint.strategy};
+    if (std::find(strategies.begin(), strategies.end(), flags.checkpoint.strategy) == strategies.end()) {
+      strategies.push_back(flags.checkpoint.strategy);
+    }
     for (const std::string& strategy : strategies) {
       auto total_for = [&](std::int64_t batch) -> Result<Bytes> {
         auto p = plan_batch(flags, batch, strategy);
         if (!p) return p.error();
         return p.value().plan.arena_bytes + overhead_bytes;
       };
-      auto s = planner::search_max_batch(total_for, budget.value());
+      Result<planner::BatchSearch> s = planner::BatchSearch{};
+      if (!persistent_too_big) s = planner::search_max_batch(total_for, budget.value());
       if (!s) {
         std::cerr << "memplan fit: " << s.error().message << "\n";
         return kExitFailure;
       }
       by_strategy.emplace_back(strategy, s.value());
-      if (strategy == flags.checkpoint) search = s.value();
+      if (strategy == flags.checkpoint.strategy) search = s.value();
     }
   }
-  // Not fitting: a micro-batch that fits and divides the requested batch, so gradient
-  // accumulation over it reproduces the requested batch exactly.
+  // Not fitting: for each searched strategy, the largest micro-batch that fits and divides the
+  // requested batch (so gradient accumulation reproduces it exactly); the largest wins, ties to
+  // the strategy that recomputes least. Then the first checkpoint strategy (least recomputation
+  // first) under which the whole batch fits, planned once each.
   nlohmann::json suggestion = nullptr;
   std::string suggestion_text;
   if (!report.fits) {
-    if (search && search->max_batch > 0) {
-      std::int64_t micro = std::min(search->max_batch, flags.batch);
+    std::int64_t best_micro = 0;
+    std::string best_strategy;
+    for (const auto& [strategy, result] : by_strategy) {
+      if (result.max_batch <= 0) continue;
+      std::int64_t micro = std::min(result.max_batch, flags.batch);
       while (flags.batch % micro != 0) --micro;
-      const std::int64_t accumulation = flags.batch / micro;
-      suggestion = {{"micro_batch", micro}, {"gradient_accumulation_steps", accumulation},
-                    {"effective_batch", micro * accumulation}, {"checkpoint", "none"}};
-      suggestion_text = "micro-batch " + std::to_string(micro) + " x " + std::to_string(accumulation) +
-                        " gradient-accumulation steps (effective batch " + std::to_string(micro * accumulation) +
-                        ", checkpoint none; the largest micro-batch that fits is " +
-                        std::to_string(search->max_batch) + ")";
+      if (micro > best_micro) {
+        best_micro = micro;
+        best_strategy = strategy;
+      }
+    }
+    std::string whole_batch_strategy;
+    if (!persistent_too_big) {
+      for (const std::string& strategy : checkpoint_strategies()) {
+        if (strategy == flags.checkpoint.strategy || strategy == "none") continue;
+        auto p = plan_batch(flags, flags.batch, strategy);
+        if (p && p.value().plan.arena_bytes + overhead_bytes <= budget.value()) {
+          whole_batch_strategy = strategy;
+          break;
+        }
+      }
+    }
+    if (best_micro > 0) {
+      const std::int64_t accumulation = flags.batch / best_micro;
+      suggestion = {{"micro_batch", best_micro}, {"gradient_accumulation_steps", accumulation},
+                    {"effective_batch", best_micro * accumulation}, {"checkpoint", best_strategy}};
+      suggestion_text = accumulation == 1
+                            ? "batch " + std::to_string(flags.batch) + " fits with --checkpoint " + best_strategy
+                            : "micro-batch " + std::to_string(best_micro) + " x " + std::to_string(accumulation) +
+                                  " gradient-accumulation steps (effective batch " +
+                                  std::to_string(best_micro * accumulation) + ") with --checkpoint " + best_strategy;
+      if (!whole_batch_strategy.empty()) {
+        suggestion["whole_batch_checkpoint"] = whole_batch_strategy;
+        suggestion_text += "; or the whole batch " + std::to_string(flags.batch) + " with --checkpoint " + whole_batch_strategy;
+      }
+    } else if (!whole_batch_strategy.empty()) {
+      suggestion = {{"micro_batch", flags.batch}, {"gradient_accumulation_steps", 1},
+                    {"effective_batch", flags.batch}, {"checkpoint", whole_batch_strategy}};
+      suggestion_text = "batch " + std::to_string(flags.batch) + " fits with --checkpoint " + whole_batch_strategy;
     } else {
       const Bytes persistent = planned.value().plan.persistent_bytes + overhead_bytes;
       if (persistent > budget.value()) {
@@ -209,7 +264,8 @@ int run_fit(FitFlags flags) {
                           (flags.optimizer == "adamw" ? "; --optimizer sgd keeps no optimizer state" : "") +
                           "; otherwise shard the optimizer state across devices or pick a smaller model";
       } else {
-        suggestion_text = "not even batch 1 fits: the activations of one sample need more than the " +
+        suggestion_text = "not even batch 1 fits with --checkpoint " + flags.checkpoint.strategy +
+                          ": the activations of one sample need more than the " +
                           format_bytes(budget.value() - persistent) +
                           " left after parameters, optimizer state and runtime overhead; try a shorter --seq "
                           "or a smaller --image-size";
@@ -221,7 +277,7 @@ int run_fit(FitFlags flags) {
   const planner::FitBreakdown& b = report.breakdown;
   if (flags.json) {
     nlohmann::json j{{"model", flags.model}, {"batch", flags.batch}, {"optimizer", flags.optimizer},
-                     {"dtype", flags.dtype}, {"checkpoint", flags.checkpoint},
+                     {"dtype", flags.dtype}, {"checkpoint_strategy", flags.checkpoint.strategy},
                      {"parameter_count", parameter_count(planned.value().graph)},
                      {"device", flags.device}, {"budget_bytes", budget.value()}, {"fits", report.fits},
                      {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", report.headroom_bytes},
@@ -243,6 +299,7 @@ int run_fit(FitFlags flags) {
       j["max_batch_by_checkpoint"] = per;
       j["plans_made"] = probes;
     }
+    if (planned.value().checkpoint) j["checkpoint"] = checkpoint_json(*planned.value().checkpoint);
     j["suggestion"] = suggestion;
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -273,6 +330,7 @@ int run_fit(FitFlags flags) {
     for (const auto& entry : by_strategy) std::printf(" %10lld", static_cast<long long>(entry.second.probes));
     std::printf("\n");
   }
+  if (planned.value().checkpoint) std::printf("%s\n", checkpoint_line(*planned.value().checkpoint).c_str());
   if (!report.fits) std::printf("suggestion: %s\n", suggestion_text.c_str());
   return kExitOk;
 }
@@ -298,8 +356,7 @@ Command add_fit_command(CLI::App& root) {
                   "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
                   "weights and optimizer state (zoo models; planning only)")
       ->capture_default_str();
-  app->add_option("--checkpoint", flags->checkpoint, "Activation checkpointing strategy (this build: none)")
-      ->capture_default_str();
+  add_checkpoint_options(*app, flags->checkpoint, /*with_budget=*/false);
   app->add_option("--budget", flags->budget, "Device memory, e.g. 80GiB, 24GB, 16000MiB, or bytes")->required();
   app->add_option("--device", flags->device, "cuda (adds CUDA context and library overheads) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
@@ -309,9 +366,14 @@ Command add_fit_command(CLI::App& root) {
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
       ->capture_default_str();
   app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
-  app->add_flag("--max-batch", flags->max_batch, "Also search the largest batch that fits (exact: it fits, one more does not)");
+  app->add_flag("--max-batch", flags->max_batch,
+                "Also search the largest batch that fits (exact: it fits, one more does not) for each checkpoint "
+                "strategy side by side, or for --checkpoint alone when given");
   app->add_flag("--json", flags->json, "Print the answer as JSON");
-  return Command{app, [flags] { return run_fit(*flags); }};
+  return Command{app, [flags, app] {
+                   flags->checkpoint_given = app->get_option("--checkpoint")->count() > 0;
+                   return run_fit(*flags);
+                 }};
 }
 
 }  // namespace memplan::tools

@@ -28,6 +28,7 @@ struct PlanFlags {
   double time_limit_s = 2.0;
   bool json = false;
   std::string out;
+  CheckpointFlags checkpoint;
 };
 
 int run_plan(const PlanFlags& flags) {
@@ -36,8 +37,6 @@ int run_plan(const PlanFlags& flags) {
     std::cerr << "memplan plan: " << built.error().message << "\n";
     return kExitUsage;
   }
-  const graph::Graph& step = built.value();
-
   planner::PlanOptions options;
   options.in_place = !flags.no_in_place;
   options.solver_time_limit_s = flags.time_limit_s;
@@ -45,6 +44,13 @@ int run_plan(const PlanFlags& flags) {
     options.choose_best_schedule = false;
     options.schedule = planner::parse_schedule_kind(flags.schedule).value();
   }
+  auto checkpointed = apply_checkpoint_flags(flags.checkpoint, built.value(), options);
+  if (!checkpointed) {
+    std::cerr << "memplan plan: " << checkpointed.error().message << "\n";
+    return kExitUsage;
+  }
+  const std::optional<planner::CheckpointOutcome>& checkpoint = checkpointed.value();
+  const graph::Graph& step = checkpoint ? checkpoint->graph : built.value();
   auto plan = planner::plan_memory(step, options);
   if (!plan) {
     std::cerr << "memplan plan: " << plan.error().message << "\n";
@@ -54,6 +60,7 @@ int run_plan(const PlanFlags& flags) {
   j["model"] = flags.model;
   j["batch"] = flags.batch;
   j["optimizer"] = flags.optimizer;
+  if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
   if (!flags.out.empty()) {
     if (Status s = write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
       std::cerr << "memplan plan: " << s.error().message << "\n";
@@ -68,6 +75,7 @@ int run_plan(const PlanFlags& flags) {
                 plan.value().buffers.size());
     std::fputs(buffer_table(plan.value()).c_str(), stdout);
     std::printf("\n%s", memory_summary(step, plan.value()).c_str());
+    if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
     if (!flags.out.empty()) std::printf("\nwrote %s\n", flags.out.c_str());
   }
   return kExitOk;
@@ -97,6 +105,7 @@ Command add_plan_command(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--json", flags->json, "Print the plan as JSON (totals and every buffer)");
   app->add_option("--out", flags->out, "Also write the JSON plan to this file (atomically)");
+  add_checkpoint_options(*app, flags->checkpoint);
   return Command{app, [flags] { return run_plan(*flags); }};
 }
 

@@ -44,6 +44,7 @@ struct TrainFlags {
   std::vector<std::string> debug;
   bool json = false;
   bool quiet = false;
+  CheckpointFlags checkpoint;
 };
 
 std::string format_rate(double per_s, bool tokens) {
@@ -124,6 +125,13 @@ int run_train(const TrainFlags& flags) {
   opt.momentum = static_cast<float>(flags.momentum);
   opt.weight_decay = static_cast<float>(flags.weight_decay);
   graph::make_training_step(step, opt);
+  auto checkpointed = apply_checkpoint_flags(flags.checkpoint, step);
+  if (!checkpointed) {
+    std::cerr << "memplan train: " << checkpointed.error().message << "\n";
+    return kExitUsage;
+  }
+  const std::optional<planner::CheckpointOutcome> checkpoint = std::move(checkpointed).value();
+  if (checkpoint) step = checkpoint->graph;
 
   runtime::ExecutorOptions exec_options;
   exec_options.mode = runtime::parse_mode(flags.mode).value();
@@ -269,6 +277,7 @@ int run_train(const TrainFlags& flags) {
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
     out["device_bytes_at_setup"] = executor.device_bytes_at_setup();
     out["threads"] = kernels::cpu_threads();
+    if (checkpoint) out["checkpoint"] = checkpoint_json(*checkpoint);
     if (!flags.save.empty()) out["saved"] = flags.save;
     std::cout << out.dump(2) << "\n";
   } else {
@@ -291,6 +300,7 @@ int run_train(const TrainFlags& flags) {
     std::printf("device allocations during steps: %lld (%s mode)\n",
                 static_cast<long long>(executor.device_allocations_during_steps()), flags.mode.c_str());
     if (const planner::MemoryPlan* plan = executor.plan()) std::printf("\n%s", memory_summary(step, *plan).c_str());
+    if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
   }
   return kExitOk;
 }
@@ -362,6 +372,7 @@ Command add_train_command(CLI::App& root) {
       ->check(CLI::IsMember({"poison", "guards"}));
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
+  add_checkpoint_options(*app, flags->checkpoint);
   return Command{app, [flags, epochs, batch, lr, hidden, gpt_options] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults
     if (resolved.model != "mlp" && hidden->count() > 0) {

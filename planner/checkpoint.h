@@ -1,0 +1,67 @@
+// Activation checkpointing (rematerialisation) of a training step: when the planned arena is too
+// large, drop some forward activations after their forward use and recompute them just before
+// the backward ops that read them, choosing what to keep by cost. The result is a new training
+// step graph with "recompute:NAME" ops (phase recompute); memory is always measured by planning
+// that graph with plan_memory, never by summing sizes.
+//
+// The forward pass is cut into a chain of stages at every tensor that is the only activation
+// crossing from earlier ops to later ones (a residual stream between transformer half-blocks,
+// a ResNet block's output, an MLP layer's output). Strategies choose which stages to recompute:
+//   none     nothing is recomputed;
+//   sqrt     Chen et al. 2016: segments of about sqrt(n) stages, each recomputed from the kept
+//            boundary before it, except the last;
+//   optimal  the chain DP of chain_dp.h (exact for that family under its memory model) over
+//            every memory limit, then the least recomputation whose planned arena fits;
+//   auto     the strategy with the least recomputation whose planned arena fits the budget.
+// Inside a recomputed stage every activation its backward reads is dropped and recomputed, with
+// whatever of the stage it depends on (a sound choice: a stage's internals are consumed by its
+// own backward only, so they are needed together).
+//
+// Recompute ops are clones (same kind, attributes and parameters) of forward ops, so they compute
+// the same bits: dropout masks derive from the op's seed attribute and the step, not from the
+// op's position. Ops that update state in place (batch-norm running statistics) are never cloned.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "graph/graph.h"
+#include "planner/chain_dp.h"
+#include "planner/memory_plan.h"
+
+namespace memplan::planner {
+
+enum class CheckpointStrategy { kNone, kSqrt, kOptimal, kAuto };
+
+Result<CheckpointStrategy> parse_checkpoint_strategy(std::string_view name);  // error lists the valid names
+std::string_view checkpoint_strategy_name(CheckpointStrategy s);
+
+struct CheckpointOutcome {
+  graph::Graph graph;                       // the training step with recompute ops ("recompute:NAME") inserted
+  CheckpointStrategy chosen;                // for kAuto: the strategy it picked
+  Bytes peak_before = 0, peak_after = 0;    // planned arena bytes without / with checkpointing
+  double extra_flops_fraction = 0.0;        // recompute FLOPs / FLOPs of the un-checkpointed step
+};
+
+// budget: arena budget in bytes, or nullopt (then sqrt/optimal minimise memory; auto = none).
+// Fails with a message naming the minimum feasible arena and the strategy reaching it when the budget cannot be met.
+Result<CheckpointOutcome> apply_checkpointing(const graph::Graph& training_step, CheckpointStrategy strategy,
+                                              std::optional<Bytes> budget, const PlanOptions& options = {});
+
+// The FLOPs of one execution of every op of a graph (op.h documents each op's count).
+double graph_flops(const graph::Graph& graph);
+
+// The chain checkpointing works on, for inspection and benchmarks: one entry per stage.
+struct CheckpointChain {
+  std::vector<ChainStage> stages;
+  std::vector<int> last_op;  // per stage: index in graph.ops() of its last forward op
+};
+CheckpointChain find_checkpoint_chain(const graph::Graph& training_step);
+
+// The training step with the given segments of the chain recomputed (segments from chain_dp.h).
+graph::Graph rematerialize(const graph::Graph& training_step, const CheckpointChain& chain,
+                           const std::vector<ChainSegment>& segments);
+
+}  // namespace memplan::planner

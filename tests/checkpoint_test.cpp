@@ -1,0 +1,427 @@
+// Activation checkpointing: the chain DP against brute force, the graph rewrite (recompute ops
+// before their backward readers, bitwise-identical training), budgets and their errors, and the
+// CLI flags.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "common/rng.h"
+#include "graph/training_step.h"
+#include "models/registry.h"
+#include "planner/chain_dp.h"
+#include "planner/checkpoint.h"
+#include "test_util.h"
+
+namespace memplan {
+namespace {
+
+using planner::ChainSegment;
+using planner::ChainStage;
+using planner::CheckpointStrategy;
+
+// --- the chain DP -----------------------------------------------------------------------
+
+// Every segmentation of the chain into stored / recomputed segments: the least recompute FLOPs
+// whose modelled peak fits `limit`, computed from the family's definition directly.
+double brute_force(const std::vector<ChainStage>& stages, Bytes limit) {
+  const int n = static_cast<int>(stages.size());
+  double best = std::numeric_limits<double>::infinity();
+  for (unsigned cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+    std::vector<std::pair<int, int>> ranges;
+    int first = 0;
+    for (int i = 0; i < n; ++i) {
+      if (i == n - 1 || (cuts >> i) & 1u) {
+        ranges.emplace_back(first, i);
+        first = i + 1;
+      }
+    }
+    for (unsigned kinds = 0; kinds < (1u << ranges.size()); ++kinds) {
+      Bytes kept = 0, peak = 0;
+      double flops = 0;
+      for (std::size_t s = 0; s < ranges.size(); ++s) {
+        const bool recompute = (kinds >> s) & 1u;
+        Bytes all = 0;
+        for (int j = ranges[s].first; j <= ranges[s].second; ++j) {
+          all += stages[static_cast<std::size_t>(j)].boundary_bytes + stages[static_cast<std::size_t>(j)].internal_bytes;
+          if (recompute) flops += stages[static_cast<std::size_t>(j)].forward_flops;
+        }
+        peak = std::max(peak, kept + all);
+        kept += recompute ? stages[static_cast<std::size_t>(ranges[s].second)].boundary_bytes : all;
+      }
+      if (peak <= limit) best = std::min(best, flops);
+    }
+  }
+  return best;
+}
+
+std::vector<ChainStage> random_chain(Rng& rng, int n) {
+  std::vector<ChainStage> stages(static_cast<std::size_t>(n));
+  for (ChainStage& s : stages) {
+    s.forward_flops = static_cast<double>(1 + rng.below(20));
+    s.boundary_bytes = static_cast<Bytes>(1 + rng.below(6));
+    s.internal_bytes = static_cast<Bytes>(rng.below(12));
+  }
+  return stages;
+}
+
+TEST(ChainDp, EqualsBruteForceOnSmallRandomChains) {
+  Rng rng(7);
+  int feasible = 0, infeasible = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng.below(7));
+    const std::vector<ChainStage> stages = random_chain(rng, n);
+    Bytes total = 0;
+    for (const ChainStage& s : stages) total += s.all_bytes();
+    const Bytes limit = static_cast<Bytes>(rng.below(static_cast<std::uint64_t>(total + 2)));
+    const double expected = brute_force(stages, limit);
+    const planner::ChainSolution got = planner::solve_chain(stages, limit);
+    if (std::isinf(expected)) {
+      EXPECT_TRUE(got.segments.empty()) << "trial " << trial;
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    ASSERT_FALSE(got.segments.empty()) << "trial " << trial << ": brute force fits in " << limit;
+    EXPECT_EQ(got.recompute_flops, expected) << "trial " << trial;
+    // The returned segmentation really has the cost and peak it claims.
+    const planner::ChainSolution check = planner::evaluate_chain(stages, got.segments);
+    EXPECT_EQ(check.recompute_flops, got.recompute_flops);
+    EXPECT_LE(check.peak_bytes, limit);
+  }
+  EXPECT_GT(feasible, 50);
+  EXPECT_GT(infeasible, 5);
+}
+
+TEST(ChainDp, HandWorkedChain) {
+  // Three stages (flops, boundary, internal), 10 bytes each. Storing everything peaks at 30.
+  // At a limit of 20: recomputing stage 0 alone peaks at 2 + 10 + 10 = 22 during stage 2's
+  // backward, stage 1 alone at 10 + 2 + 10 = 22, stage 2 saves nothing; recomputing stages 0
+  // and 1 (together, or each from its own boundary) peaks at 20 or 14 for 5 + 7 = 12 FLOPs.
+  const std::vector<ChainStage> stages = {{5, 2, 8}, {7, 2, 8}, {100, 2, 8}};
+  EXPECT_EQ(planner::solve_chain(stages, 30).recompute_flops, 0.0);
+  const planner::ChainSolution s = planner::solve_chain(stages, 20);
+  EXPECT_EQ(s.recompute_flops, 12.0);
+  ASSERT_FALSE(s.segments.empty());
+  EXPECT_FALSE(s.segments.back().recompute);
+  EXPECT_EQ(s.segments.back().first, 2);
+  EXPECT_LE(s.peak_bytes, 20);
+  EXPECT_TRUE(planner::solve_chain(stages, 9).segments.empty());
+}
+
+TEST(ChainDp, FrontierTradesMemoryForRecomputation) {
+  Rng rng(3);
+  const std::vector<ChainStage> stages = random_chain(rng, 9);
+  const auto frontier = planner::chain_frontier(stages);
+  ASSERT_GE(frontier.size(), 2u);
+  EXPECT_EQ(frontier.front().recompute_flops, 0.0);
+  for (std::size_t i = 1; i < frontier.size(); ++i) {
+    EXPECT_GT(frontier[i].recompute_flops, frontier[i - 1].recompute_flops);
+    EXPECT_LT(frontier[i].peak_bytes, frontier[i - 1].peak_bytes);
+    // Each point is optimal for its own peak (resolution 2000 > total bytes: exact).
+    EXPECT_EQ(frontier[i].recompute_flops, brute_force(stages, frontier[i].peak_bytes));
+  }
+}
+
+TEST(ChainDp, SqrtSegments) {
+  const auto s = planner::sqrt_segments(9);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].first, 0);
+  EXPECT_EQ(s[0].last, 2);
+  EXPECT_TRUE(s[0].recompute);
+  EXPECT_TRUE(s[1].recompute);
+  EXPECT_FALSE(s[2].recompute);
+  EXPECT_EQ(s[2].last, 8);
+}
+
+// --- the graph rewrite ------------------------------------------------------------------
+
+struct ModelCase {
+  const char* name;
+  models::ModelOptions model;
+  std::int64_t batch;
+};
+
+models::ModelOptions mlp() {
+  models::ModelOptions o;
+  o.name = "mlp";
+  o.mlp = {32, {24, 24, 24, 24}, 5};
+  return o;
+}
+
+models::ModelOptions cnn() {
+  models::ModelOptions o;
+  o.name = "cnn";
+  o.cnn.image = 8;
+  o.cnn.widths = {4, 8};
+  o.cnn.blocks_per_stage = 2;
+  o.cnn.classes = 5;
+  return o;
+}
+
+models::ModelOptions gpt() {
+  models::ModelOptions o;
+  o.name = "gpt";
+  o.gpt.vocab = 11;
+  o.gpt.context = 8;
+  o.gpt.layers = 3;
+  o.gpt.heads = 2;
+  o.gpt.width = 8;
+  o.gpt.dropout = 0.1f;  // the recomputed masks must be the same masks
+  return o;
+}
+
+void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.name; }
+
+const ModelCase kModels[] = {{"mlp", mlp(), 16}, {"cnn", cnn(), 3}, {"gpt", gpt(), 2}};
+
+// The greedy packer alone keeps these tests fast; the exact search changes no decision tested here.
+planner::PlanOptions fast() {
+  planner::PlanOptions o;
+  o.solver_time_limit_s = 0.0;
+  return o;
+}
+
+graph::Graph training_step(const ModelCase& m) {
+  graph::Graph g = models::build_forward(m.model, m.batch).value();
+  graph::OptimizerConfig opt;
+  opt.lr = 1e-2f;
+  graph::make_training_step(g, opt);
+  return g;
+}
+
+std::string train_sha(const graph::Graph& g, runtime::ExecutionMode mode, int steps) {
+  testing::CpuRun run(g, mode);
+  runtime::Executor& exec = run.executor;
+  exec.initialize_persistent(42);
+  Rng rng(9);
+  const graph::TensorDesc& x_desc = g.tensor(g.find("x"));
+  const auto classes = static_cast<std::uint64_t>(g.tensor(g.output).shape[1]);
+  std::vector<float> x(static_cast<std::size_t>(x_desc.shape.numel()));
+  std::vector<std::int32_t> ids(x.size());
+  std::vector<std::int32_t> y(static_cast<std::size_t>(g.tensor(g.find("labels")).shape.numel()));
+  for (int s = 0; s < steps; ++s) {
+    for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : ids) v = static_cast<std::int32_t>(rng.below(classes));
+    for (auto& v : y) v = static_cast<std::int32_t>(rng.below(classes));
+    const bool token_ids = x_desc.dtype == graph::DType::i32;
+    exec.set_input(g.find("x"), token_ids ? static_cast<const void*>(ids.data()) : x.data(), x_desc.size_bytes());
+    exec.set_input(g.find("labels"), y.data(), static_cast<Bytes>(y.size() * 4));
+    EXPECT_TRUE(exec.run_step().ok());
+  }
+  return exec.params_sha256();
+}
+
+int count_recompute_ops(const graph::Graph& g) {
+  int n = 0;
+  for (const graph::Op& op : g.ops()) n += op.phase == graph::Phase::recompute ? 1 : 0;
+  return n;
+}
+
+using StrategyCase = std::tuple<ModelCase, CheckpointStrategy>;
+class CheckpointBitwise : public ::testing::TestWithParam<StrategyCase> {};
+
+TEST_P(CheckpointBitwise, SameParametersWithAndWithoutCheckpointing) {
+  const auto& [m, strategy] = GetParam();
+  const graph::Graph g = training_step(m);
+  const auto outcome = planner::apply_checkpointing(g, strategy, std::nullopt, fast());
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  const graph::Graph& c = outcome.value().graph;
+  ASSERT_GT(count_recompute_ops(c), 0) << "nothing was recomputed: the comparison would prove nothing";
+  EXPECT_GT(outcome.value().extra_flops_fraction, 0.0);
+  EXPECT_LT(outcome.value().peak_after, outcome.value().peak_before);
+  // Every recomputed tensor is named after the one it replaces and read by a backward op.
+  for (const graph::Op& op : c.ops()) {
+    if (op.phase == graph::Phase::recompute) {
+      EXPECT_EQ(op.name.rfind("recompute:", 0), 0u) << op.name;
+      EXPECT_NE(g.find(op.name.substr(10)), kNoTensor) << op.name;
+    }
+  }
+  ASSERT_TRUE(planner::validate_plan(planner::plan_memory(c).value()).ok());
+  const std::string reference = train_sha(g, runtime::ExecutionMode::planned, 3);
+  EXPECT_EQ(train_sha(c, runtime::ExecutionMode::planned, 3), reference);
+  EXPECT_EQ(train_sha(c, runtime::ExecutionMode::naive, 3), reference);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ModelsAndStrategies, CheckpointBitwise,
+    ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Values(CheckpointStrategy::kSqrt, CheckpointStrategy::kOptimal)),
+    [](const auto& p) {
+      return std::string(std::get<0>(p.param).name) + "_" +
+             std::string(planner::checkpoint_strategy_name(std::get<1>(p.param)));
+    });
+
+TEST(Checkpoint, RecomputeOpsRunAfterTheForwardAndBeforeTheirBackwardReaders) {
+  const graph::Graph g = training_step(kModels[2]);
+  const graph::Graph c = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value().graph;
+  int last_forward = -1, first_recompute = -1;
+  for (int i = 0; i < c.num_ops(); ++i) {
+    const graph::Op& op = c.ops()[static_cast<std::size_t>(i)];
+    if (op.phase == graph::Phase::forward) last_forward = i;
+    if (op.phase == graph::Phase::recompute && first_recompute < 0) first_recompute = i;
+    for (TensorId t : op.inputs) {
+      const int p = c.producer(t);
+      EXPECT_LT(p, i) << op.name << " reads " << c.tensor(t).name << " before it is produced";
+      // Backward ops no longer read the dropped forward tensors.
+      if (op.phase == graph::Phase::backward && p >= 0 && c.ops()[static_cast<std::size_t>(p)].phase == graph::Phase::forward) {
+        EXPECT_EQ(c.find("recompute:" + c.tensor(t).name), kNoTensor) << op.name << " still reads " << c.tensor(t).name;
+      }
+    }
+  }
+  EXPECT_GT(first_recompute, last_forward);
+}
+
+TEST(Checkpoint, NoneAndAutoWithoutBudgetChangeNothing) {
+  const graph::Graph g = training_step(kModels[0]);
+  for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kAuto}) {
+    const auto o = planner::apply_checkpointing(g, s, std::nullopt, fast()).value();
+    EXPECT_EQ(o.chosen, CheckpointStrategy::kNone);
+    EXPECT_EQ(count_recompute_ops(o.graph), 0);
+    EXPECT_EQ(o.peak_after, o.peak_before);
+    EXPECT_EQ(o.extra_flops_fraction, 0.0);
+  }
+}
+
+TEST(Checkpoint, OptimalMeetsABudgetAndAutoPicksTheCheapest) {
+  const graph::Graph g = training_step(kModels[2]);
+  const auto sqrt = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value();
+  const Bytes budget = sqrt.peak_after;
+  const auto opt = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget, fast());
+  ASSERT_TRUE(opt.ok()) << opt.error().message;
+  EXPECT_LE(opt.value().peak_after, budget);
+  EXPECT_LE(opt.value().extra_flops_fraction, sqrt.extra_flops_fraction);
+  const auto a = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, budget, fast());
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_NE(a.value().chosen, CheckpointStrategy::kNone);
+  EXPECT_LE(a.value().peak_after, budget);
+  EXPECT_LE(a.value().extra_flops_fraction, opt.value().extra_flops_fraction);
+  // A budget the step already fits needs no recomputation.
+  const auto roomy = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, sqrt.peak_before, fast()).value();
+  EXPECT_EQ(roomy.chosen, CheckpointStrategy::kNone);
+}
+
+TEST(Checkpoint, BudgetBelowTheMinimumNamesTheMinimumAndItsStrategy) {
+  const graph::Graph g = training_step(kModels[2]);
+  const auto least = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
+  for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kSqrt, CheckpointStrategy::kOptimal, CheckpointStrategy::kAuto}) {
+    const auto r = planner::apply_checkpointing(g, s, least.peak_after / 2, fast());
+    ASSERT_FALSE(r.ok()) << planner::checkpoint_strategy_name(s);
+    const std::string& msg = r.error().message;
+    EXPECT_NE(msg.find("minimum feasible arena"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--checkpoint "), std::string::npos) << msg;
+  }
+  // The minimum it names is reachable.
+  const std::string msg = planner::apply_checkpointing(g, CheckpointStrategy::kNone, 1, fast()).error().message;
+  const auto pos = msg.find(" B), reached");
+  ASSERT_NE(pos, std::string::npos) << msg;
+  const Bytes minimum = std::stoll(msg.substr(msg.rfind('(', pos) + 1));
+  EXPECT_LE(minimum, least.peak_after);
+  EXPECT_TRUE(planner::apply_checkpointing(g, CheckpointStrategy::kAuto, minimum, fast()).ok());
+}
+
+TEST(Checkpoint, ParseStrategyNames) {
+  for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kSqrt, CheckpointStrategy::kOptimal, CheckpointStrategy::kAuto}) {
+    EXPECT_EQ(planner::parse_checkpoint_strategy(planner::checkpoint_strategy_name(s)).value(), s);
+  }
+  const auto bad = planner::parse_checkpoint_strategy("sqrt2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("none, sqrt, optimal or auto"), std::string::npos);
+}
+
+// --- the CLI ----------------------------------------------------------------------------
+
+using testing::run_cli;
+
+TEST(CheckpointCli, BadFlagsAreUsageErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"plan --model gpt --checkpoint sqrt2", "--checkpoint"},
+      {"plan --model gpt --checkpoint optimal --budget 12XB", "--budget"},
+      {"plan --model gpt --checkpoint optimal --budget -1", "--budget"},
+      {"train --checkpoint fast --steps 1", "--checkpoint"},
+      {"fit --budget 1GiB --checkpoint maybe", "--checkpoint"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+TEST(CheckpointCli, PlanPrintsTheTradeInOneLine) {
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --checkpoint sqrt", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::regex line(R"(checkpoint sqrt: peak ([0-9.]+) MiB -> ([0-9.]+) MiB, recompute \+([0-9.]+)% FLOPs)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+  EXPECT_LT(std::stod(m[2]), std::stod(m[1]));
+  EXPECT_GT(std::stod(m[3]), 0.0);
+}
+
+TEST(CheckpointCli, BudgetBelowTheMinimumIsAUsageErrorNamingTheMinimum) {
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --checkpoint auto --budget 1KiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("minimum feasible arena is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reached with --checkpoint"), std::string::npos) << r.output;
+}
+
+TEST(CheckpointCli, PlanJsonMeetsTheBudget) {
+  const auto none = nlohmann::json::parse(run_cli("plan --model gpt --batch 4 --time-limit 0 --json", false).output);
+  const Bytes before = none["arena_bytes"].get<Bytes>();
+  const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --json --checkpoint auto --budget " +
+                         std::to_string(before * 9 / 10), false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["checkpoint"]["peak_before_bytes"].get<Bytes>(), before);
+  EXPECT_LE(j["arena_bytes"].get<Bytes>(), before * 9 / 10);
+  EXPECT_EQ(j["checkpoint"]["peak_after_bytes"], j["arena_bytes"]);
+  EXPECT_GT(j["checkpoint"]["recompute_ops"].get<int>(), 0);
+  EXPECT_NE(j["checkpoint"]["strategy"], "none");
+}
+
+TEST(CheckpointCli, FitWithCheckpointingFitsWhereWithoutItDoesNot) {
+  const auto none = nlohmann::json::parse(run_cli("plan --model gpt --batch 4 --time-limit 0 --json", false).output);
+  const std::string budget = std::to_string(none["arena_bytes"].get<Bytes>() * 9 / 10);
+  const auto without = nlohmann::json::parse(
+      run_cli("fit --model gpt --batch 4 --device cpu --json --budget " + budget, false).output);
+  EXPECT_FALSE(without["fits"].get<bool>());
+  const auto r = run_cli("fit --model gpt --batch 4 --device cpu --json --checkpoint auto --budget " + budget, false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto with = nlohmann::json::parse(r.output);
+  EXPECT_TRUE(with["fits"].get<bool>()) << r.output;
+  EXPECT_GT(with["checkpoint"]["extra_flops_fraction"].get<double>(), 0.0);
+}
+
+TEST(CheckpointCli, TrainingWithCheckpointingGivesTheSameParameters) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("memplan_ckpt_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 100; ++i) text << "a stitch in time saves nine " << i << "\n";
+  }
+  const std::string model = "train --model gpt --layers 2 --width 16 --heads 2 --seq 8 --batch 2 --dropout 0.1 "
+                            "--steps 3 --threads 1 --quiet --json --data " + (dir / "text.txt").string();
+  const auto a = run_cli(model, false);
+  const auto b = run_cli(model + " --checkpoint optimal", false);
+  fs::remove_all(dir);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto ja = nlohmann::json::parse(a.output);
+  const auto jb = nlohmann::json::parse(b.output);
+  EXPECT_EQ(ja["params_sha256"], jb["params_sha256"]);
+  EXPECT_FALSE(ja.contains("checkpoint"));
+  ASSERT_TRUE(jb.contains("checkpoint"));
+  EXPECT_LT(jb["arena_bytes"].get<Bytes>(), ja["arena_bytes"].get<Bytes>());
+  EXPECT_EQ(jb["checkpoint"]["peak_after_bytes"], jb["arena_bytes"]);
+}
+
+}  // namespace
+}  // namespace memplan
