@@ -55,6 +55,7 @@ DebugOptions DebugOptions::from_env() {
   for (std::string item; std::getline(ss, item, ',');) {
     if (item == "poison") d.poison = true;
     if (item == "guards") d.guards = true;
+    if (item == "finite") d.finite = true;
   }
   return d;
 }
@@ -269,6 +270,31 @@ Status Executor::check_inputs_finite(const Op& op) const {
   return Status::success();
 }
 
+Status Executor::check_finite(const Op& op, std::size_t position, bool inputs) const {
+  const std::vector<const std::vector<TensorId>*> lists =
+      inputs ? std::vector<const std::vector<TensorId>*>{&op.inputs}
+             : std::vector<const std::vector<TensorId>*>{&op.outputs, &op.updates};
+  std::vector<float> values;
+  for (const std::vector<TensorId>* list : lists) {
+    for (TensorId id : *list) {
+      const TensorDesc& desc = graph_.tensor(id);
+      if (desc.dtype != graph::DType::f32) continue;
+      values.resize(static_cast<std::size_t>(desc.shape.numel()));
+      read_tensor(id, values.data());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        if (std::isfinite(values[i])) continue;
+        std::ostringstream msg;
+        msg << "first non-finite tensor: op '" << op.name << "' (" << graph::op_name(op.kind) << ", position "
+            << position + 1 << " of " << schedule_.size() << " in the step) " << (inputs ? "reads " : "wrote ")
+            << values[i] << (inputs ? " from '" : " to '") << desc.name << "'[" << i << "] ("
+            << graph::role_name(desc.role) << ")";
+        return Error{msg.str()};
+      }
+    }
+  }
+  return Status::success();
+}
+
 Status Executor::run_step() {
   MEMPLAN_CHECK(setup_done_, "run_step before setup");
   const std::int64_t allocations_before = device_.stats().allocations;
@@ -312,6 +338,11 @@ Status Executor::run_step() {
     if (debug_.poison) {
       if (Status s = check_inputs_finite(op); !s) return s;
     }
+    // Inputs before the kernel runs: an in-place op overwrites them. A non-finite input no
+    // earlier op reported came from outside the step's ops (the data fed in, or loaded weights).
+    if (debug_.finite) {
+      if (Status s = check_finite(op, pos, /*inputs=*/true); !s) return s;
+    }
     refs.clear();
     auto push = [&](TensorId id) {
       const TensorDesc& desc = graph_.tensor(id);
@@ -325,6 +356,9 @@ Status Executor::run_step() {
                              all.subspan(op.inputs.size(), op.outputs.size()),
                              all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1};
     kernels_[static_cast<std::size_t>(op_index)](call);
+    if (debug_.finite) {
+      if (Status s = check_finite(op, pos, /*inputs=*/false); !s) return s;
+    }
     if (debug_.guards && mode_ == ExecutionMode::planned) {
       for (const auto* list : {&op.outputs, &op.updates}) {
         for (TensorId id : *list) {

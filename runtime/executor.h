@@ -28,10 +28,11 @@ enum class ExecutionMode { naive, planned, dynamic };
 std::string_view mode_name(ExecutionMode mode);
 Result<ExecutionMode> parse_mode(std::string_view name);
 
-// Debug switches, free when off. Also read from MEMPLAN_DEBUG (comma-separated: poison,guards).
+// Debug switches, free when off. Also read from MEMPLAN_DEBUG (comma-separated: poison,guards,finite).
 struct DebugOptions {
   bool poison = false;  // fill a buffer with NaN when its lifetime ends; stop at the first op reading NaN
   bool guards = false;  // guard bytes after every buffer, checked after every op
+  bool finite = false;  // stop at the first op (schedule order) that reads or writes NaN or infinity
   static DebugOptions from_env();
 };
 
@@ -98,6 +99,7 @@ class Executor {
   int buffer_index(TensorId id) const;
   void release(int buffer_index);
   Status check_inputs_finite(const graph::Op& op) const;
+  Status check_finite(const graph::Op& op, std::size_t position, bool inputs) const;
   void write_guard(int buffer_index);
   Status check_guard(int buffer_index, const graph::Op& op) const;
 

@@ -69,9 +69,14 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
 Result<WeightsFile> read_weights_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error{"cannot open weights file '" + path + "'"};
-  WeightsFile file;
-  file.bytes = std::make_unique<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return Error{"cannot read weights file '" + path + "'"};
+  return parse_weights_file(std::move(bytes), path);
+}
+
+Result<WeightsFile> parse_weights_file(std::string bytes, const std::string& path) {
+  WeightsFile file;
+  file.bytes = std::make_unique<std::string>(std::move(bytes));
   auto view = parse_safetensors(*file.bytes, path);
   if (!view) return view.error();
   file.view = std::move(view).value();

@@ -31,6 +31,8 @@ struct WeightsFile {
 // Reads and parses `path`, and verifies the checksum when the file has one (files written by
 // other tools usually do not, and are accepted).
 Result<WeightsFile> read_weights_file(const std::string& path);
+// The same for file bytes already in memory; `source` names them in messages.
+Result<WeightsFile> parse_weights_file(std::string bytes, const std::string& source);
 
 struct LoadReport {
   int loaded = 0;

@@ -10,6 +10,8 @@ MEMPLAN_PACKAGES=(
 )
 # Only the test suite needs these: a browser to check the HTML reports.
 MEMPLAN_TEST_PACKAGES=(chromium)
+# Only scripts/fuzz.sh needs these: clang with libFuzzer and its sanitizer runtimes.
+MEMPLAN_FUZZ_PACKAGES=(clang libclang-rt-dev)
 
 # memplan_install_deps [extra packages...]
 memplan_install_deps() {

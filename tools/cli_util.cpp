@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -68,15 +69,6 @@ CLI::Validator positive_integer() {
       "INTEGER >= 1");
 }
 
-CLI::Validator byte_size() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        auto bytes = parse_byte_size(value);
-        return bytes ? std::string() : bytes.error().message;
-      },
-      "BYTES");
-}
-
 void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_budget) {
   app.add_option("--checkpoint", flags.strategy,
                  "Activation checkpointing: none, sqrt (Chen et al.), optimal (least recomputation for the "
@@ -131,6 +123,33 @@ nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {
           {"peak_after_bytes", outcome.peak_after},
           {"extra_flops_fraction", outcome.extra_flops_fraction},
           {"recompute_ops", recompute_ops}};
+}
+
+CLI::Validator whole_number(std::uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& value) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = value.data() + value.size();
+        const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+        if (value.empty() || ec == std::errc::invalid_argument || ptr != end) {
+          return "'" + value + "' is not a whole number (digits only)";
+        }
+        if (ec == std::errc::result_out_of_range || v > max) {
+          return "'" + value + "' is larger than " + std::to_string(max);
+        }
+        return {};
+      },
+      "WHOLE NUMBER");
+}
+
+CLI::Validator byte_size(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& value) -> std::string {
+        if (allow_zero && value == "0") return {};
+        const Result<Bytes> parsed = parse_byte_size(value);
+        return parsed ? std::string() : parsed.error().message;
+      },
+      allow_zero ? "SIZE|0" : "SIZE");
 }
 
 Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,

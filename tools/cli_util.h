@@ -22,14 +22,17 @@ CLI::Validator positive_finite();
 CLI::Validator finite_in_range(double lo, double hi);
 // Accepts an integer >= 1.
 CLI::Validator positive_integer();
+// Accepts a whole number in [0, max] written in decimal digits only (no sign, no exponent): a
+// seed or a byte count. CLI11's own conversion lets "-1" wrap around and clamps overflow.
+CLI::Validator whole_number(std::uint64_t max = UINT64_MAX);
+// Accepts a byte size as parse_byte_size() reads it ("24GiB", "80GB", "4096"); "0" too when
+// `allow_zero`.
+CLI::Validator byte_size(bool allow_zero = false);
 
 // The training step (forward, backward, optimizer) of a reference model at a batch size, shapes
 // only: what plan, fit and compare start from. `hidden` sets the MLP's widths.
 Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
                                          const std::vector<std::int64_t>& hidden, const std::string& optimizer);
-
-// Accepts a byte size as common/byte_size.h parses it ("24GiB", "512MB", "1048576").
-CLI::Validator byte_size();
 
 // --checkpoint and --budget, shared by train, plan and fit.
 struct CheckpointFlags {

@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "planner/memory_plan.h"
 #include "runtime/allocation_trace.h"
+#include "runtime/caching_allocator.h"
 #include "runtime/dynamic_replay.h"
 #include "runtime/simulated_device.h"
 #include "tools/cli_util.h"
@@ -284,9 +285,16 @@ Command add_compare_command(CLI::App& root) {
   app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
   app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
   app->add_option("--budget", flags->budget,
-                  "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where");
+                  "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where")
+      ->check(byte_size());
   app->add_option("--alloc-conf", flags->alloc_conf,
-                  "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
+                  "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            auto parsed = runtime::CachingAllocatorOptions::parse(value);
+            return parsed ? std::string() : parsed.error().message;
+          },
+          "KEY:VALUE,..."));
   app->add_flag("--json", flags->json, "Print the comparison as JSON");
   app->add_option("--svg", flags->svg, "Write a picture of the three layouts (SVG)");
   app->add_option("--html", flags->html,

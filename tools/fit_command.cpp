@@ -355,13 +355,15 @@ Command add_fit_command(CLI::App& root) {
   app->add_option("--dtype", flags->dtype,
                   "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
                   "weights and optimizer state (zoo models; planning only)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16", "fp16", "f16"}))
       ->capture_default_str();
   add_checkpoint_options(*app, flags->checkpoint, /*with_budget=*/false);
-  app->add_option("--budget", flags->budget, "Device memory, e.g. 80GiB, 24GB, 16000MiB, or bytes")->required();
+  app->add_option("--budget", flags->budget, "Device memory, e.g. 80GiB, 24GB, 16000MiB, or bytes")->required()->check(byte_size());
   app->add_option("--device", flags->device, "cuda (adds CUDA context and library overheads) or cpu")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
-  app->add_option("--overhead", flags->overhead, "Runtime overhead outside the arena, replacing the built-in constants");
+  app->add_option("--overhead", flags->overhead, "Runtime overhead outside the arena, replacing the built-in constants")
+      ->check(byte_size(/*allow_zero=*/true));
   app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
       ->capture_default_str();

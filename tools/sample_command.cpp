@@ -94,7 +94,7 @@ Command add_sample_command(CLI::App& root) {
                   "Sampling temperature: 0 picks the most likely character, 1 samples the model's distribution as it is")
       ->check(finite_in_range(0.0, 100.0))
       ->capture_default_str();
-  app->add_option("--seed", flags->options.seed, "Seed for sampling")->capture_default_str();
+  app->add_option("--seed", flags->options.seed, "Seed for sampling")->check(whole_number())->capture_default_str();
   app->add_option("--threads", flags->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   return Command{app, [flags] { return run_sample(*flags); }};
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/exact_solver.h"
+#include "tools/cli_util.h"
 #include "common/atomic_file.h"
 #include "planner/minimalloc_csv.h"
 #include "planner/validator.h"
@@ -125,11 +126,11 @@ Command add_solve_command(CLI::App& root) {
   app->add_option("--input", options->input_path, "MiniMalloc CSV file to read")->required();
   options->capacity_option =
       app->add_option("--capacity", options->capacity_bytes, "arena capacity in bytes")
-          ->check(CLI::NonNegativeNumber);
+          ->check(whole_number(std::uint64_t{1} << 60));
   app->add_option("--output", options->output_path,
                   "write the packing as CSV with an offset column (written whole or not at all)");
   app->add_option("--time-limit", options->time_limit_s, "search time limit in seconds (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_finite());
   app->add_flag("--json", options->json, "print one JSON object instead of a table");
   return Command{app, [options]() { return run_solve(*options); }};
 }

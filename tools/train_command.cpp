@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/byte_size.h"
 #include "graph/training_step.h"
+#include "planner/fit.h"
 #include "kernels/kernel.h"
 #include "models/fashion_mnist.h"
 #include "models/text_dataset.h"
@@ -42,6 +44,7 @@ struct TrainFlags {
   int threads = 0;
   std::string mode = "planned";
   std::vector<std::string> debug;
+  std::string device_memory;  // empty: as much as the host gives
   bool json = false;
   bool quiet = false;
   CheckpointFlags checkpoint;
@@ -54,12 +57,55 @@ std::string format_rate(double per_s, bool tokens) {
   return out.str();
 }
 
+// Why setup ran out of device memory, and what would fit: the arena against what the device
+// can give, and the largest batch whose arena fits (found by planning alone, as `memplan fit`).
+std::string out_of_memory_advice(const TrainFlags& flags, const models::ModelOptions& model,
+                                 const graph::OptimizerConfig& opt, const runtime::Executor& executor,
+                                 Bytes capacity) {
+  std::ostringstream out;
+  const planner::MemoryPlan* plan = executor.plan();
+  if (plan == nullptr) {
+    out << "memplan train: the device has " << format_bytes(capacity) << " (--device-memory); --mode planned "
+        << "states the arena it needs up front\n";
+    return out.str();
+  }
+  const Bytes arena = align_up(plan->arena_bytes, runtime::kDeviceAlignment);
+  out << "memplan train: out of memory at setup: the arena needs " << format_bytes(arena) << " (" << arena
+      << " bytes) but the device can give " << format_bytes(capacity) << " (" << capacity << " bytes, --device-memory)\n";
+  auto arena_for = [&](std::int64_t batch) -> Result<Bytes> {
+    auto forward = models::build_forward(model, batch);
+    if (!forward) return forward.error();
+    graph::Graph g = std::move(forward).value();
+    graph::make_training_step(g, opt);
+    auto p = planner::plan_memory(g);
+    if (!p) return p.error();
+    return align_up(p.value().arena_bytes, runtime::kDeviceAlignment);
+  };
+  auto search = planner::search_max_batch(arena_for, capacity, std::max<std::int64_t>(flags.batch - 1, 1));
+  if (search && search.value().max_batch > 0) {
+    out << "memplan train: the largest batch that fits is " << search.value().max_batch << ": try --batch "
+        << search.value().max_batch << " (found by planning alone, as 'memplan fit --max-batch' does)\n";
+  } else {
+    out << "memplan train: not even batch 1 fits; try a smaller model ('memplan fit' shows where the bytes go)\n";
+  }
+  return out.str();
+}
+
 int run_train(const TrainFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
   auto optimizer_kind = graph::parse_optimizer_kind(flags.optimizer);
   if (!optimizer_kind) {
     std::cerr << "memplan train: " << optimizer_kind.error().message << "\n";
     return kExitUsage;
+  }
+  Bytes device_capacity = 0;  // 0: unlimited
+  if (!flags.device_memory.empty()) {
+    auto parsed = parse_byte_size(flags.device_memory);
+    if (!parsed) {
+      std::cerr << "memplan train: --device-memory: " << parsed.error().message << "\n";
+      return kExitUsage;
+    }
+    device_capacity = parsed.value();
   }
   for (std::int64_t width : flags.hidden) {
     if (width <= 0) {
@@ -139,11 +185,13 @@ int run_train(const TrainFlags& flags) {
   for (const std::string& d : flags.debug) {
     exec_options.debug.poison = exec_options.debug.poison || d == "poison";
     exec_options.debug.guards = exec_options.debug.guards || d == "guards";
+    exec_options.debug.finite = exec_options.debug.finite || d == "finite";
   }
-  runtime::CpuDevice device;
+  runtime::CpuDevice device(device_capacity);
   runtime::Executor executor(step, device, exec_options);
   if (Status s = executor.setup(); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
+    if (device_capacity > 0) std::cerr << out_of_memory_advice(flags, model, opt, executor, device_capacity);
     return kExitFailure;
   }
   executor.initialize_persistent(flags.seed);
@@ -205,22 +253,29 @@ int run_train(const TrainFlags& flags) {
       });
   if (!summary) {
     std::cerr << "\nmemplan train: " << summary.error().message << "\n";
+    if (!exec_options.debug.finite && summary.error().message.find("non-finite") != std::string::npos) {
+      std::cerr << "memplan train: rerun with --debug finite to name the first op and tensor that became "
+                   "non-finite\n";
+    }
     return kExitFailure;
   }
   const runtime::TrainSummary& s = summary.value();
   progress.finish("");
 
+  // Evaluation plans its own forward graph at a fixed batch after training; --device-memory
+  // limits the training step alone.
+  runtime::CpuDevice eval_device;
   std::optional<Evaluation> eval;
   std::optional<TextEvaluation> val;
   if (text_model) {
-    auto r = evaluate_language_model(model, executor, text->val, device, /*max_windows=*/1024);
+    auto r = evaluate_language_model(model, executor, text->val, eval_device, /*max_windows=*/1024);
     if (!r) {
       std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
       return kExitFailure;
     }
     val = r.value();
   } else {
-    auto r = evaluate_classifier(model, executor, *test_images, device);
+    auto r = evaluate_classifier(model, executor, *test_images, eval_device);
     if (!r) {
       std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
       return kExitFailure;
@@ -332,7 +387,9 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--weight-decay", flags->weight_decay, "Weight decay (decoupled for adamw)")
       ->check(finite_in_range(0.0, 1.0))
       ->capture_default_str();
-  app->add_option("--seed", flags->seed, "Seed for initialisation and shuffling")->capture_default_str();
+  app->add_option("--seed", flags->seed, "Seed for initialisation and shuffling")
+      ->check(whole_number())
+      ->capture_default_str();
   app->add_option("--data", flags->data,
                   "mlp, cnn: folder with the Fashion-MNIST IDX files (default " +
                       std::string(models::kFashionMnistDefaultDir) + "); gpt: a text file, or a folder of fortune files (default " +
@@ -367,9 +424,14 @@ Command add_train_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--debug", flags->debug,
                   "Debug checks, comma-separated: poison (NaN-fill dead buffers, stop at the first op reading NaN), "
-                  "guards (guard bytes after every buffer, checked after every op). Also MEMPLAN_DEBUG=...")
+                  "guards (guard bytes after every buffer, checked after every op), finite (stop at the first op that reads or "
+                  "writes NaN or infinity, naming it and the tensor). Also MEMPLAN_DEBUG=...")
       ->delimiter(',')
-      ->check(CLI::IsMember({"poison", "guards"}));
+      ->check(CLI::IsMember({"poison", "guards", "finite"}));
+  app->add_option("--device-memory", flags->device_memory,
+                  "Memory the device may give the training step, e.g. 64MiB (default: all the host has). A step "
+                  "that needs more stops at setup with the arena size and the largest batch that fits")
+      ->check(byte_size());
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
   add_checkpoint_options(*app, flags->checkpoint);

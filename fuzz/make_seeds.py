@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under fuzz/corpus/<target>/: small valid inputs and near-misses that
+give libFuzzer a head start. Run from the repository root; files named regress-* (inputs that
+once broke memplan) are never touched."""
+import json
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(target, name, data):
+    folder = os.path.join(ROOT, target)
+    os.makedirs(folder, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def safetensors(tensors, metadata=None):
+    header, blobs, offset = {}, b"", 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, blob in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        blobs += blob
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + blobs
+
+
+def idx_pair(count, rows, cols, labels):
+    images = struct.pack(">IIII", 0x803, count, rows, cols) + bytes(range(count * rows * cols))
+    label_file = struct.pack(">II", 0x801, count) + bytes(labels)
+    return struct.pack("<I", len(images)) + images + label_file
+
+
+for i, text in enumerate(["24GiB", "80GB", "16000MiB", "1.5 TiB", "4096", "1e3 kb", "0.5B", "-1", "nan", "9e18"]):
+    write("byte_size", f"seed-{i}", text)
+
+write("minimalloc_csv", "seed-basic", "id,lower,upper,size\na,0,3,16\nb,1,4,32\nc,3,5,8\n")
+write("minimalloc_csv", "seed-offsets", "id,lower,upper,size,offset\na,0,2,10,0\nb,1,3,10,10\n")
+write("minimalloc_csv", "seed-reordered", "size,upper,id,lower\r\n4,2,x,0\r\n\r\n8,9,y,1\r\n")
+write("minimalloc_csv", "seed-bad", "id,lower,upper,size\na,0,0,16\n")
+
+write("idx", "seed-valid", idx_pair(2, 2, 3, [1, 9]))
+write("idx", "seed-truncated", idx_pair(2, 2, 3, [1, 9])[:-3])
+write("idx", "seed-badlabel", idx_pair(1, 1, 1, [10]))
+
+f32 = struct.pack("<4f", 1, 2, 3, 4)
+write("safetensors", "seed-valid", safetensors([("w", "F32", [2, 2], f32), ("b", "I64", [1], struct.pack("<q", 7))],
+                                               {"memplan.step": "3", "memplan.model": "mlp"}))
+write("safetensors", "seed-empty-shape", safetensors([("s", "F32", [], f32[:4]), ("z", "BF16", [0, 5], b"")]))
+write("safetensors", "seed-truncated", safetensors([("w", "F32", [2, 2], f32)])[:-5])
+write("safetensors", "seed-gpt-metadata", safetensors([("w", "F16", [2], b"\0\0\0\0")],
+                                                      {"memplan.model": "gpt", "memplan.gpt.context": "8",
+                                                       "memplan.gpt.layers": "1", "memplan.gpt.heads": "2",
+                                                       "memplan.gpt.width": "16", "memplan.vocab": "616263"}))
+
+cli_cases = [
+    ["fit", "--model", "mlp", "--budget", "1GiB"],
+    ["plan", "--model", "cnn", "--batch", "8", "--json"],
+    ["train", "--model", "gpt", "--seq", "16", "--lr", "nan"],
+    ["train", "--hidden", "3,-4", "--steps", "2"],
+    ["compare", "--model", "mlp", "--batch", "-1", "--alloc-conf", "expandable_segments:True"],
+    ["solve", "--problem", "x.csv", "--solver", "exact", "--time-limit", "inf"],
+    ["sample", "--weights", "w.safetensors", "--length", "1e99"],
+    ["--help"],
+]
+for i, args in enumerate(cli_cases):
+    write("cli", f"seed-{i}", b"\0".join(a.encode() for a in args))
+
+write("solver", "seed-small", bytes([6, 0, 10, 0, 0x09, 0, 20, 0, 0x11, 2, 5, 0, 0x02, 4, 7, 1, 0x1a, 3, 9, 0, 0, 6, 3, 3, 0, 1]))
+write("solver", "seed-capacity", bytes([4, 0x01, 100, 0, 0, 0, 100, 0, 8, 0, 100, 0, 16, 1, 50, 0, 0, 3, 200, 0, 0, 0]))
+write("solver", "seed-huge", bytes([11, 0x06] + [255, 255, 0, 0] * 11))
+write("solver", "seed-fixed", bytes([3, 0x08, 16, 0, 0x80, 0, 0, 0, 16, 0, 0x80, 1, 32, 0, 16, 0, 0, 0]))
+
+for i, text in enumerate(["max_split_size_mb:100,expandable_segments:True",
+                          "roundup_power2_divisions:[64:8,>:1],garbage_collection_threshold:0.6,per_process_memory_fraction:0.5",
+                          "roundup_power2_divisions:4", "expandable_segments:False", "max_split_size_mb:-3"]):
+    write("alloc_conf", f"seed-{i}", text)
+
+write("text", "seed-fortune", b"\x03" + b"A fool and his money are soon parted.\n\n%\nTime flies.\n")
+write("text", "seed-binary", bytes([1]) + bytes(range(256)))

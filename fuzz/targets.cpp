@@ -1,0 +1,261 @@
+#include "fuzz/targets.h"
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "common/byte_size.h"
+#include "common/check.h"
+#include "graph/tensor.h"
+#include "models/fashion_mnist.h"
+#include "models/text_dataset.h"
+#include "planner/allocation_problem.h"
+#include "planner/exact_solver.h"
+#include "planner/greedy_solver.h"
+#include "planner/minimalloc_csv.h"
+#include "planner/validator.h"
+#include "runtime/caching_allocator.h"
+#include "runtime/safetensors.h"
+#include "runtime/weights.h"
+#include "tools/cli_app.h"
+#include "tools/language_model.h"
+
+namespace memplan::fuzz {
+namespace {
+
+std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// Reads the input front to back; past the end every read is 0, so any input decodes.
+class ByteReader {
+ public:
+  ByteReader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  std::uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
+  std::uint16_t u16() { return static_cast<std::uint16_t>(u8() | (u8() << 8)); }
+  std::uint32_t u32() { return u16() | (std::uint32_t{u16()} << 16); }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+// Silences std::cout and std::cerr while alive (CLI11 prints help and errors there).
+class QuietStreams {
+ public:
+  QuietStreams() : out_(std::cout.rdbuf(sink_.rdbuf())), err_(std::cerr.rdbuf(sink_.rdbuf())) {}
+  ~QuietStreams() {
+    std::cout.rdbuf(out_);
+    std::cerr.rdbuf(err_);
+  }
+  QuietStreams(const QuietStreams&) = delete;
+  QuietStreams& operator=(const QuietStreams&) = delete;
+
+ private:
+  std::ostringstream sink_;
+  std::streambuf* out_;
+  std::streambuf* err_;
+};
+
+void check_solution(const planner::AllocationProblem& problem, const planner::Solution& solution,
+                    const char* solver) {
+  if (!solution.has_packing()) return;
+  const Status valid = planner::validate_solution(problem, solution);
+  MEMPLAN_CHECK(valid.ok(), solver << " returned an invalid plan: " << valid.error().message);
+  MEMPLAN_CHECK(solution.height_bytes >= planner::lower_bound_bytes(problem),
+                solver << " height " << solution.height_bytes << " is below the lower bound");
+}
+
+}  // namespace
+
+void fuzz_byte_size(const std::uint8_t* data, std::size_t size) {
+  const Result<Bytes> parsed = parse_byte_size(as_text(data, size));
+  if (!parsed) {
+    MEMPLAN_CHECK(!parsed.error().message.empty());
+    return;
+  }
+  const Bytes bytes = parsed.value();
+  MEMPLAN_CHECK(bytes >= 1 && bytes < (Bytes{1} << 62), "accepted size " << bytes << " out of range");
+  const Result<Bytes> again = parse_byte_size(std::to_string(bytes));
+  MEMPLAN_CHECK(again.ok() && again.value() == bytes, "byte count " << bytes << " does not parse back to itself");
+}
+
+void fuzz_minimalloc_csv(const std::uint8_t* data, std::size_t size) {
+  auto parsed = planner::parse_minimalloc_csv(as_text(data, size), "fuzz.csv");
+  if (!parsed) {
+    MEMPLAN_CHECK(parsed.error().message.rfind("fuzz.csv:", 0) == 0, "message does not name the input: "
+                                                                         << parsed.error().message);
+    return;
+  }
+  const planner::MinimallocCsv& csv = parsed.value();
+  const Status checked = planner::check_problem(csv.problem);
+  MEMPLAN_CHECK(checked.ok(), "a parsed CSV fails check_problem: " << checked.error().message);
+  const std::size_t n = csv.problem.buffers.size();
+  MEMPLAN_CHECK(!csv.offsets || csv.offsets->size() == n);
+  const std::vector<Offset> offsets = csv.offsets ? *csv.offsets : std::vector<Offset>(n, 0);
+  auto text = planner::format_minimalloc_csv(csv.problem, offsets);
+  if (text) {
+    auto again = planner::parse_minimalloc_csv(text.value(), "again.csv");
+    MEMPLAN_CHECK(again.ok(), "written CSV does not parse: " << again.error().message);
+    const auto& b2 = again.value().problem.buffers;
+    MEMPLAN_CHECK(b2.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& a = csv.problem.buffers[i];
+      MEMPLAN_CHECK(a.id == b2[i].id && a.first_op == b2[i].first_op && a.end_op == b2[i].end_op &&
+                        a.size_bytes == b2[i].size_bytes && offsets[i] == (*again.value().offsets)[i],
+                    "buffer " << i << " changed in a CSV round trip");
+    }
+  }
+  if (n <= 64) check_solution(csv.problem, planner::solve_greedy(csv.problem), "greedy");
+}
+
+void fuzz_idx(const std::uint8_t* data, std::size_t size) {
+  // The first 4 bytes choose where the image file ends and the label file begins.
+  ByteReader reader(data, size);
+  const std::size_t rest = size >= 4 ? size - 4 : 0;
+  const std::size_t split = rest == 0 ? 0 : reader.u32() % (rest + 1);
+  const std::uint8_t* body = data + (size - rest);
+  const std::vector<std::uint8_t> images(body, body + split);
+  const std::vector<std::uint8_t> labels(body + split, body + rest);
+  auto parsed = models::parse_idx_pair(images, labels, "images.idx", "labels.idx");
+  if (!parsed) return;
+  const models::ImageDataset& ds = parsed.value();
+  MEMPLAN_CHECK(ds.count > 0 && ds.rows > 0 && ds.cols > 0);
+  MEMPLAN_CHECK(ds.images.size() == static_cast<std::size_t>(ds.count * ds.features()));
+  MEMPLAN_CHECK(ds.labels.size() == static_cast<std::size_t>(ds.count));
+  for (float pixel : ds.images) MEMPLAN_CHECK(pixel >= 0.0f && pixel <= 1.0f);
+  for (std::int32_t label : ds.labels) MEMPLAN_CHECK(label >= 0 && label < ds.classes);
+}
+
+void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
+  const std::string_view bytes = as_text(data, size);
+  auto parsed = runtime::parse_safetensors(bytes, "fuzz.safetensors");
+  if (parsed) {
+    const runtime::SafetensorsView& view = parsed.value();
+    for (const runtime::SafetensorsEntry& t : view.tensors) {
+      MEMPLAN_CHECK(t.data.data() >= bytes.data() && t.data.data() + t.data.size() <= bytes.data() + bytes.size(),
+                    "tensor '" << t.name << "' points outside the file");
+      std::int64_t numel = 1;
+      for (std::int64_t d : t.shape) {
+        MEMPLAN_CHECK(d >= 0, "tensor '" << t.name << "' has a negative dimension " << d);
+        numel = d == 0 ? 0 : numel * d;  // d <= data size when numel > 0, so this cannot overflow
+      }
+      MEMPLAN_CHECK(static_cast<std::uint64_t>(numel * graph::dtype_size(t.dtype)) == t.data.size());
+    }
+    auto encoded = runtime::encode_safetensors(view.tensors, view.metadata);
+    MEMPLAN_CHECK(encoded.ok(), "a parsed file cannot be written back: " << encoded.error().message);
+    auto again = runtime::parse_safetensors(encoded.value(), "again.safetensors");
+    MEMPLAN_CHECK(again.ok(), "a written file does not parse: " << again.error().message);
+    MEMPLAN_CHECK(again.value().metadata == view.metadata);
+    MEMPLAN_CHECK(again.value().tensors.size() == view.tensors.size());
+    for (const runtime::SafetensorsEntry& t : view.tensors) {
+      const runtime::SafetensorsEntry* u = again.value().find(t.name);
+      MEMPLAN_CHECK(u != nullptr && u->dtype == t.dtype && u->shape == t.shape && u->data == t.data,
+                    "tensor '" << t.name << "' changed in a round trip");
+    }
+    (void)tools::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
+  }
+  (void)runtime::parse_weights_file(std::string(bytes), "fuzz.safetensors");
+}
+
+void fuzz_cli(const std::uint8_t* data, std::size_t size) {
+  // Arguments are separated by NUL bytes; at most 32 of them.
+  std::vector<std::string> args = {"memplan"};
+  std::string current;
+  for (std::size_t i = 0; i < size && args.size() < 33; ++i) {
+    if (data[i] == 0) {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(static_cast<char>(data[i]));
+    }
+  }
+  if (!current.empty() && args.size() < 33) args.push_back(current);
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  QuietStreams quiet;
+  tools::CliApp cli;
+  const std::optional<int> code = cli.parse(static_cast<int>(args.size()), argv.data());
+  MEMPLAN_CHECK(!code || *code == tools::kExitOk || *code == tools::kExitUsage, "unexpected exit code " << *code);
+}
+
+void fuzz_solver(const std::uint8_t* data, std::size_t size) {
+  ByteReader in(data, size);
+  const int n = 1 + in.u8() % 12;
+  const std::uint8_t mode = in.u8();
+  // Size scale: small (exercises packing), or huge (sizes near the 2^60 limit: overflow checks).
+  const int shift = (mode & 0x06) == 0x06 ? 44 : (mode & 0x06) == 0x04 ? 12 : 0;
+  planner::AllocationProblem problem;
+  for (int i = 0; i < n; ++i) {
+    planner::BufferSpec b;
+    b.id = "b" + std::to_string(i);
+    b.size_bytes = std::min<Bytes>(Bytes{in.u16()} << shift, Bytes{1} << 60);
+    const std::uint8_t shape = in.u8();
+    b.alignment = Bytes{1} << (shape % 8);
+    b.first_op = in.u8() % 16;
+    b.end_op = b.first_op + 1 + (shape >> 3) % 8;
+    if ((mode & 0x08) != 0 && (shape & 0x80) != 0) {
+      b.fixed_offset = align_up(Bytes{in.u16()} << shift, b.alignment);
+    }
+    problem.buffers.push_back(std::move(b));
+  }
+  if ((mode & 0x01) != 0) problem.capacity_bytes = std::min<Bytes>(Bytes{in.u32()} << shift, Bytes{1} << 60);
+  if (!planner::check_problem(problem)) return;
+
+  const planner::Solution greedy = planner::solve_greedy(problem);
+  check_solution(problem, greedy, "greedy");
+  MEMPLAN_CHECK(problem.capacity_bytes || greedy.has_packing(), "greedy found no packing without a capacity");
+
+  planner::ExactSolverOptions options;
+  options.time_limit_s = 0.0;  // the node limit alone bounds the search, so runs are repeatable
+  options.node_limit = 2000;
+  const planner::Solution exact = planner::solve_exact(problem, options);
+  check_solution(problem, exact, "exact");
+  if (exact.status == planner::SolveStatus::not_found) {
+    MEMPLAN_CHECK(!greedy.has_packing(), "exact solver proved no packing fits, but greedy found one of height "
+                                             << greedy.height_bytes);
+  }
+  if (exact.has_packing() && greedy.has_packing() && !problem.capacity_bytes) {
+    MEMPLAN_CHECK(exact.height_bytes <= greedy.height_bytes, "exact solver packed higher than greedy");
+  }
+}
+
+void fuzz_alloc_conf(const std::uint8_t* data, std::size_t size) {
+  auto parsed = runtime::CachingAllocatorOptions::parse(as_text(data, size));
+  if (!parsed) return;
+  const std::string text = parsed.value().to_string();
+  auto again = runtime::CachingAllocatorOptions::parse(text);
+  MEMPLAN_CHECK(again.ok(), "'" << text << "' written by to_string() does not parse: " << again.error().message);
+  MEMPLAN_CHECK(again.value().to_string() == text, "'" << text << "' changes in a round trip");
+}
+
+void fuzz_text(const std::uint8_t* data, std::size_t size) {
+  ByteReader in(data, size);
+  const std::int64_t min_tokens = 2 + in.u8() % 8;
+  const std::string text(as_text(data, size).substr(std::min<std::size_t>(size, 1)));
+  auto parsed = models::make_text_dataset(text, min_tokens);
+  if (!parsed) return;
+  const models::TextDataset& ds = parsed.value();
+  MEMPLAN_CHECK(std::is_sorted(ds.vocab.begin(), ds.vocab.end()) &&
+                std::adjacent_find(ds.vocab.begin(), ds.vocab.end()) == ds.vocab.end());
+  MEMPLAN_CHECK(ds.decode(ds.train) + ds.decode(ds.val) == text, "encoding does not decode back to the text");
+  std::vector<std::int32_t> x, labels;
+  models::sample_text_batch(ds.train, 2, min_tokens - 1, 1, 0, x, labels);
+  for (std::int32_t id : x) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
+  for (std::int32_t id : labels) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
+}
+
+const std::vector<Target>& targets() {
+  static const std::vector<Target> all = {
+      {"byte_size", fuzz_byte_size}, {"minimalloc_csv", fuzz_minimalloc_csv}, {"idx", fuzz_idx},
+      {"safetensors", fuzz_safetensors}, {"cli", fuzz_cli}, {"solver", fuzz_solver},
+      {"alloc_conf", fuzz_alloc_conf}, {"text", fuzz_text},
+  };
+  return all;
+}
+
+}  // namespace memplan::fuzz

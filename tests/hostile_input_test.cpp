@@ -1,0 +1,381 @@
+// Hostile input: every flag of every command, and every file reader, gets malformed, empty,
+// truncated, huge, negative, NaN, infinite and wrong-type input. Each must end in a message that
+// names the input, a non-zero exit code, no crash and no partial output file. Flags are parsed
+// in-process (tools/cli_app.h); values checked only when a command runs, and files, go through
+// the memplan binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/cli_app.h"
+
+namespace memplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+int g_cases = 0;  // hostile inputs tried, printed at the end of each test
+
+struct Outcome {
+  bool parsed = false;    // flags accepted: the command would run
+  int exit_code = -1;     // when not parsed
+  std::string output;     // what was printed (stdout and stderr)
+};
+
+Outcome parse_in_process(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"memplan"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  std::ostringstream sink;
+  std::streambuf* out = std::cout.rdbuf(sink.rdbuf());
+  std::streambuf* err = std::cerr.rdbuf(sink.rdbuf());
+  Outcome o;
+  try {
+    tools::CliApp cli;
+    const std::optional<int> code = cli.parse(static_cast<int>(argv.size() - 1), argv.data());
+    o.parsed = !code.has_value();
+    o.exit_code = code.value_or(-1);
+  } catch (const std::exception& e) {
+    sink << "EXCEPTION: " << e.what();
+    o.exit_code = -2;
+  }
+  std::cout.rdbuf(out);
+  std::cerr.rdbuf(err);
+  o.output = sink.str();
+  return o;
+}
+
+struct ProcessResult {
+  bool exited = false;  // false: killed by a signal (a crash)
+  int exit_code = -1;
+  std::string output;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+ProcessResult run_memplan(const std::vector<std::string>& args) {
+  std::string cmd = MEMPLAN_CLI_PATH;
+  for (const std::string& a : args) cmd += " " + quote(a);
+  cmd += " 2>&1";
+  ProcessResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exited = WIFEXITED(status);
+  r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Values no numeric or enumerated flag may accept.
+const std::vector<std::string>& bad_values() {
+  static const std::vector<std::string> values = {
+      "",     "abc",  "-1",   "nan", "NaN",  "inf", "-inf", "1e999", "99999999999999999999999",
+      "1.5x", "0x1g", "--",   "1,,2", " ",   "\x01\xff", std::string(10000, '9'), "-0.5", "[1]"};
+  return values;
+}
+
+// Flags whose value is free text (paths, a prompt): any value parses; the command checks it
+// when it runs, and the file-reader tests below cover those checks.
+const std::set<std::string> kFreeText = {
+    "train --data", "train --save",   "train --load",      "plan --out",      "compare --svg",
+    "compare --html", "compare --trace-json", "compare --snapshot", "solve --input", "solve --output",
+    "sample --load", "sample --prompt"};
+
+// Values in the list above that are fine for some flags: an empty allocator option string is
+// PyTorch's default configuration; 1e23 is a (large) finite number; "[1]" is CLI11's list syntax
+// and "1,,2" the list 1,2 (CLI11 skips empty elements).
+bool legitimately_accepted(const std::string& key, const std::string& value) {
+  if (key == "compare --alloc-conf") return value.empty() || value == " ";
+  if (key == "train --lr" || key == "solve --time-limit") return value == "99999999999999999999999";
+  if (key.ends_with(" --hidden")) return value == "[1]" || value == "1,,2";
+  return false;
+}
+
+// Flags a command needs before any other flag is looked at, and a harmless value for them.
+std::vector<std::string> required_args(const std::string& command, const std::string& sample_file) {
+  if (command == "fit") return {"--budget", "1GiB"};
+  if (command == "solve") return {"--input", "problem.csv"};
+  if (command == "sample") return {"--load", sample_file};
+  return {};
+}
+
+struct TempDir {
+  TempDir() {
+    path = fs::temp_directory_path() / ("memplan_hostile_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+TEST(HostileInput, EveryFlagOfEveryCommandRefusesBadValues) {
+  TempDir tmp;
+  const std::string existing = (tmp.path / "exists.safetensors").string();
+  write_file(existing, "x");
+  tools::CliApp walker;
+  int tried = 0;
+  for (const CLI::App* command : walker.app().get_subcommands({})) {
+    const std::string name = command->get_name();
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->get_expected_min() == 0) continue;  // flags without a value (--json, --help)
+      const std::string flag = option->get_name();
+      const std::string key = name + " " + flag;
+      for (const std::string& value : bad_values()) {
+        std::vector<std::string> args = {name};
+        const std::vector<std::string> required = required_args(name, existing);
+        if (required.empty() || required[0] != flag) args.insert(args.end(), required.begin(), required.end());
+        args.push_back(flag);
+        args.push_back(value);
+        const Outcome o = parse_in_process(args);
+        ++tried;
+        ASSERT_NE(o.exit_code, -2) << key << " '" << value << "': " << o.output;
+        if (o.parsed) {
+          EXPECT_TRUE(kFreeText.count(key) || legitimately_accepted(key, value)) << key << " accepted the bad value '" << value.substr(0, 40) << "'";
+          continue;
+        }
+        EXPECT_EQ(o.exit_code, tools::kExitUsage) << key << " '" << value.substr(0, 40) << "'";
+        EXPECT_NE(o.output.find(flag), std::string::npos)
+            << key << " '" << value.substr(0, 40) << "': the message does not name the flag:\n" << o.output;
+      }
+    }
+  }
+  // Unknown commands and flags.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"trian"}, {"train", "--bogus", "1"}, {"fit"}, {"solve", "--input"}, {"plan", "--batch"},
+           {"train", "--steps", "3", "--epochs", "2"}, {"", ""}, {"train", "extra-positional"}}) {
+    const Outcome o = parse_in_process(args);
+    ++tried;
+    EXPECT_FALSE(o.parsed) << args[0];
+    EXPECT_EQ(o.exit_code, tools::kExitUsage) << args[0] << ": " << o.output;
+  }
+  g_cases += tried;
+  std::printf("hostile flag values parsed in-process: %d\n", tried);
+  EXPECT_GT(tried, 500);
+}
+
+// Byte sizes and allocator options through the binary: exit 2 before any work, a message naming
+// the flag, none of the command's output files written.
+TEST(HostileInput, SizeAndOptionFlagsThroughTheBinary) {
+  TempDir tmp;
+  const std::string svg = (tmp.path / "out.svg").string();
+  const std::vector<std::string> values = {"", "abc", "-1", "0", "nan", "inf", "1e999", "5XB", "-3GiB",
+                                           std::string(5000, '7') + "GiB"};
+  struct Case {
+    std::vector<std::string> prefix;
+    std::string flag;
+  };
+  const std::vector<Case> cases = {
+      {{"fit", "--model", "mlp"}, "--budget"},
+      {{"fit", "--model", "mlp", "--budget", "1GiB"}, "--overhead"},
+      {{"compare", "--model", "mlp", "--batch", "2", "--steps", "1", "--svg", svg}, "--budget"},
+      {{"compare", "--model", "mlp", "--batch", "2", "--steps", "1", "--svg", svg}, "--alloc-conf"},
+      {{"train", "--model", "mlp", "--steps", "1", "--data", (tmp.path / "nothing").string()}, "--device-memory"},
+  };
+  int tried = 0;
+  for (const Case& c : cases) {
+    for (const std::string& value : values) {
+      if (c.flag == "--overhead" && value == "0") continue;  // no overhead is a valid answer
+      if (c.flag == "--alloc-conf" && value.empty()) continue;  // PyTorch's defaults
+      std::vector<std::string> args = c.prefix;
+      args.push_back(c.flag);
+      args.push_back(value);
+      const ProcessResult r = run_memplan(args);
+      ++tried;
+      const std::string what = c.prefix[0] + " " + c.flag + " '" + value.substr(0, 20) + "'";
+      ASSERT_TRUE(r.exited) << what << " crashed:\n" << r.output;
+      EXPECT_EQ(r.exit_code, 2) << what << ":\n" << r.output;
+      EXPECT_NE(r.output.find(c.flag), std::string::npos) << what << ": the message does not name the flag:\n"
+                                                          << r.output;
+      EXPECT_FALSE(fs::exists(svg)) << what << " left an output file";
+    }
+  }
+  g_cases += tried;
+  std::printf("hostile run-time flag values: %d\n", tried);
+}
+
+// --- file readers ---------------------------------------------------------------------------
+
+std::string be32(std::uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+std::string le64(std::uint64_t v) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+  return s;
+}
+
+std::string safetensors_file(const std::string& header_json, const std::string& data) {
+  return le64(header_json.size()) + header_json + data;
+}
+
+struct FileCase {
+  std::string name;
+  std::string bytes;
+};
+
+// Runs `args` (which read `input`) and checks the refusal: non-zero exit, no signal, the file
+// named in the message, `output` not created.
+void expect_refused(const std::vector<std::string>& args, const std::string& input, const fs::path& output,
+                    const std::string& what) {
+  const ProcessResult r = run_memplan(args);
+  ++g_cases;
+  ASSERT_TRUE(r.exited) << what << " crashed:\n" << r.output;
+  EXPECT_NE(r.exit_code, 0) << what << ":\n" << r.output;
+  EXPECT_NE(r.exit_code, 3) << what << " is an internal error:\n" << r.output;
+  EXPECT_NE(r.output.find(input), std::string::npos) << what << ": the message does not name " << input << ":\n"
+                                                     << r.output;
+  EXPECT_FALSE(fs::exists(output)) << what << " left a partial output file";
+}
+
+TEST(HostileInput, IdxFilesAreRefused) {
+  TempDir tmp;
+  const std::string header = be32(0x803) + be32(2) + be32(28) + be32(28);
+  const std::string labels = be32(0x801) + be32(2) + std::string("\x01\x02", 2);
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> cases = {
+      {"empty", {"", ""}},
+      {"truncated header", {header.substr(0, 10), labels}},
+      {"truncated pixels", {header + std::string(100, '\x10'), labels}},
+      {"trailing data", {header + std::string(2 * 784 + 5, '\x10'), labels}},
+      {"garbage", {std::string(4000, '\xa5'), std::string(10, '\x5a')}},
+      {"huge count", {be32(0x803) + be32(0xffffffffu) + be32(28) + be32(28), labels}},
+      {"zero rows", {be32(0x803) + be32(2) + be32(0) + be32(28), labels}},
+      {"label count mismatch", {header + std::string(2 * 784, '\x10'), be32(0x801) + be32(3) + std::string(3, '\1')}},
+      {"label out of range", {header + std::string(2 * 784, '\x10'), be32(0x801) + be32(2) + std::string("\x01\xff", 2)}},
+      {"bad gzip", {std::string("\x1f\x8b\x08\x00", 4) + std::string(40, '\x33'), labels}},
+  };
+  for (const auto& [name, files] : cases) {
+    const fs::path dir = tmp.path / "data";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string images_path = (dir / "train-images-idx3-ubyte").string();
+    write_file(name == "bad gzip" ? images_path + ".gz" : images_path, files.first);
+    write_file(dir / "train-labels-idx1-ubyte", files.second);
+    const fs::path out = tmp.path / "weights.safetensors";
+    expect_refused({"train", "--model", "mlp", "--steps", "1", "--quiet", "--data", dir.string(), "--save", out.string()},
+                   dir.string(), out, "IDX " + name);
+  }
+  expect_refused({"train", "--model", "mlp", "--steps", "1", "--data", (tmp.path / "missing").string()},
+                 (tmp.path / "missing").string(), tmp.path / "none", "IDX missing folder");
+}
+
+TEST(HostileInput, MinimallocCsvFilesAreRefused) {
+  TempDir tmp;
+  const std::vector<FileCase> cases = {
+      {"empty", ""},
+      {"garbage", std::string("\x7f\x45\x4c\x46\x02\x01\x01\x00", 8) + std::string(300, '\xee')},
+      {"no header", "a,0,3,16\n"},
+      {"truncated row", "id,lower,upper,size\na,0,"},
+      {"negative size", "id,lower,upper,size\na,0,3,-16\n"},
+      {"nan size", "id,lower,upper,size\na,0,3,nan\n"},
+      {"inf lower", "id,lower,upper,size\na,inf,3,8\n"},
+      {"huge size", "id,lower,upper,size\na,0,3,99999999999999999999999\n"},
+      {"size over 2^60", "id,lower,upper,size\na,0,3,1152921504606846977\n"},
+      {"wrong type", "id,lower,upper,size\na,zero,three,sixteen\n"},
+      {"empty lifetime", "id,lower,upper,size\na,3,3,16\n"},
+      {"duplicate id", "id,lower,upper,size\na,0,3,16\na,1,2,8\n"},
+      {"long line", "id,lower,upper,size\n" + std::string(5000, 'x') + ",0,3,16\n"},
+      {"fraction", "id,lower,upper,size\na,0,3,1.5\n"},
+      {"negative offset", "id,lower,upper,size,offset\na,0,3,16,-8\n"},
+  };
+  const fs::path out = tmp.path / "packed.csv";
+  for (const FileCase& c : cases) {
+    const fs::path input = tmp.path / "problem.csv";
+    write_file(input, c.bytes);
+    expect_refused({"solve", "--input", input.string(), "--output", out.string()}, input.string(), out, "CSV " + c.name);
+  }
+  expect_refused({"solve", "--input", tmp.path.string(), "--output", out.string()}, tmp.path.string(), out,
+                 "CSV directory");
+  expect_refused({"solve", "--input", (tmp.path / "missing.csv").string(), "--output", out.string()},
+                 (tmp.path / "missing.csv").string(), out, "CSV missing file");
+}
+
+TEST(HostileInput, SafetensorsFilesAreRefused) {
+  TempDir tmp;
+  const std::string f32x2(8, '\0');
+  const std::vector<FileCase> cases = {
+      {"empty", ""},
+      {"shorter than the length", "abc"},
+      {"huge header length", le64(0xffffffffffffffffull) + "{}"},
+      {"header past the end", le64(1000) + "{}"},
+      {"header not json", safetensors_file("not json at all", "")},
+      {"header not an object", safetensors_file("[1,2,3]", "")},
+      {"bad dtype", safetensors_file(R"({"w":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", f32x2)},
+      {"negative shape", safetensors_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", f32x2)},
+      {"nan shape", safetensors_file(R"({"w":{"dtype":"F32","shape":[NaN],"data_offsets":[0,8]}})", f32x2)},
+      {"fractional shape", safetensors_file(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,8]}})", f32x2)},
+      {"huge shape", safetensors_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", f32x2)},
+      {"offsets outside", safetensors_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,800]}})", f32x2)},
+      {"truncated data", safetensors_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f32x2.substr(0, 5))},
+      {"offsets wrong type", safetensors_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":"0-8"}})", f32x2)},
+      {"checksum mismatch",
+       safetensors_file(R"({"__metadata__":{"memplan.data_sha256":"00"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                        f32x2)},
+      {"metadata not strings", safetensors_file(R"({"__metadata__":{"memplan.step":7}})", "")},
+      {"valid but not a gpt", safetensors_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f32x2)},
+  };
+  const fs::path text = tmp.path / "text.txt";
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 50; ++i) t << "hostile input makes robust readers " << i << "\n";
+  }
+  const fs::path out = tmp.path / "out.safetensors";
+  for (const FileCase& c : cases) {
+    const fs::path input = tmp.path / "weights.safetensors";
+    write_file(input, c.bytes);
+    expect_refused({"sample", "--load", input.string(), "--tokens", "4"}, input.string(), out, "safetensors " + c.name);
+    if (c.name == "empty" || c.name == "checksum mismatch" || c.name == "valid but not a gpt") {
+      expect_refused({"train", "--model", "gpt", "--layers", "1", "--width", "16", "--heads", "2", "--seq", "8", "--batch",
+                      "2", "--steps", "1", "--quiet", "--data", text.string(), "--load", input.string(), "--save",
+                      out.string()},
+                     input.string(), out, "train --load " + c.name);
+    }
+  }
+}
+
+TEST(HostileInput, TextFilesAreRefused) {
+  TempDir tmp;
+  const fs::path out = tmp.path / "out.safetensors";
+  const auto train_gpt = [&](const std::string& data) {
+    return std::vector<std::string>{"train", "--model", "gpt", "--layers", "1", "--width", "16", "--heads", "2", "--seq",
+                                    "8", "--batch", "2", "--steps", "1", "--quiet", "--data", data, "--save", out.string()};
+  };
+  const fs::path empty = tmp.path / "empty.txt";
+  write_file(empty, "");
+  expect_refused(train_gpt(empty.string()), empty.string(), out, "text empty");
+  const fs::path short_text = tmp.path / "short.txt";
+  write_file(short_text, "tiny");
+  expect_refused(train_gpt(short_text.string()), short_text.string(), out, "text too short");
+  const fs::path empty_dir = tmp.path / "no_fortunes";
+  fs::create_directories(empty_dir);
+  expect_refused(train_gpt(empty_dir.string()), empty_dir.string(), out, "text empty folder");
+  expect_refused(train_gpt((tmp.path / "missing").string()), (tmp.path / "missing").string(), out, "text missing");
+  std::printf("hostile inputs tried so far in this process: %d\n", g_cases);
+}
+
+}  // namespace
+}  // namespace memplan

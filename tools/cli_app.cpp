@@ -1,0 +1,67 @@
+#include "tools/cli_app.h"
+
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "common/check.h"
+
+namespace memplan::tools {
+
+CliApp::CliApp()
+    : app_("memplan: a training framework that plans every byte of a training step before it runs.\n"
+           "Run 'memplan COMMAND --help' for a command's options.") {
+  app_.require_subcommand(1);
+  commands_ = {add_train_command(app_),   add_plan_command(app_),  add_fit_command(app_),
+               add_compare_command(app_), add_solve_command(app_), add_sample_command(app_)};
+}
+
+std::optional<int> CliApp::parse(int argc, const char* const* argv) {
+  if (argc > 1 && argv[1] != nullptr && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const Command& command : commands_) {
+      known = known || command.app->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + command.app->get_name();
+    }
+    if (!known) {
+      std::cerr << "memplan: unknown command '" << argv[1] << "' (commands: " << names
+                << "; see 'memplan --help')\n";
+      return kExitUsage;
+    }
+  }
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app_.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app_.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app_.exit(e);  // prints the message and usage
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+int CliApp::run() {
+  try {
+    for (const Command& command : commands_) {
+      if (command.app->parsed()) return command.run();
+    }
+  } catch (const memplan::InternalError& e) {
+    std::cerr << "memplan: internal error (please report): " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "memplan: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
+
+int run_cli(int argc, const char* const* argv) {
+  CliApp cli;
+  if (std::optional<int> code = cli.parse(argc, argv)) return *code;
+  return cli.run();
+}
+
+}  // namespace memplan::tools
