@@ -122,6 +122,7 @@ void grad_reduce_all(GradContext& c, const Op& op, TensorId dy, float alpha) {
   OpAttrs attrs;
   attrs.shape = c.tensor(op.inputs[0]).shape.dims;
   attrs.alpha = alpha;
+  attrs.dtype = c.tensor(op.inputs[0]).dtype;
   c.accumulate(op.inputs[0], c.emit(OpKind::broadcast_scalar, {dy}, attrs, c.gname(op.inputs[0])));
 }
 
@@ -230,6 +231,69 @@ void grad_permute(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], c.emit(OpKind::permute, {dy}, inverse, c.gname(op.inputs[0])));
 }
 
+void grad_rms_norm(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0], gamma = op.inputs[1];
+  if (c.needs_grad(x)) c.accumulate(x, c.emit(OpKind::rms_norm_backward, {dy, x, gamma}, op.attrs, c.gname(x)));
+  if (c.needs_grad(gamma)) {
+    c.accumulate(gamma, c.emit(OpKind::rms_norm_dgamma, {dy, x}, op.attrs, c.gname(gamma)));
+  }
+}
+
+void grad_silu(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::silu_backward, {dy, op.inputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+// A rotation's adjoint is the rotation by the negative angle.
+void grad_rotary(GradContext& c, const Op& op, TensorId dy) {
+  OpAttrs attrs = op.attrs;
+  attrs.inverse = !attrs.inverse;
+  c.accumulate(op.inputs[0], c.emit(OpKind::rotary, {dy}, attrs, c.gname(op.inputs[0])));
+}
+
+void grad_repeat_heads(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::repeat_heads_backward, {dy}, op.attrs, c.gname(op.inputs[0])));
+}
+
+OpAttrs slice_attrs(std::int64_t axis, std::int64_t start, std::int64_t length) {
+  OpAttrs attrs;
+  attrs.axis = axis;
+  attrs.start = start;
+  attrs.length = length;
+  return attrs;
+}
+
+void grad_concat(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId a = op.inputs[0], b = op.inputs[1];
+  const std::int64_t axis = op.attrs.axis;
+  const std::int64_t na = c.tensor(a).shape[static_cast<int>(axis)];
+  const std::int64_t nb = c.tensor(b).shape[static_cast<int>(axis)];
+  if (c.needs_grad(a)) c.accumulate(a, c.emit(OpKind::slice, {dy}, slice_attrs(axis, 0, na), c.gname(a)));
+  if (c.needs_grad(b)) c.accumulate(b, c.emit(OpKind::slice, {dy}, slice_attrs(axis, na, nb), c.gname(b)));
+}
+
+// The slice's gradient is dy placed back between zeros (fill ops) along the axis.
+void grad_slice(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  const TensorDesc& xd = c.tensor(x);
+  const std::int64_t axis = op.attrs.axis;
+  const std::int64_t before = op.attrs.start;
+  const std::int64_t after = xd.shape[static_cast<int>(axis)] - op.attrs.start - op.attrs.length;
+  auto zeros = [&](std::int64_t extent, const std::string& suffix) {
+    OpAttrs fill;
+    fill.shape = xd.shape.dims;
+    fill.shape[static_cast<std::size_t>(axis)] = extent;
+    fill.alpha = 0.0f;
+    fill.dtype = xd.dtype;
+    return c.emit(OpKind::fill, {}, fill, c.gname(x) + suffix);
+  };
+  OpAttrs join;
+  join.axis = axis;
+  TensorId g = dy;
+  if (before > 0) g = c.emit(OpKind::concat, {zeros(before, ".before"), g}, join, c.gname(x) + (after > 0 ? ".head" : ""));
+  if (after > 0) g = c.emit(OpKind::concat, {g, zeros(after, ".after")}, join, c.gname(x));
+  c.accumulate(x, g);
+}
+
 // One rule per op kind; nullptr where an op is never differentiated (backward helpers and
 // optimizer updates are not on a path from parameters to the loss).
 constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
@@ -258,6 +322,12 @@ constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   set(OpKind::batched_matmul, grad_matmul);
   set(OpKind::softmax, grad_softmax);
   set(OpKind::permute, grad_permute);
+  set(OpKind::rms_norm, grad_rms_norm);
+  set(OpKind::silu, grad_silu);
+  set(OpKind::rotary, grad_rotary);
+  set(OpKind::repeat_heads, grad_repeat_heads);
+  set(OpKind::concat, grad_concat);
+  set(OpKind::slice, grad_slice);
   return rules;
 }();
 

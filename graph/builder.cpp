@@ -11,10 +11,11 @@ TensorId Builder::input(const std::string& name, Shape shape, DType dtype) {
   return graph_.add_tensor(std::move(desc));
 }
 
-TensorId Builder::parameter(const std::string& name, Shape shape, InitSpec init) {
+TensorId Builder::parameter(const std::string& name, Shape shape, InitSpec init, DType dtype) {
   TensorDesc desc;
   desc.name = name;
   desc.shape = std::move(shape);
+  desc.dtype = dtype;
   desc.role = Role::parameter;
   desc.init = init;
   return graph_.add_tensor(std::move(desc));
@@ -175,9 +176,46 @@ TensorId Builder::dropout(TensorId x, float p, const std::string& name) {
   std::uint64_t h = 1469598103934665603ULL;
   for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
   attrs.seed = h;
+  attrs.dtype = graph_.tensor(x).dtype;
   const TensorId mask = graph_.add_op(OpKind::dropout_mask, {}, std::move(attrs), name + ".mask", Role::activation,
                                       phase_);
   return mul(x, mask, name);
+}
+
+TensorId Builder::rms_norm(TensorId x, TensorId gamma, const std::string& name, float eps) {
+  OpAttrs attrs;
+  attrs.norm_eps = eps;
+  return binary(OpKind::rms_norm, x, gamma, name, std::move(attrs));
+}
+
+TensorId Builder::silu(TensorId x, const std::string& name) { return unary(OpKind::silu, x, name); }
+
+TensorId Builder::rotary(TensorId x, float base, const std::string& name) {
+  OpAttrs attrs;
+  attrs.rope_base = base;
+  return unary(OpKind::rotary, x, name, std::move(attrs));
+}
+
+TensorId Builder::repeat_heads(TensorId x, std::int64_t repeats, const std::string& name) {
+  if (repeats == 1) return x;
+  OpAttrs attrs;
+  attrs.repeats = repeats;
+  return unary(OpKind::repeat_heads, x, name, std::move(attrs));
+}
+
+TensorId Builder::concat(TensorId a, TensorId b, std::int64_t axis, const std::string& name) {
+  OpAttrs attrs;
+  attrs.axis = axis;
+  return binary(OpKind::concat, a, b, name, std::move(attrs));
+}
+
+TensorId Builder::slice(TensorId x, std::int64_t axis, std::int64_t start, std::int64_t length,
+                        const std::string& name) {
+  OpAttrs attrs;
+  attrs.axis = axis;
+  attrs.start = start;
+  attrs.length = length;
+  return unary(OpKind::slice, x, name, std::move(attrs));
 }
 
 }  // namespace memplan::graph

@@ -13,7 +13,7 @@ class Builder {
   explicit Builder(Graph& graph, Phase phase = Phase::forward) : graph_(graph), phase_(phase) {}
 
   TensorId input(const std::string& name, Shape shape, DType dtype = DType::f32);
-  TensorId parameter(const std::string& name, Shape shape, InitSpec init);
+  TensorId parameter(const std::string& name, Shape shape, InitSpec init, DType dtype = DType::f32);
   // Persistent state that is not trained (batch-norm running statistics): role optimizer_state,
   // so it survives steps and is saved with the optimizer state, but params_sha256 skips it.
   TensorId buffer(const std::string& name, Shape shape, InitSpec init);
@@ -54,6 +54,15 @@ class Builder {
   // x * mask with mask in {0, 1/(1-p)} drawn from (op name, step): deterministic per run, new
   // each step; the mask is a graph tensor. Returns x itself when p == 0.
   TensorId dropout(TensorId x, float p, const std::string& name);
+  // RMSNorm over the last dim with gamma [D] (LLaMA); no statistics tensor: backward recomputes them.
+  TensorId rms_norm(TensorId x, TensorId gamma, const std::string& name, float eps = 1e-5f);
+  TensorId silu(TensorId x, const std::string& name);
+  // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
+  TensorId rotary(TensorId x, float base, const std::string& name);
+  // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.
+  TensorId repeat_heads(TensorId x, std::int64_t repeats, const std::string& name);
+  TensorId concat(TensorId a, TensorId b, std::int64_t axis, const std::string& name);
+  TensorId slice(TensorId x, std::int64_t axis, std::int64_t start, std::int64_t length, const std::string& name);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

@@ -15,9 +15,17 @@ using Inputs = std::span<const TensorDesc* const>;
   throw GraphError(std::string(op) + ": " + what);
 }
 
-void expect_f32(std::string_view op, const TensorDesc& t) {
-  if (t.dtype != DType::f32) {
-    fail(op, "'" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) + ", expected f32");
+// Floating-point operands: f32 executes; f16 and bf16 are planned (mixed-precision accounting).
+void expect_float(std::string_view op, const TensorDesc& t) {
+  if (!is_floating(t.dtype)) {
+    fail(op, "'" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) + ", expected f32, f16 or bf16");
+  }
+}
+
+void expect_same_dtype(std::string_view op, const TensorDesc& a, const TensorDesc& b) {
+  if (a.dtype != b.dtype) {
+    fail(op, "'" + a.name + "' is " + std::string(dtype_name(a.dtype)) + " but '" + b.name + "' is " +
+                 std::string(dtype_name(b.dtype)));
   }
 }
 
@@ -40,8 +48,9 @@ Shape shape_from_attrs(std::string_view op, const OpAttrs& attrs) {
 OutputSpec infer_matmul(Inputs in, const OpAttrs& attrs) {
   const TensorDesc& a = *in[0];
   const TensorDesc& b = *in[1];
-  expect_f32("matmul", a);
-  expect_f32("matmul", b);
+  expect_float("matmul", a);
+  expect_float("matmul", b);
+  expect_same_dtype("matmul", a, b);
   if (a.shape.rank() != 2 || b.shape.rank() != 2) {
     fail("matmul", "operands must be 2-D, got '" + a.name + "' " + a.shape.to_string() +
                        " and '" + b.name + "' " + b.shape.to_string());
@@ -57,31 +66,31 @@ OutputSpec infer_matmul(Inputs in, const OpAttrs& attrs) {
         << (attrs.trans_b ? "^T" : "") << " (" << ka << " vs " << kb << ")";
     fail("matmul", msg.str());
   }
-  return {Shape{m, n}, DType::f32};
+  return {Shape{m, n}, a.dtype};
 }
 
 OutputSpec infer_bias_add(Inputs in, const OpAttrs&) {
   const TensorDesc& x = *in[0];
   const TensorDesc& b = *in[1];
-  expect_f32("bias_add", x);
-  expect_f32("bias_add", b);
+  expect_float("bias_add", x);
+  expect_float("bias_add", b);
   if (b.shape.rank() != 1 || x.shape.rank() < 1 || b.shape[0] != x.shape.cols()) {
     fail("bias_add", "bias '" + b.name + "' " + b.shape.to_string() +
                          " must be 1-D with the last dimension of '" + x.name + "' " +
                          x.shape.to_string());
   }
-  return {x.shape, DType::f32};
+  return {x.shape, x.dtype};
 }
 
 OutputSpec infer_binary_same(Inputs in, const OpAttrs&) {
-  expect_f32("elementwise", *in[0]);
+  expect_float("elementwise", *in[0]);
   expect_same_shape("elementwise", *in[0], *in[1]);
-  return {in[0]->shape, DType::f32};
+  return {in[0]->shape, in[0]->dtype};
 }
 
 OutputSpec infer_unary(Inputs in, const OpAttrs&) {
-  expect_f32("elementwise", *in[0]);
-  return {in[0]->shape, DType::f32};
+  expect_float("elementwise", *in[0]);
+  return {in[0]->shape, in[0]->dtype};
 }
 
 OutputSpec infer_reshape(Inputs in, const OpAttrs& attrs) {
@@ -94,14 +103,14 @@ OutputSpec infer_reshape(Inputs in, const OpAttrs& attrs) {
 }
 
 OutputSpec infer_reduce_all(Inputs in, const OpAttrs&) {
-  expect_f32("reduction", *in[0]);
+  expect_float("reduction", *in[0]);
   return {Shape{}, DType::f32};
 }
 
 OutputSpec infer_softmax_xent(Inputs in, const OpAttrs&) {
   const TensorDesc& logits = *in[0];
   const TensorDesc& labels = *in[1];
-  expect_f32("softmax_cross_entropy", logits);
+  expect_float("softmax_cross_entropy", logits);
   if (logits.shape.rank() != 2) fail("softmax_cross_entropy", "logits must be [batch, classes]");
   if (labels.dtype != DType::i32 || labels.shape != Shape{logits.shape[0]}) {
     fail("softmax_cross_entropy", "labels '" + labels.name + "' must be i32 [" +
@@ -114,26 +123,26 @@ OutputSpec infer_softmax_xent(Inputs in, const OpAttrs&) {
 
 OutputSpec infer_backward_like_second(Inputs in, const OpAttrs&) {
   expect_same_shape("backward", *in[0], *in[1]);
-  return {in[1]->shape, DType::f32};
+  return {in[1]->shape, in[1]->dtype};
 }
 
 OutputSpec infer_broadcast_scalar(Inputs in, const OpAttrs& attrs) {
   if (in[0]->shape.numel() != 1) fail("broadcast_scalar", "input must hold one element");
-  return {shape_from_attrs("broadcast_scalar", attrs), DType::f32};
+  return {shape_from_attrs("broadcast_scalar", attrs), attrs.dtype};
 }
 
 OutputSpec infer_reduce_rows(Inputs in, const OpAttrs&) {
-  expect_f32("reduce_rows", *in[0]);
+  expect_float("reduce_rows", *in[0]);
   if (in[0]->shape.rank() < 1) fail("reduce_rows", "input must have at least one dimension");
-  return {Shape{in[0]->shape.cols()}, DType::f32};
+  return {Shape{in[0]->shape.cols()}, in[0]->dtype};
 }
 
 OutputSpec infer_softmax_xent_backward(Inputs in, const OpAttrs&) {
-  return {in[1]->shape, DType::f32};
+  return {in[1]->shape, in[1]->dtype};
 }
 
 OutputSpec infer_fill(Inputs, const OpAttrs& attrs) {
-  return {Shape(attrs.shape), DType::f32};
+  return {Shape(attrs.shape), attrs.dtype};
 }
 
 OutputSpec infer_update(Inputs, const OpAttrs&) { return {}; }
@@ -163,17 +172,17 @@ std::int64_t window_out(std::string_view op, std::int64_t in, const OpAttrs& a) 
 
 OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
-  expect_f32("im2col", x);
+  expect_float("im2col", x);
   expect_rank("im2col", x, 4);
   const std::int64_t oh = window_out("im2col", x.shape[2], a), ow = window_out("im2col", x.shape[3], a);
-  return {Shape{x.shape[0], x.shape[1] * a.kernel * a.kernel, oh * ow}, DType::f32};
+  return {Shape{x.shape[0], x.shape[1] * a.kernel * a.kernel, oh * ow}, x.dtype};
 }
 
 OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
   const TensorDesc& cols = *in[0];
   const TensorDesc& w = *in[1];
-  expect_f32("conv2d", cols);
-  expect_f32("conv2d", w);
+  expect_float("conv2d", cols);
+  expect_float("conv2d", w);
   expect_rank("conv2d", cols, 3);
   expect_rank("conv2d", w, 4);
   if (w.shape[2] != a.kernel || w.shape[3] != a.kernel) {
@@ -187,15 +196,15 @@ OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
   if (a.shape.size() != 2 || a.shape[0] * a.shape[1] != cols.shape[2]) {
     fail("conv2d", "attrs.shape must be {OH, OW} with OH*OW = " + str(cols.shape[2]));
   }
-  return {Shape{cols.shape[0], w.shape[0], a.shape[0], a.shape[1]}, DType::f32};
+  return {Shape{cols.shape[0], w.shape[0], a.shape[0], a.shape[1]}, cols.dtype};
 }
 
 OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
-  expect_f32("pool", x);
+  expect_float("pool", x);
   expect_rank("pool", x, 4);
   return {Shape{x.shape[0], x.shape[1], window_out("pool", x.shape[2], a), window_out("pool", x.shape[3], a)},
-          DType::f32};
+          x.dtype};
 }
 
 OutputSpec infer_avg_pool(Inputs in, const OpAttrs& a) {
@@ -204,18 +213,18 @@ OutputSpec infer_avg_pool(Inputs in, const OpAttrs& a) {
 }
 
 OutputSpec infer_global_avg_pool(Inputs in, const OpAttrs&) {
-  expect_f32("global_avg_pool", *in[0]);
+  expect_float("global_avg_pool", *in[0]);
   expect_rank("global_avg_pool", *in[0], 4);
-  return {Shape{in[0]->shape[0], in[0]->shape[1]}, DType::f32};
+  return {Shape{in[0]->shape[0], in[0]->shape[1]}, in[0]->dtype};
 }
 
 void expect_channels(std::string_view op, const TensorDesc& x) {
-  expect_f32(op, x);
+  expect_float(op, x);
   if (x.shape.rank() < 2) fail(op, "'" + x.name + "' " + x.shape.to_string() + " must be [N, C, ...]");
 }
 
 void expect_vector(std::string_view op, const TensorDesc& t, std::int64_t n) {
-  expect_f32(op, t);
+  expect_float(op, t);
   if (t.shape != Shape{n}) fail(op, "'" + t.name + "' " + t.shape.to_string() + " must be [" + str(n) + "]");
 }
 
@@ -231,50 +240,51 @@ OutputSpec infer_batch_norm(Inputs in, const OpAttrs&) {
   if (in[1]->shape != Shape{2, c}) fail("batch_norm", "statistics '" + in[1]->name + "' must be [2, " + str(c) + "]");
   expect_vector("batch_norm", *in[2], c);
   expect_vector("batch_norm", *in[3], c);
-  return {x.shape, DType::f32};
+  return {x.shape, x.dtype};
 }
 
 OutputSpec infer_batch_norm_inference(Inputs in, const OpAttrs&) {
   const TensorDesc& x = *in[0];
   expect_channels("batch_norm_inference", x);
   for (int i = 1; i <= 4; ++i) expect_vector("batch_norm_inference", *in[i], x.shape[1]);
-  return {x.shape, DType::f32};
+  return {x.shape, x.dtype};
 }
 
 OutputSpec infer_layer_norm_stats(Inputs in, const OpAttrs&) {
-  expect_f32("layer_norm_stats", *in[0]);
+  expect_float("layer_norm_stats", *in[0]);
   if (in[0]->shape.rank() < 1) fail("layer_norm_stats", "input must have at least one dimension");
   return {Shape{in[0]->shape.rows(), 2}, DType::f32};
 }
 
 OutputSpec infer_layer_norm(Inputs in, const OpAttrs&) {
   const TensorDesc& x = *in[0];
-  expect_f32("layer_norm", x);
+  expect_float("layer_norm", x);
   if (x.shape.rank() < 1) fail("layer_norm", "input must have at least one dimension");
   if (in[1]->shape != Shape{x.shape.rows(), 2}) {
     fail("layer_norm", "statistics '" + in[1]->name + "' must be [" + str(x.shape.rows()) + ", 2]");
   }
   expect_vector("layer_norm", *in[2], x.shape.cols());
   expect_vector("layer_norm", *in[3], x.shape.cols());
-  return {x.shape, DType::f32};
+  return {x.shape, x.dtype};
 }
 
 OutputSpec infer_embedding(Inputs in, const OpAttrs&) {
   const TensorDesc& ids = *in[0];
   const TensorDesc& table = *in[1];
   if (ids.dtype != DType::i32) fail("embedding", "ids '" + ids.name + "' must be i32");
-  expect_f32("embedding", table);
+  expect_float("embedding", table);
   expect_rank("embedding", table, 2);
   std::vector<std::int64_t> dims = ids.shape.dims;
   dims.push_back(table.shape[1]);
-  return {Shape(std::move(dims)), DType::f32};
+  return {Shape(std::move(dims)), table.dtype};
 }
 
 OutputSpec infer_batched_matmul(Inputs in, const OpAttrs& attrs) {
   const TensorDesc& a = *in[0];
   const TensorDesc& b = *in[1];
-  expect_f32("batched_matmul", a);
-  expect_f32("batched_matmul", b);
+  expect_float("batched_matmul", a);
+  expect_float("batched_matmul", b);
+  expect_same_dtype("batched_matmul", a, b);
   const int r = a.shape.rank();
   if (r < 3 || b.shape.rank() != r ||
       !std::equal(a.shape.dims.begin(), a.shape.dims.end() - 2, b.shape.dims.begin())) {
@@ -293,17 +303,17 @@ OutputSpec infer_batched_matmul(Inputs in, const OpAttrs& attrs) {
   std::vector<std::int64_t> dims(a.shape.dims.begin(), a.shape.dims.end() - 2);
   dims.push_back(m);
   dims.push_back(n);
-  return {Shape(std::move(dims)), DType::f32};
+  return {Shape(std::move(dims)), a.dtype};
 }
 
 OutputSpec infer_softmax(Inputs in, const OpAttrs& attrs) {
   const TensorDesc& x = *in[0];
-  expect_f32("softmax", x);
+  expect_float("softmax", x);
   if (x.shape.rank() < 1) fail("softmax", "input must have at least one dimension");
   if (attrs.causal && (x.shape.rank() < 2 || x.shape[x.shape.rank() - 2] != x.shape.cols())) {
     fail("softmax", "a causal softmax needs [..., T, T], got '" + x.name + "' " + x.shape.to_string());
   }
-  return {x.shape, DType::f32};
+  return {x.shape, x.dtype};
 }
 
 OutputSpec infer_permute(Inputs in, const OpAttrs& attrs) {
@@ -324,31 +334,110 @@ OutputSpec infer_permute(Inputs in, const OpAttrs& attrs) {
 
 OutputSpec infer_dropout_mask(Inputs, const OpAttrs& attrs) {
   if (!(attrs.dropout >= 0.0f && attrs.dropout < 1.0f)) fail("dropout_mask", "p must be in [0, 1)");
-  return {shape_from_attrs("dropout_mask", attrs), DType::f32};
+  return {shape_from_attrs("dropout_mask", attrs), attrs.dtype};
 }
 
-OutputSpec infer_conv2d_backward_weight(Inputs, const OpAttrs& attrs) {
-  return {shape_from_attrs("conv2d_backward_weight", attrs), DType::f32};
+OutputSpec infer_conv2d_backward_weight(Inputs in, const OpAttrs& attrs) {
+  return {shape_from_attrs("conv2d_backward_weight", attrs), in[0]->dtype};
 }
 
 OutputSpec infer_conv2d_backward_cols(Inputs in, const OpAttrs&) {
   const Shape& dy = in[0]->shape;
   const Shape& w = in[1]->shape;
-  return {Shape{dy[0], w[1] * w[2] * w[3], dy[2] * dy[3]}, DType::f32};
+  return {Shape{dy[0], w[1] * w[2] * w[3], dy[2] * dy[3]}, in[0]->dtype};
 }
 
-OutputSpec infer_shape_attr(Inputs, const OpAttrs& attrs) {
-  return {shape_from_attrs("backward", attrs), DType::f32};
+OutputSpec infer_shape_attr(Inputs in, const OpAttrs& attrs) {
+  return {shape_from_attrs("backward", attrs), in[0]->dtype};
 }
 
-OutputSpec infer_like_second(Inputs in, const OpAttrs&) { return {in[1]->shape, DType::f32}; }
+OutputSpec infer_like_second(Inputs in, const OpAttrs&) { return {in[1]->shape, in[1]->dtype}; }
 
 OutputSpec infer_channel_vector(Inputs in, const OpAttrs&) {
   expect_channels("channel reduction", *in[0]);
-  return {Shape{in[0]->shape[1]}, DType::f32};
+  return {Shape{in[0]->shape[1]}, in[0]->dtype};
 }
 
-OutputSpec infer_last_dim_vector(Inputs in, const OpAttrs&) { return {Shape{in[0]->shape.cols()}, DType::f32}; }
+OutputSpec infer_last_dim_vector(Inputs in, const OpAttrs&) { return {Shape{in[0]->shape.cols()}, in[0]->dtype}; }
+
+
+// --- LLaMA-style and token ops -----------------------------------------------------------
+
+OutputSpec infer_rms_norm(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  expect_float("rms_norm", x);
+  if (x.shape.rank() < 1) fail("rms_norm", "input must have at least one dimension");
+  expect_vector("rms_norm", *in[1], x.shape.cols());
+  return {x.shape, x.dtype};
+}
+
+OutputSpec infer_rotary(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& x = *in[0];
+  expect_float("rotary", x);
+  if (x.shape.rank() < 2 || x.shape.cols() % 2 != 0) {
+    fail("rotary", "'" + x.name + "' " + x.shape.to_string() + " must be [..., T, head_dim] with an even head_dim");
+  }
+  if (!(attrs.rope_base > 1.0f)) fail("rotary", "rope_base must be > 1");
+  return {x.shape, x.dtype};
+}
+
+OutputSpec infer_repeat_heads(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& x = *in[0];
+  expect_float("repeat_heads", x);
+  if (x.shape.rank() < 2 || attrs.repeats < 1) fail("repeat_heads", "needs [B, H, ...] and repeats >= 1");
+  std::vector<std::int64_t> dims = x.shape.dims;
+  dims[1] *= attrs.repeats;
+  return {Shape(std::move(dims)), x.dtype};
+}
+
+OutputSpec infer_repeat_heads_backward(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& dy = *in[0];
+  if (dy.shape.rank() < 2 || attrs.repeats < 1 || dy.shape[1] % attrs.repeats != 0) {
+    fail("repeat_heads_backward", "heads of '" + dy.name + "' must be a multiple of repeats");
+  }
+  std::vector<std::int64_t> dims = dy.shape.dims;
+  dims[1] /= attrs.repeats;
+  return {Shape(std::move(dims)), dy.dtype};
+}
+
+void expect_axis(std::string_view op, const TensorDesc& x, std::int64_t axis) {
+  if (axis < 0 || axis >= x.shape.rank()) {
+    fail(op, "axis " + str(axis) + " is outside '" + x.name + "' " + x.shape.to_string());
+  }
+}
+
+OutputSpec infer_concat(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& a = *in[0];
+  const TensorDesc& b = *in[1];
+  expect_float("concat", a);
+  expect_same_dtype("concat", a, b);
+  expect_axis("concat", a, attrs.axis);
+  bool ok = a.shape.rank() == b.shape.rank();
+  for (int i = 0; ok && i < a.shape.rank(); ++i) ok = i == attrs.axis || a.shape[i] == b.shape[i];
+  if (!ok) {
+    fail("concat", "'" + a.name + "' " + a.shape.to_string() + " and '" + b.name + "' " + b.shape.to_string() +
+                       " must agree on every dim but " + str(attrs.axis));
+  }
+  std::vector<std::int64_t> dims = a.shape.dims;
+  dims[static_cast<std::size_t>(attrs.axis)] += b.shape[static_cast<int>(attrs.axis)];
+  return {Shape(std::move(dims)), a.dtype};
+}
+
+OutputSpec infer_slice(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& x = *in[0];
+  expect_float("slice", x);
+  expect_axis("slice", x, attrs.axis);
+  const std::int64_t extent = x.shape[static_cast<int>(attrs.axis)];
+  if (attrs.start < 0 || attrs.length < 1 || attrs.start + attrs.length > extent) {
+    fail("slice", "[" + str(attrs.start) + ", " + str(attrs.start + attrs.length) + ") is not inside dim " +
+                      str(attrs.axis) + " of '" + x.name + "' " + x.shape.to_string());
+  }
+  std::vector<std::int64_t> dims = x.shape.dims;
+  dims[static_cast<std::size_t>(attrs.axis)] = attrs.length;
+  return {Shape(std::move(dims)), x.dtype};
+}
+
+OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1]->shape.cols()}, in[1]->dtype}; }
 
 // --- FLOPs: multiply-adds count 2; transcendental functions count 1 each -----------------
 
@@ -369,6 +458,13 @@ double flops_softmax_xent(Inputs in, const TensorDesc*) { return 5.0 * numel_of(
 double flops_softmax_xent_backward(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[1]); }
 double flops_sgd(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
 double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0]); }
+// Mixed updates also round the master copy into the 16-bit parameter.
+double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[0]); }
+double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
+// RMSNorm: square-sum 2, scale 2 per element; backward 6 (dx), 3 (dgamma). SiLU: exp, add,
+// divide, multiply; its derivative 6. Rotary: 2 multiplies and an add per element (angles cached).
+double flops_5_per_output(Inputs, const TensorDesc* out) { return 5.0 * numel_of(out); }
+double flops_3_per_output(Inputs, const TensorDesc* out) { return 3.0 * numel_of(out); }
 
 // Convolution as GEMM: 2 * N * Cout * (OH*OW) * (Cin*K*K); each backward GEMM costs the same.
 double flops_conv2d(Inputs in, const TensorDesc* out) {
@@ -432,6 +528,12 @@ const std::array<OpInfo, kOpKindCount> kOpTable = {{
   {"softmax",                         1, 0, 1, false, infer_softmax,                 flops_softmax},
   {"permute",                         1, 0, 1, false, infer_permute,                 flops_zero},
   {"dropout_mask",                    0, 0, 1, false, infer_dropout_mask,            flops_zero},
+  {"rms_norm",                        2, 0, 1, false, infer_rms_norm,                flops_4_per_output},
+  {"silu",                            1, 0, 1, false, infer_unary,                   flops_4_per_output},
+  {"rotary",                          1, 0, 1, false, infer_rotary,                  flops_3_per_output},
+  {"repeat_heads",                    1, 0, 1, false, infer_repeat_heads,            flops_zero},
+  {"concat",                          2, 0, 1, false, infer_concat,                  flops_zero},
+  {"slice",                           1, 0, 1, false, infer_slice,                   flops_zero},
   {"relu_backward",                   2, 0, 1, false, infer_backward_like_second,    flops_per_output},
   {"gelu_backward",                   2, 0, 1, false, infer_backward_like_second,    flops_gelu},
   {"broadcast_scalar",                1, 0, 1, false, infer_broadcast_scalar,        flops_per_output},
@@ -451,9 +553,16 @@ const std::array<OpInfo, kOpKindCount> kOpTable = {{
   {"layer_norm_dgamma",               3, 0, 1, false, infer_last_dim_vector,         flops_3_per_input},
   {"embedding_backward",              2, 0, 1, false, infer_shape_attr,              flops_per_input0},
   {"softmax_backward",                2, 0, 1, false, infer_backward_like_second,    flops_4_per_input0},
+  {"rms_norm_backward",               3, 0, 1, false, infer_like_second,             flops_6_per_output},
+  {"rms_norm_dgamma",                 2, 0, 1, false, infer_rms_norm_dgamma,         flops_3_per_input},
+  {"silu_backward",                   2, 0, 1, false, infer_backward_like_second,    flops_5_per_output},
+  {"repeat_heads_backward",           1, 0, 1, false, infer_repeat_heads_backward,   flops_per_input0},
   {"sgd_update",                      1, 1, 0, false, infer_update,                  flops_sgd},
   {"sgd_momentum_update",             1, 2, 0, false, infer_update,                  flops_sgd},
   {"adamw_update",                    1, 3, 0, false, infer_update,                  flops_adamw},
+  {"sgd_update_mixed",                1, 2, 0, false, infer_update,                  flops_sgd_mixed},
+  {"sgd_momentum_update_mixed",       1, 3, 0, false, infer_update,                  flops_sgd_mixed},
+  {"adamw_update_mixed",              1, 4, 0, false, infer_update,                  flops_adamw_mixed},
 }};
 // clang-format on
 

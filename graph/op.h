@@ -43,6 +43,13 @@ enum class OpKind : std::uint8_t {
   softmax,                // y = softmax over the last dim; `causal`: row i of each [T, T] block sees j <= i
   permute,                // y = x with dims reordered by `perm` (a copy)
   dropout_mask,           // mask[shape] in {0, 1/(1-p)}, from (seed, step, index); no inputs
+  rms_norm,               // y = x / sqrt(mean(x^2) + eps) * gamma over the last dim   inputs: x, gamma[D]
+  silu,                   // y = x * sigmoid(x)
+  rotary,                 // rotary position embedding of x[..., T, HD] (pairs i, i + HD/2; position = index
+                          // along T; theta = rope_base); `inverse` rotates by the negative angle
+  repeat_heads,           // y[B, H*R, ...] = x[B, H, ...] with head h of y = head h/R of x (R = `repeats`)
+  concat,                 // y = a and b joined along `axis` (other dims equal)
+  slice,                  // y = x[start, start + length) along `axis` (a copy)
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -63,10 +70,19 @@ enum class OpKind : std::uint8_t {
   layer_norm_dgamma,               // [D] = sum over rows dy * xhat  inputs: dy, x, stats
   embedding_backward,              // dtable[V, D], rows summed in id order  inputs: dy, ids; shape = {V, D}
   softmax_backward,                // dx = y * (dy - sum(dy * y))    inputs: dy, y
+  rms_norm_backward,               // dx                             inputs: dy, x, gamma (norm_eps)
+  rms_norm_dgamma,                 // [D] = sum over rows dy * xhat  inputs: dy, x (norm_eps)
+  silu_backward,                   // dx = dy * silu'(x)             inputs: dy, x
+  repeat_heads_backward,           // dx[B, H, ...] = sum of the R copies' dy   inputs: dy
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
   adamw_update,  // updates: param, m, v;             inputs: grad
+  // mixed precision: a 16-bit param and grad, an f32 master copy the update applies to (then
+  // rounded into the param); planned only (no CPU kernel)
+  sgd_update_mixed,           // updates: param, master;                  inputs: grad
+  sgd_momentum_update_mixed,  // updates: param, master, momentum buffer; inputs: grad
+  adamw_update_mixed,         // updates: param, master, m, v;            inputs: grad
   count_
 };
 
@@ -88,7 +104,14 @@ struct OpAttrs {
   bool causal = false;             // softmax
   float dropout = 0.0f;            // dropout_mask: the probability of zeroing an element
   std::uint64_t seed = 0;          // dropout_mask: fixed per op (from its name), mixed with the step
-  float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats
+  float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats, rms_norm*
+  DType dtype = DType::f32;        // fill, broadcast_scalar, dropout_mask: the output dtype
+  std::int64_t axis = 0;           // concat, slice
+  std::int64_t start = 0;          // slice
+  std::int64_t length = 0;         // slice
+  std::int64_t repeats = 1;        // repeat_heads*
+  float rope_base = 10000.0f;      // rotary
+  bool inverse = false;            // rotary
   // optimizer hyper-parameters
   float lr = 0.0f;
   float momentum = 0.0f;  // also running_stats_update: new = (1 - m) * old + m * batch

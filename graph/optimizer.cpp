@@ -22,6 +22,7 @@ std::string_view optimizer_name(OptimizerKind kind) {
 
 namespace {
 
+// Optimizer state is f32 whatever the parameter's dtype (mixed precision keeps it full width).
 TensorId add_state(Graph& graph, TensorId param, const char* suffix) {
   TensorDesc desc;
   desc.name = graph.tensor(param).name + "." + suffix;
@@ -29,6 +30,13 @@ TensorId add_state(Graph& graph, TensorId param, const char* suffix) {
   desc.role = Role::optimizer_state;
   desc.init = InitSpec{InitSpec::Kind::zeros, 0.0f};
   return graph.add_tensor(std::move(desc));
+}
+
+// The f32 master copy of a 16-bit parameter: initialised as the parameter is.
+TensorId add_master(Graph& graph, TensorId param) {
+  const TensorId master = add_state(graph, param, "master");
+  graph.mutable_tensor(master).init = graph.tensor(param).init;
+  return master;
 }
 
 }  // namespace
@@ -45,6 +53,29 @@ void append_optimizer(Graph& graph, const OptimizerConfig& config) {
     const TensorId g = graph.tensor(p).grad;
     if (g == kNoTensor) continue;  // the loss does not depend on it
     const std::string name = "update(" + graph.tensor(p).name + ")";
+    if (graph.tensor(p).dtype != DType::f32) {
+      // Mixed precision: the update runs on the f32 master copy and rounds it into the parameter.
+      const TensorId master = add_master(graph, p);
+      switch (config.kind) {
+        case OptimizerKind::sgd:
+          graph.add_op(OpKind::sgd_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer, {p, master});
+          break;
+        case OptimizerKind::momentum: {
+          const TensorId buf = add_state(graph, p, "momentum");
+          graph.add_op(OpKind::sgd_momentum_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer,
+                       {p, master, buf});
+          break;
+        }
+        case OptimizerKind::adamw: {
+          const TensorId m = add_state(graph, p, "adam_m");
+          const TensorId v = add_state(graph, p, "adam_v");
+          graph.add_op(OpKind::adamw_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer,
+                       {p, master, m, v});
+          break;
+        }
+      }
+      continue;
+    }
     switch (config.kind) {
       case OptimizerKind::sgd:
         graph.add_op(OpKind::sgd_update, {g}, attrs, name, Role::temporary, Phase::optimizer, {p});

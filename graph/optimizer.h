@@ -25,7 +25,8 @@ Result<OptimizerKind> parse_optimizer_kind(std::string_view name);
 std::string_view optimizer_name(OptimizerKind kind);
 
 // Appends one update op per parameter that has a gradient (after append_backward), creating
-// the optimizer state each needs: momentum 1 buffer, AdamW 2 (m, v), SGD none.
+// the optimizer state each needs: momentum 1 buffer, AdamW 2 (m, v), SGD none. A 16-bit (bf16,
+// f16) parameter also gets an f32 master copy, and its state is f32 (mixed precision).
 void append_optimizer(Graph& graph, const OptimizerConfig& config);
 
 }  // namespace memplan::graph

@@ -28,6 +28,13 @@ std::string_view dtype_name(DType dtype) {
   MEMPLAN_CHECK(false, "unknown dtype");
 }
 
+Result<DType> parse_float_dtype(std::string_view name) {
+  if (name == "f32" || name == "fp32") return DType::f32;
+  if (name == "f16" || name == "fp16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  return Error{"unknown dtype '" + std::string(name) + "' (expected fp32, bf16 or fp16)"};
+}
+
 std::string_view role_name(Role role) {
   switch (role) {
     case Role::parameter: return "parameter";

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/result.h"
 #include "common/types.h"
 
 namespace memplan::graph {
@@ -17,6 +18,9 @@ enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
 
 Bytes dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
+inline bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+// "f32", "fp32", "f16", "fp16", "bf16" (the names the CLI takes).
+Result<DType> parse_float_dtype(std::string_view name);
 
 struct Shape {
   std::vector<std::int64_t> dims;

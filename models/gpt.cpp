@@ -25,6 +25,12 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
     throw graph::GraphError("gpt: width " + std::to_string(C) + " is not divisible by " + std::to_string(NH) + " heads");
   }
   const std::int64_t HD = C / NH;  // head size
+  const std::int64_t P = config.max_positions > 0 ? config.max_positions : T;
+  if (T > P) {
+    throw graph::GraphError("gpt: sequence length " + std::to_string(T) + " exceeds the " + std::to_string(P) +
+                            " learned positions");
+  }
+  const graph::DType dt = config.dtype;
   const float p = training ? config.dropout : 0.0f;
   graph::Graph g;
   graph::Builder b(g);
@@ -33,10 +39,11 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
   const InitSpec zeros{InitSpec::Kind::zeros, 0.0f};
   const InitSpec ones{InitSpec::Kind::ones, 0.0f};
   auto linear_params = [&](const std::string& name, std::int64_t out, std::int64_t in, InitSpec init) {
-    return Linear{b.parameter(name + ".weight", {out, in}, init), b.parameter(name + ".bias", {out}, zeros)};
+    return Linear{b.parameter(name + ".weight", {out, in}, init, dt), b.parameter(name + ".bias", {out}, zeros, dt)};
   };
   auto layer_norm = [&](TensorId x, const std::string& name) {
-    return b.layer_norm(x, b.parameter(name + ".weight", {C}, ones), b.parameter(name + ".bias", {C}, zeros), name);
+    return b.layer_norm(x, b.parameter(name + ".weight", {C}, ones, dt), b.parameter(name + ".bias", {C}, zeros, dt),
+                        name);
   };
   // [B*T, C] -> [B, NH, T, HD]
   auto split_heads = [&](TensorId x, const std::string& name) {
@@ -45,8 +52,9 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
   const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
-  const TensorId wte = b.parameter("wte.weight", {V, C}, w_init);
-  const TensorId wpe = b.parameter("wpe.weight", {T, C}, w_init);
+  const TensorId wte = b.parameter("wte.weight", {V, C}, w_init, dt);
+  const TensorId wpe_table = b.parameter("wpe.weight", {P, C}, w_init, dt);
+  const TensorId wpe = P == T ? wpe_table : b.slice(wpe_table, 0, 0, T, "wpe.used");
 
   // Position embeddings broadcast over the batch: [B, T*C] + [T*C].
   const TensorId tok = b.embedding(x, wte, "tok_emb");  // [B, T, C]
@@ -80,7 +88,7 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
     h = b.add(h, m, n + ".residual2");
   }
   h = layer_norm(h, "ln_f");
-  const TensorId head = config.tied_head ? wte : b.parameter("lm_head.weight", {V, C}, w_init);
+  const TensorId head = config.tied_head ? wte : b.parameter("lm_head.weight", {V, C}, w_init, dt);
   g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
   g.loss = b.cross_entropy(g.output, labels, "loss");
   return g;

@@ -17,6 +17,8 @@ struct GptConfig {
   std::int64_t width = 128;   // C
   float dropout = 0.0f;       // after attention probabilities and on each residual branch
   bool tied_head = true;      // logits = h wte^T (GPT-2) instead of a separate lm_head.weight
+  std::int64_t max_positions = 0;  // rows of wpe (GPT-2: 1024); 0 = context. The first T are used.
+  graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: planning only)
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 token ids and "labels" [B*T] i32

@@ -4,7 +4,7 @@ namespace memplan::models {
 
 std::vector<std::string> trainable_model_names() { return {"mlp", "cnn", "gpt"}; }
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "gpt"}; }
+std::vector<std::string> model_names() { return {"mlp", "cnn", "gpt"}; }  // the zoo: models/zoo.h
 
 TrainDefaults train_defaults(const std::string& model) {
   // cnn, measured on 2 shared cores: batch 128 lr 2e-3 4 epochs 88.9% (706 s); batch 64 lr 1e-3

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "planner/exact_solver.h"
 #include "planner/greedy_solver.h"
@@ -25,7 +26,10 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
 
 namespace {
 
-Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options) {
+// `give_up_at`: when the plan's lower bound (persistent + transient) reaches it, return the
+// plan unsolved (offsets unset, arena_bytes = that lower bound, solve_status not_found).
+Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options,
+                                      std::optional<Bytes> give_up_at = std::nullopt) {
   const auto t0 = std::chrono::steady_clock::now();
   MemoryPlan plan;
   plan.schedule_kind = kind;
@@ -77,6 +81,13 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     }
   }
 
+  if (give_up_at && next + lower_bound_bytes(transient) >= *give_up_at) {
+    plan.transient_lower_bound_bytes = lower_bound_bytes(transient);
+    plan.lower_bound_bytes = plan.persistent_bytes + plan.transient_lower_bound_bytes;
+    plan.arena_bytes = plan.lower_bound_bytes;
+    plan.solve_status = SolveStatus::not_found;
+    return plan;
+  }
   Solution solution = solve_greedy(transient);
   if (solution.status != SolveStatus::optimal && options.solver_time_limit_s > 0) {
     ExactSolverOptions exact;
@@ -110,6 +121,20 @@ Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& opt
                                                  : plan.value().memory_aware_arena_bytes) = plan.value().arena_bytes;
     }
     return plan;
+  }
+  if (options.skip_dominated_schedule) {
+    auto aware = plan_with_schedule(graph, ScheduleKind::memory_aware, options);
+    if (!aware) return aware;
+    const Bytes aware_bytes = aware.value().arena_bytes;
+    auto program = plan_with_schedule(graph, ScheduleKind::program, options, aware_bytes);
+    if (!program) return program;
+    const bool skipped = program.value().solve_status == SolveStatus::not_found;
+    const Bytes program_bytes = program.value().arena_bytes;
+    MemoryPlan best = skipped || aware_bytes <= program_bytes ? std::move(aware).value() : std::move(program).value();
+    best.program_order_arena_bytes = program_bytes;
+    best.memory_aware_arena_bytes = aware_bytes;
+    best.program_order_skipped = skipped;
+    return best;
   }
   auto program = plan_with_schedule(graph, ScheduleKind::program, options);
   if (!program) return program;

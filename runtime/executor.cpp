@@ -154,6 +154,12 @@ void Executor::bind_external(TensorId id, void* device_storage) {
 
 Status Executor::setup() {
   MEMPLAN_CHECK(!setup_done_, "setup called twice");
+  for (const graph::TensorDesc& t : graph_.tensors()) {
+    if (t.dtype == graph::DType::f16 || t.dtype == graph::DType::bf16) {
+      return Error{"'" + t.name + "' is " + std::string(graph::dtype_name(t.dtype)) +
+                   ": 16-bit (mixed-precision) graphs are planned only (memplan fit, memplan plan); execution runs f32"};
+    }
+  }
   kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
   for (int i = 0; i < graph_.num_ops(); ++i) {
     const Op& op = graph_.ops()[static_cast<std::size_t>(i)];

@@ -222,6 +222,39 @@ const std::vector<GradCase>& cases() {
          return b.permute(x, {d[4], d[5], d[6], d[7]}, "y");
        },
        {{2, 3, 4, 1, 0, 2, 1, 3}, {2, 3, 2, 2, 3, 0, 2, 1}}},
+      {"rms_norm", OpKind::rms_norm,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", Shape(d), no_init());
+         auto gamma = b.parameter("gamma", {d.back()}, no_init());
+         return b.rms_norm(x, gamma, "y");
+       },
+       {{3, 5}, {2, 2, 4}}, 5e-2f},
+      {"silu", OpKind::silu,
+       [](Builder& b, const auto& d) { return b.silu(b.parameter("x", Shape(d), no_init()), "y"); },
+       {{7}, {3, 4}}},
+      {"rotary", OpKind::rotary,
+       [](Builder& b, const auto& d) { return b.rotary(b.parameter("x", Shape(d), no_init()), 10.0f, "y"); },
+       {{2, 3, 4}, {1, 2, 5, 6}}},
+      {"repeat_heads", OpKind::repeat_heads,
+       [](Builder& b, const auto& d) {
+         return b.repeat_heads(b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init()), d[4], "y");
+       },
+       {{2, 2, 3, 2, 3}, {1, 1, 2, 2, 2}}},
+      {"concat", OpKind::concat,
+       [](Builder& b, const auto& d) {
+         // d = {outer, extent of a, extent of b, inner}
+         auto a = b.parameter("a", {d[0], d[1], d[3]}, no_init());
+         auto c = b.parameter("c", {d[0], d[2], d[3]}, no_init());
+         return b.concat(a, c, 1, "y");
+       },
+       {{2, 1, 3, 2}, {3, 2, 2, 1}}},
+      {"slice", OpKind::slice,
+       [](Builder& b, const auto& d) {
+         // d = {outer, extent, inner, start, length}
+         auto x = b.parameter("x", {d[0], d[1], d[2]}, no_init());
+         return b.slice(x, 1, d[3], d[4], "y");
+       },
+       {{2, 4, 3, 0, 1}, {2, 5, 2, 1, 3}, {1, 3, 2, 1, 2}}},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy,
        [](Builder& b, const auto& d) {
          auto logits = b.parameter("logits", {d[0], d[1]}, no_init());

@@ -12,6 +12,8 @@ namespace memplan::kernels::cpu {
 std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
+// RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
+std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
 
 // C[M,N] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,

@@ -1,0 +1,193 @@
+// memplan fit at real scale: how long the answer takes (the CLI end to end, as a user runs it),
+// bytes per parameter for mixed-precision AdamW against the ZeRO paper's 16, and GPT activation
+// bytes per layer against Korthikanti et al. 2022's sbh(34 + 5as/h), each difference explained
+// from the tensors the graph really stores for the backward pass.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "bench_util.h"
+#include "graph/training_step.h"
+#include "models/zoo.h"
+
+namespace memplan::bench {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;
+  double ms = 0.0;
+};
+
+CliRun run_fit(const std::string& args) {
+  CliRun r;
+  const std::string cmd = std::string(MEMPLAN_CLI_PATH) + " fit " + args + " --json 2>/dev/null";
+  r.ms = time_ms([&] {
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  });
+  return r;
+}
+
+nlohmann::json fit_or_die(const std::string& args) {
+  const CliRun r = run_fit(args);
+  if (r.exit_code != 0) {
+    std::fprintf(stderr, "memplan fit %s failed (exit %d)\n", args.c_str(), r.exit_code);
+    std::exit(1);
+  }
+  return nlohmann::json::parse(r.output);
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "check failed: %s\n", what.c_str());
+    std::exit(1);
+  }
+}
+
+std::string gib(double bytes) { return fmt(bytes / double(1ull << 30), 3) + " GiB"; }
+
+}  // namespace
+}  // namespace memplan::bench
+
+int main() {
+  using namespace memplan;
+  using namespace memplan::bench;
+  nlohmann::json out;
+
+  // --- 1. timing --------------------------------------------------------------------------
+  struct TimedCase {
+    std::string label, args;
+    double target_ms;
+  };
+  // target_ms 0: reported, no target (the search and suggestion plan many batches).
+  const std::vector<TimedCase> timed = {
+      {"gpt2-xl b8 s1024 fp32, 192GiB", "--model gpt2-xl --batch 8 --seq 1024 --dtype fp32 --budget 192GiB", 1000},
+      {"gpt2-xl b8 s1024 bf16, 141GB", "--model gpt2-xl --batch 8 --seq 1024 --dtype bf16 --budget 141GB", 1000},
+      {"gpt2-xl b8 s1024 bf16, 80GiB (no fit: search + suggestion)",
+       "--model gpt2-xl --batch 8 --seq 1024 --dtype bf16 --budget 80GiB", 0},
+      {"llama2-7b --max-batch bf16 adamw 80GiB (3 strategies)",
+       "--model llama2-7b --dtype bf16 --budget 80GiB --max-batch", 5000},
+      {"llama2-7b --max-batch bf16 sgd s1024 80GiB",
+       "--model llama2-7b --dtype bf16 --optimizer sgd --seq 1024 --budget 80GiB --checkpoint none --max-batch", 5000},
+  };
+  std::vector<std::vector<std::string>> rows;
+  nlohmann::json timing = nlohmann::json::array();
+  for (const TimedCase& c : timed) {
+    const nlohmann::json j = fit_or_die(c.args);  // check first: a max batch must fit, one more must not
+    if (c.args.find("--max-batch") != std::string::npos && j["max_batch"].get<std::int64_t>() > 0) {
+      const std::int64_t mb = j["max_batch"].get<std::int64_t>();
+      std::string base = c.args.substr(0, c.args.find(" --max-batch"));
+      if (base.find("--checkpoint") == std::string::npos) base += " --checkpoint none";
+      check(fit_or_die(base + " --batch " + std::to_string(mb))["fits"].get<bool>(), c.label + ": max batch fits");
+      check(!fit_or_die(base + " --batch " + std::to_string(mb + 1))["fits"].get<bool>(),
+            c.label + ": max batch + 1 does not fit");
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < 3; ++i) ms.push_back(run_fit(c.args).ms);
+    const double m = median(ms);
+    std::string answer = j["fits"].get<bool>() ? "FITS" : "DOES NOT FIT";
+    if (j.contains("max_batch_by_checkpoint")) answer += "; max batch " + j["max_batch_by_checkpoint"].dump();
+    if (!j["fits"].get<bool>() && j["suggestion"].contains("micro_batch")) {
+      answer += "; suggest micro " + std::to_string(j["suggestion"]["micro_batch"].get<std::int64_t>());
+    }
+    rows.push_back({c.label, fmt(m, 0), c.target_ms > 0 ? fmt(c.target_ms, 0) : "-",
+                    c.target_ms <= 0 ? "-" : m < c.target_ms ? "yes" : "NO", answer,
+                    gib(double(j["arena_bytes"].get<std::int64_t>()))});
+    timing.push_back({{"case", c.label}, {"args", c.args}, {"median_ms", m}, {"target_ms", c.target_ms},
+                      {"answer", answer}, {"arena_bytes", j["arena_bytes"]}, {"plans_made", j.value("plans_made", 1)}});
+  }
+  std::puts("## memplan fit, end to end (median of 3 runs of the CLI)\n");
+  print_table({"case", "ms", "target ms", "under target", "answer", "arena at --batch"}, rows);
+  out["timing"] = timing;
+
+  // --- 2. bytes per parameter, mixed-precision AdamW vs ZeRO's 16 --------------------------
+  rows.clear();
+  nlohmann::json per_param = nlohmann::json::array();
+  for (const char* model : {"gpt2-xl", "llama2-7b"}) {
+    for (const char* dtype : {"fp32", "bf16"}) {
+      graph::Graph g =
+          models::build_zoo_forward(model, 1, {64, 0, graph::parse_float_dtype(dtype).value()}).value();
+      graph::make_training_step(g, graph::OptimizerConfig{});
+      double params = 0, weights = 0, grads = 0, master = 0, moments = 0;
+      for (TensorId p : g.parameters()) {
+        params += double(g.tensor(p).shape.numel());
+        weights += double(g.tensor(p).size_bytes());
+        grads += double(g.tensor(g.tensor(p).grad).size_bytes());
+      }
+      for (TensorId s : g.tensors_with_role(graph::Role::optimizer_state)) {
+        const std::string& n = g.tensor(s).name;
+        (n.size() > 7 && n.compare(n.size() - 7, 7, ".master") == 0 ? master : moments) += double(g.tensor(s).size_bytes());
+      }
+      const double total = (weights + grads + master + moments) / params;
+      if (std::string(dtype) == "bf16") check(total == 16.0, std::string(model) + " mixed AdamW is 16 B/param");
+      rows.push_back({model, dtype, fmt(weights / params, 2), fmt(grads / params, 2), fmt(master / params, 2),
+                      fmt(moments / params, 2), fmt(total, 2), std::string(dtype) == "bf16" ? "16 (ZeRO, 2+2+12)" : "16 (4+4+8)"});
+      per_param.push_back({{"model", model}, {"dtype", dtype}, {"weights", weights / params}, {"gradients", grads / params},
+                           {"master", master / params}, {"adam_moments", moments / params}, {"total", total}});
+    }
+  }
+  std::puts("\n## Bytes per parameter, AdamW (the graph's tensors)\n");
+  print_table({"model", "dtype", "weights", "gradients", "fp32 master", "m + v", "total", "published"}, rows);
+  out["bytes_per_parameter"] = per_param;
+
+  // --- 3. GPT activations per layer vs Korthikanti et al. 2022 ------------------------------
+  // s = sequence, b = batch, h = width, a = heads; 16-bit activations as in the paper.
+  const std::int64_t s = 1024, b = 8, h = 1600, a = 25;
+  graph::Graph g = models::build_zoo_forward("gpt2-xl", b, {s, 0, graph::DType::bf16}).value();
+  graph::make_training_step(g, graph::OptimizerConfig{});
+  // A tensor of layer L is stored for the backward pass when a backward op reads its storage.
+  std::vector<bool> read_by_backward(static_cast<std::size_t>(g.num_tensors()), false);
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::backward) continue;
+    for (TensorId t : op.inputs) read_by_backward[static_cast<std::size_t>(g.storage_root(t))] = true;
+  }
+  const std::string layer = "h.10.";
+  std::map<std::string, double> stored;  // what, bytes
+  double ours = 0;
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::forward || op.outputs.empty()) continue;
+    const TensorId t = op.outputs[0];
+    const graph::TensorDesc& d = g.tensor(t);
+    if (d.is_view() || d.name.rfind(layer, 0) != 0 || !read_by_backward[static_cast<std::size_t>(t)]) continue;
+    stored[d.name.substr(layer.size()) + " " + d.shape.to_string() + " " + std::string(graph::dtype_name(d.dtype))] +=
+        double(d.size_bytes());
+    ours += double(d.size_bytes());
+  }
+  const double sbh = double(s * b * h);
+  const double paper = sbh * (34.0 + 5.0 * double(a) * double(s) / double(h));
+  // Our differences, each from a stored tensor: dropout masks hold the keep-scale in the
+  // activation dtype (2 bytes, the paper 1): +1 byte per element for the attention mask (as^2b)
+  // and the two residual-branch masks (2sbh); layer norms keep f32 (mean, rstd) per row, 8
+  // bytes per row each (2 x 8sb).
+  const double explained = paper + double(a) * double(s) * double(s) * double(b) + 2.0 * sbh + 16.0 * double(s * b);
+  check(ours == explained, "per-layer activations = paper + the differences explained");
+  std::printf("\n## GPT-2 XL activations per layer (s=%lld b=%lld h=%lld a=%lld, bf16), layer h.10\n\n",
+              static_cast<long long>(s), static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(a));
+  rows.clear();
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& [what, bytes] : stored) {
+    rows.push_back({what, fmt(bytes / sbh, 3)});
+    tensors.push_back({{"tensor", what}, {"bytes", bytes}});
+  }
+  print_table({"stored for backward", "bytes / sbh"}, rows);
+  std::puts("");
+  print_table({"", "bytes", "bytes / sbh"},
+              {{"Korthikanti sbh(34 + 5as/h)", fmt(paper, 0), fmt(paper / sbh, 3)},
+               {"+ attention dropout mask at 2 bytes (as^2b)", fmt(double(a * s * s * b), 0), fmt(double(a * s * s * b) / sbh, 3)},
+               {"+ two residual dropout masks at 2 bytes (2sbh)", fmt(2 * sbh, 0), "2.000"},
+               {"+ two layer-norm f32 (mean, rstd) rows (16sb)", fmt(16.0 * double(s * b), 0), fmt(16.0 / double(h), 3)},
+               {"= explained", fmt(explained, 0), fmt(explained / sbh, 3)},
+               {"memplan graph (measured)", fmt(ours, 0), fmt(ours / sbh, 3)}});
+  out["korthikanti"] = {{"s", s}, {"b", b}, {"h", h}, {"a", a}, {"paper_bytes", paper}, {"explained_bytes", explained},
+                        {"measured_bytes", ours}, {"stored", tensors}};
+  write_json(std::string(MEMPLAN_SOURCE_DIR) + "/bench/results/fit.json", out);
+  return 0;
+}

@@ -1,0 +1,209 @@
+// CPU kernels for LLaMA-style blocks (RMSNorm, SiLU, rotary embedding, grouped-query head
+// repetition) and token-axis ops (concat, slice). Reductions run per row in a fixed order, so
+// results do not depend on the thread count.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace memplan::kernels::cpu {
+namespace {
+
+using graph::OpKind;
+using graph::Shape;
+
+constexpr std::int64_t kParallelMin = 1 << 15;
+
+// 1 / sqrt(mean(x^2) + eps) of one row, accumulated in double.
+float rms_scale(const float* x, std::int64_t cols, float eps) {
+  double ss = 0.0;
+  for (std::int64_t j = 0; j < cols; ++j) ss += double(x[j]) * double(x[j]);
+  return float(1.0 / std::sqrt(ss / double(cols) + double(eps)));
+}
+
+void k_rms_norm(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[0].shape->rows(), cols = c.inputs[0].shape->cols();
+  const float* x = c.inputs[0].f32();
+  const float* gamma = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const float eps = c.attrs->norm_eps;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float s = rms_scale(xr, cols, eps);
+    for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = xr[j] * s * gamma[j];
+  }
+}
+
+// dx = s * (g - xhat * mean(g * xhat)) with g = gamma * dy, xhat = x * s, per row.
+void k_rms_norm_backward(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[1].shape->rows(), cols = c.inputs[1].shape->cols();
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  const float* gamma = c.inputs[2].f32();
+  float* dx = c.outputs[0].f32();
+  const float eps = c.attrs->norm_eps;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    const float s = rms_scale(xr, cols, eps);
+    double dot = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) dot += double(gamma[j] * dyr[j]) * double(xr[j] * s);
+    const float mean_gx = float(dot / double(cols));
+    for (std::int64_t j = 0; j < cols; ++j) {
+      dx[r * cols + j] = s * (gamma[j] * dyr[j] - xr[j] * s * mean_gx);
+    }
+  }
+}
+
+void k_rms_norm_dgamma(const KernelCall& c) {
+  const std::int64_t rows = c.inputs[1].shape->rows(), cols = c.inputs[1].shape->cols();
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dgamma = c.outputs[0].f32();
+  std::vector<float> scale(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) scale[static_cast<std::size_t>(r)] = rms_scale(x + r * cols, cols, c.attrs->norm_eps);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (std::int64_t j = 0; j < cols; ++j) {
+    double acc = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      acc += double(dy[r * cols + j]) * double(x[r * cols + j] * scale[static_cast<std::size_t>(r)]);
+    }
+    dgamma[j] = float(acc);
+  }
+}
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+void k_silu(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
+}
+
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
+void k_silu_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(x[i]);
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+// Pairs (i, i + HD/2) of each row at position t rotate by t * base^(-2i/HD) (the half-split
+// layout LLaMA implementations use); `inverse` rotates by the negative angle.
+void k_rotary(const KernelCall& c) {
+  const Shape& s = *c.inputs[0].shape;
+  const std::int64_t hd = s.cols(), t_len = s[s.rank() - 2], half = hd / 2;
+  const std::int64_t rows = s.rows();
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const double sign = c.attrs->inverse ? -1.0 : 1.0;
+  const double base = c.attrs->rope_base;
+#pragma omp parallel for schedule(static) if (rows * hd >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double pos = double(r % t_len);
+    const float* xr = x + r * hd;
+    float* yr = y + r * hd;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(base, -2.0 * double(i) / double(hd));
+      const float cs = float(std::cos(angle)), sn = float(sign * std::sin(angle));
+      const float a = xr[i], b = xr[i + half];
+      yr[i] = a * cs - b * sn;
+      yr[i + half] = b * cs + a * sn;
+    }
+  }
+}
+
+// x [B, H, S...] -> y [B, H*R, S...]: each head's block of S elements copied R times.
+void k_repeat_heads(const KernelCall& c) {
+  const Shape& s = *c.inputs[0].shape;
+  const std::int64_t batch = s[0], heads = s[1], block = s.numel() / (batch * heads), rep = c.attrs->repeats;
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t bh = 0; bh < batch * heads * rep; ++bh) {
+    const std::int64_t b = bh / (heads * rep), h = (bh % (heads * rep)) / rep;
+    std::memcpy(y + bh * block, x + (b * heads + h) * block, static_cast<std::size_t>(block) * sizeof(float));
+  }
+}
+
+void k_repeat_heads_backward(const KernelCall& c) {
+  const Shape& s = *c.outputs[0].shape;
+  const std::int64_t batch = s[0], heads = s[1], block = s.numel() / (batch * heads), rep = c.attrs->repeats;
+  const float* dy = c.inputs[0].f32();
+  float* dx = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t bh = 0; bh < batch * heads; ++bh) {
+    float* out = dx + bh * block;
+    for (std::int64_t i = 0; i < block; ++i) out[i] = 0.0f;
+    for (std::int64_t r = 0; r < rep; ++r) {
+      const float* in = dy + (bh * rep + r) * block;
+      for (std::int64_t i = 0; i < block; ++i) out[i] += in[i];
+    }
+  }
+}
+
+// A shape as (outer, extent along axis, inner) around `axis`.
+struct AxisSplit {
+  std::int64_t outer = 1, extent = 1, inner = 1;
+};
+AxisSplit split_at(const Shape& s, std::int64_t axis) {
+  AxisSplit a;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i < axis) a.outer *= s[i];
+    else if (i == axis) a.extent = s[i];
+    else a.inner *= s[i];
+  }
+  return a;
+}
+
+void k_concat(const KernelCall& c) {
+  const std::int64_t axis = c.attrs->axis;
+  const AxisSplit a = split_at(*c.inputs[0].shape, axis), b = split_at(*c.inputs[1].shape, axis);
+  const float* pa = c.inputs[0].f32();
+  const float* pb = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t ra = a.extent * a.inner, rb = b.extent * b.inner;
+  for (std::int64_t o = 0; o < a.outer; ++o) {
+    std::memcpy(y + o * (ra + rb), pa + o * ra, static_cast<std::size_t>(ra) * sizeof(float));
+    std::memcpy(y + o * (ra + rb) + ra, pb + o * rb, static_cast<std::size_t>(rb) * sizeof(float));
+  }
+}
+
+void k_slice(const KernelCall& c) {
+  const AxisSplit x = split_at(*c.inputs[0].shape, c.attrs->axis);
+  const float* px = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t row = c.attrs->length * x.inner;
+  for (std::int64_t o = 0; o < x.outer; ++o) {
+    std::memcpy(y + o * row, px + (o * x.extent + c.attrs->start) * x.inner, static_cast<std::size_t>(row) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<OpKind, KernelFn>> llm_kernel_entries() {
+  return {
+      {OpKind::rms_norm, k_rms_norm},
+      {OpKind::rms_norm_backward, k_rms_norm_backward},
+      {OpKind::rms_norm_dgamma, k_rms_norm_dgamma},
+      {OpKind::silu, k_silu},
+      {OpKind::silu_backward, k_silu_backward},
+      {OpKind::rotary, k_rotary},
+      {OpKind::repeat_heads, k_repeat_heads},
+      {OpKind::repeat_heads_backward, k_repeat_heads_backward},
+      {OpKind::concat, k_concat},
+      {OpKind::slice, k_slice},
+  };
+}
+
+}  // namespace memplan::kernels::cpu

@@ -1,0 +1,73 @@
+#include "models/llama.h"
+
+#include <cmath>
+#include <string>
+
+#include "graph/builder.h"
+
+namespace memplan::models {
+
+graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
+  const std::int64_t B = batch, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
+  const std::int64_t V = config.vocab, F = config.ffn;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0) {
+    throw graph::GraphError("llama: batch, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
+  }
+  if (C % NH != 0 || NH % NKV != 0 || (C / NH) % 2 != 0) {
+    throw graph::GraphError("llama: width must split into an even head size and heads into kv_heads groups");
+  }
+  const std::int64_t HD = C / NH;  // head size
+  const graph::DType dt = config.dtype;
+  graph::Graph g;
+  graph::Builder b(g);
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    return b.parameter(name + ".weight", {out, in}, w_init, dt);
+  };
+  auto norm = [&](TensorId x, const std::string& name) {
+    return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
+  };
+  // [B*T, heads*HD] -> [B, heads, T, HD]
+  auto split_heads = [&](TensorId x, std::int64_t heads, const std::string& name) {
+    return b.permute(b.reshape(x, {B, T, heads, HD}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
+  };
+
+  const TensorId x = b.input("x", {B, T}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
+  const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
+  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {B * T, C}, "residual0");  // [B*T, C]
+
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const std::string n = "layers." + std::to_string(l);
+    const std::string a = n + ".self_attn";
+    const TensorId a_in = norm(h, n + ".input_layernorm");
+    TensorId q = split_heads(b.matmul(a_in, weight(a + ".q_proj", NH * HD, C), false, true, a + ".q"), NH, a + ".q");
+    TensorId k = split_heads(b.matmul(a_in, weight(a + ".k_proj", NKV * HD, C), false, true, a + ".k"), NKV, a + ".k");
+    TensorId v = split_heads(b.matmul(a_in, weight(a + ".v_proj", NKV * HD, C), false, true, a + ".v"), NKV, a + ".v");
+    q = b.rotary(q, config.rope_base, a + ".q.rope");
+    k = b.repeat_heads(b.rotary(k, config.rope_base, a + ".k.rope"), NH / NKV, a + ".k.repeat");
+    v = b.repeat_heads(v, NH / NKV, a + ".v.repeat");
+    TensorId att = b.batched_matmul(q, k, false, true, a + ".scores");  // [B, NH, T, T]
+    att = b.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), a + ".scaled");
+    att = b.softmax(att, /*causal=*/true, a + ".probs");
+    TensorId y = b.batched_matmul(att, v, false, false, a + ".values");  // [B, NH, T, HD]
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {B * T, C}, a + ".merged");
+    y = b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o");
+    h = b.add(h, y, n + ".residual1");
+    // SwiGLU MLP: down(silu(gate(x)) * up(x))
+    const std::string m = n + ".mlp";
+    const TensorId m_in = norm(h, n + ".post_attention_layernorm");
+    const TensorId gate = b.silu(b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate"), m + ".act");
+    const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
+    const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
+    h = b.add(h, down, n + ".residual2");
+  }
+  h = norm(h, "norm");
+  const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
+  g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
+  g.loss = b.cross_entropy(g.output, labels, "loss");
+  return g;
+}
+
+}  // namespace memplan::models

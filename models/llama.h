@@ -1,0 +1,32 @@
+// LLaMA-style decoder for planning at real scale: token embedding, L pre-norm blocks of causal
+// self-attention (rotary positions, grouped-query K/V heads) and a SwiGLU MLP, RMSNorm, no
+// biases, a head tied to the embedding or its own. Shapes as the published checkpoints have them.
+#pragma once
+
+#include <cstdint>
+
+#include "graph/graph.h"
+
+namespace memplan::models {
+
+struct LlamaConfig {
+  std::int64_t vocab = 32000;   // V
+  std::int64_t context = 4096;  // T: tokens per sequence
+  std::int64_t layers = 32;     // L
+  std::int64_t width = 4096;    // C
+  std::int64_t heads = 32;      // NH (query heads)
+  std::int64_t kv_heads = 32;   // NKV: K/V heads, each shared by NH/NKV query heads
+  std::int64_t ffn = 11008;     // F: SwiGLU hidden width
+  float rope_base = 10000.0f;
+  bool tied_head = false;
+  graph::DType dtype = graph::DType::f32;
+};
+
+// Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output
+// "logits" [B*T, V]; loss "loss". Parameter names follow Hugging Face's LlamaForCausalLM
+// (embed_tokens, layers.N.self_attn.{q,k,v,o}_proj, layers.N.mlp.{gate,up,down}_proj,
+// layers.N.{input,post_attention}_layernorm, norm, lm_head). Attention scores [B, NH, T, T] are
+// materialised (no fused attention kernel).
+graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch);
+
+}  // namespace memplan::models

@@ -1,0 +1,40 @@
+// The model zoo: named configurations of published models (GPT-2 124M to 1.5B, LLaMA-style 1B
+// and 7B, BERT-base, ViT-B/16, ResNet-50) whose forward graphs are built for planning (shapes
+// only; `memplan fit` and `memplan plan` use them). They are not trained here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "graph/graph.h"
+
+namespace memplan::models {
+
+struct ZooOptions {
+  std::int64_t seq = 0;         // tokens per sequence for language models; 0 = the model's default
+  std::int64_t image_size = 0;  // pixels per side for vision models; 0 = the model's default
+  graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: mixed precision)
+};
+
+struct ZooModel {
+  std::string name;
+  std::string summary;         // e.g. "GPT-2 124M: 12 layers, width 768, 12 heads"
+  bool vision = false;         // takes --image-size (otherwise --seq)
+  std::int64_t default_seq = 0;    // language models
+  std::int64_t max_seq = 0;        // learned positions (0: no limit, rotary)
+  std::int64_t default_image = 0;  // vision models
+  std::int64_t default_batch = 8;
+};
+
+const std::vector<ZooModel>& zoo_models();
+std::vector<std::string> zoo_model_names();
+const ZooModel* find_zoo_model(const std::string& name);  // nullptr when not a zoo model
+
+// The forward graph (with loss and output) of a zoo model at a batch size, or an Error naming
+// what is wrong (unknown model, a sequence longer than its positions, an image size that does
+// not divide into patches).
+Result<graph::Graph> build_zoo_forward(const std::string& name, std::int64_t batch, const ZooOptions& options);
+
+}  // namespace memplan::models
