@@ -274,16 +274,18 @@ void grad_concat(GradContext& c, const Op& op, TensorId dy) {
 // The slice's gradient is dy placed back between zeros (fill ops) along the axis.
 void grad_slice(GradContext& c, const Op& op, TensorId dy) {
   const TensorId x = op.inputs[0];
-  const TensorDesc& xd = c.tensor(x);
+  // Copies, not references: emitting ops grows the tensor table and would leave them dangling.
+  const std::vector<std::int64_t> x_dims = c.tensor(x).shape.dims;
+  const DType x_dtype = c.tensor(x).dtype;
   const std::int64_t axis = op.attrs.axis;
   const std::int64_t before = op.attrs.start;
-  const std::int64_t after = xd.shape[static_cast<int>(axis)] - op.attrs.start - op.attrs.length;
+  const std::int64_t after = x_dims[static_cast<std::size_t>(axis)] - op.attrs.start - op.attrs.length;
   auto zeros = [&](std::int64_t extent, const std::string& suffix) {
     OpAttrs fill;
-    fill.shape = xd.shape.dims;
+    fill.shape = x_dims;
     fill.shape[static_cast<std::size_t>(axis)] = extent;
     fill.alpha = 0.0f;
-    fill.dtype = xd.dtype;
+    fill.dtype = x_dtype;
     return c.emit(OpKind::fill, {}, fill, c.gname(x) + suffix);
   };
   OpAttrs join;
