@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "common/rng.h"
 #include "graph/builder.h"
@@ -15,6 +17,9 @@
 #include "kernels/kernel.h"
 #include "models/registry.h"
 #include "runtime/devices.h"
+#ifdef MEMPLAN_HAVE_CUDA
+#include "kernels/cuda/cublas_loader.h"
+#endif
 #include "cli_util.h"
 #include "test_util.h"
 
@@ -49,6 +54,37 @@ TEST(CudaKernels, EveryOpWithACpuKernelHasACudaKernel) {
                                              "silu_backward", "repeat_heads_backward"};
   EXPECT_EQ(missing, zoo_only) << "ops without a CUDA kernel: " << ::testing::PrintToString(missing);
 }
+
+#ifdef MEMPLAN_HAVE_CUDA
+bool process_maps_library(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  return text.str().find(name) != std::string::npos;
+}
+
+// cuBLAS is opened when the CUDA context needs it, not linked: the process starts without it,
+// and loading it (no GPU needed) resolves every entry point memplan calls.
+TEST(CudaKernels, CublasIsLoadedOnFirstUseWithEveryEntryPoint) {
+  if (!kernels::cuda::cublas_loaded()) {
+    EXPECT_FALSE(process_maps_library("libcublas")) << "libcublas is mapped before anything asked for it";
+  }
+  const kernels::cuda::CublasApi& api = kernels::cuda::cublas_api();
+  EXPECT_TRUE(kernels::cuda::cublas_loaded());
+  EXPECT_TRUE(process_maps_library("libcublas"));
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.set_stream, nullptr);
+  EXPECT_NE(api.set_math_mode, nullptr);
+  EXPECT_NE(api.set_workspace, nullptr);
+  EXPECT_NE(api.sgemm, nullptr);
+  EXPECT_NE(api.sgemm_strided_batched, nullptr);
+  ASSERT_NE(api.status_string, nullptr);
+  // A call that needs no GPU: the loaded library answers through the resolved pointer.
+  const std::string not_initialized = api.status_string(CUBLAS_STATUS_NOT_INITIALIZED);
+  EXPECT_NE(not_initialized.find("not initialized"), std::string::npos) << not_initialized;
+  EXPECT_NE(not_initialized, std::string(api.status_string(CUBLAS_STATUS_SUCCESS)));
+}
+#endif
 
 TEST(CudaKernels, DeviceChoiceWithoutAGpuIsAnErrorNotACrash) {
   EXPECT_EQ(runtime::resolve_device_kind("cpu").value(), DeviceKind::cpu);

@@ -21,9 +21,9 @@ void gemm_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   const auto ld_a = static_cast<int>(trans_a ? m : k);
   cublasHandle_t h = context().cublas;
   if (batch == 1) {
-    MEMPLAN_CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, a, ld_a, &beta, c, int(n)));
+    MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, a, ld_a, &beta, c, int(n)));
   } else {
-    MEMPLAN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, stride_b, a,
+    MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm_strided_batched(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, stride_b, a,
                                                    ld_a, stride_a, &beta, c, int(n), stride_c, int(batch)));
   }
 }

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
@@ -21,10 +22,11 @@ Context& context() {
     auto* ctx = new Context();
     MEMPLAN_CUDA_CHECK(cudaSetDevice(ctx->device));
     MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-    MEMPLAN_CUBLAS_CHECK(cublasCreate(&ctx->cublas));
-    MEMPLAN_CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+    const CublasApi& blas = cublas_api();
+    MEMPLAN_CUBLAS_CHECK(blas.create(&ctx->cublas));
+    MEMPLAN_CUBLAS_CHECK(blas.set_stream(ctx->cublas, ctx->stream));
     // Plain FP32 GEMMs (no TF32), as the CPU computes and as PyTorch does by default.
-    MEMPLAN_CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+    MEMPLAN_CUBLAS_CHECK(blas.set_math_mode(ctx->cublas, CUBLAS_DEFAULT_MATH));
     MEMPLAN_CUDNN_CHECK(cudnnCreate(&ctx->cudnn));
     MEMPLAN_CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream));
     g_context = ctx;
@@ -41,7 +43,7 @@ void set_workspace(void* ptr, std::size_t size_bytes) {
   ctx.workspace = ptr;
   ctx.workspace_bytes = ptr == nullptr ? 0 : size_bytes;
   // Without a workspace of ours cuBLAS would allocate its own; with one it allocates nothing.
-  MEMPLAN_CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, ptr, ctx.workspace_bytes));
+  MEMPLAN_CUBLAS_CHECK(cublas_api().set_workspace(ctx.cublas, ptr, ctx.workspace_bytes));
 }
 
 void* scratch(std::size_t size_bytes, const char* op) {

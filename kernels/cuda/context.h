@@ -12,6 +12,7 @@
 #include <cudnn.h>
 
 #include "common/check.h"
+#include "kernels/cuda/cublas_loader.h"
 
 namespace memplan::kernels::cuda {
 
@@ -54,7 +55,7 @@ std::string error_string(cudaError_t status);
   do {                                                                                     \
     const cublasStatus_t memplan_cublas_status_ = (expr);                                  \
     MEMPLAN_CHECK(memplan_cublas_status_ == CUBLAS_STATUS_SUCCESS,                         \
-                  "cuBLAS error " << cublasGetStatusString(memplan_cublas_status_));       \
+                  "cuBLAS error " << ::memplan::kernels::cuda::cublas_api().status_string(memplan_cublas_status_)); \
   } while (0)
 
 #define MEMPLAN_CUDNN_CHECK(expr)                                                          \
