@@ -127,6 +127,11 @@ struct TrainGuardsCli : ::testing::Test {
     return "train --model gpt --layers 1 --width 16 --heads 2 --seq 16 --batch " + batch +
            " --threads 1 --quiet --data " + (dir / "text.txt").string();
   }
+  // Four layers: a chain long enough for checkpointing to matter (5.5 MiB -> 1.6 MiB at batch 16).
+  std::string deep_gpt(const std::string& batch) const {
+    return "train --model gpt --layers 4 --width 32 --heads 2 --seq 32 --batch " + batch +
+           " --threads 1 --quiet --steps 1 --data " + (dir / "text.txt").string();
+  }
   fs::path dir;
 };
 
@@ -169,6 +174,35 @@ TEST_F(TrainGuardsCli, ArenaLargerThanTheDeviceSuggestsABatchThatFits) {
   const auto fits = testing::run_cli(gpt(batch) + " --steps 1 --device-memory 1MiB");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   const auto over = testing::run_cli(gpt(std::to_string(std::stoll(batch) + 1)) + " --steps 1 --device-memory 1MiB");
+  EXPECT_EQ(over.exit_code, 1) << over.output;
+}
+
+TEST_F(TrainGuardsCli, ArenaLargerThanTheDeviceSuggestsCheckpointingThatFits) {
+  const std::string run = deep_gpt("16") + " --device-memory 3MiB";
+  const auto r = testing::run_cli(run);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string prefix = "batch 16 fits with activation checkpointing: add ";
+  const auto at = r.output.find(prefix);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const auto end = r.output.find(" (", at);
+  ASSERT_NE(end, std::string::npos) << r.output;
+  const std::string flags = r.output.substr(at + prefix.size(), end - at - prefix.size());
+  EXPECT_EQ(flags.rfind("--checkpoint auto --budget ", 0), 0u) << flags;
+  // The suggestion is right: the same run with those flags trains within the same device memory.
+  const auto fits = testing::run_cli(run + " " + flags);
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
+TEST_F(TrainGuardsCli, LargestBatchAdviceUsesTheRunsCheckpointStrategy) {
+  const auto r = testing::run_cli(deep_gpt("64") + " --device-memory 3MiB --checkpoint sqrt");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("fits with activation checkpointing"), std::string::npos) << "already checkpointing: " << r.output;
+  const std::string batch = number_after(r.output, "largest batch that fits with --checkpoint sqrt is ");
+  ASSERT_FALSE(batch.empty()) << r.output;
+  EXPECT_LT(std::stoll(batch), 64);
+  const auto fits = testing::run_cli(deep_gpt(batch) + " --device-memory 3MiB --checkpoint sqrt");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  const auto over = testing::run_cli(deep_gpt(std::to_string(std::stoll(batch) + 1)) + " --device-memory 3MiB --checkpoint sqrt");
   EXPECT_EQ(over.exit_code, 1) << over.output;
 }
 

@@ -59,8 +59,10 @@ std::string format_rate(double per_s, bool tokens) {
   return out.str();
 }
 
-// Why setup ran out of device memory, and what would fit: the arena against what the device
-// can give, and the largest batch whose arena fits (found by planning alone, as `memplan fit`).
+// Why setup ran out of device memory, and what would fit, found by planning alone (as
+// `memplan fit`): the arena against what the device can give; the requested batch with
+// activation checkpointing, when the run used none; and the largest batch under the run's own
+// checkpoint strategy.
 std::string out_of_memory_advice(const TrainFlags& flags, const models::ModelOptions& model,
                                  const graph::OptimizerConfig& opt, const runtime::Executor& executor,
                                  Bytes capacity) {
@@ -74,21 +76,51 @@ std::string out_of_memory_advice(const TrainFlags& flags, const models::ModelOpt
   const Bytes arena = align_up(plan->arena_bytes, runtime::kDeviceAlignment);
   out << "memplan train: out of memory at setup: the arena needs " << format_bytes(arena) << " (" << arena
       << " bytes) but the device can give " << format_bytes(capacity) << " (" << capacity << " bytes, --device-memory)\n";
-  auto arena_for = [&](std::int64_t batch) -> Result<Bytes> {
+  // The arena is rounded up to the device alignment, so a plan fits when its bytes fit this.
+  const Bytes usable = capacity / runtime::kDeviceAlignment * runtime::kDeviceAlignment;
+  auto step_for = [&](std::int64_t batch) -> Result<graph::Graph> {
     auto forward = models::build_forward(model, batch);
     if (!forward) return forward.error();
     graph::Graph g = std::move(forward).value();
     graph::make_training_step(g, opt);
+    return g;
+  };
+  const auto strategy = planner::parse_checkpoint_strategy(flags.checkpoint.strategy).value();
+  if (strategy == planner::CheckpointStrategy::kNone && flags.checkpoint.budget.empty()) {
+    auto step = step_for(flags.batch);
+    if (step) {
+      auto checkpointed = planner::apply_checkpointing(step.value(), planner::CheckpointStrategy::kAuto, usable);
+      if (checkpointed) {
+        out << "memplan train: batch " << flags.batch << " fits with activation checkpointing: add --checkpoint auto"
+            << " --budget " << usable << " (" << checkpoint_line(checkpointed.value()) << ")\n";
+      }
+    }
+  }
+  auto arena_for = [&](std::int64_t batch) -> Result<Bytes> {
+    auto step = step_for(batch);
+    if (!step) return step.error();
+    graph::Graph g = std::move(step).value();
+    if (strategy != planner::CheckpointStrategy::kNone) {
+      // The run's own strategy at its smallest arena (a budget on the command line may be the
+      // very thing that cannot be met at this batch).
+      auto checkpointed = planner::apply_checkpointing(g, strategy, usable);
+      if (!checkpointed) return align_up(usable + 1, runtime::kDeviceAlignment);  // does not fit
+      g = std::move(checkpointed).value().graph;
+    }
     auto p = planner::plan_memory(g);
     if (!p) return p.error();
     return align_up(p.value().arena_bytes, runtime::kDeviceAlignment);
   };
   auto search = planner::search_max_batch(arena_for, capacity, std::max<std::int64_t>(flags.batch - 1, 1));
+  const std::string with = strategy == planner::CheckpointStrategy::kNone
+                               ? ""
+                               : " with --checkpoint " + std::string(planner::checkpoint_strategy_name(strategy));
   if (search && search.value().max_batch > 0) {
-    out << "memplan train: the largest batch that fits is " << search.value().max_batch << ": try --batch "
-        << search.value().max_batch << " (found by planning alone, as 'memplan fit --max-batch' does)\n";
+    out << "memplan train: the largest batch that fits" << with << " is " << search.value().max_batch
+        << ": try --batch " << search.value().max_batch << " (found by planning alone, as 'memplan fit --max-batch' does)\n";
   } else {
-    out << "memplan train: not even batch 1 fits; try a smaller model ('memplan fit' shows where the bytes go)\n";
+    out << "memplan train: not even batch 1 fits" << with
+        << "; try a smaller model ('memplan fit' shows where the bytes go)\n";
   }
   return out.str();
 }
