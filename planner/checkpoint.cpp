@@ -364,26 +364,48 @@ class Checkpointer {
   }
 
   // The least recomputation on the DP's frontier whose planned arena fits `budget`; without a
-  // budget, the smallest planned arena (ties: less recomputation).
+  // budget, the smallest planned arena (ties: less recomputation). A point is packed only when
+  // its arena lower bound (no packing, cheap) leaves it a chance; the answer is the same as
+  // packing every point, since an arena never falls below its lower bound.
   Result<std::optional<Candidate>> optimal(std::optional<Bytes> budget) {
     if (!frontier_) {
       frontier_ = chain_frontier_nested(chain_.stages);
       measured_.assign(frontier_->size(), std::nullopt);
+      lower_bound_.assign(frontier_->size(), std::nullopt);
     }
+    const std::size_t n = frontier_->size();
     std::optional<std::size_t> best;
-    for (std::size_t i = 0; i < frontier_->size(); ++i) {  // increasing recomputation
-      if (!measured_[i]) {
-        auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
-        if (!c) return c.error();
-        measured_[i] = Measured{c.value().arena, c.value().extra_flops};
-      }
-      if (budget) {
-        if (measured_[i]->arena <= *budget) {
+    if (budget) {
+      for (std::size_t i = 0; i < n; ++i) {  // increasing recomputation: the first that fits
+        auto bound = lower_bound(i);
+        if (!bound) return bound.error();
+        if (bound.value() > *budget) continue;
+        auto arena = measure(i);
+        if (!arena) return arena.error();
+        if (arena.value() <= *budget) {
           best = i;
           break;
         }
-      } else if (!best || measured_[i]->arena < measured_[*best]->arena) {
-        best = i;
+      }
+    } else {
+      // Points by increasing lower bound: once a bound exceeds the best arena found (or equals
+      // it at more recomputation), no later point can win.
+      std::vector<std::pair<Bytes, std::size_t>> order;
+      for (std::size_t i = 0; i < n; ++i) {
+        auto bound = lower_bound(i);
+        if (!bound) return bound.error();
+        order.emplace_back(bound.value(), i);
+      }
+      std::sort(order.begin(), order.end());
+      Bytes best_arena = 0;
+      for (const auto& [bound, i] : order) {
+        if (best && (bound > best_arena || (bound == best_arena && i > *best))) break;
+        auto arena = measure(i);
+        if (!arena) return arena.error();
+        if (!best || arena.value() < best_arena || (arena.value() == best_arena && i < *best)) {
+          best = i;
+          best_arena = arena.value();
+        }
       }
     }
     if (!best) return std::optional<Candidate>();
@@ -406,6 +428,28 @@ class Checkpointer {
   };
   std::optional<std::vector<ChainSchedule>> frontier_;
   std::vector<std::optional<Measured>> measured_;
+  std::vector<std::optional<Bytes>> lower_bound_;
+
+  // Frontier point i's planned arena (greedy packing), cached.
+  Result<Bytes> measure(std::size_t i) {
+    if (!measured_[i]) {
+      auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
+      if (!c) return c.error();
+      measured_[i] = Measured{c.value().arena, c.value().extra_flops};
+    }
+    return measured_[i]->arena;
+  }
+
+  // A lower bound on frontier point i's planned arena (its exact arena once measured), cached.
+  Result<Bytes> lower_bound(std::size_t i) {
+    if (measured_[i]) return measured_[i]->arena;
+    if (!lower_bound_[i]) {
+      auto bound = arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
+      if (!bound) return bound.error();
+      lower_bound_[i] = bound.value();
+    }
+    return *lower_bound_[i];
+  }
 };
 
 // The budget cannot be met: say the least any strategy reaches and which one.

@@ -150,6 +150,21 @@ Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& opt
   return best;
 }
 
+Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& options) {
+  // give_up_at 0: every schedule returns unsolved, with arena_bytes = its lower bound.
+  auto bound = [&](ScheduleKind kind) -> Result<Bytes> {
+    auto plan = plan_with_schedule(graph, kind, options, Bytes{0});
+    if (!plan) return plan.error();
+    return plan.value().lower_bound_bytes;
+  };
+  if (!options.choose_best_schedule) return bound(options.schedule);
+  auto aware = bound(ScheduleKind::memory_aware);
+  if (!aware) return aware;
+  auto program = bound(ScheduleKind::program);
+  if (!program) return program;
+  return std::min(aware.value(), program.value());
+}
+
 AllocationProblem transient_problem(const MemoryPlan& plan) {
   AllocationProblem problem;
   for (const PlannedBuffer& b : plan.buffers) {

@@ -80,6 +80,12 @@ struct MemoryPlan {
 // without a capacity) or the schedule is invalid.
 Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& options = {});
 
+// A lower bound on plan_memory(graph, options).arena_bytes without packing anything: the
+// persistent region plus the transient peak of live bytes, the least over the schedules
+// plan_memory considers. Searches (checkpointing, batch size) use it to skip candidates that
+// cannot fit a budget.
+Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& options = {});
+
 // The transient region as an allocation problem (for benchmarks and the validator).
 AllocationProblem transient_problem(const MemoryPlan& plan);
 

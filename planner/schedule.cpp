@@ -1,5 +1,7 @@
 #include "planner/schedule.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 namespace memplan::planner {
@@ -35,46 +37,64 @@ std::vector<std::vector<int>> readers_of_persistent(const Graph& graph) {
 
 Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
   if (kind == ScheduleKind::program) return default_schedule(graph);
+  // Program order, with every update op run as soon as it is ready: the producers of its inputs
+  // have run, and so has every other op that reads a tensor it updates. After each non-update op
+  // one pass over the updates in program order runs those ready when the pass reaches them (one
+  // that becomes ready behind the pass waits for the next). Each update counts its unmet
+  // dependencies, so a pass touches only ready updates rather than scanning all of them.
   const auto readers = readers_of_persistent(graph);
-  std::vector<bool> done(static_cast<std::size_t>(graph.num_ops()), false);
-  std::vector<int> updates;
-  Schedule schedule;
-  auto ready = [&](int i) {
+  const int num_ops = graph.num_ops();
+  std::vector<int> updates;                                     // op index per update position
+  std::vector<int> unmet;                                       // per update position
+  std::vector<std::vector<int>> dependents(static_cast<std::size_t>(num_ops));  // op -> update positions
+  for (int i = 0; i < num_ops; ++i) {
     const Op& op = graph.ops()[static_cast<std::size_t>(i)];
+    if (op.updates.empty()) continue;
+    const int u = static_cast<int>(updates.size());
+    std::vector<int> deps;
     for (TensorId t : op.inputs) {
       const int p = graph.producer(t);
-      if (p >= 0 && !done[static_cast<std::size_t>(p)]) return false;
+      if (p >= 0) deps.push_back(p);
     }
     for (TensorId t : op.updates) {
       for (int r : readers[static_cast<std::size_t>(graph.storage_root(t))]) {
-        if (r != i && !done[static_cast<std::size_t>(r)]) return false;
+        if (r != i) deps.push_back(r);
       }
     }
-    return true;
-  };
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (int d : deps) dependents[static_cast<std::size_t>(d)].push_back(u);
+    updates.push_back(i);
+    unmet.push_back(static_cast<int>(deps.size()));
+  }
+  std::vector<bool> update_done(updates.size(), false);
+  std::set<int> ready;  // update positions with no unmet dependency, not yet run
+  for (std::size_t u = 0; u < updates.size(); ++u) {
+    if (unmet[u] == 0) ready.insert(static_cast<int>(u));
+  }
+  Schedule schedule;
+  schedule.reserve(static_cast<std::size_t>(num_ops));
   auto emit = [&](int i) {
     schedule.push_back(i);
-    done[static_cast<std::size_t>(i)] = true;
+    for (int u : dependents[static_cast<std::size_t>(i)]) {
+      if (--unmet[static_cast<std::size_t>(u)] == 0 && !update_done[static_cast<std::size_t>(u)]) ready.insert(u);
+    }
   };
-  for (int i = 0; i < graph.num_ops(); ++i) {
-    if (!graph.ops()[static_cast<std::size_t>(i)].updates.empty()) updates.push_back(i);
-  }
-  std::size_t next_update = 0;
-  std::vector<bool> update_done(updates.size(), false);
-  for (int i = 0; i < graph.num_ops(); ++i) {
+  for (int i = 0; i < num_ops; ++i) {
     if (!graph.ops()[static_cast<std::size_t>(i)].updates.empty()) continue;
     emit(i);
-    // Run every update that just became ready, in program order among themselves.
-    for (std::size_t u = next_update; u < updates.size(); ++u) {
-      if (!update_done[u] && ready(updates[u])) {
-        emit(updates[u]);
-        update_done[u] = true;
-      }
+    for (int cursor = 0;;) {
+      const auto it = ready.lower_bound(cursor);
+      if (it == ready.end()) break;
+      const int u = *it;
+      ready.erase(it);
+      update_done[static_cast<std::size_t>(u)] = true;
+      emit(updates[static_cast<std::size_t>(u)]);
+      cursor = u + 1;
     }
-    while (next_update < updates.size() && update_done[next_update]) ++next_update;
   }
   for (std::size_t u = 0; u < updates.size(); ++u) {
-    if (!update_done[u]) emit(updates[u]);
+    if (!update_done[u]) schedule.push_back(updates[u]);  // never ready: after everything else
   }
   return schedule;
 }

@@ -426,6 +426,39 @@ TEST(Checkpoint, OptimalMeetsABudgetAndAutoPicksTheCheapest) {
   EXPECT_EQ(roomy.chosen, CheckpointStrategy::kNone);
 }
 
+// optimal packs only the frontier points whose arena lower bound leaves them a chance; the
+// answer must equal packing every point: without a budget the smallest arena (ties: less
+// recomputation), with one the first point in recomputation order that fits.
+TEST(Checkpoint, OptimalEqualsPackingEveryFrontierPoint) {
+  for (const ModelCase& m : kModels) {
+    const graph::Graph g = training_step(m);
+    const planner::CheckpointChain chain = planner::find_checkpoint_chain(g);
+    const auto frontier = planner::chain_frontier_nested(chain.stages);
+    ASSERT_GT(frontier.size(), 1u) << m.model.name;
+    std::vector<Bytes> arenas;
+    for (const auto& point : frontier) {
+      const graph::Graph remat = planner::rematerialize(g, chain, point.actions);
+      const Bytes arena = planner::plan_memory(remat, fast()).value().arena_bytes;
+      EXPECT_LE(planner::arena_lower_bound(remat, fast()).value(), arena) << m.model.name;
+      arenas.push_back(arena);
+    }
+    const std::size_t least = static_cast<std::size_t>(std::min_element(arenas.begin(), arenas.end()) - arenas.begin());
+    const auto unbounded = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
+    EXPECT_EQ(unbounded.peak_after, arenas[least]) << m.model.name;
+    for (std::size_t i = 0; i < frontier.size(); ++i) {  // every point's arena as a budget
+      const Bytes budget = arenas[i];
+      const std::size_t first = static_cast<std::size_t>(
+          std::find_if(arenas.begin(), arenas.end(), [&](Bytes a) { return a <= budget; }) - arenas.begin());
+      const auto fitted = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget, fast()).value();
+      EXPECT_EQ(fitted.peak_after, arenas[first]) << m.model.name << " budget " << budget;
+      const graph::Graph expected = planner::rematerialize(g, chain, frontier[first].actions);
+      EXPECT_DOUBLE_EQ(fitted.extra_flops_fraction,
+                       (planner::graph_flops(expected) - planner::graph_flops(g)) / planner::graph_flops(g))
+          << m.model.name << " budget " << budget;
+    }
+  }
+}
+
 TEST(Checkpoint, BudgetBelowTheMinimumNamesTheMinimumAndItsStrategy) {
   const graph::Graph g = training_step(kModels[2]);
   const auto least = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
