@@ -179,27 +179,38 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
   t.cost.assign(cells, kInfeasible);
   t.choice.assign(cells, -1);
   auto stage = [&](int i) -> const ChainStage& { return stages[static_cast<std::size_t>(i)]; };
+  auto row = [&](int s, int e) { return t.at(s, e, 0); };  // cells (s, e, 0..width-1) are contiguous
+  const Bytes width = t.width;
   for (int len = 1; len <= t.n; ++len) {
     for (int s = 0; s + len - 1 < t.n; ++s) {
       const int e = s + len - 1;
-      for (Bytes m = 0; m < t.width; ++m) {
-        double best = kInfeasible;
-        int best_choice = -1;
-        const Bytes all = units(stage(s).all_bytes(), quantum);
-        if (all <= m) {
-          const double rest = s == e ? 0.0 : t.cost[t.at(s + 1, e, m - all)];
-          if (stage(s).forward_flops + rest < best) best = stage(s).forward_flops + rest, best_choice = 0;
+      // Every memory limit m at once, candidates in the same order for each m (keep-all first,
+      // then split points k ascending, strict improvement): the same table as filling one m at
+      // a time, with the inner loop running along contiguous memory.
+      double* best = &t.cost[row(s, e)];
+      int* best_choice = &t.choice[row(s, e)];
+      const Bytes all = units(stage(s).all_bytes(), quantum);
+      const double* rest = s == e ? nullptr : &t.cost[row(s + 1, e)];
+      for (Bytes m = all; m < width; ++m) {
+        const double c = stage(s).forward_flops + (rest == nullptr ? 0.0 : rest[m - all]);
+        if (c < best[m]) {  // best[m] is still infeasible: an infeasible rest leaves it so
+          best[m] = c;
+          best_choice[m] = 0;
         }
-        double run = 0.0;
-        for (int k = s + 1; k <= e; ++k) {
-          run += stage(k - 1).forward_flops;
-          const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
-          if (kept > m) continue;
-          const double c = run + t.cost[t.at(k, e, m - kept)] + t.cost[t.at(s, k - 1, m)];
-          if (c < best) best = c, best_choice = k;
+      }
+      double run = 0.0;
+      for (int k = s + 1; k <= e; ++k) {
+        run += stage(k - 1).forward_flops;
+        const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
+        const double* after = &t.cost[row(k, e)];     // stages k..e with m - kept
+        const double* before = &t.cost[row(s, k - 1)];  // stages s..k-1 with m
+        for (Bytes m = kept; m < width; ++m) {
+          const double c = run + after[m - kept] + before[m];
+          if (c < best[m]) {
+            best[m] = c;
+            best_choice[m] = k;
+          }
         }
-        t.cost[t.at(s, e, m)] = best;
-        t.choice[t.at(s, e, m)] = best_choice;
       }
     }
   }
