@@ -82,6 +82,25 @@ TEST(Fit, DoesNotFitSuggestsAMicroBatchThatDoes) {
   for (const char* key : {"fits", "total_bytes", "arena_bytes", "breakdown", "suggestion"}) EXPECT_TRUE(j.contains(key)) << key;
 }
 
+TEST(Fit, ABatchThatFitsOnlyWithCheckpointingIsSuggestedOnce) {
+  const auto sides = nlohmann::json::parse(run_cli("fit --model gpt --budget 64MiB --device cpu --max-batch --json", false).output);
+  const std::int64_t plain = sides["max_batch_by_checkpoint"]["none"].get<std::int64_t>();
+  const std::int64_t with_sqrt = sides["max_batch_by_checkpoint"]["sqrt"].get<std::int64_t>();
+  ASSERT_GT(with_sqrt, plain) << sides.dump();
+  const std::string batch = std::to_string(with_sqrt);
+  // --max-batch: the suggestion chooses among every strategy, so it can be the whole batch.
+  const std::string fit = "fit --model gpt --budget 64MiB --device cpu --max-batch --batch " + batch;
+  const auto j = nlohmann::json::parse(run_cli(fit + " --json", false).output);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_EQ(j["suggestion"]["micro_batch"].get<std::int64_t>(), with_sqrt);
+  EXPECT_EQ(j["suggestion"]["gradient_accumulation_steps"].get<std::int64_t>(), 1);
+  EXPECT_FALSE(j["suggestion"].contains("whole_batch_checkpoint")) << "the whole batch is the suggestion itself";
+  const auto text = run_cli(fit, false).output;
+  const auto at = text.find("suggestion: batch " + batch + " fits with --checkpoint ");
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(text.find("or the whole batch", at), std::string::npos) << text;
+}
+
 TEST(Fit, BadBudgetsAreUsageErrors) {
   for (const char* budget : {"0", "-1GiB", "12parsecs", "nan", "99999999999TiB", "''"}) {
     const auto r = run_cli(std::string("fit --budget ") + budget);

@@ -247,7 +247,7 @@ int run_fit(FitFlags flags) {
                             : "micro-batch " + std::to_string(best_micro) + " x " + std::to_string(accumulation) +
                                   " gradient-accumulation steps (effective batch " +
                                   std::to_string(best_micro * accumulation) + ") with --checkpoint " + best_strategy;
-      if (!whole_batch_strategy.empty()) {
+      if (!whole_batch_strategy.empty() && accumulation > 1) {  // otherwise it is the line above
         suggestion["whole_batch_checkpoint"] = whole_batch_strategy;
         suggestion_text += "; or the whole batch " + std::to_string(flags.batch) + " with --checkpoint " + whole_batch_strategy;
       }
