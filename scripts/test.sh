@@ -7,18 +7,20 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/deps.sh
 memplan_install_deps "${MEMPLAN_TEST_PACKAGES[@]}"
 
-echo "== build (Release, -Werror) =="
+stage() { echo "== $1 (at ${SECONDS}s) =="; }
+stage "build (Release, -Werror)"
 memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_WERROR=ON
 # Tests run in parallel processes, so each keeps to one OpenMP thread: busy-waiting OpenMP
 # teams oversubscribing the cores slow everything down, and no test measures speed.
 export OMP_NUM_THREADS=1
-echo "== tests =="
+stage "tests"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
-echo "== build (ASan + UBSan) =="
+stage "build (ASan + UBSan)"
 # The sanitizer build skips the CUDA backend: the CUDA runtime is not ASan-instrumented.
 memplan_build build-sanitize -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DMEMPLAN_SANITIZE=ON -DMEMPLAN_CUDA=OFF \
   -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=OFF -DMEMPLAN_WERROR=ON
-echo "== tests under ASan + UBSan =="
+stage "tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)"
+echo "== all tests passed in ${SECONDS}s =="

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator_test_util.h"
 #include "runtime/allocation_trace.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/simulated_device.h"
@@ -13,10 +14,10 @@
 namespace memplan::runtime {
 namespace {
 
-constexpr Bytes MiB = Bytes{1} << 20;
+using test_support::MiB;
 using nlohmann::json;
 
-DeviceAddress addr(void* p) { return reinterpret_cast<DeviceAddress>(p); }
+using test_support::addr;
 
 std::vector<TraceAction> actions(const AllocationTrace& t) {
   std::vector<TraceAction> out;

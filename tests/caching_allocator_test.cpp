@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator_test_util.h"
 #include "common/rng.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/simulated_device.h"
@@ -17,13 +18,13 @@
 namespace memplan::runtime {
 namespace {
 
-constexpr Bytes MiB = Bytes{1} << 20;
+using test_support::MiB;
 constexpr Bytes GiB = Bytes{1} << 30;
 constexpr auto kAll = static_cast<std::size_t>(StatPool::all);
 constexpr auto kSmall = static_cast<std::size_t>(StatPool::small_pool);
 constexpr auto kLarge = static_cast<std::size_t>(StatPool::large_pool);
 
-DeviceAddress addr(void* p) { return reinterpret_cast<DeviceAddress>(p); }
+using test_support::addr;
 
 void* must_allocate(CachingAllocator& a, Bytes n) {
   Result<void*> r = a.allocate(n);

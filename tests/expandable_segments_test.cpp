@@ -6,17 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "allocator_test_util.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/simulated_device.h"
 
 namespace memplan::runtime {
 namespace {
 
-constexpr Bytes MiB = Bytes{1} << 20;
+using test_support::MiB;
 constexpr Bytes GiB = Bytes{1} << 30;
 constexpr auto kAll = static_cast<std::size_t>(StatPool::all);
 
-DeviceAddress addr(void* p) { return reinterpret_cast<DeviceAddress>(p); }
+using test_support::addr;
 
 CachingAllocatorOptions expandable() {
   CachingAllocatorOptions o;

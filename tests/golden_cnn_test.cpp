@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "golden_util.h"
 #include "graph/autograd.h"
 #include "models/cnn.h"
 #include "test_util.h"
@@ -16,20 +17,7 @@
 namespace memplan {
 namespace {
 
-nlohmann::json load_golden() {
-  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/cnn_golden.json");
-  EXPECT_TRUE(in.good()) << "missing tests/data/cnn_golden.json";
-  return nlohmann::json::parse(in);
-}
-
-void expect_close(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what,
-                  float atol, float rtol) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_LE(std::abs(actual[i] - expected[i]), atol + rtol * std::abs(expected[i]))
-        << what << "[" << i << "]: memplan " << actual[i] << " vs PyTorch " << expected[i];
-  }
-}
+using testing::expect_close;
 
 models::CnnConfig config_of(const nlohmann::json& golden) {
   const auto& c = golden["config"];
@@ -51,7 +39,7 @@ void set_inputs(runtime::Executor& e, const graph::Graph& g, const nlohmann::jso
 }
 
 TEST(GoldenCnn, TrainingStepAndEvaluationMatchPyTorch) {
-  const nlohmann::json golden = load_golden();
+  const nlohmann::json golden = testing::load_golden("cnn_golden.json");
   const models::CnnConfig config = config_of(golden);
   const auto batch = golden["batch"].get<std::int64_t>();
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "golden_util.h"
 #include "graph/autograd.h"
 #include "models/gpt.h"
 #include "test_util.h"
@@ -14,14 +15,7 @@
 namespace memplan {
 namespace {
 
-void expect_close(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what,
-                  float atol, float rtol) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_LE(std::abs(actual[i] - expected[i]), atol + rtol * std::abs(expected[i]))
-        << what << "[" << i << "]: memplan " << actual[i] << " vs PyTorch " << expected[i];
-  }
-}
+using testing::expect_close;
 
 TEST(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
   std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/gpt_golden.json");

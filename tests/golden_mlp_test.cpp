@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "golden_util.h"
 #include "graph/training_step.h"
 #include "models/mlp.h"
 #include "test_util.h"
@@ -14,24 +15,10 @@
 namespace memplan {
 namespace {
 
-nlohmann::json load_golden() {
-  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/mlp_golden.json");
-  EXPECT_TRUE(in.good()) << "missing tests/data/mlp_golden.json";
-  return nlohmann::json::parse(in);
-}
-
-// |a - b| <= atol + rtol * |b|, elementwise, reporting the first mismatch by name and index.
-void expect_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                  const std::string& what, float atol, float rtol) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_LE(std::abs(actual[i] - expected[i]), atol + rtol * std::abs(expected[i]))
-        << what << "[" << i << "]: memplan " << actual[i] << " vs PyTorch " << expected[i];
-  }
-}
+using testing::expect_close;
 
 TEST(GoldenMlp, LossGradientsAndAdamWStepMatchPyTorch) {
-  const nlohmann::json golden = load_golden();
+  const nlohmann::json golden = testing::load_golden("mlp_golden.json");
   const auto sizes = golden["sizes"].get<std::vector<std::int64_t>>();
   models::MlpConfig config;
   config.inputs = sizes.front();

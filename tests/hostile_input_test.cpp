@@ -27,20 +27,20 @@ namespace fs = std::filesystem;
 
 int g_cases = 0;  // hostile inputs tried, printed at the end of each test
 
-struct Outcome {
+struct ParseOutcome {
   bool parsed = false;    // flags accepted: the command would run
   int exit_code = -1;     // when not parsed
   std::string output;     // what was printed (stdout and stderr)
 };
 
-Outcome parse_in_process(const std::vector<std::string>& args) {
+ParseOutcome parse_in_process(const std::vector<std::string>& args) {
   std::vector<const char*> argv = {"memplan"};
   for (const std::string& a : args) argv.push_back(a.c_str());
   argv.push_back(nullptr);
   std::ostringstream sink;
   std::streambuf* out = std::cout.rdbuf(sink.rdbuf());
   std::streambuf* err = std::cerr.rdbuf(sink.rdbuf());
-  Outcome o;
+  ParseOutcome o;
   try {
     tools::CliApp cli;
     const std::optional<int> code = cli.parse(static_cast<int>(argv.size() - 1), argv.data());
@@ -150,7 +150,7 @@ TEST(HostileInput, EveryFlagOfEveryCommandRefusesBadValues) {
         if (required.empty() || required[0] != flag) args.insert(args.end(), required.begin(), required.end());
         args.push_back(flag);
         args.push_back(value);
-        const Outcome o = parse_in_process(args);
+        const ParseOutcome o = parse_in_process(args);
         ++tried;
         ASSERT_NE(o.exit_code, -2) << key << " '" << value << "': " << o.output;
         if (o.parsed) {
@@ -167,7 +167,7 @@ TEST(HostileInput, EveryFlagOfEveryCommandRefusesBadValues) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"trian"}, {"train", "--bogus", "1"}, {"fit"}, {"solve", "--input"}, {"plan", "--batch"},
            {"train", "--steps", "3", "--epochs", "2"}, {"", ""}, {"train", "extra-positional"}}) {
-    const Outcome o = parse_in_process(args);
+    const ParseOutcome o = parse_in_process(args);
     ++tried;
     EXPECT_FALSE(o.parsed) << args[0];
     EXPECT_EQ(o.exit_code, tools::kExitUsage) << args[0] << ": " << o.output;

@@ -4,23 +4,13 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tools/layout_svg.h"
 #include "tools/memory_report.h"
 
 namespace memplan::tools {
 namespace {
 
 const char* kSeriesColors[] = {"#d95f02", "#1b9e77", "#7570b3"};
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -69,7 +59,7 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes
   double lx = kL;
   for (std::size_t s = 0; s < series.size(); ++s) {
     std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s: allocated (solid), reserved (dashed)</text>\n",
-                  lx, kT + kH + 30, kSeriesColors[s % 2], escape(series[s].name).c_str());
+                  lx, kT + kH + 30, kSeriesColors[s % 2], xml_escape(series[s].name).c_str());
     svg << buf;
     lx += 420;
   }
@@ -83,11 +73,11 @@ std::string render_compare_html(const nlohmann::json& c, const std::string& layo
   std::ostringstream html;
   const std::string title = "memplan compare: " + c["model"].get<std::string>() + ", batch " +
                             std::to_string(c["batch"].get<std::int64_t>());
-  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << escape(title)
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title)
        << "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
           "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
           ".oom{color:#c00;font-weight:bold}</style></head><body>\n";
-  html << "<h1>" << escape(title) << "</h1>\n";
+  html << "<h1>" << xml_escape(title) << "</h1>\n";
   html << "<p>The same training step (same op order, same tensor lifetimes) under three memory managers, replayed for "
        << c["steps"].get<int>() << " steps on a simulated device"
        << (c["budget_bytes"].is_null() ? std::string(" with no budget")
@@ -104,8 +94,8 @@ std::string render_compare_html(const nlohmann::json& c, const std::string& layo
     const std::string name = std::string(key) == "caching" ? "caching allocator" : "caching allocator, expandable segments";
     if (d["out_of_memory"].get<bool>()) {
       html << "<tr><td>" << name << "</td><td colspan=\"5\" class=\"oom\">out of memory in step "
-           << d["oom_step"].get<std::int64_t>() << " at op " << escape(d["oom_op"].get<std::string>()) << ": "
-           << escape(d["oom_message"].get<std::string>()) << "</td></tr>\n";
+           << d["oom_step"].get<std::int64_t>() << " at op " << xml_escape(d["oom_op"].get<std::string>()) << ": "
+           << xml_escape(d["oom_message"].get<std::string>()) << "</td></tr>\n";
       continue;
     }
     html << "<tr><td>" << name << "</td><td>" << format_bytes(d["reserved_peak_bytes"].get<Bytes>()) << "</td><td>"

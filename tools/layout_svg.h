@@ -32,4 +32,7 @@ struct LayoutPanel {
 // One SVG document with the panels side by side sharing the vertical (byte) scale.
 std::string render_layout_svg(const std::string& title, const std::vector<LayoutPanel>& panels);
 
+// Text made safe inside SVG/HTML elements and attribute values (<, >, & and ").
+std::string xml_escape(const std::string& text);
+
 }  // namespace memplan::tools

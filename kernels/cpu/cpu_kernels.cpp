@@ -9,9 +9,6 @@ namespace {
 
 using graph::OpKind;
 
-// Parallelise elementwise loops only where the work outweighs waking the threads. Every element
-// is written by exactly one iteration, so the result never depends on the thread count.
-constexpr std::int64_t kParallelMin = 1 << 15;
 
 template <typename F>
 void for_each_index(std::int64_t n, F f) {

@@ -9,6 +9,10 @@
 
 namespace memplan::kernels::cpu {
 
+// Parallelise elementwise loops only where the work outweighs waking the threads. Every element
+// is written by exactly one iteration, so the result never depends on the thread count.
+inline constexpr std::int64_t kParallelMin = 1 << 15;
+
 std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();

@@ -13,7 +13,6 @@ namespace {
 using graph::OpKind;
 using graph::Shape;
 
-constexpr std::int64_t kParallelMin = 1 << 15;
 
 // 1 / sqrt(mean(x^2) + eps) of one row, accumulated in double.
 float rms_scale(const float* x, std::int64_t cols, float eps) {

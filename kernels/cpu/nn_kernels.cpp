@@ -15,7 +15,6 @@ namespace {
 using graph::OpKind;
 using graph::Shape;
 
-constexpr std::int64_t kParallelMin = 1 << 15;
 
 // x [N, C, ...] as (N, C, S): S = elements per (sample, channel).
 struct Nc {
