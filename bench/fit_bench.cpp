@@ -77,6 +77,8 @@ int main() {
        "--model llama2-7b --dtype bf16 --budget 80GiB --max-batch", 5000},
       {"llama2-7b --max-batch bf16 sgd s1024 80GiB",
        "--model llama2-7b --dtype bf16 --optimizer sgd --seq 1024 --budget 80GiB --checkpoint none --max-batch", 5000},
+      // Every checkpoint strategy side by side: each probe of sqrt and optimal plans rewritten graphs.
+      {"gpt2 --max-batch s256 16GiB (3 strategies)", "--model gpt2 --seq 256 --budget 16GiB --max-batch", 0},
   };
   std::vector<std::vector<std::string>> rows;
   nlohmann::json timing = nlohmann::json::array();
