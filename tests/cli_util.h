@@ -14,8 +14,10 @@ struct CliResult {
   std::string output;  // stdout, then stderr when `merge_stderr`
 };
 
-inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd = std::string(MEMPLAN_CLI_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs memplan with `env` (shell assignments such as "LD_DEBUG=libs", or empty) before it.
+inline CliResult run_cli_with_env(const std::string& env, const std::string& args, bool merge_stderr = true) {
+  const std::string cmd =
+      env + " " + std::string(MEMPLAN_CLI_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -25,6 +27,10 @@ inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
+  return run_cli_with_env("", args, merge_stderr);
 }
 
 }  // namespace memplan::testing

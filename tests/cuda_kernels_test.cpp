@@ -63,9 +63,15 @@ bool process_maps_library(const std::string& name) {
   return text.str().find(name) != std::string::npos;
 }
 
-// cuBLAS is opened when the CUDA context needs it, not linked: the process starts without it,
-// and loading it (no GPU needed) resolves every entry point memplan calls.
+// cuBLAS is opened when the CUDA context needs it, not linked: a CPU run never loads it (the
+// dynamic loader's own log of a fresh memplan process says so), and loading it (no GPU
+// needed) resolves every entry point memplan calls.
 TEST(CudaKernels, CublasIsLoadedOnFirstUseWithEveryEntryPoint) {
+  const auto cpu_run = testing::run_cli_with_env("LD_DEBUG=libs", "plan --model mlp --batch 2 --time-limit 0");
+  ASSERT_EQ(cpu_run.exit_code, 0) << cpu_run.output;
+  ASSERT_NE(cpu_run.output.find("libc.so"), std::string::npos) << "no loader log: " << cpu_run.output;
+  EXPECT_EQ(cpu_run.output.find("libcublas"), std::string::npos) << "a CPU run loaded cuBLAS";
+
   if (!kernels::cuda::cublas_loaded()) {
     EXPECT_FALSE(process_maps_library("libcublas")) << "libcublas is mapped before anything asked for it";
   }
