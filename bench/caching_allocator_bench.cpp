@@ -7,9 +7,9 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "common/rng.h"
-#include "runtime/caching_allocator.h"
-#include "runtime/simulated_device.h"
+#include "memplan/common/rng.h"
+#include "memplan/runtime/caching_allocator.h"
+#include "memplan/runtime/simulated_device.h"
 
 int main(int argc, char** argv) {
   using namespace memplan;

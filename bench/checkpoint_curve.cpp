@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/chain_dp.h"
-#include "planner/checkpoint.h"
-#include "planner/memory_plan.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/chain_dp.h"
+#include "memplan/planner/checkpoint.h"
+#include "memplan/planner/memory_plan.h"
 
 namespace memplan::bench {
 namespace {

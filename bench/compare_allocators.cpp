@@ -8,11 +8,11 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/memory_plan.h"
-#include "runtime/dynamic_replay.h"
-#include "runtime/simulated_device.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/runtime/dynamic_replay.h"
+#include "memplan/runtime/simulated_device.h"
 
 int main(int argc, char** argv) {
   using namespace memplan;

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "bench_util.h"
-#include "graph/training_step.h"
-#include "models/zoo.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/zoo.h"
 
 namespace memplan::bench {
 namespace {

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "kernels/kernel.h"
-#include "models/mlp.h"
-#include "runtime/executor.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/models/mlp.h"
+#include "memplan/runtime/executor.h"
 
 namespace {
 

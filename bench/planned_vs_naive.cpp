@@ -9,11 +9,11 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
-#include "models/registry.h"
-#include "runtime/executor.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/executor.h"
 
 namespace {
 

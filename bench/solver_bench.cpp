@@ -19,14 +19,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
-#include "planner/exact_solver.h"
-#include "planner/memory_plan.h"
-#include "planner/greedy_solver.h"
-#include "planner/minimalloc_csv.h"
-#include "planner/validator.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
+#include "memplan/planner/exact_solver.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/minimalloc_csv.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/result.h"
+#include "memplan/common/result.h"
 
 namespace memplan {
 

@@ -1,4 +1,4 @@
-#include "common/byte_size.h"
+#include "memplan/common/byte_size.h"
 
 #include <cctype>
 #include <charconv>

@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "common/result.h"
-#include "common/types.h"
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan {
 

@@ -1,4 +1,4 @@
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <variant>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan {
 

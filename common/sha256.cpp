@@ -1,4 +1,4 @@
-#include "common/sha256.h"
+#include "memplan/common/sha256.h"
 
 #include <cstring>
 

@@ -1,9 +1,9 @@
-#include "graph/autograd.h"
+#include "memplan/graph/autograd.h"
 
 #include <array>
 #include <vector>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::graph {
 namespace {

@@ -2,7 +2,7 @@
 // same graph (phase backward), one gradient rule per op kind in one table (autograd.cpp).
 #pragma once
 
-#include "graph/graph.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::graph {
 

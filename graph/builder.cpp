@@ -1,4 +1,4 @@
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::graph {
 

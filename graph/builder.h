@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "graph/graph.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::graph {
 

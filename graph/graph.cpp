@@ -1,6 +1,6 @@
-#include "graph/graph.h"
+#include "memplan/graph/graph.h"
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::graph {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/op.h"
-#include "graph/tensor.h"
+#include "memplan/graph/op.h"
+#include "memplan/graph/tensor.h"
 
 namespace memplan::graph {
 

@@ -1,10 +1,10 @@
-#include "graph/op.h"
+#include "memplan/graph/op.h"
 
 #include <algorithm>
 #include <array>
 #include <sstream>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::graph {
 namespace {

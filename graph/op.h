@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/tensor.h"
+#include "memplan/graph/tensor.h"
 
 namespace memplan::graph {
 

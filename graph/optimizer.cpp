@@ -1,4 +1,4 @@
-#include "graph/optimizer.h"
+#include "memplan/graph/optimizer.h"
 
 #include <string>
 

@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "common/result.h"
-#include "graph/graph.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::graph {
 

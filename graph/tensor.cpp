@@ -1,8 +1,8 @@
-#include "graph/tensor.h"
+#include "memplan/graph/tensor.h"
 
 #include <sstream>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::graph {
 

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
-#include "common/types.h"
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan::graph {
 

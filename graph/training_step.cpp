@@ -1,6 +1,6 @@
-#include "graph/training_step.h"
+#include "memplan/graph/training_step.h"
 
-#include "graph/autograd.h"
+#include "memplan/graph/autograd.h"
 
 namespace memplan::graph {
 

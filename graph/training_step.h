@@ -1,8 +1,8 @@
 // One training step as one static graph: forward (from a model) + backward + optimizer updates.
 #pragma once
 
-#include "graph/graph.h"
-#include "graph/optimizer.h"
+#include "memplan/graph/graph.h"
+#include "memplan/graph/optimizer.h"
 
 namespace memplan::graph {
 

@@ -1,9 +1,9 @@
 #include <array>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/kernel.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/kernel.h"
 #ifdef MEMPLAN_HAVE_CUDA
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace memplan::kernels {

@@ -7,8 +7,8 @@
 #include <span>
 #include <string_view>
 
-#include "graph/op.h"
-#include "graph/tensor.h"
+#include "memplan/graph/op.h"
+#include "memplan/graph/tensor.h"
 
 namespace memplan::kernels {
 

@@ -1,9 +1,9 @@
-#include "models/cnn.h"
+#include "memplan/models/cnn.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 namespace {

@@ -1,9 +1,9 @@
-#include "models/encoder.h"
+#include "memplan/models/encoder.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 namespace {

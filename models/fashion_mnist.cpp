@@ -1,4 +1,4 @@
-#include "models/fashion_mnist.h"
+#include "memplan/models/fashion_mnist.h"
 
 #include <zlib.h>
 

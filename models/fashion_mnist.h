@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "memplan/common/result.h"
 
 namespace memplan::models {
 

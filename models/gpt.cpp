@@ -1,9 +1,9 @@
-#include "models/gpt.h"
+#include "memplan/models/gpt.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "graph/graph.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::models {
 

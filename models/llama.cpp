@@ -1,9 +1,9 @@
-#include "models/llama.h"
+#include "memplan/models/llama.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 

@@ -1,9 +1,9 @@
-#include "models/mlp.h"
+#include "memplan/models/mlp.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 

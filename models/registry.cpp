@@ -1,4 +1,4 @@
-#include "models/registry.h"
+#include "memplan/models/registry.h"
 
 namespace memplan::models {
 

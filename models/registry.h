@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "models/cnn.h"
-#include "models/gpt.h"
-#include "models/mlp.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/models/cnn.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/mlp.h"
 
 namespace memplan::models {
 

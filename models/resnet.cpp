@@ -1,9 +1,9 @@
-#include "models/resnet.h"
+#include "memplan/models/resnet.h"
 
 #include <cmath>
 #include <string>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 
 namespace memplan::models {
 namespace {

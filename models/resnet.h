@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/graph.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::models {
 

@@ -1,4 +1,4 @@
-#include "models/text_dataset.h"
+#include "memplan/models/text_dataset.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "common/rng.h"
+#include "memplan/common/rng.h"
 
 namespace memplan::models {
 

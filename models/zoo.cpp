@@ -1,9 +1,9 @@
-#include "models/zoo.h"
+#include "memplan/models/zoo.h"
 
-#include "models/encoder.h"
-#include "models/gpt.h"
-#include "models/llama.h"
-#include "models/resnet.h"
+#include "memplan/models/encoder.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
+#include "memplan/models/resnet.h"
 
 namespace memplan::models {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "graph/graph.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::models {
 

@@ -1,4 +1,4 @@
-#include "planner/allocation_problem.h"
+#include "memplan/planner/allocation_problem.h"
 
 #include <algorithm>
 #include <sstream>

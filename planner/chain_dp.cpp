@@ -1,10 +1,10 @@
-#include "planner/chain_dp.h"
+#include "memplan/planner/chain_dp.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::planner {
 namespace {

@@ -20,7 +20,7 @@
 
 #include <vector>
 
-#include "common/types.h"
+#include "memplan/common/types.h"
 
 namespace memplan::planner {
 

@@ -1,10 +1,10 @@
-#include "planner/checkpoint.h"
+#include "memplan/planner/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <set>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::planner {
 

@@ -29,10 +29,10 @@
 #include <string>
 #include <string_view>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "planner/chain_dp.h"
-#include "planner/memory_plan.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/planner/chain_dp.h"
+#include "memplan/planner/memory_plan.h"
 
 namespace memplan::planner {
 

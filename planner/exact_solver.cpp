@@ -1,4 +1,4 @@
-#include "planner/exact_solver.h"
+#include "memplan/planner/exact_solver.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,8 +6,8 @@
 #include <numeric>
 #include <string>
 
-#include "planner/greedy_solver.h"
-#include "planner/validator.h"
+#include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 

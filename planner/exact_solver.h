@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "planner/allocation_problem.h"
+#include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner {
 

@@ -1,4 +1,4 @@
-#include "planner/fit.h"
+#include "memplan/planner/fit.h"
 
 #include <string>
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
-#include "planner/memory_plan.h"
+#include "memplan/common/result.h"
+#include "memplan/planner/memory_plan.h"
 
 namespace memplan::planner {
 

@@ -1,10 +1,10 @@
-#include "planner/greedy_solver.h"
+#include "memplan/planner/greedy_solver.h"
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
-#include "planner/validator.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 

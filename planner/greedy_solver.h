@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "planner/allocation_problem.h"
+#include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner {
 

@@ -1,8 +1,8 @@
-#include "planner/liveness.h"
+#include "memplan/planner/liveness.h"
 
 #include <algorithm>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::planner {
 

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "common/types.h"
-#include "graph/graph.h"
+#include "memplan/common/types.h"
+#include "memplan/graph/graph.h"
 
 namespace memplan::planner {
 

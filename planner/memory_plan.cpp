@@ -1,13 +1,13 @@
-#include "planner/memory_plan.h"
+#include "memplan/planner/memory_plan.h"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
 
-#include "planner/exact_solver.h"
-#include "planner/greedy_solver.h"
-#include "planner/validator.h"
+#include "memplan/planner/exact_solver.h"
+#include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 

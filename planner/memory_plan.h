@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "planner/allocation_problem.h"
-#include "planner/liveness.h"
-#include "planner/schedule.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/planner/allocation_problem.h"
+#include "memplan/planner/liveness.h"
+#include "memplan/planner/schedule.h"
 
 namespace memplan::planner {
 

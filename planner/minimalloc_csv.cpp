@@ -1,4 +1,4 @@
-#include "planner/minimalloc_csv.h"
+#include "memplan/planner/minimalloc_csv.h"
 
 
 #include <array>

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
-#include "planner/allocation_problem.h"
+#include "memplan/common/result.h"
+#include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner {
 

@@ -1,4 +1,4 @@
-#include "planner/schedule.h"
+#include "memplan/planner/schedule.h"
 
 #include <algorithm>
 #include <set>

@@ -5,9 +5,9 @@
 
 #include <string_view>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "planner/liveness.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/planner/liveness.h"
 
 namespace memplan::planner {
 

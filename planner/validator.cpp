@@ -1,4 +1,4 @@
-#include "planner/validator.h"
+#include "memplan/planner/validator.h"
 
 #include <algorithm>
 #include <numeric>

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "common/result.h"
-#include "planner/allocation_problem.h"
+#include "memplan/common/result.h"
+#include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner {
 

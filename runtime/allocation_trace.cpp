@@ -1,6 +1,6 @@
-#include "runtime/allocation_trace.h"
+#include "memplan/runtime/allocation_trace.h"
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::runtime {
 

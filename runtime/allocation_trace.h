@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/types.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/common/types.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::runtime {
 

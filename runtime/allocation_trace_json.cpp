@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "common/check.h"
-#include "runtime/allocation_trace.h"
+#include "memplan/common/check.h"
+#include "memplan/runtime/allocation_trace.h"
 
 namespace memplan::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/caching_allocator.h"
+#include "memplan/runtime/caching_allocator.h"
 
 #include <algorithm>
 #include <bit>

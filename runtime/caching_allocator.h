@@ -18,11 +18,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/result.h"
-#include "common/types.h"
-#include "runtime/allocation_trace.h"
-#include "runtime/device.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
+#include "memplan/runtime/allocation_trace.h"
+#include "memplan/runtime/device.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::runtime {
 

@@ -1,8 +1,8 @@
-#include "runtime/cuda_device.h"
+#include "memplan/runtime/cuda_device.h"
 
 #include <cuda.h>
 
-#include "kernels/cuda/context.h"
+#include "memplan/kernels/cuda/context.h"
 
 namespace memplan::runtime {
 

@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "runtime/device.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/runtime/device.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/device.h"
+#include "memplan/runtime/device.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/result.h"
-#include "common/types.h"
-#include "kernels/kernel.h"
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::runtime {
 

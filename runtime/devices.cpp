@@ -1,8 +1,8 @@
-#include "runtime/devices.h"
+#include "memplan/runtime/devices.h"
 
 #ifdef MEMPLAN_HAVE_CUDA
-#include "kernels/cuda/device_query.h"
-#include "runtime/cuda_device.h"
+#include "memplan/kernels/cuda/device_query.h"
+#include "memplan/runtime/cuda_device.h"
 #endif
 
 namespace memplan::runtime {

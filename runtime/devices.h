@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/result.h"
-#include "runtime/device.h"
+#include "memplan/common/result.h"
+#include "memplan/runtime/device.h"
 
 namespace memplan::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/dynamic_replay.h"
+#include "memplan/runtime/dynamic_replay.h"
 
 #include <algorithm>
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/memory_plan.h"
-#include "runtime/allocation_trace.h"
-#include "runtime/caching_allocator.h"
-#include "runtime/device.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/runtime/allocation_trace.h"
+#include "memplan/runtime/caching_allocator.h"
+#include "memplan/runtime/device.h"
 
 namespace memplan::runtime {
 

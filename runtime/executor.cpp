@@ -1,4 +1,4 @@
-#include "runtime/executor.h"
+#include "memplan/runtime/executor.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -6,9 +6,9 @@
 #include <limits>
 #include <sstream>
 
-#include "common/check.h"
-#include "common/rng.h"
-#include "common/sha256.h"
+#include "memplan/common/check.h"
+#include "memplan/common/rng.h"
+#include "memplan/common/sha256.h"
 
 namespace memplan::runtime {
 

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "kernels/kernel.h"
-#include "planner/memory_plan.h"
-#include "runtime/caching_allocator.h"
-#include "runtime/device.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/runtime/caching_allocator.h"
+#include "memplan/runtime/device.h"
 
 namespace memplan::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "memplan/runtime/safetensors.h"
 
 #include <algorithm>
 #include <cstring>

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
-#include "graph/tensor.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/tensor.h"
 
 namespace memplan::runtime {
 

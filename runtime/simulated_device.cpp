@@ -1,4 +1,4 @@
-#include "runtime/simulated_device.h"
+#include "memplan/runtime/simulated_device.h"
 
 #include <algorithm>
 #include <utility>

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/device.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/runtime/device.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::runtime {
 

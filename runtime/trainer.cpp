@@ -1,4 +1,4 @@
-#include "runtime/trainer.h"
+#include "memplan/runtime/trainer.h"
 
 #include <algorithm>
 #include <chrono>

@@ -6,8 +6,8 @@
 #include <functional>
 #include <vector>
 
-#include "common/result.h"
-#include "runtime/executor.h"
+#include "memplan/common/result.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan::runtime {
 

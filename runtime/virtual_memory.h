@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "common/result.h"
-#include "common/types.h"
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan::runtime {
 

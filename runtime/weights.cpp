@@ -1,12 +1,12 @@
-#include "runtime/weights.h"
+#include "memplan/runtime/weights.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-#include "common/atomic_file.h"
-#include "common/sha256.h"
+#include "memplan/common/atomic_file.h"
+#include "memplan/common/sha256.h"
 
 namespace memplan::runtime {
 namespace {

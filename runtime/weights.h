@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "runtime/executor.h"
-#include "runtime/safetensors.h"
+#include "memplan/common/result.h"
+#include "memplan/runtime/executor.h"
+#include "memplan/runtime/safetensors.h"
 
 namespace memplan::runtime {
 

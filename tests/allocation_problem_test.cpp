@@ -1,7 +1,7 @@
 // planner/allocation_problem: the lower bound (hand-worked) and the input checks.
 #include <gtest/gtest.h>
 
-#include "planner/allocation_problem.h"
+#include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner {
 namespace {

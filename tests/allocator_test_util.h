@@ -1,8 +1,8 @@
 // Helpers shared by the caching-allocator, expandable-segment and allocation-trace tests.
 #pragma once
 
-#include "common/types.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/common/types.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::runtime::test_support {
 

@@ -1,7 +1,7 @@
 // common/byte_size: budget strings users type, and every malformed one refused with a reason.
 #include <gtest/gtest.h>
 
-#include "common/byte_size.h"
+#include "memplan/common/byte_size.h"
 
 namespace memplan {
 namespace {

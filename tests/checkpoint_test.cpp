@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/chain_dp.h"
-#include "planner/checkpoint.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/chain_dp.h"
+#include "memplan/planner/checkpoint.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -6,10 +6,10 @@
 // packs them with room to spare.
 #include <gtest/gtest.h>
 
-#include "planner/exact_solver.h"
-#include "planner/validator.h"
-#include "runtime/caching_allocator.h"
-#include "runtime/simulated_device.h"
+#include "memplan/planner/exact_solver.h"
+#include "memplan/planner/validator.h"
+#include "memplan/runtime/caching_allocator.h"
+#include "memplan/runtime/simulated_device.h"
 
 namespace memplan {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "common/rng.h"
-#include "common/sha256.h"
+#include "memplan/common/rng.h"
+#include "memplan/common/sha256.h"
 
 namespace memplan {
 namespace {

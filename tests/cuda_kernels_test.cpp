@@ -11,14 +11,14 @@
 #include <set>
 #include <sstream>
 
-#include "common/rng.h"
-#include "graph/builder.h"
-#include "graph/training_step.h"
-#include "kernels/kernel.h"
-#include "models/registry.h"
-#include "runtime/devices.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/builder.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/devices.h"
 #ifdef MEMPLAN_HAVE_CUDA
-#include "kernels/cuda/cublas_loader.h"
+#include "memplan/kernels/cuda/cublas_loader.h"
 #endif
 #include "cli_util.h"
 #include "test_util.h"

@@ -2,9 +2,9 @@
 // parameters to planned and naive runs, and, once its cache is warm, no device allocations.
 #include <gtest/gtest.h>
 
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
 #include "test_util.h"
 
 namespace memplan {

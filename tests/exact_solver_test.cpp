@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <numeric>
 
-#include "common/rng.h"
-#include "planner/exact_solver.h"
-#include "planner/greedy_solver.h"
-#include "planner/minimalloc_csv.h"
-#include "planner/validator.h"
+#include "memplan/common/rng.h"
+#include "memplan/planner/exact_solver.h"
+#include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/minimalloc_csv.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 namespace {

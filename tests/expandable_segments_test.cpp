@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "allocator_test_util.h"
-#include "runtime/caching_allocator.h"
-#include "runtime/simulated_device.h"
+#include "memplan/runtime/caching_allocator.h"
+#include "memplan/runtime/simulated_device.h"
 
 namespace memplan::runtime {
 namespace {

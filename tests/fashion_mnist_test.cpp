@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/fashion_mnist.h"
+#include "memplan/models/fashion_mnist.h"
 
 namespace memplan::models {
 namespace {

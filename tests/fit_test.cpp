@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/fit.h"
-#include "runtime/executor.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/fit.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 #include "fuzz/targets.h"
 
 namespace memplan::fuzz {

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
-#include "graph/autograd.h"
-#include "models/cnn.h"
+#include "memplan/graph/autograd.h"
+#include "memplan/models/cnn.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
-#include "graph/autograd.h"
-#include "models/gpt.h"
+#include "memplan/graph/autograd.h"
+#include "memplan/models/gpt.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-#include "graph/builder.h"
-#include "graph/training_step.h"
-#include "models/gpt.h"
-#include "models/text_dataset.h"
+#include "memplan/graph/builder.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/text_dataset.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <functional>
 
-#include "graph/autograd.h"
-#include "graph/builder.h"
+#include "memplan/graph/autograd.h"
+#include "memplan/graph/builder.h"
 #include "test_util.h"
 
 namespace memplan {

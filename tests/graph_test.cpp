@@ -1,10 +1,10 @@
 // graph/: shape inference errors a user can read, views, autograd structure, optimizer ops.
 #include <gtest/gtest.h>
 
-#include "graph/autograd.h"
-#include "graph/builder.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
+#include "memplan/graph/autograd.h"
+#include "memplan/graph/builder.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
 
 namespace memplan::graph {
 namespace {

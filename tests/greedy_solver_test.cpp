@@ -4,9 +4,9 @@
 
 #include <tuple>
 
-#include "common/rng.h"
-#include "planner/greedy_solver.h"
-#include "planner/validator.h"
+#include "memplan/common/rng.h"
+#include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 namespace {

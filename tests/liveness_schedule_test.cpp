@@ -2,14 +2,14 @@
 // base's buffer, persistent and result buffers, in-place reuse, and the memory-aware order.
 #include <gtest/gtest.h>
 
-#include "graph/builder.h"
-#include "graph/training_step.h"
-#include "models/mlp.h"
-#include "models/registry.h"
-#include "models/zoo.h"
-#include "planner/checkpoint.h"
-#include "planner/memory_plan.h"
-#include "planner/schedule.h"
+#include "memplan/graph/builder.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/mlp.h"
+#include "memplan/models/registry.h"
+#include "memplan/models/zoo.h"
+#include "memplan/planner/checkpoint.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/planner/schedule.h"
 
 namespace memplan::planner {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <unistd.h>
 
-#include "common/atomic_file.h"
-#include "planner/minimalloc_csv.h"
+#include "memplan/common/atomic_file.h"
+#include "memplan/planner/minimalloc_csv.h"
 
 namespace memplan::planner {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "graph/builder.h"
+#include "memplan/graph/builder.h"
 #include "test_util.h"
 
 namespace memplan {

@@ -9,10 +9,10 @@
 #include <limits>
 
 #include "cli_util.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "runtime/executor.h"
-#include "runtime/trainer.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/executor.h"
+#include "memplan/runtime/trainer.h"
 
 namespace memplan {
 namespace {

@@ -3,9 +3,9 @@
 // plan, and poison mode catching a wrong plan when the validator is bypassed.
 #include <gtest/gtest.h>
 
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
 #include "test_util.h"
 
 namespace memplan {

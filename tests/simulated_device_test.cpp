@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/simulated_device.h"
+#include "memplan/runtime/simulated_device.h"
 
 namespace memplan::runtime {
 namespace {

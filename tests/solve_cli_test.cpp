@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/minimalloc_csv.h"
-#include "planner/validator.h"
+#include "memplan/planner/minimalloc_csv.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::tools {
 namespace {

@@ -4,10 +4,10 @@
 #include <memory>
 #include <vector>
 
-#include "common/rng.h"
-#include "graph/graph.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/graph.h"
+#include "memplan/runtime/device.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan::testing {
 

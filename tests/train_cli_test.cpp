@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "models/fashion_mnist.h"
+#include "memplan/models/fashion_mnist.h"
 
 namespace memplan {
 namespace {

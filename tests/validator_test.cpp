@@ -1,7 +1,7 @@
 // planner/validator: each rule, on a packing built by hand to break exactly that rule.
 #include <gtest/gtest.h>
 
-#include "planner/validator.h"
+#include "memplan/planner/validator.h"
 
 namespace memplan::planner {
 namespace {

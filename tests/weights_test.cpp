@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "graph/training_step.h"
-#include "models/gpt.h"
-#include "models/mlp.h"
-#include "runtime/safetensors.h"
-#include "runtime/weights.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/mlp.h"
+#include "memplan/runtime/safetensors.h"
+#include "memplan/runtime/weights.h"
 #include "cli_util.h"
 #include "test_util.h"
 

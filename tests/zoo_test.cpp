@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "models/zoo.h"
-#include "planner/memory_plan.h"
-#include "runtime/executor.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/models/zoo.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/rng.h"
+#include "memplan/common/rng.h"
 
 namespace memplan::tools {
 

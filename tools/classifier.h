@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/result.h"
-#include "models/fashion_mnist.h"
-#include "models/registry.h"
-#include "runtime/executor.h"
+#include "memplan/common/result.h"
+#include "memplan/models/fashion_mnist.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan::tools {
 

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::tools {
 

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/byte_size.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
+#include "memplan/common/byte_size.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
 
 namespace memplan::tools {
 

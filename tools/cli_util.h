@@ -10,9 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/result.h"
-#include "graph/graph.h"
-#include "planner/checkpoint.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/planner/checkpoint.h"
 
 namespace memplan::tools {
 

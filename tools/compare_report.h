@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/dynamic_replay.h"
+#include "memplan/runtime/dynamic_replay.h"
 
 namespace memplan::tools {
 

@@ -6,12 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/byte_size.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "models/zoo.h"
-#include "planner/checkpoint.h"
-#include "planner/fit.h"
+#include "memplan/common/byte_size.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/models/zoo.h"
+#include "memplan/planner/checkpoint.h"
+#include "memplan/planner/fit.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"

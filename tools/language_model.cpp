@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/rng.h"
+#include "memplan/common/rng.h"
 
 namespace memplan::tools {
 

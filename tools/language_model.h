@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
-#include "models/registry.h"
-#include "models/text_dataset.h"
-#include "runtime/executor.h"
+#include "memplan/common/result.h"
+#include "memplan/models/registry.h"
+#include "memplan/models/text_dataset.h"
+#include "memplan/runtime/executor.h"
 
 namespace memplan::tools {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/types.h"
+#include "memplan/common/types.h"
 
 namespace memplan::tools {
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graph/graph.h"
-#include "planner/memory_plan.h"
+#include "memplan/graph/graph.h"
+#include "memplan/planner/memory_plan.h"
 
 namespace memplan::tools {
 

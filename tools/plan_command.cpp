@@ -6,11 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/memory_plan.h"
-#include "common/atomic_file.h"
-#include "planner/minimalloc_csv.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/memory_plan.h"
+#include "memplan/common/atomic_file.h"
+#include "memplan/planner/minimalloc_csv.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"

@@ -5,10 +5,10 @@
 #include <iostream>
 #include <memory>
 
-#include "kernels/kernel.h"
-#include "runtime/device.h"
-#include "runtime/executor.h"
-#include "runtime/weights.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/runtime/device.h"
+#include "memplan/runtime/executor.h"
+#include "memplan/runtime/weights.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/language_model.h"

@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/exact_solver.h"
+#include "memplan/planner/exact_solver.h"
 #include "tools/cli_util.h"
-#include "common/atomic_file.h"
-#include "planner/minimalloc_csv.h"
-#include "planner/validator.h"
+#include "memplan/common/atomic_file.h"
+#include "memplan/planner/minimalloc_csv.h"
+#include "memplan/planner/validator.h"
 #include "tools/commands.h"
 
 namespace memplan::tools {

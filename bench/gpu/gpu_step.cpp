@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "common/rng.h"
-#include "graph/training_step.h"
-#include "models/registry.h"
-#include "planner/fit.h"
-#include "runtime/devices.h"
-#include "runtime/executor.h"
-#include "runtime/virtual_memory.h"
+#include "memplan/common/rng.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/fit.h"
+#include "memplan/runtime/devices.h"
+#include "memplan/runtime/executor.h"
+#include "memplan/runtime/virtual_memory.h"
 
 namespace memplan::bench {
 namespace {

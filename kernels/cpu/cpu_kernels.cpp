@@ -1,4 +1,4 @@
-#include "kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>

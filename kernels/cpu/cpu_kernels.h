@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernel.h"
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cpu {
 

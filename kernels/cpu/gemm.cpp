@@ -2,7 +2,7 @@
 // heavy templates here keeps the rest of the build fast.
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
 
 namespace memplan::kernels::cpu {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
 
 namespace memplan::kernels::cpu {
 namespace {

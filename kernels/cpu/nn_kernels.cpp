@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "common/check.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "memplan/common/check.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
 
 namespace memplan::kernels::cpu {
 namespace {

@@ -1,8 +1,8 @@
 // GEMM-shaped ops through cuBLAS: matmul, batched matmul (attention) and the convolution GEMMs
 // (forward, weight gradient, column gradient) on im2col columns. Row-major operands are passed
 // to column-major cuBLAS as their transposes: C^T = op(B)^T op(A)^T.
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/common.cuh"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/context.h"
-#include "kernels/kernel.h"
+#include "memplan/kernels/cuda/context.h"
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cuda {
 

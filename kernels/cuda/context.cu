@@ -2,9 +2,9 @@
 // destroying handles from a static destructor would race the CUDA runtime's own teardown).
 #include <mutex>
 
-#include "kernels/cuda/context.h"
-#include "kernels/cuda/cublas_loader.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/context.h"
+#include "memplan/kernels/cuda/cublas_loader.h"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
 

@@ -11,8 +11,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include "common/check.h"
-#include "kernels/cuda/cublas_loader.h"
+#include "memplan/common/check.h"
+#include "memplan/kernels/cuda/cublas_loader.h"
 
 namespace memplan::kernels::cuda {
 

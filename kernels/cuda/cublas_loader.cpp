@@ -1,4 +1,4 @@
-#include "kernels/cuda/cublas_loader.h"
+#include "memplan/kernels/cuda/cublas_loader.h"
 
 #include <dlfcn.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
+#include "memplan/common/check.h"
 
 namespace memplan::kernels::cuda {
 namespace {

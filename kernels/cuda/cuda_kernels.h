@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernel.h"
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cuda {
 

@@ -2,7 +2,7 @@
 // CUDA device (one cudaMalloc arena, cuBLAS/cuDNN) grow here; CPU-only builds omit this folder.
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/device_query.h"
+#include "memplan/kernels/cuda/device_query.h"
 
 namespace memplan::kernels::cuda {
 

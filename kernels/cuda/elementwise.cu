@@ -3,8 +3,8 @@
 // the arithmetic order per element is the CPU kernel's.
 #include <cmath>
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/common.cuh"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
 namespace {

@@ -2,8 +2,8 @@
 // cuDNN), batch and layer normalisation, embedding, permute. Scatter-style backward ops are
 // written as gathers (each output element sums its contributions in the CPU's order), so they
 // need no atomics and are deterministic.
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/common.cuh"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
 namespace {

@@ -1,8 +1,8 @@
 // CUDA reductions: whole-tensor sums, column sums, per-row ops (softmax, cross-entropy, layer
 // norm) and per-channel ops (batch norm statistics). One block owns each output and combines
 // its threads' partial sums in a fixed tree (common.cuh): no atomics, the same bits every run.
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/cuda/common.cuh"
+#include "memplan/kernels/cuda/cuda_kernels.h"
 
 namespace memplan::kernels::cuda {
 namespace {
