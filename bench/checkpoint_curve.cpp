@@ -68,7 +68,7 @@ nlohmann::json run_model(const std::string& name, const models::ModelOptions& mo
                          std::vector<std::vector<std::string>>& rows, bool& ok) {
   const graph::Graph step = training_step(model, batch);
   planner::PlanOptions options;
-  options.solver_time_limit_s = 0.0;  // the greedy portfolio, as the strategies' search uses
+  options.solver = planner::SolverBudget::greedy_only();  // the greedy portfolio, as the strategies' search uses
   const planner::MemoryPlan none = planner::plan_memory(step, options).value();
   const double base_flops = planner::graph_flops(step);
   const planner::CheckpointChain chain = planner::find_checkpoint_chain(step);

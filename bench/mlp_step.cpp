@@ -13,6 +13,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/kernels/kernel.h"
@@ -39,7 +40,7 @@ double ours_ms(std::int64_t batch, const Options& o) {
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   graph::make_training_step(g, opt);
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, runtime::ExecutorOptions{});  // planned, the default
+  runtime::Executor exec(g, runtime::plan_step_for(planner::StepDescription::of_graph(g), device).value().plan, device);  // planned, the default
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");
   exec.initialize_persistent(0);
   Rng rng(1);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/mlp.h"
@@ -29,7 +30,7 @@ Run run(const graph::Graph& g, std::int64_t batch, runtime::ExecutionMode mode, 
   runtime::CpuDevice device;
   runtime::ExecutorOptions options;
   options.mode = mode;
-  runtime::Executor exec(g, device, options);
+  runtime::Executor exec(g, runtime::plan_step_for(planner::StepDescription::of_graph(g), device).value().plan, device, options);
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");
   exec.initialize_persistent(0);
   Rng rng(1);

@@ -136,7 +136,7 @@ std::vector<BenchInstance> training_graph_instances() {
       graph::make_training_step(g, graph::OptimizerConfig{});
       planner::PlanOptions options;
       options.choose_best_schedule = false;
-      options.solver_time_limit_s = 0;  // the bench runs the solvers itself
+      options.solver = planner::SolverBudget::greedy_only();  // the bench runs the solvers itself
       auto plan = planner::plan_memory(g, options);
       if (!plan) {
         std::cerr << "solver_bench: planning " << m.name << " failed: " << plan.error().message << "\n";

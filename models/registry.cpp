@@ -2,9 +2,39 @@
 
 namespace memplan::models {
 
-std::vector<std::string> trainable_model_names() { return {"mlp", "cnn", "gpt"}; }
+const std::vector<ModelInfo>& model_registry() {
+  static const std::vector<ModelInfo> kModels = [] {
+    std::vector<ModelInfo> models = {
+        {"mlp", "MLP on Fashion-MNIST (784-256-256-10 by default)", true, false, 128},
+        {"cnn", "small ResNet (16/32/64 channels) on Fashion-MNIST", true, true, 64},
+        {"gpt", "character-level GPT-2-style decoder (2 blocks, width 128, context 64)", true, false, 32},
+    };
+    for (const ZooModel& z : zoo_models()) models.push_back({z.name, z.summary, false, z.vision, z.default_batch});
+    return models;
+  }();
+  return kModels;
+}
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "gpt"}; }  // the zoo: models/zoo.h
+const ModelInfo* find_model(const std::string& name) {
+  for (const ModelInfo& m : model_registry()) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelInfo& m : model_registry()) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::string> trainable_model_names() {
+  std::vector<std::string> names;
+  for (const ModelInfo& m : model_registry()) {
+    if (m.trainable) names.push_back(m.name);
+  }
+  return names;
+}
 
 TrainDefaults train_defaults(const std::string& model) {
   // cnn, measured on 2 shared cores: batch 128 lr 2e-3 4 epochs 88.9% (706 s); batch 64 lr 1e-3
@@ -19,6 +49,7 @@ Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t bat
     if (options.name == "mlp") return build_mlp(options.mlp, batch);
     if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
     if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);
+    if (find_zoo_model(options.name) != nullptr) return build_zoo_forward(options.name, batch, options.zoo);
   } catch (const graph::GraphError& e) {
     return Error{"model '" + options.name + "': " + e.what()};
   }

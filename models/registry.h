@@ -1,4 +1,6 @@
-// The trainable reference models by name, as the CLI selects them.
+// Every model memplan can build, by name, in one table: the trainable reference models (MLP, CNN,
+// GPT, which `memplan train` feeds with real data) and the zoo of published architectures
+// (planning only, models/zoo.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "memplan/models/cnn.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/mlp.h"
+#include "memplan/models/zoo.h"
 
 namespace memplan::models {
 
@@ -18,13 +21,23 @@ struct ModelOptions {
   MlpConfig mlp;  // used when name == "mlp"
   CnnConfig cnn;  // used when name == "cnn"
   GptConfig gpt;  // used when name == "gpt"
+  ZooOptions zoo;  // used for the zoo models (sequence length, image size, dtype)
   // false builds the evaluation graph (batch norm from running statistics, no dropout).
   bool training = true;
 };
 
+struct ModelInfo {
+  std::string name;
+  std::string summary;
+  bool trainable = false;  // `memplan train` has data and kernels for it; otherwise planning only
+  bool vision = false;     // images in (--image-size); otherwise tokens (--seq), or features (mlp)
+  std::int64_t default_batch = 8;
+};
+
+const std::vector<ModelInfo>& model_registry();
+const ModelInfo* find_model(const std::string& name);  // nullptr when unknown
+std::vector<std::string> model_names();                // every model build_forward knows
 std::vector<std::string> trainable_model_names();
-// Every model build_forward knows (the trainable ones plus those `memplan train` cannot feed yet).
-std::vector<std::string> model_names();
 
 // What `memplan train` uses when a flag is not given: each model has its own sensible defaults.
 struct TrainDefaults {

@@ -63,12 +63,6 @@ std::vector<bool> step_result_roots(const Graph& g) {
   return result;
 }
 
-std::string format_mib(Bytes bytes) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.2f MiB (%lld B)", static_cast<double>(bytes) / (1024.0 * 1024.0),
-                static_cast<long long>(bytes));
-  return text;
-}
 
 }  // namespace
 
@@ -341,7 +335,7 @@ class Checkpointer {
     // Candidates are compared with the greedy packer alone (fast, and never below the final
     // plan's arena); the chosen one is then planned with the caller's options.
     search_options_ = options;
-    search_options_.solver_time_limit_s = 0.0;
+    search_options_.solver = SolverBudget::greedy_only();
   }
 
   Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainAction>& actions) {
@@ -452,34 +446,41 @@ class Checkpointer {
   }
 };
 
-// The budget cannot be met: say the least any strategy reaches and which one.
-Error budget_error(Checkpointer& cp, Bytes budget, CheckpointStrategy asked) {
+// The least arena any strategy reaches (ties: less recomputation), with its graph.
+Result<Candidate> least_arena(Checkpointer& cp) {
   std::vector<Candidate> options;
-  if (auto c = cp.none()) options.push_back(std::move(c).value());
-  if (auto c = cp.sqrt()) options.push_back(std::move(c).value());
-  if (auto c = cp.optimal(std::nullopt); c && c.value()) options.push_back(std::move(*c.value()));
-  std::string message = "budget " + format_mib(budget) + " is below what checkpoint " +
-                        std::string(checkpoint_strategy_name(asked)) + " can reach";
-  const Candidate* least = nullptr;
-  for (const Candidate& c : options) {
-    if (!least || c.arena < least->arena || (c.arena == least->arena && c.extra_flops < least->extra_flops)) least = &c;
+  auto none = cp.none();
+  if (!none) return none.error();
+  options.push_back(std::move(none).value());
+  auto sq = cp.sqrt();
+  if (!sq) return sq.error();
+  options.push_back(std::move(sq).value());
+  auto opt = cp.optimal(std::nullopt);
+  if (!opt) return opt.error();
+  if (opt.value()) options.push_back(std::move(*opt.value()));
+  std::size_t least = 0;
+  for (std::size_t i = 1; i < options.size(); ++i) {
+    const Candidate& c = options[i];
+    if (c.arena < options[least].arena || (c.arena == options[least].arena && c.extra_flops < options[least].extra_flops)) least = i;
   }
-  if (least) {
-    char overhead[64];
-    std::snprintf(overhead, sizeof overhead, "%.1f", 100.0 * least->extra_flops / std::max(cp.base_flops(), 1.0));
-    message += "; the minimum feasible arena is " + format_mib(least->arena) + ", reached with --checkpoint " +
-               std::string(checkpoint_strategy_name(least->strategy)) + " (recompute +" + overhead +
-               "% FLOPs); use a budget of at least that, a smaller batch or a smaller model";
-  }
-  return Error{message};
+  return std::move(options[least]);
 }
 
 }  // namespace
 
-Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, CheckpointStrategy strategy,
-                                              std::optional<Bytes> budget, const PlanOptions& options) {
-  auto before = planned_arena(training_step, options);
-  if (!before) return before.error();
+Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const CheckpointRequest& request,
+                                              const PlanOptions& options) {
+  const std::optional<Bytes> budget = request.budget;
+  const CheckpointStrategy strategy = request.strategy;
+  // The step without checkpointing, planned with the caller's options: the report's "before",
+  // strategy none's plan, and auto's first choice. A batch-size probe of sqrt or optimal needs
+  // none of these, so it skips this plan.
+  const bool need_before = !request.stop_when_unmet || strategy == CheckpointStrategy::kNone ||
+                           strategy == CheckpointStrategy::kAuto;
+  Result<MemoryPlan> before_plan = MemoryPlan{};
+  if (need_before) before_plan = plan_memory(training_step, options);
+  if (!before_plan) return before_plan.error();
+  const Result<Bytes> before = before_plan.value().arena_bytes;
   Checkpointer cp(training_step, options);
 
   std::optional<Candidate> chosen;
@@ -519,13 +520,61 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, Checkp
       break;
     }
   }
-  if (!chosen || (budget && chosen->arena > *budget)) return budget_error(cp, budget.value_or(0), strategy);
+  const double base_flops = std::max(cp.base_flops(), 1.0);
+  // Candidates were compared by their greedy packing; the chosen one is planned with the
+  // caller's options (the plan it will run with) before deciding whether it fits.
+  std::optional<MemoryPlan> after_plan;
+  auto final_arena = [&]() -> Result<Bytes> {
+    if (chosen->strategy == CheckpointStrategy::kNone) {
+      after_plan = before_plan.value();
+    } else {
+      auto p = plan_memory(chosen->graph, options);
+      if (!p) return p.error();
+      after_plan = std::move(p).value();
+    }
+    return after_plan->arena_bytes;
+  };
+  std::optional<Bytes> after;
+  if (chosen) {
+    auto a = final_arena();
+    if (!a) return a.error();
+    after = a.value();
+  }
+  const bool fits = after && (!budget || *after <= *budget);
+  if (!fits && request.stop_when_unmet) {
+    CheckpointOutcome outcome{chosen ? chosen->graph : training_step, strategy, before.value(),
+                              after.value_or(before.value()), after_plan ? *after_plan : before_plan.value(), 0.0, false,
+                              std::nullopt};
+    return outcome;
+  }
+  std::optional<MinimumArena> minimum;
+  if (!fits) {
+    // The answer is "no": keep the asked strategy's smallest arena as the graph (auto: the least
+    // of all strategies when searched, else optimal's), and say what any strategy reaches.
+    std::optional<Candidate> least;
+    if (request.find_minimum) {
+      auto l = least_arena(cp);
+      if (!l) return l.error();
+      minimum = MinimumArena{l.value().strategy, l.value().arena, l.value().extra_flops / base_flops};
+      least = std::move(l).value();
+    }
+    if (strategy == CheckpointStrategy::kAuto && least) {
+      chosen = std::move(*least);
+    } else if (strategy == CheckpointStrategy::kOptimal || strategy == CheckpointStrategy::kAuto) {
+      auto c = cp.optimal(std::nullopt);
+      if (!c) return c.error();
+      if (c.value()) chosen = std::move(*c.value());
+    }
+    if (!chosen) return Error{"no checkpoint schedule could be planned"};
+    auto a = final_arena();
+    if (!a) return a.error();
+    after = a.value();
+  }
 
-  CheckpointOutcome outcome{std::move(chosen->graph), chosen->strategy, before.value(), 0, 0.0};
-  auto after = planned_arena(outcome.graph, options);
-  if (!after) return after.error();
-  outcome.peak_after = after.value();
-  outcome.extra_flops_fraction = chosen->extra_flops / std::max(cp.base_flops(), 1.0);
+  CheckpointOutcome outcome{std::move(chosen->graph), chosen->strategy, before.value(), *after, std::move(*after_plan),
+                            0.0, false, minimum};
+  outcome.fits = !budget || outcome.arena_bytes_with <= *budget;
+  outcome.extra_flops_fraction = chosen->extra_flops / base_flops;
   return outcome;
 }
 

@@ -41,17 +41,40 @@ enum class CheckpointStrategy { kNone, kSqrt, kOptimal, kAuto };
 Result<CheckpointStrategy> parse_checkpoint_strategy(std::string_view name);  // error lists the valid names
 std::string_view checkpoint_strategy_name(CheckpointStrategy s);
 
-struct CheckpointOutcome {
-  graph::Graph graph;                       // the training step with recompute ops ("recompute:NAME") inserted
-  CheckpointStrategy chosen;                // for kAuto: the strategy it picked
-  Bytes peak_before = 0, peak_after = 0;    // planned arena bytes without / with checkpointing
-  double extra_flops_fraction = 0.0;        // recompute FLOPs / FLOPs of the un-checkpointed step
+// The least arena any strategy reaches for a step, and the strategy that reaches it.
+struct MinimumArena {
+  CheckpointStrategy strategy = CheckpointStrategy::kNone;
+  Bytes arena_bytes = 0;
+  double extra_flops_fraction = 0.0;
 };
 
-// budget: arena budget in bytes, or nullopt (then sqrt/optimal minimise memory; auto = none).
-// Fails with a message naming the minimum feasible arena and the strategy reaching it when the budget cannot be met.
-Result<CheckpointOutcome> apply_checkpointing(const graph::Graph& training_step, CheckpointStrategy strategy,
-                                              std::optional<Bytes> budget, const PlanOptions& options = {});
+struct CheckpointOutcome {
+  graph::Graph graph;  // the training step with recompute ops ("recompute:NAME") inserted
+  CheckpointStrategy chosen = CheckpointStrategy::kNone;  // for kAuto: the strategy it picked
+  Bytes arena_bytes_without = 0;     // planned arena of the step without checkpointing
+  Bytes arena_bytes_with = 0;        // planned arena of `graph`
+  MemoryPlan plan;                   // `graph` planned with the caller's options
+  double extra_flops_fraction = 0.0;  // recompute FLOPs / FLOPs of the un-checkpointed step
+  // Whether arena_bytes_with meets the budget (true without one). A budget that cannot be met is
+  // an answer, not an error: `graph` is then the strategy's smallest arena (kAuto: the least of
+  // all strategies with find_minimum, else optimal's), and `minimum` says what any strategy
+  // reaches (with find_minimum).
+  bool fits = true;
+  std::optional<MinimumArena> minimum;
+};
+
+struct CheckpointRequest {
+  CheckpointStrategy strategy = CheckpointStrategy::kNone;
+  std::optional<Bytes> budget;  // arena bytes; nullopt: sqrt/optimal minimise memory, auto = none
+  // When the budget is not met, also search the least arena of every strategy (`minimum`).
+  bool find_minimum = true;
+  // A batch-size search only needs "fits or not": an unmet budget then returns as soon as it is
+  // known, with `graph` and `plan` those of the candidate that did not fit (or of the step itself).
+  bool stop_when_unmet = false;
+};
+
+Result<CheckpointOutcome> apply_checkpointing(const graph::Graph& training_step, const CheckpointRequest& request,
+                                              const PlanOptions& options = {});
 
 // The FLOPs of one execution of every op of a graph (op.h documents each op's count).
 double graph_flops(const graph::Graph& graph);

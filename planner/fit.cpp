@@ -1,29 +1,12 @@
 #include "memplan/planner/fit.h"
 
+#include <algorithm>
 #include <string>
 
 namespace memplan::planner {
 
-namespace {
-constexpr Bytes kMiB = Bytes{1} << 20;
-}
-
-Result<std::vector<Overhead>> runtime_overheads(std::string_view device_kind) {
-  if (device_kind == "cpu") return std::vector<Overhead>{};
-  if (device_kind == "cuda") {
-    return std::vector<Overhead>{{"CUDA context", 500 * kMiB},
-                                 {"cuBLAS handle", 8 * kMiB},
-                                 {"cuBLAS workspace", 32 * kMiB},
-                                 {"cuDNN handle", 16 * kMiB}};
-  }
-  return Error{"unknown device kind '" + std::string(device_kind) + "' (expected cuda or cpu)"};
-}
-
-FitReport fit_report(const MemoryPlan& plan, Bytes budget_bytes, const std::vector<Overhead>& overheads) {
-  FitReport r;
-  r.budget_bytes = budget_bytes;
-  r.overheads = overheads;
-  FitBreakdown& b = r.breakdown;
+FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) {
+  FitBreakdown b;
   for (const auto& [role, bytes] : plan.peak_by_role()) {
     switch (role) {
       case graph::Role::parameter: b.parameters += bytes; break;
@@ -32,21 +15,125 @@ FitReport fit_report(const MemoryPlan& plan, Bytes budget_bytes, const std::vect
       default: b.activations_at_peak += bytes; break;
     }
   }
+  b.workspace = plan.workspace_bytes;
   b.arena = plan.arena_bytes;
-  for (const Overhead& o : overheads) b.runtime_overhead += o.bytes;
-  b.total = b.arena + b.runtime_overhead;
-  r.headroom_bytes = budget_bytes - b.total;
-  r.fits = b.total <= budget_bytes;
-  return r;
+  b.runtime_overhead = device.overhead_bytes();
+  b.total = device.total_bytes(b.arena);
+  return b;
 }
 
-Result<BatchSearch> search_max_batch(const TotalBytesForBatch& total_bytes, Bytes budget_bytes, std::int64_t limit) {
+namespace {
+
+// The strategies a suggestion chooses among, least recomputation first.
+constexpr CheckpointStrategy kSuggestionOrder[] = {CheckpointStrategy::kNone, CheckpointStrategy::kSqrt,
+                                                   CheckpointStrategy::kOptimal};
+
+}  // namespace
+
+Result<FitAnswer> answer_fit(const FitQuestion& question) {
+  FitAnswer answer;
+  const DeviceProfile& device = question.request.device;
+  answer.device_memory = question.device_memory;
+  answer.overheads = device.overheads;
+  PlanRequest request = question.request;
+  request.budget = device.arena_budget(question.device_memory);
+  request.answer_only = false;
+  request.find_minimum_arena = question.find_minimum_arena;
+
+  auto planned = plan_step(question.step, request);
+  if (!planned) return planned.error();
+  ++answer.steps_planned;
+  answer.planned = std::move(planned).value();
+  const MemoryPlan& plan = answer.planned.plan;
+  answer.breakdown = fit_breakdown(plan, device);
+  answer.fits = answer.planned.fits && device.fits(plan.arena_bytes, question.device_memory);
+  answer.headroom_bytes = question.device_memory - answer.breakdown.total;
+  if (!answer.fits && answer.planned.checkpoint) answer.minimum = answer.planned.checkpoint->minimum;
+
+  // Checkpointing trades activations only: when parameters, optimizer state, workspace and the
+  // runtime's overheads alone exceed the memory, no batch fits under any strategy.
+  const bool persistent_too_big = !device.fits(plan.persistent_bytes, question.device_memory);
+  std::vector<CheckpointStrategy> strategies = question.max_batch_strategies;
+  if (!answer.fits && std::find(strategies.begin(), strategies.end(), request.checkpoint) == strategies.end()) {
+    strategies.push_back(request.checkpoint);
+  }
+  for (CheckpointStrategy strategy : strategies) {
+    StrategyMaxBatch row{strategy, 0, 0};
+    if (!persistent_too_big) {
+      PlanRequest probe = request;
+      probe.checkpoint = strategy;
+      probe.answer_only = true;
+      auto fits_at = [&](std::int64_t batch) -> Result<bool> {
+        StepDescription step = question.step;
+        step.batch = batch;
+        auto p = plan_step(step, probe);
+        if (!p) return p.error();
+        return p.value().fits;
+      };
+      auto search = search_max_batch(fits_at, question.max_batch_limit);
+      if (!search) return search.error();
+      row.max_batch = search.value().max_batch;
+      row.steps_planned = search.value().probes;
+      answer.steps_planned += row.steps_planned;
+    }
+    answer.max_batch.push_back(row);
+  }
+  if (answer.fits) return answer;
+
+  // Not fitting: for each searched strategy, the largest micro-batch that fits and divides the
+  // requested batch (gradient accumulation then reproduces it exactly); the largest wins, ties to
+  // the strategy listed first. Then the first strategy, least recomputation first, under which
+  // the whole batch fits.
+  const std::int64_t batch = question.step.batch;
+  FitSuggestion s;
+  s.persistent_state_too_big = persistent_too_big;
+  if (!persistent_too_big) s.activation_room_bytes = question.device_memory - device.total_bytes(plan.persistent_bytes);
+  for (const StrategyMaxBatch& row : answer.max_batch) {
+    if (row.max_batch <= 0) continue;
+    std::int64_t micro = std::min(row.max_batch, batch);
+    while (batch % micro != 0) --micro;
+    if (micro > s.micro_batch) {
+      s.micro_batch = micro;
+      s.checkpoint = row.strategy;
+    }
+  }
+  if (s.micro_batch > 0) s.accumulation_steps = batch / s.micro_batch;
+  // No strategy can fit the whole batch when even the least arena of all does not.
+  const bool some_strategy_fits = !persistent_too_big && (!answer.minimum || answer.minimum->arena_bytes <= *request.budget);
+  if (some_strategy_fits) {
+    for (CheckpointStrategy strategy : kSuggestionOrder) {
+      if (strategy == request.checkpoint || strategy == CheckpointStrategy::kNone) continue;
+      bool fits = false;
+      for (const StrategyMaxBatch& row : answer.max_batch) fits = fits || (row.strategy == strategy && row.max_batch >= batch);
+      if (!fits) {
+        PlanRequest probe = request;
+        probe.checkpoint = strategy;
+        probe.answer_only = true;
+        auto p = plan_step(question.step, probe);
+        if (!p) return p.error();
+        ++answer.steps_planned;
+        fits = p.value().fits;
+      }
+      if (fits) {
+        s.whole_batch_checkpoint = strategy;
+        break;
+      }
+    }
+  }
+  if (s.micro_batch == 0 && s.whole_batch_checkpoint) {
+    s.micro_batch = batch;
+    s.accumulation_steps = 1;
+    s.checkpoint = *s.whole_batch_checkpoint;
+  }
+  answer.suggestion = s;
+  return answer;
+}
+
+Result<BatchSearch> search_max_batch(const FitsAtBatch& fits_at, std::int64_t limit) {
   BatchSearch out;
   auto fits = [&](std::int64_t batch) -> Result<bool> {
     ++out.probes;
-    Result<Bytes> total = total_bytes(batch);
-    if (!total) return total.error();
-    return total.value() <= budget_bytes;
+    return fits_at(batch);
   };
   Result<bool> first = fits(1);
   if (!first) return first.error();

@@ -1,65 +1,90 @@
-// "Does it fit?" from a plan alone: total device bytes = the arena (exact) + the runtime's own
-// overheads (documented constants per device kind), a breakdown by role, and the largest batch
-// that fits by search over "fits / does not fit". Nothing here allocates or builds graphs; the
-// caller supplies a function that plans a batch size.
+// "Does it fit?" as a value. A FitQuestion (a step, a plan request with the device's profile, the
+// device's memory) gets a FitAnswer: whether it fits (one predicate: DeviceProfile::fits), the
+// breakdown of the bytes, the least arena any checkpoint strategy reaches when it does not, the
+// largest batch per strategy, and a suggestion — found by planning alone, every plan through
+// plan_step. tools/ renders the answer; nothing here prints.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "memplan/common/result.h"
-#include "memplan/planner/memory_plan.h"
+#include "memplan/planner/device_profile.h"
+#include "memplan/planner/plan_step.h"
 
 namespace memplan::planner {
-
-struct Overhead {
-  std::string what;
-  Bytes bytes = 0;
-};
-
-// Memory the runtime uses outside the arena, by device kind ("cpu" or "cuda"). The CUDA figures
-// are typical for a current driver and toolkit on Hopper: CUDA context ~500 MiB (it varies with
-// driver, card and loaded modules: measure with `nvidia-smi` after cudaFree(0)), the cuBLAS
-// handle ~8 MiB plus its default 32 MiB workspace on sm_90, the cuDNN handle ~16 MiB. The CPU
-// device has none.
-Result<std::vector<Overhead>> runtime_overheads(std::string_view device_kind);
 
 struct FitBreakdown {
   Bytes parameters = 0;
   Bytes gradients_at_peak = 0;
   Bytes optimizer_state = 0;
   Bytes activations_at_peak = 0;  // activations, inputs and temporaries live at the peak
-  Bytes workspace = 0;
+  Bytes workspace = 0;            // kernel workspace inside the arena
   Bytes arena = 0;
-  Bytes runtime_overhead = 0;
+  Bytes runtime_overhead = 0;     // outside the arena
   Bytes total = 0;
 };
 
-struct FitReport {
-  bool fits = false;
-  Bytes budget_bytes = 0;
-  Bytes headroom_bytes = 0;  // budget - total (negative when it does not fit)
-  FitBreakdown breakdown;
-  std::vector<Overhead> overheads;
+FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device);
+
+struct FitQuestion {
+  StepDescription step;  // a model at the batch asked about
+  PlanRequest request;   // device profile, checkpoint strategy, solver budget (its budget is set here)
+  Bytes device_memory = 0;
+  // Search the largest batch for each of these strategies (empty: no search). A batch that does
+  // not fit is searched for the request's strategy anyway, for the suggestion.
+  std::vector<CheckpointStrategy> max_batch_strategies;
+  std::int64_t max_batch_limit = std::int64_t{1} << 20;
+  // When the batch does not fit, also find the least arena any strategy reaches (FitAnswer::
+  // minimum): a plan per point of the optimal strategy's frontier (GPT-2 XL: about 17 s).
+  bool find_minimum_arena = false;
 };
 
-FitReport fit_report(const MemoryPlan& plan, Bytes budget_bytes, const std::vector<Overhead>& overheads);
+struct StrategyMaxBatch {
+  CheckpointStrategy strategy = CheckpointStrategy::kNone;
+  std::int64_t max_batch = 0;      // 0: not even batch 1 fits
+  std::int64_t steps_planned = 0;  // probes of the search
+};
+
+struct FitSuggestion {
+  std::int64_t micro_batch = 0;  // 0: nothing fits; `note` says why
+  std::int64_t accumulation_steps = 0;
+  CheckpointStrategy checkpoint = CheckpointStrategy::kNone;
+  // The first strategy (least recomputation first) under which the whole batch fits, if any.
+  std::optional<CheckpointStrategy> whole_batch_checkpoint;
+  bool persistent_state_too_big = false;  // parameters + optimizer state + overheads exceed the memory
+  Bytes activation_room_bytes = 0;        // memory left after those (when they fit)
+};
+
+struct FitAnswer {
+  bool fits = false;
+  Bytes device_memory = 0;
+  Bytes headroom_bytes = 0;  // device_memory - total (negative when it does not fit)
+  FitBreakdown breakdown;
+  std::vector<Overhead> overheads;
+  PlannedStep planned;                  // the batch asked about
+  std::optional<MinimumArena> minimum;  // when it does not fit: the least arena any strategy reaches
+  std::vector<StrategyMaxBatch> max_batch;
+  std::optional<FitSuggestion> suggestion;  // when it does not fit
+  std::int64_t steps_planned = 0;          // every step planned for this answer
+};
+
+Result<FitAnswer> answer_fit(const FitQuestion& question);
 
 // Total device bytes for a batch size, or an Error (e.g. the model cannot be built at it).
-using TotalBytesForBatch = std::function<Result<Bytes>(std::int64_t batch)>;
+using FitsAtBatch = std::function<Result<bool>(std::int64_t batch)>;
 
 struct BatchSearch {
   std::int64_t max_batch = 0;  // 0: not even batch 1 fits
   std::int64_t probes = 0;     // plans made
 };
 
-// The largest batch in [1, limit] whose total fits the budget. Memory grows with the batch, so
-// doubling then bisection finds it; the answer is checked: max_batch fits and max_batch + 1
-// does not (unless max_batch == limit).
-Result<BatchSearch> search_max_batch(const TotalBytesForBatch& total_bytes, Bytes budget_bytes,
-                                     std::int64_t limit = std::int64_t{1} << 20);
+// The largest batch in [1, limit] that fits. Memory grows with the batch, so doubling then
+// bisection finds it; the answer is checked: max_batch fits and max_batch + 1 does not (unless
+// max_batch == limit).
+Result<BatchSearch> search_max_batch(const FitsAtBatch& fits, std::int64_t limit = std::int64_t{1} << 20);
 
 }  // namespace memplan::planner

@@ -89,9 +89,10 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     return plan;
   }
   Solution solution = solve_greedy(transient);
-  if (solution.status != SolveStatus::optimal && options.solver_time_limit_s > 0) {
+  if (solution.status != SolveStatus::optimal && options.solver.searches()) {
     ExactSolverOptions exact;
-    exact.time_limit_s = options.solver_time_limit_s;
+    exact.node_limit = options.solver.exact_nodes;
+    exact.time_limit_s = options.solver.time_limit_s;
     Solution better = solve_exact(transient, exact);
     if (better.has_packing() && better.height_bytes <= solution.height_bytes) solution = better;
   }

@@ -35,6 +35,16 @@ struct PlannedBuffer {
 // planner and the naive executor use.
 PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& life);
 
+// How hard offset assignment tries after the greedy portfolio. Deterministic by default: a budget
+// of search nodes gives the same plan on a busy machine and an idle one. Wall-clock time limits
+// the search only when a caller asks for it (then two runs may differ).
+struct SolverBudget {
+  std::int64_t exact_nodes = 1'000'000;  // exact search nodes; 0: the greedy portfolio alone
+  double time_limit_s = 0.0;             // > 0: also stop the exact search after this many seconds
+  static SolverBudget greedy_only() { return {0, 0.0}; }
+  bool searches() const { return exact_nodes != 0; }
+};
+
 struct PlanOptions {
   ScheduleKind schedule = ScheduleKind::memory_aware;
   bool choose_best_schedule = true;  // plan both orders and keep the lower arena
@@ -44,7 +54,7 @@ struct PlanOptions {
   // program_order_arena_bytes then holds that lower bound and program_order_skipped is set.
   bool skip_dominated_schedule = false;
   bool in_place = true;
-  double solver_time_limit_s = 2.0;  // exact search budget after the greedy portfolio
+  SolverBudget solver;
   Bytes guard_bytes = 0;             // debug: a gap after every buffer, checked after every op
   // Kernel scratch the device asks for (the CUDA device: cuBLAS workspace and kernels' partial
   // sums); placed at the end of the persistent region, so it is part of the arena.

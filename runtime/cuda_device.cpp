@@ -1,5 +1,7 @@
 #include "memplan/runtime/cuda_device.h"
 
+#include "memplan/planner/device_profile.h"
+
 #include <cuda.h>
 
 #include "memplan/kernels/cuda/context.h"
@@ -111,6 +113,10 @@ void CudaDevice::copy_to_host(void* host_dst, const void* device_src, Bytes size
   MEMPLAN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+// `memplan fit --device cuda` plans with the documented profile; it must ask for exactly the
+// workspace this device places in the arena.
+static_assert(static_cast<Bytes>(kc::kWorkspaceBytes) == planner::kCudaWorkspaceBytes,
+              "the documented CUDA profile's workspace differs from the CUDA device's");
 Bytes CudaDevice::workspace_bytes() const { return static_cast<Bytes>(kc::kWorkspaceBytes); }
 
 void CudaDevice::attach_workspace(void* ptr, Bytes size_bytes) {

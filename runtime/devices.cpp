@@ -34,4 +34,19 @@ Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capa
 #endif
 }
 
+planner::DeviceProfile device_profile(const Device& device) {
+  const bool cuda = device.kind() == kernels::DeviceKind::cuda;
+  planner::DeviceProfile profile = planner::documented_device_profile(cuda ? "cuda" : "cpu").value();
+  profile.name = device.name();
+  profile.alignment = kDeviceAlignment;
+  profile.workspace_bytes = device.workspace_bytes();
+  return profile;
+}
+
+Result<planner::PlannedStep> plan_step_for(const planner::StepDescription& step, const Device& device,
+                                           planner::PlanRequest request) {
+  request.device = device_profile(device);
+  return planner::plan_step(step, request);
+}
+
 }  // namespace memplan::runtime

@@ -7,6 +7,8 @@
 #include <string_view>
 
 #include "memplan/common/result.h"
+#include "memplan/planner/device_profile.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/device.h"
 
 namespace memplan::runtime {
@@ -20,5 +22,13 @@ Result<kernels::DeviceKind> resolve_device_kind(std::string_view name);
 // A device of that kind; an Error (naming what is missing) when CUDA is asked for but absent.
 // A capacity > 0 caps what the device hands out (out-of-memory becomes testable).
 Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes = 0);
+
+// The profile plan_step plans for this device: its alignment and kernel workspace (inside the
+// arena), and the documented runtime overheads of its kind (outside the arena).
+planner::DeviceProfile device_profile(const Device& device);
+
+// plan_step for this device: the request with its device profile set to device_profile(device).
+Result<planner::PlannedStep> plan_step_for(const planner::StepDescription& step, const Device& device,
+                                           planner::PlanRequest request = {});
 
 }  // namespace memplan::runtime

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "memplan/planner/allocation_events.h"
+
 namespace memplan::runtime {
 
 ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, const ReplayOptions& options) {
@@ -10,24 +12,16 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
   allocator.set_trace(options.trace);
   const auto n = plan.buffers.size();
   std::vector<void*> ptr(n, nullptr);
-  std::vector<std::vector<int>> alloc_at(plan.schedule.size()), free_after(plan.schedule.size());
-  std::vector<std::vector<int>> lazy_at(plan.schedule.size());  // optimizer state, step 1 only
-  std::vector<int> inputs, results, upfront;
-  for (std::size_t b = 0; b < n; ++b) {
-    const planner::PlannedBuffer& buf = plan.buffers[b];
-    const int i = static_cast<int>(b);
-    if (buf.persistent) {
-      if (buf.role == graph::Role::optimizer_state && options.lazy_optimizer_state) {
-        lazy_at[static_cast<std::size_t>(buf.first_use)].push_back(i);
-      } else {
-        upfront.push_back(i);
-      }
-      continue;
-    }
-    if (buf.role == graph::Role::input) inputs.push_back(i);
-    else alloc_at[static_cast<std::size_t>(buf.first_op)].push_back(i);
-    if (buf.step_result) results.push_back(i);
-    else free_after[static_cast<std::size_t>(buf.last_op)].push_back(i);
+  // The same events planned, naive and dynamic execution walk.
+  const planner::AllocationEvents events = planner::allocation_events(plan);
+  const std::vector<int>& inputs = events.inputs;
+  const std::vector<int>& results = events.step_results;
+  const std::vector<std::vector<int>>& alloc_at = events.alloc_before;
+  const std::vector<std::vector<int>>& free_after = events.free_after;
+  std::vector<int> upfront;
+  for (int b : events.persistent) {
+    const bool lazy = options.lazy_optimizer_state && plan.buffers[static_cast<std::size_t>(b)].role == graph::Role::optimizer_state;
+    if (!lazy) upfront.push_back(b);
   }
   OpIndex current_op = -1;
   std::int64_t current_step = 0;
@@ -90,8 +84,8 @@ ReplayResult replay_dynamic(const planner::MemoryPlan& plan, Device& device, con
     for (std::size_t pos = 0; pos < plan.schedule.size(); ++pos) {
       current_op = static_cast<OpIndex>(pos);
       if (options.trace) options.trace->set_label("op " + std::to_string(pos));
-      if (step == 1) {
-        for (int b : lazy_at[pos]) {
+      if (step == 1 && options.lazy_optimizer_state) {
+        for (int b : events.optimizer_state_first_use[pos]) {
           if (!allocate(b, step)) return result;
         }
       }

@@ -60,58 +60,26 @@ DebugOptions DebugOptions::from_env() {
   return d;
 }
 
-Executor::Executor(const Graph& graph, Device& device, ExecutorOptions options)
-    : graph_(graph), device_(device), mode_(options.mode), debug_(options.debug) {
-  if (mode_ != ExecutionMode::naive) {
-    // Dynamic mode replays the plan's schedule and lifetimes through a caching allocator, so
-    // the two differ only in where tensors live.
-    planner::PlanOptions plan_options = options.plan;
-    if (debug_.guards && mode_ == ExecutionMode::planned) plan_options.guard_bytes = std::max<Bytes>(plan_options.guard_bytes, 64);
-    // The device's kernel workspace is one more persistent range of the arena.
-    if (mode_ == ExecutionMode::planned) {
-      plan_options.workspace_bytes = std::max(plan_options.workspace_bytes, device_.workspace_bytes());
-    }
-    if (mode_ == ExecutionMode::dynamic) allocator_ = std::make_unique<CachingAllocator>(device_, options.allocator);
-    auto plan = planner::plan_memory(graph_, plan_options);
-    MEMPLAN_CHECK(plan.ok(), "planning failed: " << (plan.ok() ? "" : plan.error().message));
-    plan_ = std::move(plan).value();
-    schedule_ = plan_->schedule;
-    buffers_ = plan_->buffers;
-    buffer_of_tensor_ = plan_->buffer_of_tensor;
-  } else {
-    schedule_ = planner::make_schedule(graph_, options.plan.schedule);
-    const planner::Lifetimes lifetimes = planner::compute_lifetimes(graph_, schedule_);
-    buffer_of_tensor_ = lifetimes.buffer_of_tensor;
-    for (const planner::BufferLifetime& life : lifetimes.buffers) {
-      buffers_.push_back(planner::unplaced_buffer(graph_, life));
-    }
-  }
-  prepare_tables();
-}
-
-Executor::Executor(const Graph& graph, Device& device, planner::MemoryPlan plan, DebugOptions debug, bool trust_plan)
-    : graph_(graph), device_(device), mode_(ExecutionMode::planned), debug_(debug), trust_plan_(trust_plan) {
-  plan_ = std::move(plan);
-  schedule_ = plan_->schedule;
-  buffers_ = plan_->buffers;
-  buffer_of_tensor_ = plan_->buffer_of_tensor;
-  prepare_tables();
-}
-
-void Executor::prepare_tables() {
+Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device, ExecutorOptions options)
+    : graph_(graph),
+      device_(device),
+      mode_(options.mode),
+      debug_(options.debug),
+      trust_plan_(options.trust_plan),
+      plan_(std::move(plan)),
+      events_(planner::allocation_events(plan_)),
+      schedule_(plan_.schedule),
+      buffers_(plan_.buffers),
+      buffer_of_tensor_(plan_.buffer_of_tensor) {
   MEMPLAN_CHECK(static_cast<int>(buffer_of_tensor_.size()) == graph_.num_tensors(), "plan does not match the graph");
+  if (mode_ == ExecutionMode::dynamic) allocator_ = std::make_unique<CachingAllocator>(device_, options.allocator);
   slots_.resize(buffers_.size());
-  alloc_at_.assign(schedule_.size(), {});
-  dies_after_.assign(schedule_.size(), {});
-  for (std::size_t b = 0; b < buffers_.size(); ++b) {
-    const planner::PlannedBuffer& buf = buffers_[b];
-    if (buf.persistent) continue;
-    const bool is_input = graph_.tensor(buf.root).role == graph::Role::input;
-    if (!is_input) alloc_at_[static_cast<std::size_t>(buf.first_op)].push_back(static_cast<int>(b));
-    // Step results stay readable until the next step begins.
-    if (!buf.step_result) dies_after_[static_cast<std::size_t>(buf.last_op)].push_back(static_cast<int>(b));
-  }
   staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
+}
+
+Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options)
+    : Executor(step.graph, step.plan, device, options) {
+  MEMPLAN_CHECK(step.runnable, "an answer-only plan (one that does not fit) cannot run");
 }
 
 Executor::~Executor() {
@@ -120,7 +88,7 @@ Executor::~Executor() {
     if (workspace_owned_) device_.deallocate(workspace_, device_.workspace_bytes());
   }
   for (std::size_t b = 0; b < slots_.size(); ++b) release(static_cast<int>(b));
-  if (arena_ != nullptr) device_.deallocate(arena_, plan_->arena_bytes);
+  if (arena_ != nullptr) device_.deallocate(arena_, plan_.arena_bytes);
   allocator_.reset();  // returns its cached segments to the device
 }
 
@@ -172,11 +140,21 @@ Status Executor::setup() {
   const Bytes before = device_.stats().bytes_in_use;
   if (mode_ == ExecutionMode::planned) {
     if (!trust_plan_) {
-      if (Status s = planner::validate_plan(*plan_); !s) return Error{"refusing an invalid memory plan: " + s.error().message};
+      if (Status s = planner::validate_plan(plan_); !s) return Error{"refusing an invalid memory plan: " + s.error().message};
     }
-    Result<void*> arena = device_.allocate(plan_->arena_bytes);
+    // The plan must be the one this device runs: its workspace inside the arena, and guard
+    // gaps when guards are checked. Planning is plan_step's; the executor only refuses.
+    if (plan_.workspace_bytes < device_.workspace_bytes()) {
+      return Error{"the plan has " + std::to_string(plan_.workspace_bytes) + " bytes of kernel workspace but device " +
+                   device_.name() + " needs " + std::to_string(device_.workspace_bytes()) +
+                   ": plan the step with this device's profile (runtime::device_profile)"};
+    }
+    if (debug_.guards && plan_.guard_bytes <= 0) {
+      return Error{"--debug guards needs a plan made with guard bytes (PlanRequest::guard_bytes)"};
+    }
+    Result<void*> arena = device_.allocate(plan_.arena_bytes);
     if (!arena) {
-      return Error{"cannot allocate the arena of " + std::to_string(plan_->arena_bytes) + " bytes: " + arena.error().message};
+      return Error{"cannot allocate the arena of " + std::to_string(plan_.arena_bytes) + " bytes: " + arena.error().message};
     }
     arena_ = arena.value();
     for (std::size_t b = 0; b < buffers_.size(); ++b) {
@@ -197,10 +175,10 @@ Status Executor::setup() {
     }
   }
   if (const Bytes wanted = device_.workspace_bytes(); wanted > 0) {
-    if (mode_ == ExecutionMode::planned && plan_->workspace_bytes >= wanted) {
-      workspace_ = static_cast<std::byte*>(arena_) + plan_->workspace_offset;
+    if (mode_ == ExecutionMode::planned) {
+      workspace_ = static_cast<std::byte*>(arena_) + plan_.workspace_offset;
     } else {
-      // A plan made without the workspace, or naive/dynamic mode: its own allocation, at setup.
+      // Naive and dynamic modes: the workspace is its own allocation, made at setup.
       Result<void*> ws = device_.allocate(wanted);
       if (!ws) return Error{"allocating the kernel workspace: " + ws.error().message};
       workspace_ = ws.value();
@@ -221,7 +199,7 @@ void Executor::initialize_persistent(std::uint64_t seed) {
     // Bound storage belongs to whoever bound it (slots inside our own arena are not "owned" but
     // are ours to fill).
     const bool ours = slots_[b].owned || (arena_ != nullptr && slots_[b].data >= arena_ &&
-                                          slots_[b].data < static_cast<std::byte*>(arena_) + plan_->arena_bytes);
+                                          slots_[b].data < static_cast<std::byte*>(arena_) + plan_.arena_bytes);
     if (!ours) continue;
     const TensorDesc& desc = graph_.tensor(buf.root);
     // Each tensor's stream depends on the seed and its name only, not on graph order.
@@ -251,7 +229,7 @@ void Executor::set_input(TensorId id, const void* host_data, Bytes size_bytes) {
 
 void Executor::write_guard(int b) {
   const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
-  const Bytes guard = plan_ ? plan_->guard_bytes : 0;
+  const Bytes guard = mode_ == ExecutionMode::planned ? plan_.guard_bytes : 0;
   if (guard <= 0) return;
   std::vector<std::uint8_t> pattern(static_cast<std::size_t>(guard), kGuardPattern);
   device_.copy_from_host(static_cast<std::byte*>(slots_[static_cast<std::size_t>(b)].data) + buf.size_bytes,
@@ -260,7 +238,7 @@ void Executor::write_guard(int b) {
 
 Status Executor::check_guard(int b, const Op& op) const {
   const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
-  const Bytes guard = plan_ ? plan_->guard_bytes : 0;
+  const Bytes guard = mode_ == ExecutionMode::planned ? plan_.guard_bytes : 0;
   if (guard <= 0) return Status::success();
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(guard));
   device_.copy_to_host(bytes.data(), static_cast<std::byte*>(slots_[static_cast<std::size_t>(b)].data) + buf.size_bytes,
@@ -322,14 +300,12 @@ Status Executor::run_step() {
   if (workspace_ != nullptr) device_.attach_workspace(workspace_, device_.workspace_bytes());
   // Last step's results are released now that the caller had the chance to read them.
   if (mode_ != ExecutionMode::planned) {
-    for (std::size_t b = 0; b < buffers_.size(); ++b) {
-      if (buffers_[b].step_result) release(static_cast<int>(b));
-    }
+    for (int b : events_.step_results) release(b);
   }
   // Inputs: copied into their slot (planned) or into a fresh allocation (naive).
-  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+  for (int input : events_.inputs) {
+    const auto b = static_cast<std::size_t>(input);
     const TensorId root = buffers_[b].root;
-    if (graph_.tensor(root).role != graph::Role::input) continue;
     const auto& staged = staged_[static_cast<std::size_t>(root)];
     if (staged.empty()) return Error{"input '" + graph_.tensor(root).name + "' was not set"};
     if (mode_ != ExecutionMode::planned) {
@@ -346,7 +322,7 @@ Status Executor::run_step() {
   std::vector<kernels::TensorRef> refs;
   std::vector<float> nans;
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
-    for (int b : alloc_at_[pos]) {
+    for (int b : events_.alloc_before[pos]) {
       if (mode_ != ExecutionMode::planned) {
         Result<void*> ptr = allocate_transient(buffers_[static_cast<std::size_t>(b)].size_bytes);
         if (!ptr) return Error{ptr.error().message};
@@ -388,7 +364,7 @@ Status Executor::run_step() {
         }
       }
     }
-    for (int b : dies_after_[pos]) {
+    for (int b : events_.free_after[pos]) {
       if (debug_.poison && mode_ == ExecutionMode::planned) {
         const planner::PlannedBuffer& buf = buffers_[static_cast<std::size_t>(b)];
         nans.assign(static_cast<std::size_t>(buf.size_bytes / 4), std::numeric_limits<float>::quiet_NaN());

@@ -1,4 +1,6 @@
-// Runs a training step's graph on a device in schedule order, in one of two modes:
+// Runs a planned training step (planner::plan_step) on a device in schedule order. The executor
+// never plans: every mode walks the plan's one list of allocation events
+// (planner/allocation_events.h) and differs only in where a buffer is placed:
 //   planned: one device allocation at setup for the whole arena of a MemoryPlan; every tensor
 //            is a view at its planned offset; zero device allocations during steps;
 //   naive:   every buffer gets its own device allocation when first written, freed after its
@@ -17,7 +19,9 @@
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/planner/allocation_events.h"
 #include "memplan/planner/memory_plan.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/device.h"
 
@@ -36,21 +40,26 @@ struct DebugOptions {
   static DebugOptions from_env();
 };
 
+// The gap planned after every buffer when --debug guards checks for overruns.
+inline constexpr Bytes kGuardBytes = 64;
+
 struct ExecutorOptions {
   ExecutionMode mode = ExecutionMode::planned;
-  planner::PlanOptions plan;  // planned mode (dynamic mode uses its schedule and lifetimes too)
-  DebugOptions debug;
+  DebugOptions debug;  // guards need a plan made with guard bytes (PlanRequest::guard_bytes)
   CachingAllocatorOptions allocator;  // dynamic mode
+  // A test hook: setup() skips validating the plan, so a deliberately wrong plan runs and poison
+  // mode can be shown to catch it.
+  bool trust_plan = false;
 };
 
 class Executor {
  public:
-  // Plans (in planned mode) and prepares; nothing is allocated until setup().
-  Executor(const graph::Graph& graph, Device& device, ExecutorOptions options = {});
-  // Planned mode with a given plan. The plan is validated in setup() unless `trust_plan` (a
-  // test hook that lets a deliberately wrong plan run, so poison mode can be shown to catch it).
-  Executor(const graph::Graph& graph, Device& device, planner::MemoryPlan plan, DebugOptions debug = {},
-           bool trust_plan = false);
+  // Prepares to run `plan` of `graph` (which must outlive the executor); nothing is allocated
+  // until setup(). In planned mode the plan must have been made for this device (its kernel
+  // workspace inside the arena: PlanRequest::device = runtime::device_profile(device)).
+  Executor(const graph::Graph& graph, planner::MemoryPlan plan, Device& device, ExecutorOptions options = {});
+  // The same for a planned step (which must outlive the executor).
+  Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -86,7 +95,10 @@ class Executor {
   Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }
   ExecutionMode mode() const { return mode_; }
-  const planner::MemoryPlan* plan() const { return mode_ == ExecutionMode::planned && plan_ ? &*plan_ : nullptr; }
+  // The plan whose offsets are in use (planned mode), or nullptr.
+  const planner::MemoryPlan* plan() const { return mode_ == ExecutionMode::planned ? &plan_ : nullptr; }
+  // The plan whose schedule and lifetimes every mode follows.
+  const planner::MemoryPlan& step_plan() const { return plan_; }
   const CachingAllocator* allocator() const { return allocator_.get(); }
 
  private:
@@ -94,7 +106,6 @@ class Executor {
     void* data = nullptr;
     bool owned = false;  // a separate device allocation (naive mode); false inside the arena or bound
   };
-  void prepare_tables();
   Result<void*> allocate_transient(Bytes size_bytes);
   int buffer_index(TensorId id) const;
   void release(int buffer_index);
@@ -108,13 +119,12 @@ class Executor {
   ExecutionMode mode_;
   DebugOptions debug_;
   bool trust_plan_ = false;
-  std::optional<planner::MemoryPlan> plan_;  // planned mode
-  planner::Schedule schedule_;
-  std::vector<planner::PlannedBuffer> buffers_;  // the plan's, or naive lifetimes (offsets unused)
-  std::vector<int> buffer_of_tensor_;
+  planner::MemoryPlan plan_;  // offsets used in planned mode only
+  planner::AllocationEvents events_;
+  const planner::Schedule& schedule_;
+  const std::vector<planner::PlannedBuffer>& buffers_;
+  const std::vector<int>& buffer_of_tensor_;
   std::vector<Slot> slots_;                     // per buffer
-  std::vector<std::vector<int>> alloc_at_;      // naive: per position, buffers first written there
-  std::vector<std::vector<int>> dies_after_;    // per position, buffers dead after it
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   std::vector<std::vector<std::byte>> staged_;  // per tensor: host data for the next step
   void* arena_ = nullptr;

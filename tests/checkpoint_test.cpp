@@ -288,7 +288,7 @@ const ModelCase kModels[] = {{"mlp", mlp(), 16}, {"cnn", cnn(), 3}, {"gpt", gpt(
 // The greedy packer alone keeps these tests fast; the exact search changes no decision tested here.
 planner::PlanOptions fast() {
   planner::PlanOptions o;
-  o.solver_time_limit_s = 0.0;
+  o.solver = planner::SolverBudget::greedy_only();
   return o;
 }
 
@@ -334,12 +334,12 @@ class CheckpointBitwise : public ::testing::TestWithParam<StrategyCase> {};
 TEST_P(CheckpointBitwise, SameParametersWithAndWithoutCheckpointing) {
   const auto& [m, strategy] = GetParam();
   const graph::Graph g = training_step(m);
-  const auto outcome = planner::apply_checkpointing(g, strategy, std::nullopt, fast());
+  const auto outcome = planner::apply_checkpointing(g, {strategy, std::nullopt}, fast());
   ASSERT_TRUE(outcome.ok()) << outcome.error().message;
   const graph::Graph& c = outcome.value().graph;
   ASSERT_GT(count_recompute_ops(c), 0) << "nothing was recomputed: the comparison would prove nothing";
   EXPECT_GT(outcome.value().extra_flops_fraction, 0.0);
-  EXPECT_LT(outcome.value().peak_after, outcome.value().peak_before);
+  EXPECT_LT(outcome.value().arena_bytes_with, outcome.value().arena_bytes_without);
   // Every recomputed tensor is named after the one it replaces and read by a backward op.
   for (const graph::Op& op : c.ops()) {
     if (op.phase == graph::Phase::recompute) {
@@ -363,7 +363,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Checkpoint, RecomputeOpsRunAfterTheForwardAndBeforeTheirBackwardReaders) {
   const graph::Graph g = training_step(kModels[2]);
-  const graph::Graph c = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value().graph;
+  const graph::Graph c = planner::apply_checkpointing(g, {CheckpointStrategy::kSqrt, std::nullopt}, fast()).value().graph;
   int last_forward = -1, first_recompute = -1;
   for (int i = 0; i < c.num_ops(); ++i) {
     const graph::Op& op = c.ops()[static_cast<std::size_t>(i)];
@@ -400,29 +400,29 @@ TEST(Checkpoint, NestedScheduleRunningAStageThreeTimesTrainsBitIdentically) {
 TEST(Checkpoint, NoneAndAutoWithoutBudgetChangeNothing) {
   const graph::Graph g = training_step(kModels[0]);
   for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kAuto}) {
-    const auto o = planner::apply_checkpointing(g, s, std::nullopt, fast()).value();
+    const auto o = planner::apply_checkpointing(g, {s, std::nullopt}, fast()).value();
     EXPECT_EQ(o.chosen, CheckpointStrategy::kNone);
     EXPECT_EQ(count_recompute_ops(o.graph), 0);
-    EXPECT_EQ(o.peak_after, o.peak_before);
+    EXPECT_EQ(o.arena_bytes_with, o.arena_bytes_without);
     EXPECT_EQ(o.extra_flops_fraction, 0.0);
   }
 }
 
 TEST(Checkpoint, OptimalMeetsABudgetAndAutoPicksTheCheapest) {
   const graph::Graph g = training_step(kModels[2]);
-  const auto sqrt = planner::apply_checkpointing(g, CheckpointStrategy::kSqrt, std::nullopt, fast()).value();
-  const Bytes budget = sqrt.peak_after;
-  const auto opt = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget, fast());
+  const auto sqrt = planner::apply_checkpointing(g, {CheckpointStrategy::kSqrt, std::nullopt}, fast()).value();
+  const Bytes budget = sqrt.arena_bytes_with;
+  const auto opt = planner::apply_checkpointing(g, {CheckpointStrategy::kOptimal, budget}, fast());
   ASSERT_TRUE(opt.ok()) << opt.error().message;
-  EXPECT_LE(opt.value().peak_after, budget);
+  EXPECT_LE(opt.value().arena_bytes_with, budget);
   EXPECT_LE(opt.value().extra_flops_fraction, sqrt.extra_flops_fraction);
-  const auto a = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, budget, fast());
+  const auto a = planner::apply_checkpointing(g, {CheckpointStrategy::kAuto, budget}, fast());
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_NE(a.value().chosen, CheckpointStrategy::kNone);
-  EXPECT_LE(a.value().peak_after, budget);
+  EXPECT_LE(a.value().arena_bytes_with, budget);
   EXPECT_LE(a.value().extra_flops_fraction, opt.value().extra_flops_fraction);
   // A budget the step already fits needs no recomputation.
-  const auto roomy = planner::apply_checkpointing(g, CheckpointStrategy::kAuto, sqrt.peak_before, fast()).value();
+  const auto roomy = planner::apply_checkpointing(g, {CheckpointStrategy::kAuto, sqrt.arena_bytes_without}, fast()).value();
   EXPECT_EQ(roomy.chosen, CheckpointStrategy::kNone);
 }
 
@@ -443,14 +443,14 @@ TEST(Checkpoint, OptimalEqualsPackingEveryFrontierPoint) {
       arenas.push_back(arena);
     }
     const std::size_t least = static_cast<std::size_t>(std::min_element(arenas.begin(), arenas.end()) - arenas.begin());
-    const auto unbounded = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
-    EXPECT_EQ(unbounded.peak_after, arenas[least]) << m.model.name;
+    const auto unbounded = planner::apply_checkpointing(g, {CheckpointStrategy::kOptimal, std::nullopt}, fast()).value();
+    EXPECT_EQ(unbounded.arena_bytes_with, arenas[least]) << m.model.name;
     for (std::size_t i = 0; i < frontier.size(); ++i) {  // every point's arena as a budget
       const Bytes budget = arenas[i];
       const std::size_t first = static_cast<std::size_t>(
           std::find_if(arenas.begin(), arenas.end(), [&](Bytes a) { return a <= budget; }) - arenas.begin());
-      const auto fitted = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, budget, fast()).value();
-      EXPECT_EQ(fitted.peak_after, arenas[first]) << m.model.name << " budget " << budget;
+      const auto fitted = planner::apply_checkpointing(g, {CheckpointStrategy::kOptimal, budget}, fast()).value();
+      EXPECT_EQ(fitted.arena_bytes_with, arenas[first]) << m.model.name << " budget " << budget;
       const graph::Graph expected = planner::rematerialize(g, chain, frontier[first].actions);
       EXPECT_DOUBLE_EQ(fitted.extra_flops_fraction,
                        (planner::graph_flops(expected) - planner::graph_flops(g)) / planner::graph_flops(g))
@@ -459,23 +459,33 @@ TEST(Checkpoint, OptimalEqualsPackingEveryFrontierPoint) {
   }
 }
 
-TEST(Checkpoint, BudgetBelowTheMinimumNamesTheMinimumAndItsStrategy) {
+TEST(Checkpoint, BudgetBelowTheMinimumIsAnAnswerNamingTheMinimumAndItsStrategy) {
   const graph::Graph g = training_step(kModels[2]);
-  const auto least = planner::apply_checkpointing(g, CheckpointStrategy::kOptimal, std::nullopt, fast()).value();
+  const auto least = planner::apply_checkpointing(g, {CheckpointStrategy::kOptimal, std::nullopt}, fast()).value();
+  const auto sqrt = planner::apply_checkpointing(g, {CheckpointStrategy::kSqrt, std::nullopt}, fast()).value();
+  const Bytes least_arena = std::min({least.arena_bytes_with, sqrt.arena_bytes_with, least.arena_bytes_without});
   for (auto s : {CheckpointStrategy::kNone, CheckpointStrategy::kSqrt, CheckpointStrategy::kOptimal, CheckpointStrategy::kAuto}) {
-    const auto r = planner::apply_checkpointing(g, s, least.peak_after / 2, fast());
-    ASSERT_FALSE(r.ok()) << planner::checkpoint_strategy_name(s);
-    const std::string& msg = r.error().message;
-    EXPECT_NE(msg.find("minimum feasible arena"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--checkpoint "), std::string::npos) << msg;
+    const auto r = planner::apply_checkpointing(g, {s, least.arena_bytes_with / 2}, fast());
+    ASSERT_TRUE(r.ok()) << planner::checkpoint_strategy_name(s) << ": " << r.error().message;
+    EXPECT_FALSE(r.value().fits) << planner::checkpoint_strategy_name(s);
+    ASSERT_TRUE(r.value().minimum.has_value()) << planner::checkpoint_strategy_name(s);
+    EXPECT_EQ(r.value().minimum->arena_bytes, least_arena) << planner::checkpoint_strategy_name(s);
+    EXPECT_GT(r.value().arena_bytes_with, least.arena_bytes_with / 2);
   }
-  // The minimum it names is reachable.
-  const std::string msg = planner::apply_checkpointing(g, CheckpointStrategy::kNone, 1, fast()).error().message;
-  const auto pos = msg.find(" B), reached");
-  ASSERT_NE(pos, std::string::npos) << msg;
-  const Bytes minimum = std::stoll(msg.substr(msg.rfind('(', pos) + 1));
-  EXPECT_LE(minimum, least.peak_after);
-  EXPECT_TRUE(planner::apply_checkpointing(g, CheckpointStrategy::kAuto, minimum, fast()).ok());
+  // The minimum it names is reachable, with the strategy it names; a byte less is not.
+  const auto none = planner::apply_checkpointing(g, {CheckpointStrategy::kNone, 1}, fast()).value();
+  const planner::MinimumArena minimum = *none.minimum;
+  const auto reached = planner::apply_checkpointing(g, {minimum.strategy, minimum.arena_bytes}, fast()).value();
+  EXPECT_TRUE(reached.fits);
+  EXPECT_EQ(reached.arena_bytes_with, minimum.arena_bytes);
+  EXPECT_TRUE(planner::apply_checkpointing(g, {CheckpointStrategy::kAuto, minimum.arena_bytes}, fast()).value().fits);
+  EXPECT_FALSE(planner::apply_checkpointing(g, {CheckpointStrategy::kAuto, minimum.arena_bytes - 1}, fast()).value().fits);
+  // Without the search for the minimum the answer is the same "no", without a minimum.
+  planner::CheckpointRequest quick{CheckpointStrategy::kNone, 1};
+  quick.find_minimum = false;
+  const auto q = planner::apply_checkpointing(g, quick, fast()).value();
+  EXPECT_FALSE(q.fits);
+  EXPECT_FALSE(q.minimum.has_value());
 }
 
 TEST(Checkpoint, ParseStrategyNames) {
@@ -509,12 +519,12 @@ TEST(CheckpointCli, BadFlagsAreUsageErrors) {
 TEST(CheckpointCli, PlanPrintsTheTradeInOneLine) {
   const auto r = run_cli("plan --model gpt --batch 4 --time-limit 0 --checkpoint sqrt", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // "checkpoint sqrt: peak X MiB -> Y MiB, recompute +Z% FLOPs" (no <regex>: it trips -Werror under ASan)
-  const auto at = r.output.find("checkpoint sqrt: peak ");
+  // "checkpoint sqrt: arena X MiB -> Y MiB, recompute +Z% FLOPs" (no <regex>: it trips -Werror under ASan)
+  const auto at = r.output.find("checkpoint sqrt: arena ");
   ASSERT_NE(at, std::string::npos) << r.output;
   double before = 0, after = 0, extra = 0;
   char tail[8] = {};
-  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "checkpoint sqrt: peak %lf MiB -> %lf MiB, recompute +%lf%% %5s", &before,
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "checkpoint sqrt: arena %lf MiB -> %lf MiB, recompute +%lf%% %5s", &before,
                         &after, &extra, tail),
             4)
       << r.output.substr(at);
@@ -537,9 +547,9 @@ TEST(CheckpointCli, PlanJsonMeetsTheBudget) {
                          std::to_string(before * 9 / 10), false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
-  EXPECT_EQ(j["checkpoint"]["peak_before_bytes"].get<Bytes>(), before);
+  EXPECT_EQ(j["checkpoint"]["arena_bytes_without"].get<Bytes>(), before);
   EXPECT_LE(j["arena_bytes"].get<Bytes>(), before * 9 / 10);
-  EXPECT_EQ(j["checkpoint"]["peak_after_bytes"], j["arena_bytes"]);
+  EXPECT_EQ(j["checkpoint"]["arena_bytes_with"], j["arena_bytes"]);
   EXPECT_GT(j["checkpoint"]["recompute_ops"].get<int>(), 0);
   EXPECT_NE(j["checkpoint"]["strategy"], "none");
 }
@@ -578,7 +588,7 @@ TEST(CheckpointCli, TrainingWithCheckpointingGivesTheSameParameters) {
   EXPECT_FALSE(ja.contains("checkpoint"));
   ASSERT_TRUE(jb.contains("checkpoint"));
   EXPECT_LT(jb["arena_bytes"].get<Bytes>(), ja["arena_bytes"].get<Bytes>());
-  EXPECT_EQ(jb["checkpoint"]["peak_after_bytes"], jb["arena_bytes"]);
+  EXPECT_EQ(jb["checkpoint"]["arena_bytes_with"], jb["arena_bytes"]);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "tests/test_util.h"
 #include "memplan/common/rng.h"
 #include "memplan/graph/builder.h"
 #include "memplan/graph/training_step.h"
@@ -342,7 +343,7 @@ struct RunResult {
 };
 
 RunResult run(const graph::Graph& g, runtime::Device& device, runtime::ExecutorOptions options, int steps) {
-  runtime::Executor exec(g, device, options);
+  runtime::Executor exec(g, testing::plan_for(g, device), device, options);
   EXPECT_TRUE(exec.setup().ok());
   exec.initialize_persistent(7);
   Rng rng(11);

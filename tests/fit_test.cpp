@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "tests/test_util.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 
 namespace memplan {
@@ -20,31 +22,94 @@ TEST(Fit, PredictedArenaEqualsWhatThePlannedExecutorAllocates) {
     for (std::int64_t batch : {1, 8, 33}) {
       models::ModelOptions model;
       model.name = name;
-      graph::Graph g = models::build_forward(model, batch).value();
-      graph::make_training_step(g, graph::OptimizerConfig{});
-      const planner::MemoryPlan plan = planner::plan_memory(g).value();
+      const auto step = planner::StepDescription::of_model(model, batch);
+      planner::FitQuestion question;
+      question.step = step;
+      question.device_memory = Bytes{1} << 40;
+      const planner::FitAnswer answer = planner::answer_fit(question).value();
       runtime::CpuDevice device;
-      runtime::Executor exec(g, device, runtime::ExecutorOptions{});
+      const planner::PlannedStep planned = runtime::plan_step_for(step, device).value();
+      runtime::Executor exec(planned, device);
       ASSERT_TRUE(exec.setup().ok());
-      EXPECT_EQ(exec.device_bytes_at_setup(), plan.arena_bytes) << name << " batch " << batch;
+      EXPECT_EQ(exec.device_bytes_at_setup(), answer.breakdown.arena) << name << " batch " << batch;
+      EXPECT_EQ(answer.breakdown.total, answer.breakdown.arena) << "the CPU has no runtime overheads";
       EXPECT_EQ(device.stats().allocations, 1);
     }
   }
 }
 
+// A CPU device that asks for the CUDA backend's kernel workspace, as the CUDA device does: the
+// executor places it in the arena exactly as it would on the GPU.
+class WorkspaceDevice final : public runtime::Device {
+ public:
+  kernels::DeviceKind kind() const override { return kernels::DeviceKind::cpu; }
+  std::string name() const override { return "cpu with a CUDA-sized workspace"; }
+  void copy_from_host(void* dst, const void* src, Bytes n) override { cpu_.copy_from_host(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, Bytes n) override { cpu_.copy_to_host(dst, src, n); }
+  Bytes workspace_bytes() const override { return planner::kCudaWorkspaceBytes; }
+
+ protected:
+  void* raw_allocate(Bytes n) override { return cpu_.allocate(n).value(); }
+  void raw_deallocate(void* p) override { cpu_.deallocate(p, 0); }
+
+ private:
+  runtime::CpuDevice cpu_;
+};
+
+TEST(Fit, TheCudaProfilePlannedWithoutAGpuIsTheArenaTheCudaExecutorAllocates) {
+  for (const char* name : {"mlp", "cnn", "gpt"}) {
+    models::ModelOptions model;
+    model.name = name;
+    const auto step = planner::StepDescription::of_model(model, 4);
+    planner::FitQuestion question;
+    question.step = step;
+    question.request.device = planner::documented_device_profile("cuda").value();
+    question.device_memory = Bytes{80} << 30;
+    const planner::FitAnswer answer = planner::answer_fit(question).value();
+    EXPECT_EQ(answer.breakdown.workspace, planner::kCudaWorkspaceBytes) << name;
+    WorkspaceDevice device;
+    const planner::PlannedStep planned = runtime::plan_step_for(step, device).value();
+    EXPECT_EQ(planned.plan.arena_bytes, answer.breakdown.arena) << name;
+    runtime::Executor exec(planned, device);
+    ASSERT_TRUE(exec.setup().ok()) << name;
+    EXPECT_EQ(exec.device_bytes_at_setup(), answer.breakdown.arena) << name << ": the workspace lives in the arena";
+    EXPECT_EQ(device.stats().allocations, 1) << name;
+    // The CPU profile's arena is smaller by the workspace, placed in the persistent region.
+    runtime::CpuDevice cpu;
+    EXPECT_EQ(runtime::plan_step_for(step, cpu).value().plan.arena_bytes + planner::kCudaWorkspaceBytes,
+              answer.breakdown.arena)
+        << name;
+  }
+}
+
+TEST(Fit, AnExecutorRefusesAPlanMadeWithoutItsDevicesWorkspace) {
+  models::ModelOptions model;
+  const auto step = planner::StepDescription::of_model(model, 4);
+  runtime::CpuDevice cpu;
+  const planner::PlannedStep cpu_plan = runtime::plan_step_for(step, cpu).value();
+  WorkspaceDevice device;
+  runtime::Executor exec(cpu_plan, device);
+  const Status s = exec.setup();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("kernel workspace"), std::string::npos) << s.error().message;
+  EXPECT_EQ(device.stats().allocations, 0);
+}
+
 TEST(Fit, BatchSearchIsExactOnAStepFunction) {
   // total(b) = 1000 + 37 b: the largest b with total <= budget is (budget - 1000) / 37.
   for (Bytes budget : {Bytes{999}, Bytes{1037}, Bytes{5000}, Bytes{123457}, Bytes{10'000'000}}) {
-    auto search = planner::search_max_batch([](std::int64_t b) -> Result<Bytes> { return 1000 + 37 * b; }, budget);
+    auto search = planner::search_max_batch([budget](std::int64_t b) -> Result<bool> { return 1000 + 37 * b <= budget; });
     ASSERT_TRUE(search.ok());
     EXPECT_EQ(search.value().max_batch, budget < 1037 ? 0 : (budget - 1000) / 37) << budget;
   }
-  auto limited = planner::search_max_batch([](std::int64_t b) -> Result<Bytes> { return b; }, 1'000'000, 100);
+  auto limited = planner::search_max_batch([](std::int64_t b) -> Result<bool> { return b <= 1'000'000; }, 100);
   EXPECT_EQ(limited.value().max_batch, 100);
 }
 
-std::int64_t arena_at(const std::string& model, std::int64_t batch) {
-  const auto r = run_cli("fit --model " + model + " --batch " + std::to_string(batch) + " --budget 1TiB --device cpu --json", false);
+std::int64_t arena_at(const std::string& model, std::int64_t batch, const std::string& device = "cpu") {
+  const auto r = run_cli("fit --model " + model + " --batch " + std::to_string(batch) + " --device-memory 1TiB --device " +
+                             device + " --json",
+                         false);
   return nlohmann::json::parse(r.output)["arena_bytes"].get<std::int64_t>();
 }
 
@@ -64,9 +129,9 @@ TEST(Fit, MaxBatchFitsAndOneMoreDoesNot) {
     const std::int64_t max_batch = j["max_batch"].get<std::int64_t>();
     ASSERT_GT(max_batch, 0) << c.model << " " << c.budget;
     const std::int64_t overhead = j["breakdown"]["runtime_overhead"].get<std::int64_t>();
-    const std::int64_t budget = j["budget_bytes"].get<std::int64_t>();
-    EXPECT_LE(arena_at(c.model, max_batch) + overhead, budget) << c.model << " " << c.budget;
-    EXPECT_GT(arena_at(c.model, max_batch + 1) + overhead, budget) << c.model << " " << c.budget;
+    const std::int64_t budget = j["device_memory_bytes"].get<std::int64_t>();
+    EXPECT_LE(arena_at(c.model, max_batch, c.device) + overhead, budget) << c.model << " " << c.budget;
+    EXPECT_GT(arena_at(c.model, max_batch + 1, c.device) + overhead, budget) << c.model << " " << c.budget;
   }
 }
 
@@ -101,13 +166,19 @@ TEST(Fit, ABatchThatFitsOnlyWithCheckpointingIsSuggestedOnce) {
   EXPECT_EQ(text.find("or the whole batch", at), std::string::npos) << text;
 }
 
-TEST(Fit, BadBudgetsAreUsageErrors) {
-  for (const char* budget : {"0", "-1GiB", "12parsecs", "nan", "99999999999TiB", "''"}) {
-    const auto r = run_cli(std::string("fit --budget ") + budget);
-    EXPECT_EQ(r.exit_code, 2) << budget << "\n" << r.output;
-    EXPECT_NE(r.output.find("--budget"), std::string::npos) << r.output;
+TEST(Fit, BadDeviceMemoryIsAUsageError) {
+  for (const char* flag : {"--device-memory", "--budget"}) {  // --budget: the older name, still accepted
+    for (const char* size : {"0", "-1GiB", "12parsecs", "nan", "99999999999TiB", "''"}) {
+      const auto r = run_cli(std::string("fit ") + flag + " " + size);
+      EXPECT_EQ(r.exit_code, 2) << flag << " " << size << "\n" << r.output;
+      EXPECT_NE(r.output.find("--device-memory"), std::string::npos) << r.output;
+    }
   }
-  EXPECT_EQ(run_cli("fit").exit_code, 2) << "--budget is required";
+  EXPECT_EQ(run_cli("fit").exit_code, 2) << "--device-memory is required";
+  const auto old_name = nlohmann::json::parse(run_cli("fit --budget 64MiB --device cpu --json", false).output);
+  const auto new_name = nlohmann::json::parse(run_cli("fit --device-memory 64MiB --device cpu --json", false).output);
+  EXPECT_EQ(old_name["device_memory_bytes"], new_name["device_memory_bytes"]);
+  EXPECT_EQ(old_name["arena_bytes"], new_name["arena_bytes"]);
 }
 
 }  // namespace

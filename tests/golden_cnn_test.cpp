@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden_util.h"
+#include "tests/test_util.h"
 #include "memplan/graph/autograd.h"
 #include "memplan/models/cnn.h"
 #include "test_util.h"
@@ -78,7 +79,7 @@ TEST(GoldenCnn, TrainingStepAndEvaluationMatchPyTorch) {
   // Evaluation graph: the trained weights and running statistics, bound by name.
   const graph::Graph eval = models::build_cnn(config, batch, /*training=*/false);
   runtime::CpuDevice device;
-  runtime::Executor exec(eval, device);
+  runtime::Executor exec(eval, testing::plan_for(eval, device), device);
   for (TensorId t = 0; t < eval.num_tensors(); ++t) {
     if (graph::is_persistent(eval.tensor(t).role)) exec.bind_external(t, train.executor.storage(g.find(eval.tensor(t).name)));
   }

@@ -111,7 +111,7 @@ bool legitimately_accepted(const std::string& key, const std::string& value) {
 
 // Flags a command needs before any other flag is looked at, and a harmless value for them.
 std::vector<std::string> required_args(const std::string& command, const std::string& sample_file) {
-  if (command == "fit") return {"--budget", "1GiB"};
+  if (command == "fit") return {"--device-memory", "1GiB"};
   if (command == "solve") return {"--input", "problem.csv"};
   if (command == "sample") return {"--load", sample_file};
   return {};
@@ -190,9 +190,9 @@ TEST(HostileInput, SizeAndOptionFlagsThroughTheBinary) {
     std::string flag;
   };
   const std::vector<Case> cases = {
-      {{"fit", "--model", "mlp"}, "--budget"},
-      {{"fit", "--model", "mlp", "--budget", "1GiB"}, "--overhead"},
-      {{"compare", "--model", "mlp", "--batch", "2", "--steps", "1", "--svg", svg}, "--budget"},
+      {{"fit", "--model", "mlp"}, "--device-memory"},
+      {{"fit", "--model", "mlp", "--device-memory", "1GiB"}, "--overhead"},
+      {{"compare", "--model", "mlp", "--batch", "2", "--steps", "1", "--svg", svg}, "--device-memory"},
       {{"compare", "--model", "mlp", "--batch", "2", "--steps", "1", "--svg", svg}, "--alloc-conf"},
       {{"train", "--model", "mlp", "--steps", "1", "--data", (tmp.path / "nothing").string()}, "--device-memory"},
   };

@@ -178,7 +178,7 @@ TEST(Schedule, MemoryAwareOrderEqualsTheDirectScanOnEveryModelFamily) {
     // Checkpointed steps add recompute ops that read parameters before their updates.
     Graph step = g;
     graph::make_training_step(step, graph::OptimizerConfig{});
-    const Graph remat = apply_checkpointing(step, CheckpointStrategy::kSqrt, std::nullopt).value().graph;
+    const Graph remat = apply_checkpointing(step, {CheckpointStrategy::kSqrt, std::nullopt}).value().graph;
     EXPECT_EQ(make_schedule(remat, ScheduleKind::memory_aware), memory_aware_by_scanning(remat)) << name << " + sqrt";
   }
 }

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "cli_util.h"
+#include "tests/test_util.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/executor.h"
@@ -40,7 +41,7 @@ void feed(runtime::Executor& e, float poison_pixel) {
 TEST(NumericsGuard, NonFiniteLossStopsTrainingWithTheStep) {
   const graph::Graph g = small_mlp_step();
   runtime::CpuDevice device;
-  runtime::Executor e(g, device);
+  runtime::Executor e(g, testing::plan_for(g, device), device);
   ASSERT_TRUE(e.setup().ok());
   e.initialize_persistent(1);
   // Two good steps, then a NaN weight in the last layer (ReLU would hide a NaN pixel: max(NaN, 0)
@@ -65,7 +66,7 @@ TEST(NumericsGuard, FiniteDebugNamesTheFirstOpAndTensor) {
   runtime::CpuDevice device;
   runtime::ExecutorOptions options;
   options.debug.finite = true;
-  runtime::Executor e(g, device, options);
+  runtime::Executor e(g, testing::plan_for(g, device), device, options);
   ASSERT_TRUE(e.setup().ok());
   e.initialize_persistent(1);
   feed(e, 0.5f);
@@ -91,7 +92,7 @@ TEST(NumericsGuard, FiniteDebugNamesTheFirstOpAndTensor) {
 TEST(NumericsGuard, OutOfMemoryAtSetupNamesTheArena) {
   const graph::Graph g = small_mlp_step();
   runtime::CpuDevice device(/*capacity_bytes=*/1024);
-  runtime::Executor e(g, device);
+  runtime::Executor e(g, testing::plan_for(g, device), device);
   const Status s = e.setup();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("cannot allocate the arena of " + std::to_string(e.plan()->arena_bytes)),

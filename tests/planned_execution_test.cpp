@@ -132,12 +132,12 @@ TEST_P(PlannedVsNaive, BothSchedulesAndInPlaceOffGiveTheSameBits) {
   std::string reference;
   for (auto schedule : {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware}) {
     for (bool in_place : {false, true}) {
-      runtime::ExecutorOptions options;
-      options.plan.schedule = schedule;
-      options.plan.choose_best_schedule = false;
-      options.plan.in_place = in_place;
+      planner::PlanRequest request;
+      request.schedule = schedule;
+      request.choose_best_schedule = false;
+      request.in_place = in_place;
       runtime::CpuDevice device;
-      runtime::Executor exec(g, device, options);
+      runtime::Executor exec(g, testing::plan_for(g, device, request), device);
       ASSERT_TRUE(exec.setup().ok());
       const std::string sha = train(m, g, exec, 20).sha;
       if (reference.empty()) reference = sha;
@@ -153,7 +153,9 @@ TEST_P(PlannedVsNaive, DebugChecksPassOnAValidPlan) {
   options.debug.poison = true;
   options.debug.guards = true;
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, options);
+  planner::PlanRequest request;
+  request.guard_bytes = runtime::kGuardBytes;
+  runtime::Executor exec(g, testing::plan_for(g, device, request), device, options);
   ASSERT_TRUE(exec.setup().ok());
   testing::CpuRun naive(g, ExecutionMode::naive);
   EXPECT_EQ(train(m, g, exec, 5).sha, train(m, g, naive.executor, 5).sha);
@@ -177,7 +179,7 @@ planner::MemoryPlan overlapping_plan(const graph::Graph& g) {
 TEST(WrongPlan, ValidatorRefusesOverlappingLiveTensorsBeforeExecution) {
   const graph::Graph g = training_graph(kModels[0]);
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, overlapping_plan(g));
+  runtime::Executor exec(g, overlapping_plan(g), device);
   const Status s = exec.setup();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("'fc1'"), std::string::npos) << s.error().message;
@@ -190,7 +192,7 @@ TEST(WrongPlan, PoisonModeFailsLoudlyWhenTheValidatorIsBypassed) {
   runtime::DebugOptions debug;
   debug.poison = true;
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, overlapping_plan(g), debug, /*trust_plan=*/true);
+  runtime::Executor exec(g, overlapping_plan(g), device, runtime::ExecutorOptions{.debug = debug, .trust_plan = true});
   ASSERT_TRUE(exec.setup().ok());
   exec.initialize_persistent(1);
   std::vector<float> x(16 * 64, 0.5f);

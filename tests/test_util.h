@@ -6,15 +6,25 @@
 
 #include "memplan/common/rng.h"
 #include "memplan/graph/graph.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/device.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 
 namespace memplan::testing {
 
+// `graph` planned for `device` through the one pipeline (plan_step); a test's executor runs it.
+inline planner::MemoryPlan plan_for(const graph::Graph& graph, const runtime::Device& device,
+                                    planner::PlanRequest request = {}) {
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_graph(graph), device, request);
+  MEMPLAN_CHECK(planned.ok(), (planned.ok() ? "" : planned.error().message));
+  return std::move(planned).value().plan;
+}
+
 // Owns a CPU device and an executor over `graph`, set up and ready.
 struct CpuRun {
   explicit CpuRun(const graph::Graph& graph, runtime::ExecutionMode mode = runtime::ExecutionMode::planned)
-      : executor(graph, device, runtime::ExecutorOptions{mode, {}, {}}) {
+      : executor(graph, plan_for(graph, device), device, runtime::ExecutorOptions{mode}) {
     Status s = executor.setup();
     MEMPLAN_CHECK(s.ok(), (s.ok() ? "" : s.error().message));
   }

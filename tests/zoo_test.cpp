@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "tests/test_util.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/models/zoo.h"
@@ -50,7 +51,7 @@ TEST(Zoo, MixedPrecisionKeepsFp32MasterWeightsAndOptimizerState) {
     graph::Graph g = models::build_zoo_forward("gpt2", 1, {32, 0, dtype}).value();
     graph::make_training_step(g, graph::OptimizerConfig{});
     const std::int64_t params = parameter_count(g);
-    const planner::MemoryPlan plan = planner::plan_memory(g, {.solver_time_limit_s = 0}).value();
+    const planner::MemoryPlan plan = planner::plan_memory(g, {.solver = planner::SolverBudget::greedy_only()}).value();
     // Every persistent tensor starts on a 256-byte boundary: at most 255 bytes of padding each.
     const auto persistent_tensors = static_cast<Bytes>(g.tensors_with_role(graph::Role::parameter).size() +
                                                        g.tensors_with_role(graph::Role::optimizer_state).size());
@@ -67,7 +68,7 @@ TEST(Zoo, SixteenBitGraphsArePlannedButNotExecuted) {
   graph::Graph g = models::build_zoo_forward("gpt2", 1, {8, 0, graph::DType::bf16}).value();
   graph::make_training_step(g, graph::OptimizerConfig{});
   runtime::CpuDevice device;
-  runtime::Executor exec(g, device, runtime::ExecutorOptions{});
+  runtime::Executor exec(g, testing::plan_for(g, device), device);
   const Status s = exec.setup();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("planned only"), std::string::npos) << s.error().message;
@@ -90,7 +91,7 @@ TEST(Zoo, FitArenaEqualsWhatThePlannedExecutorAllocates) {
     graph::Graph g = models::build_forward(options, batch).value();
     graph::make_training_step(g, graph::OptimizerConfig{});
     runtime::CpuDevice device;
-    runtime::Executor exec(g, device, runtime::ExecutorOptions{});
+    runtime::Executor exec(g, testing::plan_for(g, device), device);
     ASSERT_TRUE(exec.setup().ok());
     EXPECT_EQ(j["arena_bytes"].get<Bytes>(), exec.device_bytes_at_setup()) << model;
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "memplan/common/rng.h"
+#include "memplan/runtime/devices.h"
 
 namespace memplan::tools {
 
@@ -47,10 +48,10 @@ Status evaluate_range(const models::ModelOptions& model, const runtime::Executor
                       std::int64_t first, std::int64_t count, std::int64_t& correct, double& loss_sum) {
   models::ModelOptions eval_model = model;
   eval_model.training = false;  // running statistics, no dropout
-  auto forward = models::build_forward(eval_model, batch);
-  if (!forward) return forward.error();
-  const graph::Graph& g = forward.value();
-  runtime::Executor exec(g, device, runtime::ExecutorOptions{trained.mode(), {}, {}});
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(eval_model, batch), device);
+  if (!planned) return planned.error();
+  const graph::Graph& g = planned.value().graph;
+  runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
   // Parameters and non-parameter state (batch-norm running statistics) come from training.
   for (TensorId p = 0; p < g.num_tensors(); ++p) {
     if (!graph::is_persistent(g.tensor(p).role)) continue;

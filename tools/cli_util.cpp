@@ -83,21 +83,68 @@ void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_bud
   }
 }
 
-Result<std::optional<planner::CheckpointOutcome>> apply_checkpoint_flags(const CheckpointFlags& flags,
-                                                                         const graph::Graph& step,
-                                                                         const planner::PlanOptions& options,
-                                                                         std::optional<Bytes> budget) {
+Status apply_checkpoint_flags(const CheckpointFlags& flags, planner::PlanRequest& request) {
   auto strategy = planner::parse_checkpoint_strategy(flags.strategy);
-  if (!strategy) return strategy.error();
-  if (!budget && !flags.budget.empty()) {
+  if (!strategy) return Error{"--checkpoint: " + strategy.error().message};
+  request.checkpoint = strategy.value();
+  if (!flags.budget.empty()) {
     auto parsed = parse_byte_size(flags.budget);
     if (!parsed) return Error{"--budget: " + parsed.error().message};
-    budget = parsed.value();
+    request.budget = parsed.value();
   }
-  if (strategy.value() == planner::CheckpointStrategy::kNone && !budget) return std::optional<planner::CheckpointOutcome>();
-  auto outcome = planner::apply_checkpointing(step, strategy.value(), budget, options);
-  if (!outcome) return outcome.error();
-  return std::optional<planner::CheckpointOutcome>(std::move(outcome).value());
+  return Status::success();
+}
+
+void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes) {
+  app.add_option("--model", flags.model,
+                 trainable_only ? "Model: one of the trainable reference models"
+                                : "Model: a trainable reference model or a zoo configuration (planning only)")
+      ->check(CLI::IsMember(trainable_only ? models::trainable_model_names() : models::model_names()))
+      ->capture_default_str();
+  app.add_option("--batch", flags.batch, "Samples per step (default: the model's)")->check(positive_integer());
+  app.add_option("--optimizer", flags.optimizer, "sgd, momentum or adamw (decides the optimizer state)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
+      ->capture_default_str();
+  app.add_option("--hidden", flags.hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
+  if (!shapes) return;
+  app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
+  app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
+      ->check(positive_integer());
+  app.add_option("--dtype", flags.dtype,
+                 "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
+                 "weights and optimizer state (zoo models; planning only)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16", "fp16", "f16"}))
+      ->capture_default_str();
+}
+
+Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  const models::ModelInfo* info = models::find_model(flags.model);
+  if (info == nullptr) return Error{"--model: unknown model '" + flags.model + "'"};
+  const bool zoo = !info->trainable;
+  const bool language = !info->vision && flags.model != "mlp";
+  if (flags.seq > 0 && !language) return Error{"--seq applies to language models; '" + flags.model + "' takes none"};
+  if (flags.image_size > 0 && !info->vision) {
+    return Error{"--image-size applies to vision models (cnn, vit-b16, resnet50), not '" + flags.model + "'"};
+  }
+  auto dtype = graph::parse_float_dtype(flags.dtype);
+  if (!dtype) return Error{"--dtype: " + dtype.error().message};
+  if (!zoo && dtype.value() != graph::DType::f32) {
+    std::string names;
+    for (const std::string& n : models::zoo_model_names()) names += (names.empty() ? "" : ", ") + n;
+    return Error{"--dtype " + flags.dtype + " is for the zoo models (" + names + "); the trainable models plan in fp32"};
+  }
+  auto kind = graph::parse_optimizer_kind(flags.optimizer);
+  if (!kind) return Error{"--optimizer: " + kind.error().message};
+  models::ModelOptions model;
+  model.name = flags.model;
+  model.mlp.hidden = flags.hidden;
+  if (flags.seq > 0) model.gpt.context = flags.seq;
+  if (flags.image_size > 0) model.cnn.image = flags.image_size;
+  model.zoo = {flags.seq, flags.image_size, dtype.value()};
+  graph::OptimizerConfig optimizer;
+  optimizer.kind = kind.value();
+  const std::int64_t batch = flags.batch > 0 ? flags.batch : info->default_batch;
+  return planner::StepDescription::of_model(model, batch, optimizer);
 }
 
 namespace {
@@ -106,23 +153,50 @@ std::string mib(Bytes bytes) {
   std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
   return text;
 }
+std::string mib_exact(Bytes bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f MiB (%lld B)", static_cast<double>(bytes) / (1024.0 * 1024.0),
+                static_cast<long long>(bytes));
+  return text;
+}
 }  // namespace
+
+std::string unmet_budget_message(const planner::PlannedStep& step, planner::CheckpointStrategy asked) {
+  std::string message = "budget " + mib_exact(step.budget.value_or(0)) + " is below what checkpoint " +
+                        std::string(planner::checkpoint_strategy_name(asked)) + " can reach";
+  if (step.checkpoint && step.checkpoint->minimum) {
+    const planner::MinimumArena& least = *step.checkpoint->minimum;
+    char overhead[64];
+    std::snprintf(overhead, sizeof overhead, "%.1f", 100.0 * least.extra_flops_fraction);
+    message += "; the minimum feasible arena is " + mib_exact(least.arena_bytes) + ", reached with --checkpoint " +
+               std::string(planner::checkpoint_strategy_name(least.strategy)) + " (recompute +" + overhead +
+               "% FLOPs); use a budget of at least that, a smaller batch or a smaller model";
+  }
+  return message;
+}
 
 std::string checkpoint_line(const planner::CheckpointOutcome& outcome) {
   char overhead[32];
   std::snprintf(overhead, sizeof overhead, "%.1f", 100.0 * outcome.extra_flops_fraction);
-  return "checkpoint " + std::string(planner::checkpoint_strategy_name(outcome.chosen)) + ": peak " +
-         mib(outcome.peak_before) + " -> " + mib(outcome.peak_after) + ", recompute +" + overhead + "% FLOPs";
+  return "checkpoint " + std::string(planner::checkpoint_strategy_name(outcome.chosen)) + ": arena " +
+         mib(outcome.arena_bytes_without) + " -> " + mib(outcome.arena_bytes_with) + ", recompute +" + overhead + "% FLOPs";
 }
 
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {
   int recompute_ops = 0;
   for (const graph::Op& op : outcome.graph.ops()) recompute_ops += op.phase == graph::Phase::recompute ? 1 : 0;
-  return {{"strategy", planner::checkpoint_strategy_name(outcome.chosen)},
-          {"peak_before_bytes", outcome.peak_before},
-          {"peak_after_bytes", outcome.peak_after},
-          {"extra_flops_fraction", outcome.extra_flops_fraction},
-          {"recompute_ops", recompute_ops}};
+  nlohmann::json j{{"strategy", planner::checkpoint_strategy_name(outcome.chosen)},
+                   {"arena_bytes_without", outcome.arena_bytes_without},
+                   {"arena_bytes_with", outcome.arena_bytes_with},
+                   {"fits", outcome.fits},
+                   {"extra_flops_fraction", outcome.extra_flops_fraction},
+                   {"recompute_ops", recompute_ops}};
+  if (outcome.minimum) {
+    j["minimum"] = {{"strategy", planner::checkpoint_strategy_name(outcome.minimum->strategy)},
+                    {"arena_bytes", outcome.minimum->arena_bytes},
+                    {"extra_flops_fraction", outcome.minimum->extra_flops_fraction}};
+  }
+  return j;
 }
 
 CLI::Validator whole_number(std::uint64_t max) {
@@ -150,22 +224,6 @@ CLI::Validator byte_size(bool allow_zero) {
         return parsed ? std::string() : parsed.error().message;
       },
       allow_zero ? "SIZE|0" : "SIZE");
-}
-
-Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
-                                         const std::vector<std::int64_t>& hidden, const std::string& optimizer) {
-  models::ModelOptions options;
-  options.name = model;
-  options.mlp.hidden = hidden;
-  auto forward = models::build_forward(options, batch);
-  if (!forward) return forward.error();
-  auto kind = graph::parse_optimizer_kind(optimizer);
-  if (!kind) return kind.error();
-  graph::Graph step = std::move(forward).value();
-  graph::OptimizerConfig config;
-  config.kind = kind.value();
-  graph::make_training_step(step, config);
-  return step;
 }
 
 Progress::Progress(std::string label, std::int64_t total, bool enabled)

@@ -13,6 +13,7 @@
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/planner/checkpoint.h"
+#include "memplan/planner/plan_step.h"
 
 namespace memplan::tools {
 
@@ -29,26 +30,35 @@ CLI::Validator whole_number(std::uint64_t max = UINT64_MAX);
 // `allow_zero`.
 CLI::Validator byte_size(bool allow_zero = false);
 
-// The training step (forward, backward, optimizer) of a reference model at a batch size, shapes
-// only: what plan, fit and compare start from. `hidden` sets the MLP's widths.
-Result<graph::Graph> build_training_step(const std::string& model, std::int64_t batch,
-                                         const std::vector<std::int64_t>& hidden, const std::string& optimizer);
-
 // --checkpoint and --budget, shared by train, plan and fit.
 struct CheckpointFlags {
   std::string strategy = "none";
   std::string budget;  // empty: no arena budget
 };
-// Registers --checkpoint, and --budget unless the command has its own (fit's device budget).
+// Registers --checkpoint, and --budget unless the command has its own meaning for it.
 void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_budget = true);
-// Applies the flags to a built training step. nullopt when nothing was asked (none, no budget);
-// an Error (the budget cannot be met: it names the minimum and the strategy) otherwise.
-// `budget` replaces the flag's (fit passes its device budget minus the runtime overheads).
-Result<std::optional<planner::CheckpointOutcome>> apply_checkpoint_flags(const CheckpointFlags& flags,
-                                                                         const graph::Graph& step,
-                                                                         const planner::PlanOptions& options = {},
-                                                                         std::optional<Bytes> budget = std::nullopt);
-// "checkpoint optimal: peak 120.9 MiB -> 47.0 MiB, recompute +0.5% FLOPs"
+// Sets the request's checkpoint strategy and arena budget from the flags (an Error names the flag).
+Status apply_checkpoint_flags(const CheckpointFlags& flags, planner::PlanRequest& request);
+
+// The model flags plan, fit and compare share, as a step description for plan_step.
+struct ModelFlags {
+  std::string model = "mlp";
+  std::int64_t batch = 0;  // 0: the model's default
+  std::string optimizer = "adamw";
+  std::vector<std::int64_t> hidden = {256, 256};
+  std::int64_t seq = 0;         // 0: the model's default
+  std::int64_t image_size = 0;  // 0: the model's default
+  std::string dtype = "fp32";
+};
+// Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
+// --hidden, and with `shapes` --seq, --image-size and --dtype.
+void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
+// The step the flags describe; an Error names the flag that cannot work with the model.
+Result<planner::StepDescription> step_description(const ModelFlags& flags);
+
+// "budget 1.00 MiB is below what checkpoint none can reach; the minimum feasible arena is ..."
+std::string unmet_budget_message(const planner::PlannedStep& step, planner::CheckpointStrategy asked);
+// "checkpoint optimal: arena 120.9 MiB -> 47.0 MiB, recompute +0.5% FLOPs"
 std::string checkpoint_line(const planner::CheckpointOutcome& outcome);
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 

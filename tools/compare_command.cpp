@@ -10,9 +10,9 @@
 
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/allocation_trace.h"
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/dynamic_replay.h"
@@ -36,12 +36,9 @@ bool write_output(const std::string& path, std::string_view bytes) {
 }
 
 struct CompareFlags {
-  std::string model = "mlp";
-  std::int64_t batch = 128;
-  std::string optimizer = "adamw";
-  std::vector<std::int64_t> hidden = {256, 256};
+  ModelFlags model;
   int steps = 3;
-  std::string budget;  // empty: no limit (a simulated device of 1 PiB)
+  std::string device_memory;  // empty: no limit (a simulated device of 1 PiB)
   std::string alloc_conf;
   bool json = false;
   std::string svg;
@@ -116,9 +113,9 @@ LayoutPanel static_panel(const planner::MemoryPlan& plan) {
 
 int run_compare(const CompareFlags& flags) {
   Result<Bytes> capacity = Bytes{1} << 50;
-  if (!flags.budget.empty()) capacity = parse_byte_size(flags.budget);
+  if (!flags.device_memory.empty()) capacity = parse_byte_size(flags.device_memory);
   if (!capacity) {
-    std::cerr << "memplan compare: --budget: " << capacity.error().message << "\n";
+    std::cerr << "memplan compare: --device-memory: " << capacity.error().message << "\n";
     return kExitUsage;
   }
   auto base_options = runtime::CachingAllocatorOptions::parse(flags.alloc_conf);
@@ -126,18 +123,18 @@ int run_compare(const CompareFlags& flags) {
     std::cerr << "memplan compare: --alloc-conf: " << base_options.error().message << "\n";
     return kExitUsage;
   }
-  auto built = build_training_step(flags.model, flags.batch, flags.hidden, flags.optimizer);
-  if (!built) {
-    std::cerr << "memplan compare: " << built.error().message << "\n";
+  auto description = step_description(flags.model);
+  if (!description) {
+    std::cerr << "memplan compare: " << description.error().message << "\n";
     return kExitUsage;
   }
-  const graph::Graph& step = built.value();
-  auto planned = planner::plan_memory(step);
+  auto planned = planner::plan_step(description.value(), planner::PlanRequest{});
   if (!planned) {
     std::cerr << "memplan compare: " << planned.error().message << "\n";
-    return kExitFailure;
+    return kExitUsage;
   }
-  const planner::MemoryPlan& plan = planned.value();
+  const graph::Graph& step = planned.value().graph;
+  const planner::MemoryPlan& plan = planned.value().plan;
 
   std::vector<Variant> variants(2);
   variants[0].name = "caching allocator";
@@ -159,10 +156,11 @@ int run_compare(const CompareFlags& flags) {
     return step.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;
   };
   nlohmann::json j;
-  j["model"] = flags.model;
-  j["batch"] = flags.batch;
-  j["optimizer"] = flags.optimizer;
-  j["budget_bytes"] = flags.budget.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
+  j["model"] = flags.model.model;
+  j["batch"] = description.value().batch;
+  j["optimizer"] = flags.model.optimizer;
+  j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
+  j["budget_bytes"] = j["device_memory_bytes"];  // the name before --device-memory, kept for a release
   j["steps"] = flags.steps;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
   j["planned_arena_bytes"] = plan.arena_bytes;
@@ -203,7 +201,7 @@ int run_compare(const CompareFlags& flags) {
     for (const Variant& v : variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
-    if (!write_output(flags.svg, render_layout_svg(flags.model + ", batch " + std::to_string(flags.batch) +
+    if (!write_output(flags.svg, render_layout_svg(flags.model.model + ", batch " + std::to_string(description.value().batch) +
                                                         ": the same step, three allocators (last step shown)",
                                                     panels))) {
       return kExitFailure;
@@ -235,8 +233,9 @@ int run_compare(const CompareFlags& flags) {
     return kExitOk;
   }
   std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.c_str(), static_cast<long long>(flags.batch), flags.optimizer.c_str(), plan.schedule.size(),
-              flags.steps, flags.budget.empty() ? "no memory budget" : ("budget " + format_bytes(capacity.value())).c_str());
+              flags.model.model.c_str(), static_cast<long long>(description.value().batch), flags.model.optimizer.c_str(),
+              plan.schedule.size(), flags.steps,
+              flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(capacity.value())).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",
               "allocs/step");
   std::printf("%-40s %14s\n", "lower bound (peak of live bytes)", format_bytes(plan.lower_bound_bytes).c_str());
@@ -277,15 +276,11 @@ Command add_compare_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "compare",
       "Compare the static plan with a PyTorch-style caching allocator (and expandable segments) on the same step.");
-  app->add_option("--model", flags->model, "Model")->check(CLI::IsMember(models::trainable_model_names()))->capture_default_str();
-  app->add_option("--batch", flags->batch, "Samples per step")->check(positive_integer())->capture_default_str();
-  app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
-      ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
-      ->capture_default_str();
-  app->add_option("--hidden", flags->hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
+  add_model_options(*app, flags->model, /*trainable_only=*/false, /*shapes=*/true);
   app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
-  app->add_option("--budget", flags->budget,
-                  "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where")
+  app->add_option("--device-memory,--budget", flags->device_memory,
+                  "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where "
+                  "(--budget: the older name, kept for a release)")
       ->check(byte_size());
   app->add_option("--alloc-conf", flags->alloc_conf,
                   "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128")

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/rng.h"
+#include "memplan/runtime/devices.h"
 
 namespace memplan::tools {
 
@@ -65,10 +66,10 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
 
   models::ModelOptions eval_model = model;
   eval_model.training = false;
-  auto forward = models::build_forward(eval_model, batch);
-  if (!forward) return forward.error();
-  const graph::Graph& g = forward.value();
-  runtime::Executor exec(g, device, runtime::ExecutorOptions{trained.mode(), {}, {}});
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(eval_model, batch), device);
+  if (!planned) return planned.error();
+  const graph::Graph& g = planned.value().graph;
+  runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
   if (Status s = bind_trained_weights(exec, trained); !s) return s.error();
 
   std::vector<std::int32_t> x(static_cast<std::size_t>(batch * T)), labels(x.size());

@@ -9,6 +9,7 @@
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/weights.h"
+#include "memplan/runtime/devices.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/language_model.h"
@@ -50,14 +51,13 @@ int run_sample(const SampleFlags& flags) {
   model.name = "gpt";
   model.gpt = saved.value().config;
   model.training = false;
-  auto forward = models::build_forward(model, 1);
-  if (!forward) {
-    std::cerr << "memplan sample: " << forward.error().message << "\n";
+  runtime::CpuDevice device;
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device);
+  if (!planned) {
+    std::cerr << "memplan sample: " << planned.error().message << "\n";
     return kExitUsage;
   }
-  const graph::Graph g = std::move(forward).value();
-  runtime::CpuDevice device;
-  runtime::Executor executor(g, device);
+  runtime::Executor executor(planned.value(), device);
   if (Status s = executor.setup(); !s) {
     std::cerr << "memplan sample: " << s.error().message << "\n";
     return kExitFailure;

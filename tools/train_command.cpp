@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/planner/fit.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/fashion_mnist.h"
 #include "memplan/models/text_dataset.h"
@@ -59,13 +59,12 @@ std::string format_rate(double per_s, bool tokens) {
   return out.str();
 }
 
-// Why setup ran out of device memory, and what would fit, found by planning alone (as
-// `memplan fit`): the arena against what the device can give; the requested batch with
-// activation checkpointing, when the run used none; and the largest batch under the run's own
-// checkpoint strategy.
-std::string out_of_memory_advice(const TrainFlags& flags, const models::ModelOptions& model,
-                                 const graph::OptimizerConfig& opt, const runtime::Executor& executor,
-                                 Bytes capacity) {
+// Why setup ran out of device memory, and what would fit, answered by planning alone (the same
+// answer_fit as `memplan fit`, with this device's profile): the arena against what the device
+// can give; the requested batch with activation checkpointing, when the run used none; and the
+// largest batch under the run's own checkpoint strategy.
+std::string out_of_memory_advice(const planner::StepDescription& step,
+                                 const planner::PlanRequest& request, const runtime::Executor& executor, Bytes capacity) {
   std::ostringstream out;
   const planner::MemoryPlan* plan = executor.plan();
   if (plan == nullptr) {
@@ -73,51 +72,33 @@ std::string out_of_memory_advice(const TrainFlags& flags, const models::ModelOpt
         << "states the arena it needs up front\n";
     return out.str();
   }
-  const Bytes arena = align_up(plan->arena_bytes, runtime::kDeviceAlignment);
+  planner::FitQuestion question;
+  question.step = step;
+  question.request = request;
+  question.request.budget.reset();
+  question.request.device.overheads.clear();  // --device-memory caps what the device hands out: the arena
+  question.device_memory = capacity;
+  question.max_batch_strategies = {request.checkpoint};
+  question.max_batch_limit = std::max<std::int64_t>(step.batch - 1, 1);
+  const Bytes arena = question.request.device.total_bytes(plan->arena_bytes);
   out << "memplan train: out of memory at setup: the arena needs " << format_bytes(arena) << " (" << arena
       << " bytes) but the device can give " << format_bytes(capacity) << " (" << capacity << " bytes, --device-memory)\n";
-  // The arena is rounded up to the device alignment, so a plan fits when its bytes fit this.
-  const Bytes usable = capacity / runtime::kDeviceAlignment * runtime::kDeviceAlignment;
-  auto step_for = [&](std::int64_t batch) -> Result<graph::Graph> {
-    auto forward = models::build_forward(model, batch);
-    if (!forward) return forward.error();
-    graph::Graph g = std::move(forward).value();
-    graph::make_training_step(g, opt);
-    return g;
-  };
-  const auto strategy = planner::parse_checkpoint_strategy(flags.checkpoint.strategy).value();
-  if (strategy == planner::CheckpointStrategy::kNone && flags.checkpoint.budget.empty()) {
-    auto step = step_for(flags.batch);
-    if (step) {
-      auto checkpointed = planner::apply_checkpointing(step.value(), planner::CheckpointStrategy::kAuto, usable);
-      if (checkpointed) {
-        out << "memplan train: batch " << flags.batch << " fits with activation checkpointing: add --checkpoint auto"
-            << " --budget " << usable << " (" << checkpoint_line(checkpointed.value()) << ")\n";
-      }
-    }
+  auto answer = planner::answer_fit(question);
+  if (!answer) return out.str() + "memplan train: " + answer.error().message + "\n";
+  const planner::FitAnswer& a = answer.value();
+  const bool asked_for_checkpointing = request.checkpoint != planner::CheckpointStrategy::kNone || request.budget;
+  if (!asked_for_checkpointing && a.suggestion && a.suggestion->whole_batch_checkpoint) {
+    out << "memplan train: batch " << step.batch << " fits with activation checkpointing: add --checkpoint auto"
+        << " --budget " << question.request.device.arena_budget(capacity) << " (auto picks --checkpoint "
+        << planner::checkpoint_strategy_name(*a.suggestion->whole_batch_checkpoint) << ")\n";
   }
-  auto arena_for = [&](std::int64_t batch) -> Result<Bytes> {
-    auto step = step_for(batch);
-    if (!step) return step.error();
-    graph::Graph g = std::move(step).value();
-    if (strategy != planner::CheckpointStrategy::kNone) {
-      // The run's own strategy at its smallest arena (a budget on the command line may be the
-      // very thing that cannot be met at this batch).
-      auto checkpointed = planner::apply_checkpointing(g, strategy, usable);
-      if (!checkpointed) return align_up(usable + 1, runtime::kDeviceAlignment);  // does not fit
-      g = std::move(checkpointed).value().graph;
-    }
-    auto p = planner::plan_memory(g);
-    if (!p) return p.error();
-    return align_up(p.value().arena_bytes, runtime::kDeviceAlignment);
-  };
-  auto search = planner::search_max_batch(arena_for, capacity, std::max<std::int64_t>(flags.batch - 1, 1));
-  const std::string with = strategy == planner::CheckpointStrategy::kNone
+  const std::string with = request.checkpoint == planner::CheckpointStrategy::kNone
                                ? ""
-                               : " with --checkpoint " + std::string(planner::checkpoint_strategy_name(strategy));
-  if (search && search.value().max_batch > 0) {
-    out << "memplan train: the largest batch that fits" << with << " is " << search.value().max_batch
-        << ": try --batch " << search.value().max_batch << " (found by planning alone, as 'memplan fit --max-batch' does)\n";
+                               : " with --checkpoint " + std::string(planner::checkpoint_strategy_name(request.checkpoint));
+  const std::int64_t max_batch = a.max_batch.empty() ? 0 : a.max_batch.front().max_batch;
+  if (max_batch > 0) {
+    out << "memplan train: the largest batch that fits" << with << " is " << max_batch << ": try --batch " << max_batch
+        << " (found by planning alone, as 'memplan fit --max-batch' does)\n";
   } else {
     out << "memplan train: not even batch 1 fits" << with
         << "; try a smaller model ('memplan fit' shows where the bytes go)\n";
@@ -211,25 +192,11 @@ int run_train(const TrainFlags& flags) {
     model.cnn.image = train_images->rows;  // square images, one channel
     model.cnn.classes = train_images->classes;
   }
-  auto forward = models::build_forward(model, flags.batch);
-  if (!forward) {
-    std::cerr << "memplan train: " << forward.error().message << "\n";
-    return kExitUsage;
-  }
-  graph::Graph step = std::move(forward).value();
   graph::OptimizerConfig opt;
   opt.kind = optimizer_kind.value();
   opt.lr = static_cast<float>(flags.lr);
   opt.momentum = static_cast<float>(flags.momentum);
   opt.weight_decay = static_cast<float>(flags.weight_decay);
-  graph::make_training_step(step, opt);
-  auto checkpointed = apply_checkpoint_flags(flags.checkpoint, step);
-  if (!checkpointed) {
-    std::cerr << "memplan train: " << checkpointed.error().message << "\n";
-    return kExitUsage;
-  }
-  const std::optional<planner::CheckpointOutcome> checkpoint = std::move(checkpointed).value();
-  if (checkpoint) step = checkpoint->graph;
 
   runtime::ExecutorOptions exec_options;
   exec_options.mode = runtime::parse_mode(flags.mode).value();
@@ -239,10 +206,34 @@ int run_train(const TrainFlags& flags) {
     exec_options.debug.guards = exec_options.debug.guards || d == "guards";
     exec_options.debug.finite = exec_options.debug.finite || d == "finite";
   }
-  runtime::Executor executor(step, device, exec_options);
+  // One plan for every mode: planned runs at its offsets; naive and dynamic follow its schedule
+  // and lifetimes. It is made for this device (its workspace inside the arena, guard gaps when
+  // guards are checked), so the arena checked against --budget is the arena allocated.
+  planner::PlanRequest request;
+  request.device = runtime::device_profile(device);
+  if (exec_options.debug.guards) request.guard_bytes = runtime::kGuardBytes;
+  if (Status s = apply_checkpoint_flags(flags.checkpoint, request); !s) {
+    std::cerr << "memplan train: " << s.error().message << "\n";
+    return kExitUsage;
+  }
+  const planner::StepDescription description = planner::StepDescription::of_model(model, flags.batch, opt);
+  auto planned_step = planner::plan_step(description, request);
+  if (!planned_step) {
+    std::cerr << "memplan train: " << planned_step.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!planned_step.value().fits) {
+    std::cerr << "memplan train: " << unmet_budget_message(planned_step.value(), request.checkpoint) << "\n";
+    return kExitUsage;
+  }
+  const planner::PlannedStep& planned = planned_step.value();
+  const graph::Graph& step = planned.graph;
+  const std::optional<planner::CheckpointOutcome>& checkpoint = planned.checkpoint;
+
+  runtime::Executor executor(planned, device, exec_options);
   if (Status s = executor.setup(); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
-    if (device_capacity > 0) std::cerr << out_of_memory_advice(flags, model, opt, executor, device_capacity);
+    if (device_capacity > 0) std::cerr << out_of_memory_advice(description, request, executor, device_capacity);
     return kExitFailure;
   }
   executor.initialize_persistent(flags.seed);

@@ -14,7 +14,6 @@
 
 #include "bench/bench_util.h"
 #include "memplan/common/rng.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "memplan/runtime/devices.h"
@@ -55,13 +54,11 @@ std::vector<Case> cases(bool quick) {
   return out;
 }
 
-graph::Graph training_step(const models::ModelOptions& model, std::int64_t batch) {
-  graph::Graph g = models::build_forward(model, batch).value();
+planner::StepDescription training_step(const models::ModelOptions& model, std::int64_t batch) {
   graph::OptimizerConfig opt;
   opt.kind = graph::OptimizerKind::adamw;
   opt.lr = 1e-4f;
-  graph::make_training_step(g, opt);
-  return g;
+  return planner::StepDescription::of_model(model, batch, opt);
 }
 
 // Random inputs of the right kind for a model's "x" and "labels".
@@ -99,16 +96,15 @@ int run(int argc, char** argv) {
   }
   auto device = runtime::make_device(kernels::DeviceKind::cuda).value();
   const auto* query = dynamic_cast<const runtime::DeviceMemoryQuery*>(device.get());
-  const auto overheads = planner::runtime_overheads("cuda").value();
-  Bytes overhead_bytes = 0;
-  for (const auto& o : overheads) overhead_bytes += o.bytes;
+  const planner::DeviceProfile profile = runtime::device_profile(*device);
 
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::vector<std::string>> rows;
   for (const Case& c : cases(quick)) {
-    const graph::Graph g = training_step(c.model, c.batch);
+    const planner::PlannedStep planned = runtime::plan_step_for(training_step(c.model, c.batch), *device).value();
+    const graph::Graph& g = planned.graph;
     const runtime::DeviceMemoryInfo before = query->memory_info();
-    runtime::Executor exec(g, *device, runtime::ExecutorOptions{});
+    runtime::Executor exec(planned, *device);
     if (Status s = exec.setup(); !s) {
       std::fprintf(stderr, "%s: %s\n", c.name.c_str(), s.error().message.c_str());
       return 1;
@@ -146,15 +142,15 @@ int run(int argc, char** argv) {
 
     // The largest batch whose arena fits the budget (PyTorch's fraction caps its allocator the
     // same way; neither side counts the CUDA context).
-    auto arena_for = [&](std::int64_t batch) -> Result<Bytes> {
-      const graph::Graph gb = training_step(c.model, batch);
-      planner::PlanOptions options;
-      options.workspace_bytes = device->workspace_bytes();
-      auto p = planner::plan_memory(gb, options);
+    auto fits_at = [&](std::int64_t batch) -> Result<bool> {
+      planner::PlanRequest request;
+      request.budget = c.budget_bytes;
+      request.answer_only = true;
+      auto p = runtime::plan_step_for(training_step(c.model, batch), *device, request);
       if (!p) return p.error();
-      return p.value().arena_bytes;
+      return p.value().fits;
     };
-    const auto search = planner::search_max_batch(arena_for, c.budget_bytes, c.batch_limit).value();
+    const auto search = planner::search_max_batch(fits_at, c.batch_limit).value();
 
     nlohmann::json j;
     j["model"] = c.name;
@@ -167,7 +163,7 @@ int run(int argc, char** argv) {
     j["workspace_bytes"] = plan.workspace_bytes;
     j["measured_device_bytes_delta"] = measured_delta;  // free before setup - free after the steps
     j["device_used_bytes_total"] = used_total;          // whole device, CUDA context included
-    j["fit_predicted_total_bytes"] = plan.arena_bytes + overhead_bytes - plan.workspace_bytes;  // fit counts the workspace as an overhead
+    j["fit_predicted_total_bytes"] = profile.total_bytes(plan.arena_bytes);  // as memplan fit --device cuda counts it
     j["device_allocations_during_steps"] = exec.device_allocations_during_steps();
     j["budget_bytes"] = c.budget_bytes;
     j["batch_limit"] = c.batch_limit;

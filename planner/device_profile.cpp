@@ -1,0 +1,39 @@
+#include "memplan/planner/device_profile.h"
+
+#include <algorithm>
+
+namespace memplan::planner {
+
+namespace {
+constexpr Bytes kMiB = Bytes{1} << 20;
+}
+
+Bytes DeviceProfile::overhead_bytes() const {
+  Bytes total = 0;
+  for (const Overhead& o : overheads) total += o.bytes;
+  return total;
+}
+
+Bytes DeviceProfile::total_bytes(Bytes arena_bytes) const {
+  return align_up(arena_bytes, std::max<Bytes>(alignment, 1)) + overhead_bytes();
+}
+
+Bytes DeviceProfile::arena_budget(Bytes device_memory) const {
+  const Bytes left = device_memory - overhead_bytes();
+  if (left <= 0) return 0;
+  return left / std::max<Bytes>(alignment, 1) * std::max<Bytes>(alignment, 1);
+}
+
+Result<DeviceProfile> documented_device_profile(std::string_view kind) {
+  if (kind == "cpu") return DeviceProfile{};
+  if (kind == "cuda") {
+    DeviceProfile p;
+    p.name = "cuda";
+    p.workspace_bytes = kCudaWorkspaceBytes;
+    p.overheads = {{"CUDA context", 500 * kMiB}, {"cuBLAS handle", 8 * kMiB}, {"cuDNN handle", 16 * kMiB}};
+    return p;
+  }
+  return Error{"unknown device kind '" + std::string(kind) + "' (expected cuda or cpu)"};
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,49 @@
+// What a device adds to a plan: the granularity it allocates in, the kernel scratch it wants
+// inside the arena, and the memory its runtime uses outside the arena. A real device supplies
+// its own (runtime::device_profile); planning for a device that is not here (`memplan fit
+// --device cuda` on a laptop) uses the documented table below. "Does it fit?" is one predicate
+// over a profile: the arena plus the overheads within the device's memory.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memplan/common/result.h"
+#include "memplan/common/types.h"
+
+namespace memplan::planner {
+
+struct Overhead {
+  std::string what;
+  Bytes bytes = 0;
+};
+
+struct DeviceProfile {
+  std::string name = "cpu";
+  Bytes alignment = 256;       // the device rounds an allocation up to this
+  Bytes workspace_bytes = 0;   // kernel scratch placed inside the arena (cuBLAS workspace)
+  std::vector<Overhead> overheads;  // runtime memory outside the arena (CUDA context, handles)
+
+  Bytes overhead_bytes() const;
+  // What the device holds for an arena: the arena as the device allocates it, plus overheads.
+  Bytes total_bytes(Bytes arena_bytes) const;
+  // The one "fits" predicate: total_bytes(arena) <= device_memory.
+  bool fits(Bytes arena_bytes, Bytes device_memory) const { return total_bytes(arena_bytes) <= device_memory; }
+  // The largest arena that fits in device_memory (0 when the overheads alone do not).
+  Bytes arena_budget(Bytes device_memory) const;
+};
+
+// The kernel workspace the CUDA backend places in the arena: cuBLAS's recommended workspace
+// for Hopper (32 MiB), which also covers the kernels' own scratch. The CUDA device reports this
+// value (runtime/cuda_device.cpp checks it against the kernels' constant at compile time).
+inline constexpr Bytes kCudaWorkspaceBytes = Bytes{32} << 20;
+
+// The documented profile of a device kind, for planning without the device: "cpu" (no
+// workspace, no overheads) or "cuda": the workspace above inside the arena and, outside it, a
+// CUDA context of ~500 MiB (it varies with driver, card and loaded modules: measure with
+// `nvidia-smi` after cudaFree(0)), the cuBLAS handle ~8 MiB and the cuDNN handle ~16 MiB —
+// typical for a current driver and toolkit on Hopper.
+Result<DeviceProfile> documented_device_profile(std::string_view kind);
+
+}  // namespace memplan::planner

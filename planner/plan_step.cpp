@@ -1,0 +1,104 @@
+#include "memplan/planner/plan_step.h"
+
+#include <utility>
+
+#include "memplan/graph/training_step.h"
+
+namespace memplan::planner {
+
+StepDescription StepDescription::of_model(models::ModelOptions model, std::int64_t batch,
+                                          graph::OptimizerConfig optimizer) {
+  StepDescription d;
+  d.model = std::move(model);
+  d.batch = batch;
+  d.optimizer = optimizer;
+  return d;
+}
+
+StepDescription StepDescription::of_graph(graph::Graph graph) {
+  StepDescription d;
+  d.graph = std::move(graph);
+  return d;
+}
+
+PlanOptions PlanRequest::plan_options() const {
+  PlanOptions o;
+  o.schedule = schedule;
+  o.choose_best_schedule = choose_best_schedule;
+  // Skipping the program order when its lower bound cannot beat the memory-aware arena gives the
+  // same plan, found faster.
+  o.skip_dominated_schedule = true;
+  o.in_place = in_place;
+  o.solver = solver;
+  o.guard_bytes = guard_bytes;
+  o.workspace_bytes = device.workspace_bytes;
+  return o;
+}
+
+std::int64_t PlannedStep::parameter_count() const {
+  std::int64_t n = 0;
+  for (TensorId p : graph.parameters()) n += graph.tensor(p).shape.numel();
+  return n;
+}
+
+namespace {
+
+Result<graph::Graph> build_step(const StepDescription& step) {
+  if (step.graph) return *step.graph;
+  if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
+  auto forward = models::build_forward(step.model, step.batch);
+  if (!forward) return forward.error();
+  graph::Graph g = std::move(forward).value();
+  if (step.model.training) graph::make_training_step(g, step.optimizer);
+  return g;
+}
+
+}  // namespace
+
+Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request) {
+  auto built = build_step(step);
+  if (!built) return built.error();
+  const PlanOptions options = request.plan_options();
+  PlannedStep out;
+  out.budget = request.budget;
+  if (request.checkpoint == CheckpointStrategy::kNone && request.budget && request.answer_only) {
+    // No recomputation to choose: when even the arena's lower bound exceeds the budget, the
+    // answer is known without packing anything.
+    auto bound = arena_lower_bound(built.value(), options);
+    if (!bound) return bound.error();
+    if (bound.value() > *request.budget) {
+      out.graph = std::move(built).value();
+      out.plan.arena_bytes = bound.value();
+      out.plan.lower_bound_bytes = bound.value();
+      out.plan.solve_status = SolveStatus::not_found;
+      out.fits = false;
+      out.runnable = false;
+      return out;
+    }
+  }
+  if (request.checkpoint == CheckpointStrategy::kNone && !request.budget) {
+    out.graph = std::move(built).value();
+    auto plan = plan_memory(out.graph, options);
+    if (!plan) return plan.error();
+    out.plan = std::move(plan).value();
+    return out;
+  }
+  CheckpointRequest cr{request.checkpoint, request.budget, request.find_minimum_arena && !request.answer_only,
+                       request.answer_only};
+  auto outcome = apply_checkpointing(built.value(), cr, options);
+  if (!outcome) return outcome.error();
+  out.fits = outcome.value().fits;
+  if (!out.fits && request.answer_only) {
+    out.graph = std::move(built).value();
+    out.plan.arena_bytes = outcome.value().arena_bytes_with;
+    out.runnable = false;
+    out.checkpoint = std::move(outcome).value();
+    return out;
+  }
+  out.plan = std::move(outcome.value().plan);
+  out.graph = outcome.value().graph;
+  out.checkpoint = std::move(outcome).value();
+  return out;
+}
+
+}  // namespace memplan::planner

@@ -1,0 +1,74 @@
+// The one planning pipeline: a step description (a model at a batch size with an optimizer, or a
+// graph already built) and a request (the device's profile, debug guard bytes, a checkpoint
+// strategy and budget, a deterministic solver budget) in; the planned step out: the graph as it
+// will run (recompute ops included), its MemoryPlan, the checkpointing outcome, and whether it
+// fits. `memplan plan`, `fit`, `train`, `compare`, the out-of-memory advice and the benches all
+// call this; the executor receives what it returns and never plans.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/graph/optimizer.h"
+#include "memplan/models/registry.h"
+#include "memplan/planner/checkpoint.h"
+#include "memplan/planner/device_profile.h"
+#include "memplan/planner/memory_plan.h"
+
+namespace memplan::planner {
+
+struct StepDescription {
+  // A model from the registry (trainable or zoo), built at `batch`. With model.training (the
+  // default) the forward graph becomes a training step (backward + `optimizer` updates);
+  // without, the forward graph is planned as it is (evaluation, generation).
+  models::ModelOptions model;
+  std::int64_t batch = 1;
+  graph::OptimizerConfig optimizer;
+  // A graph built elsewhere (a test's, an importer's), planned as it is; replaces `model`.
+  std::optional<graph::Graph> graph;
+
+  static StepDescription of_model(models::ModelOptions model, std::int64_t batch, graph::OptimizerConfig optimizer = {});
+  static StepDescription of_graph(graph::Graph graph);
+};
+
+struct PlanRequest {
+  DeviceProfile device;  // workspace inside the arena; alignment and overheads for "fits"
+  Bytes guard_bytes = 0;  // debug: a gap after every buffer (--debug guards)
+  CheckpointStrategy checkpoint = CheckpointStrategy::kNone;
+  std::optional<Bytes> budget;  // the arena budget in bytes; nullopt: none
+  ScheduleKind schedule = ScheduleKind::memory_aware;
+  bool choose_best_schedule = true;  // plan both op orders, keep the lower arena
+  bool in_place = true;
+  SolverBudget solver;  // deterministic unless it asks for wall-clock time
+  // When the budget is not met, also search the least arena any checkpoint strategy reaches
+  // (CheckpointOutcome::minimum): what an error message should name. It costs a plan per point
+  // of the optimal strategy's frontier, seconds for billion-parameter models.
+  bool find_minimum_arena = true;
+  // Only "fits or not" is wanted (batch-size searches): a step that does not fit returns as soon
+  // as that is known; its plan is then not one to run (PlannedStep::runnable is false).
+  bool answer_only = false;
+
+  // The options plan_memory receives for this request.
+  PlanOptions plan_options() const;
+};
+
+struct PlannedStep {
+  graph::Graph graph;  // the step as it runs: recompute ops included
+  MemoryPlan plan;
+  // Set when a checkpoint strategy or a budget was asked for.
+  std::optional<CheckpointOutcome> checkpoint;
+  std::optional<Bytes> budget;
+  bool fits = true;          // plan.arena_bytes <= budget (true without one)
+  bool runnable = true;      // false only for answer_only steps that do not fit
+  std::int64_t steps_planned = 1;  // graphs planned to reach this answer (checkpoint candidates excluded)
+  std::int64_t parameter_count() const;
+};
+
+// Builds the step (unless given), applies checkpointing for the request's strategy and budget,
+// and plans it. An Error means the step cannot be built or planned (a bad model option, an
+// invalid schedule); a budget that cannot be met is an answer (fits == false), not an error.
+Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request);
+
+}  // namespace memplan::planner
