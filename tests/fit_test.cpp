@@ -2,6 +2,10 @@
 // search is exact (max_batch fits, max_batch + 1 does not); budgets are parsed strictly.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -93,6 +97,31 @@ TEST(Fit, AnExecutorRefusesAPlanMadeWithoutItsDevicesWorkspace) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("kernel workspace"), std::string::npos) << s.error().message;
   EXPECT_EQ(device.stats().allocations, 0);
+}
+
+// Plans are deterministic: the exact search stops after a number of nodes, not seconds, so the
+// same step gives the same arena in plan, fit and train while other threads load every core.
+TEST(Fit, PlanFitAndTrainGiveTheSameArenaOnALoadedMachine) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> load;
+  for (int i = 0; i < 2; ++i) {
+    load.emplace_back([&stop] {
+      volatile std::uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x * 6364136223846793005ULL + 1;
+    });
+  }
+  // (The GPT is left out: train takes its vocabulary from the text it reads.)
+  for (const char* model : {"mlp", "cnn"}) {
+    const std::string step = std::string("--model ") + model + " --batch 8";
+    const auto plan = nlohmann::json::parse(run_cli("plan " + step + " --json", false).output);
+    const auto fit = nlohmann::json::parse(run_cli("fit " + step + " --device cpu --device-memory 1TiB --json", false).output);
+    const auto train = nlohmann::json::parse(run_cli("train " + step + " --steps 1 --quiet --json", false).output);
+    EXPECT_EQ(plan["arena_bytes"], fit["arena_bytes"]) << model;
+    EXPECT_EQ(fit["arena_bytes"], train["arena_bytes"]) << model;
+    EXPECT_EQ(train["device_bytes_at_setup"], train["arena_bytes"]) << model << ": train allocates the arena fit states";
+  }
+  stop = true;
+  for (std::thread& t : load) t.join();
 }
 
 TEST(Fit, BatchSearchIsExactOnAStepFunction) {
