@@ -47,16 +47,17 @@ struct BenchInstance {
 };
 
 // MiniMalloc (Moffitt, ASPLOS 2023) built from its public source on a 2-core machine like
-// ours (see ../shared/benchmarks/minimalloc/README.md).
+// ours (see bench/data/minimalloc/README.md).
 const std::map<std::string, double> kMinimallocMs = {
     {"A", 4830}, {"B", 3490}, {"C", 650}, {"D", 2840}, {"E", 3190}, {"F", 5010},
     {"G", 1080}, {"H", 1600}, {"I", 3620}, {"J", 1080}, {"K", 500}};
 
 std::vector<BenchInstance> minimalloc_instances(const std::filesystem::path& dir) {
   std::vector<BenchInstance> out;
+  // The inputs are part of the repository, so a missing folder is a broken checkout, not a skip.
   if (!std::filesystem::is_directory(dir)) {
-    std::cerr << "solver_bench: " << dir << " not found; skipping MiniMalloc instances\n";
-    return out;
+    std::cerr << "solver_bench: MiniMalloc inputs not found at " << dir << "\n";
+    std::exit(2);
   }
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -154,7 +155,7 @@ std::vector<BenchInstance> training_graph_instances() {
 // Every instance the bench runs. To add a source, append its BenchInstances here.
 std::vector<BenchInstance> collect_instances() {
   std::vector<BenchInstance> instances =
-      minimalloc_instances(std::filesystem::path(MEMPLAN_BENCHMARKS_DIR) / "minimalloc");
+      minimalloc_instances(std::filesystem::path(MEMPLAN_MINIMALLOC_DIR));
   for (BenchInstance& instance : training_graph_instances()) instances.push_back(std::move(instance));
   instances.push_back(synthetic_instance(50000, 1));
   return instances;

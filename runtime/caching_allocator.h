@@ -4,7 +4,7 @@
 // and coalescing rules, cache release on out-of-memory, empty_cache(), the max_split_size,
 // roundup_power2_divisions, garbage_collection_threshold and expandable_segments options, the
 // statistics under PyTorch's names and the OOM message. It is not thread-safe and has no
-// multi-stream or CUDA-graph-pool semantics. The contract is shared/specs/caching_allocator.md.
+// multi-stream or CUDA-graph-pool semantics. The rules it follows are in docs/caching_allocator.md.
 #pragma once
 
 #include <array>

@@ -31,9 +31,13 @@ memplan_install_deps() {
 # compiled eight to a translation unit) parses the heavy headers — CLI11, nlohmann/json,
 # GoogleTest — once per batch rather than once per file: a clean build takes about 40% of the
 # time. Incremental development builds may leave it off (the default in CMakeLists.txt).
+# These builds run where they are built, so they are also tuned for this CPU (-march=native,
+# off by default in CMakeLists.txt so an installed memplan runs on other machines too). Later
+# arguments override both.
 memplan_build() {
   local dir="$1"
   shift
-  cmake -S "$(dirname "${BASH_SOURCE[0]}")/.." -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON "$@" >/dev/null
+  cmake -S "$(dirname "${BASH_SOURCE[0]}")/.." -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON -DMEMPLAN_NATIVE=ON \
+    "$@" >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install what memplan needs, build (CUDA code included when the toolkit is
-# at /usr/local/cuda), run every test; then rebuild the tests with AddressSanitizer +
-# UndefinedBehaviorSanitizer and run them again. Warnings are errors in both builds.
+# at /usr/local/cuda), run every test; compile the libraries once more file by file; then rebuild
+# the tests with AddressSanitizer + UndefinedBehaviorSanitizer and run them again. Warnings are
+# errors in every build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/deps.sh
@@ -15,6 +16,15 @@ memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_
 export OMP_NUM_THREADS=1
 stage "tests"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+
+stage "libraries without unity build"
+# The unity builds compile sources eight to a translation unit, where one file's includes cover
+# for another's. Here each source of the installed libraries compiles alone, so a missing
+# include fails the suite. No optimisation (the code is only checked, not run) and no CUDA, to
+# keep this stage short.
+cmake -S . -B build-nounity -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_UNITY_BUILD=OFF \
+  -DMEMPLAN_CUDA=OFF -DMEMPLAN_BUILD_TESTS=OFF -DMEMPLAN_BUILD_BENCH=OFF -DMEMPLAN_WERROR=ON >/dev/null
+cmake --build build-nounity -j "$(nproc)" --target memplan_libraries
 
 stage "build (ASan + UBSan)"
 # The sanitizer build skips the CUDA backend: the CUDA runtime is not ASan-instrumented.

@@ -1,5 +1,5 @@
 // runtime/caching_allocator: PyTorch's caching-allocator rules, each checked against numbers
-// worked by hand from shared/specs/caching_allocator.md, then a randomized property test and a
+// worked by hand from docs/caching_allocator.md, then a randomized property test and a
 // speed check. Devices are simulated, so sizes are real-model sizes and nothing is touched.
 #include <gtest/gtest.h>
 

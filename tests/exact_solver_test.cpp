@@ -179,7 +179,8 @@ TEST(ExactSolver, CapacityBelowTheLowerBoundIsNotFoundAtOnce) {
   EXPECT_EQ(stats.nodes, 0);
 }
 
-std::filesystem::path minimalloc_dir() { return std::filesystem::path(MEMPLAN_BENCHMARKS_DIR) / "minimalloc"; }
+// MiniMalloc's inputs, kept in the repository (bench/data/minimalloc/README.md).
+std::filesystem::path minimalloc_dir() { return std::filesystem::path(MEMPLAN_MINIMALLOC_DIR); }
 
 TEST(ExactSolver, ReportsTimedOutWhenTheBudgetRunsOut) {
   Result<MinimallocCsv> csv = read_minimalloc_csv((minimalloc_dir() / "E.1048576.csv").string());

@@ -1,6 +1,6 @@
 // runtime/caching_allocator with expandable_segments: one reserved address range per pool,
 // grown in 2 MiB (small) / 20 MiB (large) pages, shrunk by unmapping fully free pages. Expected
-// numbers are worked by hand from shared/specs/caching_allocator.md section 4.
+// numbers are worked by hand from docs/caching_allocator.md section 9.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -16,7 +16,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 stamp "configure + build (-j$JOBS)"
 LAUNCHER=()
 command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_CUDA=ON -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON \
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_CUDA=ON -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_NATIVE=ON \
   "${LAUNCHER[@]}" >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target memplan memplan_tests bench_gpu_step
 
