@@ -1,34 +1,26 @@
-// Plans one training step of a small MLP with an installed memplan, checks the plan, prints the
-// arena size.
+// Plans one training step of a small MLP with an installed memplan through the one pipeline
+// (planner::plan_step), checks the plan, prints the arena size.
 #include <cstdio>
 
-#include "memplan/graph/training_step.h"
-#include "memplan/models/registry.h"
-#include "memplan/planner/memory_plan.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
 
 int main() {
   using namespace memplan;
   models::ModelOptions model;  // the MLP
   model.mlp.hidden = {64, 32};
-  Result<graph::Graph> step = models::build_forward(model, 16);
-  if (!step.ok()) {
-    std::fprintf(stderr, "build_forward: %s\n", step.error().message.c_str());
+  const auto step = planner::StepDescription::of_model(model, 16);
+  Result<planner::PlannedStep> planned = planner::plan_step(step, planner::PlanRequest{});
+  if (!planned.ok()) {
+    std::fprintf(stderr, "plan_step: %s\n", planned.error().message.c_str());
     return 1;
   }
-  graph::make_training_step(step.value(), graph::OptimizerConfig{});
-
-  Result<planner::MemoryPlan> plan = planner::plan_memory(step.value());
-  if (!plan.ok()) {
-    std::fprintf(stderr, "plan_memory: %s\n", plan.error().message.c_str());
-    return 1;
-  }
-  const Status valid = planner::validate_plan(plan.value());
+  const Status valid = planner::validate_plan(planned.value().plan);
   if (!valid.ok()) {
     std::fprintf(stderr, "validate_plan: %s\n", valid.error().message.c_str());
     return 1;
   }
-  std::printf("arena_bytes %lld\n", static_cast<long long>(plan.value().arena_bytes));
+  std::printf("arena_bytes %lld\n", static_cast<long long>(planned.value().plan.arena_bytes));
   // Links the runtime and the kernels (CUDA ones included when built) the way running the
   // plan would.
   std::printf("cuda_device_present %d\n", runtime::cuda_device_present() ? 1 : 0);
