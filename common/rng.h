@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <numbers>
 
+#include "memplan/common/splitmix64.h"
+
 namespace memplan {
 
 // SplitMix64: small, fast, passes BigCrush; good enough for initialisation and shuffling.
@@ -13,12 +15,7 @@ class Rng {
  public:
   explicit Rng(std::uint64_t seed) : state_(seed) {}
 
-  std::uint64_t next_u64() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next_u64() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
   // Uniform in [0, 1) with 24 random bits (exactly representable as float).
   float uniform01() { return float(next_u64() >> 40) * (1.0f / 16777216.0f); }
   float uniform(float lo, float hi) { return lo + (hi - lo) * uniform01(); }

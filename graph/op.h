@@ -142,6 +142,7 @@ struct OutputSpec {
 };
 
 struct OpInfo {
+  OpKind kind;  // the row's key: op_info(kind).kind == kind
   std::string_view name;
   int num_inputs;   // exact count
   int num_updates;  // exact count
@@ -153,7 +154,11 @@ struct OpInfo {
   double (*flops)(std::span<const TensorDesc* const> inputs, const TensorDesc* output);
 };
 
+// The row of `kind`; a table row out of place fails here (MEMPLAN_CHECK) rather than returning
+// another op's metadata.
 const OpInfo& op_info(OpKind kind);
+// Every row, in OpKind order: row i states kind i (tests/op_table_test.cpp checks this).
+std::span<const OpInfo> op_table();
 inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
 
 }  // namespace memplan::graph

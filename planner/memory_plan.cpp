@@ -182,44 +182,74 @@ AllocationProblem transient_problem(const MemoryPlan& plan) {
 }
 
 Status validate_plan(const MemoryPlan& plan) {
+  // Rules, each named in its message: the persistent region fits the arena; the kernel
+  // workspace is an aligned range inside the persistent region; every buffer's offset is
+  // aligned; every transient lifetime is a non-empty range of the schedule; every buffer and its
+  // guard bytes end inside the arena, persistent ones inside the persistent region; no buffer or
+  // its guard bytes touch the workspace; no two buffers, guard bytes included, share a byte
+  // while both are live (a persistent buffer is live for the whole step).
   const std::size_t n = plan.buffers.size();
-  if (plan.workspace_bytes > 0) {
-    const Offset ws_end = plan.workspace_offset + plan.workspace_bytes;
-    if (plan.workspace_offset < 0 || plan.workspace_offset % kArenaAlignment != 0 || ws_end > plan.persistent_bytes) {
-      return Error{"the kernel workspace [" + std::to_string(plan.workspace_offset) + ", " + std::to_string(ws_end) +
-                   ") is not an aligned range inside the persistent region"};
-    }
-    for (const PlannedBuffer& a : plan.buffers) {
-      if (a.size_bytes > 0 && a.offset < ws_end && plan.workspace_offset < a.offset + a.size_bytes + plan.guard_bytes) {
-        return Error{"buffer '" + a.name + "' overlaps the kernel workspace"};
-      }
-    }
+  const Bytes guard = plan.guard_bytes;
+  const auto range = [](Offset begin, Offset end) {
+    return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  };
+  const auto guard_note = [guard] {
+    return guard > 0 ? " (with its " + std::to_string(guard) + " guard bytes)" : std::string();
+  };
+  if (plan.persistent_bytes < 0 || plan.persistent_bytes > plan.arena_bytes) {
+    return Error{"the persistent region " + range(0, plan.persistent_bytes) + " does not fit the arena's " +
+                 std::to_string(plan.arena_bytes) + " bytes"};
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const PlannedBuffer& a = plan.buffers[i];
+  const Offset ws_end = plan.workspace_offset + plan.workspace_bytes;
+  if (plan.workspace_bytes > 0 &&
+      (plan.workspace_offset < 0 || plan.workspace_offset % kArenaAlignment != 0 || ws_end > plan.persistent_bytes)) {
+    return Error{"the kernel workspace " + range(plan.workspace_offset, ws_end) +
+                 " is not an aligned range inside the persistent region " + range(0, plan.persistent_bytes)};
+  }
+  const auto ops = static_cast<OpIndex>(plan.schedule.size());
+  for (const PlannedBuffer& a : plan.buffers) {
+    const Offset end = a.offset + a.size_bytes;
     if (a.offset < 0 || a.offset % kArenaAlignment != 0) {
       return Error{"buffer '" + a.name + "' has offset " + std::to_string(a.offset) +
                    ", not a non-negative multiple of " + std::to_string(kArenaAlignment)};
     }
-    if (a.offset + a.size_bytes + plan.guard_bytes > plan.arena_bytes) {
-      return Error{"buffer '" + a.name + "' ends at " + std::to_string(a.offset + a.size_bytes) +
-                   ", past the arena's " + std::to_string(plan.arena_bytes) + " bytes"};
+    if (!a.persistent && (a.first_op < 0 || a.first_op > a.last_op || a.last_op >= ops)) {
+      return Error{"buffer '" + a.name + "' has lifetime ops " + std::to_string(a.first_op) + ".." +
+                   std::to_string(a.last_op) + ", not a non-empty range of the schedule's " + std::to_string(ops) +
+                   " ops"};
     }
-    if (a.persistent && a.offset + a.size_bytes > plan.persistent_bytes) {
-      return Error{"persistent buffer '" + a.name + "' lies outside the persistent region"};
+    if (end + guard > plan.arena_bytes) {
+      return Error{"buffer '" + a.name + "' " + range(a.offset, end) + guard_note() + " ends past the arena's " +
+                   std::to_string(plan.arena_bytes) + " bytes"};
     }
+    if (a.persistent && end + guard > plan.persistent_bytes) {
+      return Error{"persistent buffer '" + a.name + "' " + range(a.offset, end) + guard_note() +
+                   " lies outside the persistent region " + range(0, plan.persistent_bytes)};
+    }
+    if (plan.workspace_bytes > 0 && a.size_bytes > 0 && a.offset < ws_end && plan.workspace_offset < end + guard) {
+      return Error{"buffer '" + a.name + "' " + range(a.offset, end) + guard_note() + " overlaps the kernel workspace " +
+                   range(plan.workspace_offset, ws_end)};
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlannedBuffer& a = plan.buffers[i];
     for (std::size_t j = i + 1; j < n; ++j) {
       const PlannedBuffer& b = plan.buffers[j];
+      if (a.size_bytes <= 0 || b.size_bytes <= 0) continue;
       const bool live_together = a.persistent || b.persistent || (a.first_op <= b.last_op && b.first_op <= a.last_op);
-      const bool share_bytes = a.offset < b.offset + b.size_bytes + plan.guard_bytes &&
-                               b.offset < a.offset + a.size_bytes + plan.guard_bytes;
-      if (live_together && share_bytes && a.size_bytes > 0 && b.size_bytes > 0) {
-        return Error{"buffers '" + a.name + "' [" + std::to_string(a.offset) + ", " +
-                     std::to_string(a.offset + a.size_bytes) + ") ops " + std::to_string(a.first_op) + ".." +
-                     std::to_string(a.last_op) + " and '" + b.name + "' [" + std::to_string(b.offset) + ", " +
-                     std::to_string(b.offset + b.size_bytes) + ") ops " + std::to_string(b.first_op) + ".." +
-                     std::to_string(b.last_op) + " overlap while both are live"};
+      const bool share_bytes = a.offset < b.offset + b.size_bytes + guard && b.offset < a.offset + a.size_bytes + guard;
+      if (!live_together || !share_bytes) continue;
+      const auto describe = [&](const PlannedBuffer& x) {
+        return "'" + x.name + "' " + range(x.offset, x.offset + x.size_bytes) +
+               (x.persistent ? " (persistent, live for the whole step)"
+                             : " ops " + std::to_string(x.first_op) + ".." + std::to_string(x.last_op));
+      };
+      const bool bytes_overlap = a.offset < b.offset + b.size_bytes && b.offset < a.offset + a.size_bytes;
+      if (!bytes_overlap) {
+        return Error{"buffers " + describe(a) + " and " + describe(b) + " are live together with fewer than the " +
+                     std::to_string(guard) + " guard bytes between them"};
       }
+      return Error{"buffers " + describe(a) + " and " + describe(b) + " overlap while both are live"};
     }
   }
   return Status::success();

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "memplan/kernels/shared/optimizers.h"
+
 namespace memplan::kernels::cpu {
 namespace {
 
@@ -175,49 +177,30 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
   }
 }
 
-// PyTorch's SGD: g += wd * p; p -= lr * g (no state).
+// The optimizer updates: the per-element arithmetic of kernels/shared/optimizers.h (PyTorch's
+// single-tensor implementations), which the CUDA kernels share.
 void k_sgd_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { p[i] -= lr * (g[i] + wd * p[i]); });
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
 }
 
-// PyTorch's SGD with momentum (dampening 0): buf = m * buf + g; p -= lr * buf. The zero-initialised
-// buffer makes the first step buf = g, as PyTorch's clone does.
 void k_sgd_momentum_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   float* buf = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) {
-    const float gi = g[i] + wd * p[i];
-    buf[i] = mom * buf[i] + gi;
-    p[i] -= lr * buf[i];
-  });
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom); });
 }
 
-// PyTorch's AdamW (decoupled weight decay), in the same arithmetic order as its
-// single-tensor implementation: p *= 1 - lr*wd; m, v updated; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
 void k_adamw_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   float* m = c.updates[1].f32();
   float* v = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
-  const graph::OpAttrs& a = *c.attrs;
-  const float lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps;
-  const float decay = 1.0f - a.lr * a.weight_decay;
-  const double t = static_cast<double>(c.step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(b1), t));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(b2), t)));
-  const float step_size = lr / bc1;
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) {
-    p[i] *= decay;
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] -= step_size * (m[i] / denom);
-  });
+  const AdamWScalars s = adamw_scalars(*c.attrs, c.step);
+  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { adamw_element(p[i], m[i], v[i], g[i], s); });
 }
 
 }  // namespace

@@ -4,10 +4,11 @@
 // rows), so results never depend on the thread count or on where tensors live.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/shared/dropout.h"
+#include "memplan/kernels/shared/pooling.h"
 
 namespace memplan::kernels::cpu {
 namespace {
@@ -21,17 +22,6 @@ struct Nc {
   std::int64_t n, c, s;
 };
 Nc nc_of(const Shape& x) { return {x[0], x[1], x.numel() / (x[0] * x[1])}; }
-
-// Window geometry of im2col/pooling from an input [N, C, H, W] and the op's attributes.
-struct Window {
-  std::int64_t n, c, h, w, k, stride, pad, oh, ow;
-};
-Window window_of(const Shape& x, const graph::OpAttrs& a) {
-  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0};
-  g.oh = (g.h + 2 * g.pad - g.k) / g.stride + 1;
-  g.ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
-  return g;
-}
 
 // --- convolution ----------------------------------------------------------------------------
 
@@ -162,26 +152,8 @@ void k_conv2d_backward_cols(const KernelCall& c) {
 
 // --- pooling ------------------------------------------------------------------------------
 
-// The first maximum of a window in (kh, kw) order, as a plane offset; padding never wins.
-std::int64_t window_argmax(const float* plane, const Window& g, std::int64_t oh, std::int64_t ow) {
-  std::int64_t best = -1;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (std::int64_t kh = 0; kh < g.k; ++kh) {
-    const std::int64_t ih = oh * g.stride + kh - g.pad;
-    if (ih < 0 || ih >= g.h) continue;
-    for (std::int64_t kw = 0; kw < g.k; ++kw) {
-      const std::int64_t iw = ow * g.stride + kw - g.pad;
-      if (iw < 0 || iw >= g.w) continue;
-      const float v = plane[ih * g.w + iw];
-      if (best < 0 || v > best_value) {
-        best = ih * g.w + iw;
-        best_value = v;
-      }
-    }
-  }
-  return best;
-}
-
+// Max pooling and its backward take each window's element by window_argmax (kernels/shared/
+// pooling.h), the tie-break the CUDA kernels share.
 void k_max_pool2d(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
@@ -599,25 +571,16 @@ void k_permute(const KernelCall& c) {
   }
 }
 
-// SplitMix64 finaliser: a counter-based stream, so element i's draw depends only on
+// The counter-based stream of kernels/shared/dropout.h: element i's draw depends only on
 // (seed, step, i), never on threads or order.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 void k_dropout_mask(const KernelCall& c) {
   const float p = c.attrs->dropout;
-  const float keep = 1.0f / (1.0f - p);
-  const std::uint64_t stream = mix(c.attrs->seed ^ mix(static_cast<std::uint64_t>(c.step)));
+  const float keep = dropout_keep_scale(p);
+  const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   float* mask = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float u = float(mix(stream + static_cast<std::uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
-    mask[i] = u < p ? 0.0f : keep;
-  }
+  for (std::int64_t i = 0; i < n; ++i) mask[i] = dropout_mask_element(stream, i, p, keep);
 }
 
 }  // namespace

@@ -79,17 +79,6 @@ __device__ inline float block_max(float v) {
   return __shfl_sync(0xffffffffu, m, 0);
 }
 
-// Window geometry of im2col/pooling, as on the CPU: input [N, C, H, W], square K, stride, padding.
-struct Window {
-  std::int64_t n, c, h, w, k, stride, pad, oh, ow;
-};
-inline Window window_of(const graph::Shape& x, const graph::OpAttrs& a) {
-  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0};
-  g.oh = (g.h + 2 * g.pad - g.k) / g.stride + 1;
-  g.ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
-  return g;
-}
-
 // x [N, C, ...] as (N, C, S).
 struct Nc {
   std::int64_t n, c, s;

@@ -5,6 +5,8 @@
 
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/dropout.h"
+#include "memplan/kernels/shared/optimizers.h"
 
 namespace memplan::kernels::cuda {
 namespace {
@@ -90,23 +92,15 @@ void k_fill(const KernelCall& c) {
   for_each_index(c.outputs[0].numel(), "fill", [=] __device__(std::int64_t i) { y[i] = v; });
 }
 
-// The CPU's counter-based stream (SplitMix64 finaliser): element i's draw depends only on
+// The CPU's counter-based stream (kernels/shared/dropout.h): element i's draw depends only on
 // (seed, step, i), so CPU and CUDA masks are identical.
-__host__ __device__ inline std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 void k_dropout_mask(const KernelCall& c) {
   const float p = c.attrs->dropout;
-  const float keep = 1.0f / (1.0f - p);
-  const std::uint64_t stream_id = mix(c.attrs->seed ^ mix(static_cast<std::uint64_t>(c.step)));
+  const float keep = dropout_keep_scale(p);
+  const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
   float* mask = c.outputs[0].f32();
-  for_each_index(c.outputs[0].numel(), "dropout_mask", [=] __device__(std::int64_t i) {
-    const float u = float(mix(stream_id + static_cast<std::uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
-    mask[i] = u < p ? 0.0f : keep;
-  });
+  for_each_index(c.outputs[0].numel(), "dropout_mask",
+                 [=] __device__(std::int64_t i) { mask[i] = dropout_mask_element(stream_id, i, p, keep); });
 }
 
 // PyTorch's running statistics: new = (1 - m) * old + m * batch, with the unbiased variance.
@@ -122,12 +116,13 @@ void k_running_stats_update(const KernelCall& c) {
   });
 }
 
-// Optimizers: the CPU kernels' formulas and order (PyTorch's single-tensor implementations).
+// Optimizers: the per-element arithmetic of kernels/shared/optimizers.h, which the CPU kernels
+// share (PyTorch's single-tensor implementations).
 void k_sgd_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
-  for_each_index(c.updates[0].numel(), "sgd_update", [=] __device__(std::int64_t i) { p[i] -= lr * (g[i] + wd * p[i]); });
+  for_each_index(c.updates[0].numel(), "sgd_update", [=] __device__(std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
 }
 
 void k_sgd_momentum_update(const KernelCall& c) {
@@ -136,9 +131,7 @@ void k_sgd_momentum_update(const KernelCall& c) {
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
   for_each_index(c.updates[0].numel(), "sgd_momentum_update", [=] __device__(std::int64_t i) {
-    const float gi = g[i] + wd * p[i];
-    buf[i] = mom * buf[i] + gi;
-    p[i] -= lr * buf[i];
+    sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom);
   });
 }
 
@@ -147,21 +140,14 @@ void k_adamw_update(const KernelCall& c) {
   float* m = c.updates[1].f32();
   float* v = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
-  const graph::OpAttrs& a = *c.attrs;
-  const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;
-  const float decay = 1.0f - a.lr * a.weight_decay;
-  // Bias corrections on the host in double, exactly as the CPU kernel computes them.
-  const double t = static_cast<double>(c.step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(b1), t));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(b2), t)));
-  const float step_size = a.lr / bc1;
+  // The bias corrections on the host in double, as on the CPU.
+  const AdamWScalars s = adamw_scalars(*c.attrs, c.step);
   for_each_index(c.updates[0].numel(), "adamw_update", [=] __device__(std::int64_t i) {
+    // g is read first: which product of b1 * m + (1 - b1) * g nvcc fuses into an FMA (--fmad)
+    // follows the order of the loads, and another order changes the low bits of the update.
     const float gi = g[i];
-    float pi = p[i] * decay;
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    pi -= step_size * (mi / denom);
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamw_element(pi, mi, vi, gi, s);
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;

@@ -4,6 +4,7 @@
 // need no atomics and are deterministic.
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/pooling.h"
 
 namespace memplan::kernels::cuda {
 namespace {
@@ -87,26 +88,6 @@ void pool_forward(const KernelCall& c, cudnnPoolingMode_t mode) {
 void k_max_pool2d(const KernelCall& c) { pool_forward(c, CUDNN_POOLING_MAX_DETERMINISTIC); }
 void k_avg_pool2d(const KernelCall& c) { pool_forward(c, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING); }
 
-// The plane offset of a window's first maximum in (kh, kw) order (the CPU's tie-break).
-__device__ std::int64_t window_argmax(const float* plane, const Window& g, std::int64_t oh, std::int64_t ow) {
-  std::int64_t best = -1;
-  float best_value = -INFINITY;
-  for (std::int64_t kh = 0; kh < g.k; ++kh) {
-    const std::int64_t ih = oh * g.stride + kh - g.pad;
-    if (ih < 0 || ih >= g.h) continue;
-    for (std::int64_t kw = 0; kw < g.k; ++kw) {
-      const std::int64_t iw = ow * g.stride + kw - g.pad;
-      if (iw < 0 || iw >= g.w) continue;
-      const float v = plane[ih * g.w + iw];
-      if (best < 0 || v > best_value) {
-        best = ih * g.w + iw;
-        best_value = v;
-      }
-    }
-  }
-  return best;
-}
-
 // Output windows [lo, hi) along one axis that contain input coordinate `in`.
 __device__ void windows_containing(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t pad,
                                    std::int64_t out, std::int64_t& lo, std::int64_t& hi) {
@@ -116,7 +97,8 @@ __device__ void windows_containing(std::int64_t in, std::int64_t k, std::int64_t
   if (hi > out) hi = out;
 }
 
-// dx gathers dy from every window whose first maximum is this pixel, in (oh, ow) order.
+// dx gathers dy from every window whose element by window_argmax (kernels/shared/pooling.h, the
+// CPU's tie-break) is this pixel, in (oh, ow) order.
 void k_max_pool2d_backward(const KernelCall& c) {
   const Window g = window_of(*c.inputs[1].shape, *c.attrs);
   const float* dy = c.inputs[0].f32();
