@@ -19,8 +19,8 @@
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/safetensors.h"
 #include "memplan/runtime/weights.h"
+#include "memplan/train/language_model.h"
 #include "tools/cli_app.h"
-#include "tools/language_model.h"
 
 namespace memplan::fuzz {
 namespace {
@@ -156,7 +156,7 @@ void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
       MEMPLAN_CHECK(u != nullptr && u->dtype == t.dtype && u->shape == t.shape && u->data == t.data,
                     "tensor '" << t.name << "' changed in a round trip");
     }
-    (void)tools::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
+    (void)train::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
   }
   (void)runtime::parse_weights_file(std::string(bytes), "fuzz.safetensors");
 }

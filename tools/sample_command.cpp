@@ -9,9 +9,9 @@
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/weights.h"
+#include "memplan/train/language_model.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-#include "tools/language_model.h"
 
 namespace memplan::tools {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 struct SampleFlags {
   std::string load;
   std::string prompt;
-  SampleOptions options;
+  train::SampleOptions options;
   int threads = 1;
 };
 
@@ -30,7 +30,7 @@ int run_sample(const SampleFlags& flags) {
     std::cerr << "memplan sample: " << file.error().message << "\n";
     return kExitUsage;
   }
-  auto saved = parse_gpt_metadata(file.value().view.metadata, flags.load);
+  auto saved = train::parse_gpt_metadata(file.value().view.metadata, flags.load);
   if (!saved) {
     std::cerr << "memplan sample: " << saved.error().message << "\n";
     return kExitUsage;
@@ -67,7 +67,7 @@ int run_sample(const SampleFlags& flags) {
     std::cerr << "memplan sample: " << loaded.error().message << "\n";
     return kExitUsage;
   }
-  auto generated = generate(executor, prompt, flags.options);
+  auto generated = train::generate(executor, prompt, flags.options);
   if (!generated) {
     std::cerr << "memplan sample: " << generated.error().message << "\n";
     return kExitFailure;

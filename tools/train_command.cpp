@@ -19,14 +19,24 @@
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/trainer.h"
 #include "memplan/runtime/weights.h"
-#include "tools/classifier.h"
+#include "memplan/train/classifier.h"
+#include "memplan/train/language_model.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-#include "tools/language_model.h"
 #include "tools/memory_report.h"
 
 namespace memplan::tools {
 namespace {
+
+// What run_train uses from the train library (feeders, evaluation, a GPT's metadata).
+using train::BatchFeeder;
+using train::evaluate_classifier;
+using train::evaluate_language_model;
+using train::Evaluation;
+using train::gpt_metadata;
+using train::TextEvaluation;
+using train::TextFeeder;
+using train::unigram_entropy;
 
 struct TrainFlags {
   std::string model = "mlp";

@@ -1,4 +1,4 @@
-#include "tools/language_model.h"
+#include "memplan/train/language_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "memplan/common/rng.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 TextFeeder::TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed)
     : data_(data), batch_(batch), context_(context), seed_(seed) {}
@@ -205,4 +205,4 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   return saved;
 }
 
-}  // namespace memplan::tools
+}  // namespace memplan::train

@@ -12,7 +12,7 @@
 #include "memplan/models/text_dataset.h"
 #include "memplan/runtime/executor.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 // Feeds windows of the training text at positions drawn from (seed, step).
 class TextFeeder {
@@ -64,4 +64,4 @@ struct SavedGpt {
 };
 Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
 
-}  // namespace memplan::tools
+}  // namespace memplan::train

@@ -1,11 +1,11 @@
-#include "tools/classifier.h"
+#include "memplan/train/classifier.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "memplan/common/rng.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed)
     : data_(data), batch_(batch), seed_(seed) {
@@ -100,4 +100,4 @@ Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
   return Evaluation{double(correct) / double(data.count), loss_sum / double(data.count)};
 }
 
-}  // namespace memplan::tools
+}  // namespace memplan::train
