@@ -1,19 +1,27 @@
-// train/language_model: the text feeder, unigram entropy, validation loss, generation and the
-// GPT metadata a saved model is rebuilt from. A tiny GPT trained once on a text of period 7
-// ("abcdefg" repeated) gives answers known in advance: low validation loss after training.
+// train/language_model: the text feeder, unigram entropy, validation loss, generation, the GPT
+// metadata a saved model is rebuilt from, and GptSampler (open, encode, load, generate). A tiny
+// GPT trained once on a text of period 7 ("abcdefg" repeated) gives answers known in advance:
+// low validation loss, and greedy generation that continues the alphabet.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/trainer.h"
+#include "memplan/runtime/weights.h"
 #include "memplan/train/language_model.h"
+#include "memplan/train/saved_run.h"
 #include "test_util.h"
 
 namespace memplan {
 namespace {
+
+namespace fs = std::filesystem;
 
 models::TextDataset alphabet_text() {
   std::string text;
@@ -236,6 +244,87 @@ TEST(GptMetadata, RefusesWhatDoesNotDescribeAGptAndNamesTheSource) {
     EXPECT_EQ(r.error().message.rfind("bad.safetensors: ", 0), 0u) << r.error().message;
     EXPECT_NE(r.error().message.find(expected), std::string::npos) << r.error().message;
   }
+}
+
+class GptSamplerTest : public LanguageModel {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("memplan_gpt_sampler_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    path = (dir / "gpt.safetensors").string();
+    ASSERT_TRUE(train::save_run(trained_->run.executor, path, *model_, "adamw", data_.get()).ok());
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+  std::string path;
+};
+
+TEST_F(GptSamplerTest, ContinuesTheAlphabetItWasTrainedOn) {
+  auto opened = train::GptSampler::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  train::GptSampler& sampler = opened.value();
+  EXPECT_EQ(sampler.saved().config.layers, 2);
+  EXPECT_EQ(sampler.saved().vocab, data_->vocab);
+  auto prompt = sampler.encode("cde");
+  ASSERT_TRUE(prompt.ok()) << prompt.error().message;
+  EXPECT_EQ(prompt.value(), (std::vector<std::int32_t>{2, 3, 4}));
+  EXPECT_EQ(sampler.decode(prompt.value()), "cde");
+  runtime::CpuDevice device;
+  ASSERT_TRUE(sampler.load(device).ok());
+  train::SampleOptions options;
+  options.tokens = 16;
+  options.temperature = 0.0;
+  auto generated = sampler.generate(prompt.value(), options);
+  ASSERT_TRUE(generated.ok()) << generated.error().message;
+  EXPECT_EQ(sampler.decode(generated.value()), "fgabcdefgabcdefg");
+}
+
+TEST_F(GptSamplerTest, SaysWhetherTheFileOrTheDeviceFailed) {
+  auto opened = train::GptSampler::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  train::GptSampler& sampler = opened.value();
+  auto unknown = sampler.encode("abz");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("never saw in training (byte 122)"), std::string::npos)
+      << unknown.error().message;
+
+  runtime::CpuDevice tiny(1024);
+  train::GptSampler::Fault fault = train::GptSampler::Fault::input;
+  ASSERT_FALSE(sampler.load(tiny, &fault).ok());
+  EXPECT_EQ(fault, train::GptSampler::Fault::device);
+  runtime::CpuDevice roomy;
+  EXPECT_TRUE(sampler.load(roomy, &fault).ok()) << "a failed load can be retried on another device";
+
+  // Metadata that claims one layer for weights of two: the file is at fault.
+  models::GptConfig one_layer = model_->gpt;
+  one_layer.layers = 1;
+  const auto metadata = train::gpt_metadata(one_layer, *data_);
+  const std::string mismatched = (dir / "mismatched.safetensors").string();
+  ASSERT_TRUE(runtime::save_weights(trained_->run.executor, mismatched, metadata).ok());
+  auto other = train::GptSampler::open(mismatched);
+  ASSERT_TRUE(other.ok()) << other.error().message;
+  fault = train::GptSampler::Fault::device;
+  auto loaded = other.value().load(roomy, &fault);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(fault, train::GptSampler::Fault::input);
+  EXPECT_NE(loaded.error().message.find("does not match"), std::string::npos) << loaded.error().message;
+
+  auto missing = train::GptSampler::open((dir / "missing.safetensors").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("missing.safetensors"), std::string::npos) << missing.error().message;
+}
+
+TEST_F(GptSamplerTest, RefusesAFileThatIsNotAGpt) {
+  models::ModelOptions mlp;
+  mlp.mlp = {4, {}, 3};
+  const graph::Graph g = models::build_forward(mlp, 2).value();
+  testing::CpuRun run(g);
+  const std::string mlp_path = (dir / "mlp.safetensors").string();
+  ASSERT_TRUE(train::save_run(run.executor, mlp_path, mlp, "sgd", nullptr).ok());
+  auto opened = train::GptSampler::open(mlp_path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("not a GPT"), std::string::npos) << opened.error().message;
 }
 
 }  // namespace
