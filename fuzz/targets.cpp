@@ -1,9 +1,6 @@
 #include "fuzz/targets.h"
 
 #include <algorithm>
-#include <iostream>
-#include <optional>
-#include <sstream>
 #include <string>
 
 #include "memplan/common/byte_size.h"
@@ -19,8 +16,7 @@
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/safetensors.h"
 #include "memplan/runtime/weights.h"
-#include "tools/cli_app.h"
-#include "tools/language_model.h"
+#include "memplan/train/language_model.h"
 
 namespace memplan::fuzz {
 namespace {
@@ -41,23 +37,6 @@ class ByteReader {
   const std::uint8_t* data_;
   std::size_t size_;
   std::size_t pos_ = 0;
-};
-
-// Silences std::cout and std::cerr while alive (CLI11 prints help and errors there).
-class QuietStreams {
- public:
-  QuietStreams() : out_(std::cout.rdbuf(sink_.rdbuf())), err_(std::cerr.rdbuf(sink_.rdbuf())) {}
-  ~QuietStreams() {
-    std::cout.rdbuf(out_);
-    std::cerr.rdbuf(err_);
-  }
-  QuietStreams(const QuietStreams&) = delete;
-  QuietStreams& operator=(const QuietStreams&) = delete;
-
- private:
-  std::ostringstream sink_;
-  std::streambuf* out_;
-  std::streambuf* err_;
 };
 
 void check_solution(const planner::AllocationProblem& problem, const planner::Solution& solution,
@@ -156,31 +135,9 @@ void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
       MEMPLAN_CHECK(u != nullptr && u->dtype == t.dtype && u->shape == t.shape && u->data == t.data,
                     "tensor '" << t.name << "' changed in a round trip");
     }
-    (void)tools::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
+    (void)train::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
   }
   (void)runtime::parse_weights_file(std::string(bytes), "fuzz.safetensors");
-}
-
-void fuzz_cli(const std::uint8_t* data, std::size_t size) {
-  // Arguments are separated by NUL bytes; at most 32 of them.
-  std::vector<std::string> args = {"memplan"};
-  std::string current;
-  for (std::size_t i = 0; i < size && args.size() < 33; ++i) {
-    if (data[i] == 0) {
-      args.push_back(current);
-      current.clear();
-    } else {
-      current.push_back(static_cast<char>(data[i]));
-    }
-  }
-  if (!current.empty() && args.size() < 33) args.push_back(current);
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  argv.push_back(nullptr);
-  QuietStreams quiet;
-  tools::CliApp cli;
-  const std::optional<int> code = cli.parse(static_cast<int>(args.size()), argv.data());
-  MEMPLAN_CHECK(!code || *code == tools::kExitOk || *code == tools::kExitUsage, "unexpected exit code " << *code);
 }
 
 void fuzz_solver(const std::uint8_t* data, std::size_t size) {
@@ -247,15 +204,6 @@ void fuzz_text(const std::uint8_t* data, std::size_t size) {
   models::sample_text_batch(ds.train, 2, min_tokens - 1, 1, 0, x, labels);
   for (std::int32_t id : x) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
   for (std::int32_t id : labels) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
-}
-
-const std::vector<Target>& targets() {
-  static const std::vector<Target> all = {
-      {"byte_size", fuzz_byte_size}, {"minimalloc_csv", fuzz_minimalloc_csv}, {"idx", fuzz_idx},
-      {"safetensors", fuzz_safetensors}, {"cli", fuzz_cli}, {"solver", fuzz_solver},
-      {"alloc_conf", fuzz_alloc_conf}, {"text", fuzz_text},
-  };
-  return all;
 }
 
 }  // namespace memplan::fuzz

@@ -2,7 +2,9 @@
 // bytes. They return normally when the input was handled (accepted or refused with an Error) and
 // throw memplan::InternalError (a failed MEMPLAN_CHECK) when an invariant broke: an accepted
 // input that does not round-trip, or a plan the validator rejects. libFuzzer drives them from
-// fuzz/*_fuzzer.cpp; tests/fuzz_corpus_test.cpp replays the committed corpora through them.
+// fuzz/fuzzer_main.cpp; tests/fuzz_corpus_test.cpp replays the committed corpora through them.
+// fuzz_cli and targets() are in cli_target.cpp (library memplan_fuzz_cli, the only one that links
+// the CLI); the others in targets.cpp (memplan_fuzz_targets, the libraries whose parsers they feed).
 #pragma once
 
 #include <cstddef>

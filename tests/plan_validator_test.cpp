@@ -73,7 +73,7 @@ TEST(PlanValidator, AcceptsPlansFromThePlanner) {
     PlanOptions options;
     options.guard_bytes = guard;
     options.workspace_bytes = 1000;
-    options.solver_time_limit_s = 0;
+    options.solver = SolverBudget::greedy_only();
     const MemoryPlan plan = plan_memory(g, options).value();
     EXPECT_EQ(error_of(plan), "ok") << "guard bytes " << guard;
   }

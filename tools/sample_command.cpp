@@ -1,18 +1,12 @@
 // memplan sample: continue a prompt with a GPT saved by `memplan train --model gpt --save`.
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 
 #include "memplan/kernels/kernel.h"
 #include "memplan/runtime/device.h"
-#include "memplan/runtime/executor.h"
-#include "memplan/runtime/weights.h"
-#include "memplan/runtime/devices.h"
+#include "memplan/train/language_model.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-#include "tools/language_model.h"
 
 namespace memplan::tools {
 namespace {
@@ -20,61 +14,35 @@ namespace {
 struct SampleFlags {
   std::string load;
   std::string prompt;
-  SampleOptions options;
+  train::SampleOptions options;
   int threads = 1;
 };
 
 int run_sample(const SampleFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
-  auto file = runtime::read_weights_file(flags.load);
-  if (!file) {
-    std::cerr << "memplan sample: " << file.error().message << "\n";
+  runtime::CpuDevice device;  // outlives the sampler, whose executor runs on it
+  auto opened = train::GptSampler::open(flags.load);
+  if (!opened) {
+    std::cerr << "memplan sample: " << opened.error().message << "\n";
     return kExitUsage;
   }
-  auto saved = parse_gpt_metadata(file.value().view.metadata, flags.load);
-  if (!saved) {
-    std::cerr << "memplan sample: " << saved.error().message << "\n";
+  train::GptSampler& sampler = opened.value();
+  auto prompt = sampler.encode(flags.prompt);
+  if (!prompt) {
+    std::cerr << "memplan sample: " << prompt.error().message << "\n";
     return kExitUsage;
   }
-  const std::vector<unsigned char>& vocab = saved.value().vocab;
-  std::vector<std::int32_t> prompt;
-  for (char ch : flags.prompt) {
-    const auto it = std::find(vocab.begin(), vocab.end(), static_cast<unsigned char>(ch));
-    if (it == vocab.end()) {
-      std::cerr << "memplan sample: the prompt has a character the model never saw in training (byte "
-                << int(static_cast<unsigned char>(ch)) << "); its vocabulary has " << vocab.size() << " characters\n";
-      return kExitUsage;
-    }
-    prompt.push_back(static_cast<std::int32_t>(it - vocab.begin()));
-  }
-  models::ModelOptions model;
-  model.name = "gpt";
-  model.gpt = saved.value().config;
-  model.training = false;
-  runtime::CpuDevice device;
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device);
-  if (!planned) {
-    std::cerr << "memplan sample: " << planned.error().message << "\n";
-    return kExitUsage;
-  }
-  runtime::Executor executor(planned.value(), device);
-  if (Status s = executor.setup(); !s) {
+  train::GptSampler::Fault fault = train::GptSampler::Fault::input;
+  if (Status s = sampler.load(device, &fault); !s) {
     std::cerr << "memplan sample: " << s.error().message << "\n";
-    return kExitFailure;
+    return fault == train::GptSampler::Fault::device ? kExitFailure : kExitUsage;
   }
-  auto loaded = runtime::load_weights(executor, file.value(), flags.load);
-  if (!loaded) {
-    std::cerr << "memplan sample: " << loaded.error().message << "\n";
-    return kExitUsage;
-  }
-  auto generated = generate(executor, prompt, flags.options);
+  auto generated = sampler.generate(prompt.value(), flags.options);
   if (!generated) {
     std::cerr << "memplan sample: " << generated.error().message << "\n";
     return kExitFailure;
   }
-  std::string text = flags.prompt;
-  for (std::int32_t id : generated.value()) text.push_back(static_cast<char>(vocab[static_cast<std::size_t>(id)]));
-  std::cout << text << "\n";
+  std::cout << flags.prompt + sampler.decode(generated.value()) << "\n";
   return kExitOk;
 }
 

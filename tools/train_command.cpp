@@ -18,15 +18,26 @@
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/trainer.h"
-#include "memplan/runtime/weights.h"
-#include "tools/classifier.h"
+#include "memplan/train/classifier.h"
+#include "memplan/train/language_model.h"
+#include "memplan/train/saved_run.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
-#include "tools/language_model.h"
 #include "tools/memory_report.h"
 
 namespace memplan::tools {
 namespace {
+
+// What run_train uses from the train library (feeders, evaluation, --save and --load).
+using train::BatchFeeder;
+using train::evaluate_classifier;
+using train::evaluate_language_model;
+using train::Evaluation;
+using train::load_run;
+using train::save_run;
+using train::TextEvaluation;
+using train::TextFeeder;
+using train::unigram_entropy;
 
 struct TrainFlags {
   std::string model = "mlp";
@@ -239,12 +250,7 @@ int run_train(const TrainFlags& flags) {
   executor.initialize_persistent(flags.seed);
   std::int64_t first_step = 0;  // data continues where a loaded run stopped
   if (!flags.load.empty()) {
-    auto file = runtime::read_weights_file(flags.load);
-    if (!file) {
-      std::cerr << "memplan train: " << file.error().message << "\n";
-      return kExitUsage;
-    }
-    auto loaded = runtime::load_weights(executor, file.value(), flags.load);
+    auto loaded = load_run(executor, flags.load);
     if (!loaded) {
       std::cerr << "memplan train: " << loaded.error().message << "\n";
       return kExitUsage;
@@ -327,10 +333,7 @@ int run_train(const TrainFlags& flags) {
     eval = r.value();
   }
   if (!flags.save.empty()) {
-    std::map<std::string, std::string> metadata =
-        text_model ? gpt_metadata(model.gpt, *text) : std::map<std::string, std::string>{{"memplan.model", flags.model}};
-    metadata["memplan.optimizer"] = flags.optimizer;
-    if (Status saved = runtime::save_weights(executor, flags.save, metadata); !saved) {
+    if (Status saved = save_run(executor, flags.save, model, flags.optimizer, text ? &*text : nullptr); !saved) {
       std::cerr << "memplan train: cannot save: " << saved.error().message << "\n";
       return kExitFailure;
     }

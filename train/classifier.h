@@ -10,7 +10,7 @@
 #include "memplan/models/registry.h"
 #include "memplan/runtime/executor.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 // Feeds batches of a dataset in an order reshuffled every epoch from the seed (Fisher-Yates on
 // a platform-independent RNG, so a seed means the same order everywhere).
@@ -41,4 +41,4 @@ Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
                                        const models::ImageDataset& data, runtime::Device& device);
 
-}  // namespace memplan::tools
+}  // namespace memplan::train

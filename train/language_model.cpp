@@ -1,4 +1,4 @@
-#include "tools/language_model.h"
+#include "memplan/train/language_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "memplan/common/rng.h"
 #include "memplan/runtime/devices.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 TextFeeder::TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed)
     : data_(data), batch_(batch), context_(context), seed_(seed) {}
@@ -206,4 +206,66 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   return saved;
 }
 
-}  // namespace memplan::tools
+Result<GptSampler> GptSampler::open(const std::string& path) {
+  auto file = runtime::read_weights_file(path);
+  if (!file) return file.error();
+  auto saved = parse_gpt_metadata(file.value().view.metadata, path);
+  if (!saved) return saved.error();
+  GptSampler sampler;
+  sampler.path_ = path;
+  sampler.file_ = std::move(file).value();
+  sampler.saved_ = std::move(saved).value();
+  return sampler;
+}
+
+Result<std::vector<std::int32_t>> GptSampler::encode(std::string_view prompt) const {
+  const std::vector<unsigned char>& vocab = saved_.vocab;
+  std::vector<std::int32_t> ids;
+  for (char ch : prompt) {
+    const auto it = std::find(vocab.begin(), vocab.end(), static_cast<unsigned char>(ch));
+    if (it == vocab.end()) {
+      return Error{"the prompt has a character the model never saw in training (byte " +
+                   std::to_string(int(static_cast<unsigned char>(ch))) + "); its vocabulary has " +
+                   std::to_string(vocab.size()) + " characters"};
+    }
+    ids.push_back(static_cast<std::int32_t>(it - vocab.begin()));
+  }
+  return ids;
+}
+
+std::string GptSampler::decode(const std::vector<std::int32_t>& ids) const {
+  std::string text;
+  for (std::int32_t id : ids) text.push_back(static_cast<char>(saved_.vocab[static_cast<std::size_t>(id)]));
+  return text;
+}
+
+Status GptSampler::load(runtime::Device& device, Fault* fault) {
+  MEMPLAN_CHECK(file_.bytes != nullptr, "GptSampler::load() after a successful load()");
+  auto fail = [&](Fault why, const Error& error) -> Status {
+    executor_.reset();
+    graph_.reset();
+    if (fault != nullptr) *fault = why;
+    return error;
+  };
+  models::ModelOptions model;
+  model.name = "gpt";
+  model.gpt = saved_.config;
+  model.training = false;
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device);
+  if (!planned) return fail(Fault::input, planned.error());
+  graph_ = std::make_unique<graph::Graph>(std::move(planned.value().graph));
+  executor_ = std::make_unique<runtime::Executor>(*graph_, std::move(planned.value().plan), device);
+  if (Status s = executor_->setup(); !s) return fail(Fault::device, s.error());
+  auto loaded = runtime::load_weights(*executor_, file_, path_);
+  if (!loaded) return fail(Fault::input, loaded.error());
+  file_ = {};  // the weights live in the executor now
+  return Status::success();
+}
+
+Result<std::vector<std::int32_t>> GptSampler::generate(const std::vector<std::int32_t>& prompt,
+                                                       const SampleOptions& options) {
+  MEMPLAN_CHECK(executor_ != nullptr, "GptSampler::generate() before load()");
+  return train::generate(*executor_, prompt, options);
+}
+
+}  // namespace memplan::train

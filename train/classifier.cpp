@@ -1,4 +1,4 @@
-#include "tools/classifier.h"
+#include "memplan/train/classifier.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "memplan/common/rng.h"
 #include "memplan/runtime/devices.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed)
     : data_(data), batch_(batch), seed_(seed) {
@@ -101,4 +101,4 @@ Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
   return Evaluation{double(correct) / double(data.count), loss_sum / double(data.count)};
 }
 
-}  // namespace memplan::tools
+}  // namespace memplan::train

@@ -1,18 +1,22 @@
 // Glue between the character-level GPT and its text: batch feeding, validation loss computed by
-// a forward-only graph that reads the trained weights in place, and text generation.
+// a forward-only graph that reads the trained weights in place, text generation, and a saved
+// GPT rebuilt from its file for generation (GptSampler).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memplan/common/result.h"
 #include "memplan/models/registry.h"
 #include "memplan/models/text_dataset.h"
 #include "memplan/runtime/executor.h"
+#include "memplan/runtime/weights.h"
 
-namespace memplan::tools {
+namespace memplan::train {
 
 // Feeds windows of the training text at positions drawn from (seed, step).
 class TextFeeder {
@@ -64,4 +68,36 @@ struct SavedGpt {
 };
 Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
 
-}  // namespace memplan::tools
+// A GPT saved by `memplan train --model gpt --save`, rebuilt for generation: open() reads the
+// file and the configuration and vocabulary in its metadata; load() builds the batch-1
+// evaluation graph on a device and copies the saved weights in; generate() continues prompts.
+class GptSampler {
+ public:
+  // What a failed load() is due to: the input (the saved configuration builds no model, or the
+  // file's tensors do not fit it) or the device (setup: out of memory, a missing kernel).
+  enum class Fault { input, device };
+
+  static Result<GptSampler> open(const std::string& path);
+
+  const SavedGpt& saved() const { return saved_; }
+  // The token ids of `prompt`; an Error names the first byte the vocabulary lacks.
+  Result<std::vector<std::int32_t>> encode(std::string_view prompt) const;
+  // The text of token ids below the vocabulary size.
+  std::string decode(const std::vector<std::int32_t>& ids) const;
+
+  // Once, after open(); `device` must outlive the sampler. On an Error, `fault` (when given) says
+  // what it is due to, and load() may be called again (on another device).
+  Status load(runtime::Device& device, Fault* fault = nullptr);
+  // generate() above with the loaded model; returns the new tokens only.
+  Result<std::vector<std::int32_t>> generate(const std::vector<std::int32_t>& prompt, const SampleOptions& options);
+
+ private:
+  GptSampler() = default;
+  std::string path_;
+  runtime::WeightsFile file_;  // released once load() has copied the weights
+  SavedGpt saved_;
+  std::unique_ptr<graph::Graph> graph_;
+  std::unique_ptr<runtime::Executor> executor_;  // runs *graph_, so it is destroyed first
+};
+
+}  // namespace memplan::train
