@@ -1,8 +1,10 @@
 #include "memplan/planner/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <set>
+#include <thread>
 
 #include "memplan/common/check.h"
 
@@ -369,8 +371,12 @@ class Checkpointer {
     }
     const std::size_t n = frontier_->size();
     std::optional<std::size_t> best;
+    const std::size_t batch = std::max(1u, std::thread::hardware_concurrency());
     if (budget) {
       for (std::size_t i = 0; i < n; ++i) {  // increasing recomputation: the first that fits
+        if (i % batch == 0) {
+          if (Status s = prefetch_lower_bounds(i, i + batch); !s) return s.error();
+        }
         auto bound = lower_bound(i);
         if (!bound) return bound.error();
         if (bound.value() > *budget) continue;
@@ -385,6 +391,7 @@ class Checkpointer {
       // Points by increasing lower bound: once a bound exceeds the best arena found (or equals
       // it at more recomputation), no later point can win.
       std::vector<std::pair<Bytes, std::size_t>> order;
+      if (Status s = prefetch_lower_bounds(0, n); !s) return s.error();
       for (std::size_t i = 0; i < n; ++i) {
         auto bound = lower_bound(i);
         if (!bound) return bound.error();
@@ -432,6 +439,36 @@ class Checkpointer {
       measured_[i] = Measured{c.value().arena, c.value().extra_flops};
     }
     return measured_[i]->arena;
+  }
+
+  // Computes the lower bounds of frontier points [from, to) that are not known yet, on as many
+  // threads as the machine has: each is independent (a rematerialized graph and its two
+  // schedules' live-byte peaks), so the answers do not depend on the thread count.
+  Status prefetch_lower_bounds(std::size_t from, std::size_t to) {
+    std::vector<std::size_t> todo;
+    for (std::size_t i = from; i < std::min(to, frontier_->size()); ++i) {
+      if (!measured_[i] && !lower_bound_[i]) todo.push_back(i);
+    }
+    const std::size_t threads = std::min<std::size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 1) return Status::success();
+    std::vector<std::optional<Error>> errors(todo.size());
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t k = next++; k < todo.size(); k = next++) {
+        const std::size_t i = todo[k];
+        auto bound = arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
+        if (bound) lower_bound_[i] = bound.value();
+        else errors[k] = bound.error();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (const auto& e : errors) {
+      if (e) return *e;
+    }
+    return Status::success();
   }
 
   // A lower bound on frontier point i's planned arena (its exact arena once measured), cached.

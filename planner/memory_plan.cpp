@@ -256,14 +256,19 @@ Status validate_plan(const MemoryPlan& plan) {
 }
 
 std::vector<std::pair<graph::Role, Bytes>> MemoryPlan::peak_by_role() const {
+  // Live transient bytes per position by a sweep over lifetime endpoints (a difference array):
+  // linear in ops + buffers, where testing every buffer at every op was quadratic.
   const OpIndex ops = static_cast<OpIndex>(schedule.size());
+  std::vector<Bytes> delta(static_cast<std::size_t>(ops) + 1, 0);
+  for (const PlannedBuffer& b : buffers) {
+    if (b.persistent || b.first_op > b.last_op || b.first_op < 0 || b.last_op >= ops) continue;
+    delta[static_cast<std::size_t>(b.first_op)] += b.size_bytes;
+    delta[static_cast<std::size_t>(b.last_op) + 1] -= b.size_bytes;
+  }
   OpIndex peak_at = 0;
-  Bytes peak = -1;
+  Bytes peak = -1, live = 0;
   for (OpIndex pos = 0; pos < ops; ++pos) {
-    Bytes live = 0;
-    for (const PlannedBuffer& b : buffers) {
-      if (!b.persistent && b.first_op <= pos && pos <= b.last_op) live += b.size_bytes;
-    }
+    live += delta[static_cast<std::size_t>(pos)];
     if (live > peak) {
       peak = live;
       peak_at = pos;
