@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -21,9 +22,9 @@ struct CliRun {
   double ms = 0.0;
 };
 
-CliRun run_fit(const std::string& args) {
+CliRun run_fit(const std::string& args, const std::string& cli = MEMPLAN_CLI_PATH) {
   CliRun r;
-  const std::string cmd = std::string(MEMPLAN_CLI_PATH) + " fit " + args + " --json 2>/dev/null";
+  const std::string cmd = cli + " fit " + args + " --json 2>/dev/null";
   r.ms = time_ms([&] {
     FILE* pipe = popen(cmd.c_str(), "r");
     if (pipe == nullptr) return;
@@ -79,7 +80,12 @@ int main() {
        "--model llama2-7b --dtype bf16 --optimizer sgd --seq 1024 --budget 80GiB --checkpoint none --max-batch", 5000},
       // Every checkpoint strategy side by side: each probe of sqrt and optimal plans rewritten graphs.
       {"gpt2 --max-batch s256 16GiB (3 strategies)", "--model gpt2 --seq 256 --budget 16GiB --max-batch", 0},
+      {"gpt2-xl --max-batch bf16 80GiB (3 strategies)", "--model gpt2-xl --dtype bf16 --budget 80GiB --max-batch", 0},
   };
+  // MEMPLAN_BASELINE_CLI=/path/to/an/older/memplan times the same commands with that binary in
+  // the same run, for a ratio that the machine's load does not skew (its answers must agree).
+  const char* baseline_env = std::getenv("MEMPLAN_BASELINE_CLI");
+  const std::string baseline = baseline_env != nullptr ? baseline_env : "";
   std::vector<std::vector<std::string>> rows;
   nlohmann::json timing = nlohmann::json::array();
   for (const TimedCase& c : timed) {
@@ -92,22 +98,38 @@ int main() {
       check(!fit_or_die(base + " --batch " + std::to_string(mb + 1))["fits"].get<bool>(),
             c.label + ": max batch + 1 does not fit");
     }
-    std::vector<double> ms;
-    for (int i = 0; i < 3; ++i) ms.push_back(run_fit(c.args).ms);
+    // Three runs each, alternating with the baseline; one when a run takes over 10 s.
+    std::vector<double> ms, base_ms;
+    for (int i = 0; i < 3; ++i) {
+      ms.push_back(run_fit(c.args).ms);
+      if (!baseline.empty()) {
+        const CliRun b = run_fit(c.args, baseline);
+        check(b.exit_code == 0, c.label + ": the baseline ran");
+        const nlohmann::json bj = nlohmann::json::parse(b.output);
+        check(bj["total_bytes"] == j["total_bytes"] && bj.value("max_batch_by_checkpoint", nlohmann::json()) ==
+                                                          j.value("max_batch_by_checkpoint", nlohmann::json()),
+              c.label + ": the baseline gives the same answer");
+        base_ms.push_back(b.ms);
+      }
+      if (ms.back() > 10'000) break;
+    }
     const double m = median(ms);
+    const double base_m = base_ms.empty() ? 0.0 : median(base_ms);
     std::string answer = j["fits"].get<bool>() ? "FITS" : "DOES NOT FIT";
     if (j.contains("max_batch_by_checkpoint")) answer += "; max batch " + j["max_batch_by_checkpoint"].dump();
     if (!j["fits"].get<bool>() && j["suggestion"].contains("micro_batch")) {
       answer += "; suggest micro " + std::to_string(j["suggestion"]["micro_batch"].get<std::int64_t>());
     }
-    rows.push_back({c.label, fmt(m, 0), c.target_ms > 0 ? fmt(c.target_ms, 0) : "-",
+    rows.push_back({c.label, fmt(m, 0), base_ms.empty() ? "-" : fmt(base_m, 0),
+                    base_ms.empty() ? "-" : fmt(base_m / m, 2), c.target_ms > 0 ? fmt(c.target_ms, 0) : "-",
                     c.target_ms <= 0 ? "-" : m < c.target_ms ? "yes" : "NO", answer,
                     gib(double(j["arena_bytes"].get<std::int64_t>()))});
     timing.push_back({{"case", c.label}, {"args", c.args}, {"median_ms", m}, {"target_ms", c.target_ms},
                       {"answer", answer}, {"arena_bytes", j["arena_bytes"]}, {"plans_made", j.value("plans_made", 1)}});
+    if (!base_ms.empty()) timing.back()["baseline_median_ms"] = base_m;
   }
-  std::puts("## memplan fit, end to end (median of 3 runs of the CLI)\n");
-  print_table({"case", "ms", "target ms", "under target", "answer", "arena at --batch"}, rows);
+  std::puts("## memplan fit, end to end (median of up to 3 runs of the CLI)\n");
+  print_table({"case", "ms", "baseline ms", "baseline / ms", "target ms", "under target", "answer", "arena at --batch"}, rows);
   out["timing"] = timing;
 
   // --- 2. bytes per parameter, mixed-precision AdamW vs ZeRO's 16 --------------------------
