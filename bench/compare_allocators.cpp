@@ -8,9 +8,9 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/dynamic_replay.h"
 #include "memplan/runtime/simulated_device.h"
 
@@ -45,19 +45,16 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::string>> rows;
   nlohmann::json results = nlohmann::json::array();
   for (const Case& c : cases) {
-    auto forward = models::build_forward(c.model, c.batch);
-    if (!forward) {
-      std::fprintf(stderr, "bench_compare_allocators: %s\n", forward.error().message.c_str());
+    auto planned = planner::plan_step(planner::StepDescription::of_model(c.model, c.batch), planner::PlanRequest{});
+    if (!planned) {
+      std::fprintf(stderr, "bench_compare_allocators: %s\n", planned.error().message.c_str());
       return 1;
     }
-    graph::Graph g = std::move(forward).value();
-    graph::make_training_step(g, graph::OptimizerConfig{});
-    auto plan = planner::plan_memory(g);
-    if (!plan || !planner::validate_plan(plan.value()).ok()) {
+    if (!planner::validate_plan(planned.value().plan).ok()) {
       std::fprintf(stderr, "check failed: no valid plan for %s\n", c.label.c_str());
       return 1;
     }
-    const auto& p = plan.value();
+    const auto& p = planned.value().plan;
     Bytes reserved[2] = {0, 0};
     for (int v = 0; v < 2; ++v) {
       runtime::SimulatedDevice device(Bytes{1} << 50);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
 #include "memplan/graph/training_step.h"
@@ -113,23 +114,16 @@ int main(int argc, char** argv) {
   const Config configs[] = {{"mlp 784-256-256-10", {}}, {"mlp 784-1024-1024-1024-10", wide}, {"cnn (small ResNet)", cnn}};
   for (const Config& c : configs) {
     for (std::int64_t batch : {32, 128, 512, 2048}) {
-      auto forward = models::build_forward(c.model, batch);
-      if (!forward) {
-        std::fprintf(stderr, "bench_planned_vs_naive: %s\n", forward.error().message.c_str());
-        return 1;
-      }
-      graph::Graph g = std::move(forward).value();
-      graph::make_training_step(g, graph::OptimizerConfig{});
       for (auto schedule : {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware}) {
-        planner::PlanOptions options;
-        options.schedule = schedule;
-        options.choose_best_schedule = false;
-        auto plan = planner::plan_memory(g, options);
-        if (!plan || !planner::validate_plan(plan.value()).ok()) {
+        planner::PlanRequest request;
+        request.schedule = schedule;
+        request.choose_best_schedule = false;
+        auto planned = planner::plan_step(planner::StepDescription::of_model(c.model, batch), request);
+        if (!planned || !planner::validate_plan(planned.value().plan).ok()) {
           std::fprintf(stderr, "check failed: no valid plan for %s batch %lld\n", c.name, static_cast<long long>(batch));
           return 1;
         }
-        const auto& p = plan.value();
+        const auto& p = planned.value().plan;
         const double ratio = double(p.arena_bytes) / double(p.lower_bound_bytes);
         rows.push_back({c.name, std::to_string(batch), std::string(planner::schedule_name(schedule)),
                         std::to_string(p.arena_bytes), std::to_string(p.lower_bound_bytes), bench::fmt(ratio, 4),
