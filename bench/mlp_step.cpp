@@ -13,9 +13,9 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "memplan/models/registry.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/mlp.h"
 #include "memplan/runtime/executor.h"
@@ -36,11 +36,12 @@ struct Options {
 
 // Median step time of our executor; checks first that training on the batch lowers the loss.
 double ours_ms(std::int64_t batch, const Options& o) {
-  graph::Graph g = models::build_mlp(models::MlpConfig{}, batch);
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
-  graph::make_training_step(g, opt);
   runtime::CpuDevice device;
-  runtime::Executor exec(g, runtime::plan_step_for(planner::StepDescription::of_graph(g), device).value().plan, device);  // planned, the default
+  const planner::PlannedStep planned =
+      runtime::plan_step_for(planner::StepDescription::of_model(models::ModelOptions{}, batch, opt), device).value();
+  const graph::Graph& g = planned.graph;
+  runtime::Executor exec(planned, device);  // planned, the default
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");
   exec.initialize_persistent(0);
   Rng rng(1);

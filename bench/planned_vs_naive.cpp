@@ -12,7 +12,6 @@
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
-#include "memplan/graph/training_step.h"
 #include "memplan/models/mlp.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/executor.h"
@@ -72,8 +71,10 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::string>> rows;
   nlohmann::json timing = nlohmann::json::array();
   for (std::int64_t batch : {128, 512}) {
-    graph::Graph g = models::build_mlp(models::MlpConfig{}, batch);
-    graph::make_training_step(g, graph::OptimizerConfig{});
+    runtime::CpuDevice cpu;
+    const planner::PlannedStep step =
+        runtime::plan_step_for(planner::StepDescription::of_model(models::ModelOptions{}, batch), cpu).value();
+    const graph::Graph& g = step.graph;
     std::vector<double> planned_ms, naive_ms;
     Run planned, naive;
     for (int r = 0; r < rounds; ++r) {
