@@ -11,16 +11,11 @@
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/models/fashion_mnist.h"
-#include "memplan/models/text_dataset.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
-#include "memplan/runtime/trainer.h"
-#include "memplan/train/classifier.h"
-#include "memplan/train/language_model.h"
-#include "memplan/train/saved_run.h"
+#include "memplan/train/session.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"
@@ -29,14 +24,6 @@ namespace memplan::tools {
 namespace {
 
 // What run_train uses from the train library (feeders, evaluation, --save and --load).
-using train::BatchFeeder;
-using train::evaluate_classifier;
-using train::evaluate_language_model;
-using train::Evaluation;
-using train::load_run;
-using train::save_run;
-using train::TextEvaluation;
-using train::TextFeeder;
 using train::unigram_entropy;
 
 struct TrainFlags {
@@ -158,123 +145,69 @@ int run_train(const TrainFlags& flags) {
                  device.kind() == kernels::DeviceKind::cuda ? "a CUDA GPU is present, training on it"
                                                             : "no CUDA GPU present, training on the CPU");
   }
-  const bool text_model = flags.model == "gpt";
   models::ModelOptions model;
   model.name = flags.model;
-  std::optional<models::ImageDataset> train_images, test_images;
-  std::optional<models::TextDataset> text;
-  if (text_model) {
-    const std::string source = flags.data.empty() ? models::kFortunesDefaultDir : flags.data;
-    auto raw = models::read_text(source);
-    if (!raw) {
-      std::cerr << "memplan train: " << raw.error().message << "\n";
-      return kExitUsage;
-    }
-    auto data = models::make_text_dataset(raw.value(), flags.gpt.context + 1);
-    if (!data) {
-      std::cerr << "memplan train: " << source << ": " << data.error().message << " (a shorter --seq may work)\n";
-      return kExitUsage;
-    }
-    text = std::move(data).value();
-    model.gpt = flags.gpt;
-    model.gpt.vocab = text->vocab_size();
-  } else {
-    const std::string source = flags.data.empty() ? models::kFashionMnistDefaultDir : flags.data;
-    auto train_data = models::load_fashion_mnist(source, models::Split::train);
-    if (!train_data) {
-      std::cerr << "memplan train: " << train_data.error().message << "\n";
-      return kExitUsage;
-    }
-    auto test_data = models::load_fashion_mnist(source, models::Split::test);
-    if (!test_data) {
-      std::cerr << "memplan train: " << test_data.error().message << "\n";
-      return kExitUsage;
-    }
-    if (flags.batch > train_data.value().count) {
-      std::cerr << "memplan train: --batch " << flags.batch << " is larger than the training set ("
-                << train_data.value().count << " images)\n";
-      return kExitUsage;
-    }
-    train_images = std::move(train_data).value();
-    test_images = std::move(test_data).value();
-    model.mlp.hidden = flags.hidden;
-    model.mlp.inputs = train_images->features();
-    model.mlp.classes = train_images->classes;
-    model.cnn.image = train_images->rows;  // square images, one channel
-    model.cnn.classes = train_images->classes;
+  model.mlp.hidden = flags.hidden;
+  model.gpt = flags.gpt;
+  auto data = train::load_run_data(model, flags.data, flags.batch);
+  if (!data) {
+    std::cerr << "memplan train: " << data.error().message << "\n";
+    return kExitUsage;
   }
-  graph::OptimizerConfig opt;
-  opt.kind = optimizer_kind.value();
-  opt.lr = static_cast<float>(flags.lr);
-  opt.momentum = static_cast<float>(flags.momentum);
-  opt.weight_decay = static_cast<float>(flags.weight_decay);
-
-  runtime::ExecutorOptions exec_options;
-  exec_options.mode = runtime::parse_mode(flags.mode).value();
-  exec_options.debug = runtime::DebugOptions::from_env();
+  const bool text_model = data.value().text_model();
+  train::SessionOptions options;
+  options.batch = flags.batch;
+  options.optimizer.kind = optimizer_kind.value();
+  options.optimizer.lr = static_cast<float>(flags.lr);
+  options.optimizer.momentum = static_cast<float>(flags.momentum);
+  options.optimizer.weight_decay = static_cast<float>(flags.weight_decay);
+  options.seed = flags.seed;
+  options.executor.mode = runtime::parse_mode(flags.mode).value();
+  options.executor.debug = runtime::DebugOptions::from_env();
   for (const std::string& d : flags.debug) {
-    exec_options.debug.poison = exec_options.debug.poison || d == "poison";
-    exec_options.debug.guards = exec_options.debug.guards || d == "guards";
-    exec_options.debug.finite = exec_options.debug.finite || d == "finite";
+    options.executor.debug.poison = options.executor.debug.poison || d == "poison";
+    options.executor.debug.guards = options.executor.debug.guards || d == "guards";
+    options.executor.debug.finite = options.executor.debug.finite || d == "finite";
   }
-  // One plan for every mode: planned runs at its offsets; naive and dynamic follow its schedule
-  // and lifetimes. It is made for this device (its workspace inside the arena, guard gaps when
-  // guards are checked), so the arena checked against --budget is the arena allocated.
-  planner::PlanRequest request;
-  request.device = runtime::device_profile(device);
-  if (exec_options.debug.guards) request.guard_bytes = runtime::kGuardBytes;
-  if (Status s = apply_checkpoint_flags(flags.checkpoint, request); !s) {
+  if (Status s = apply_checkpoint_flags(flags.checkpoint, options.request); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
     return kExitUsage;
   }
-  const planner::StepDescription description = planner::StepDescription::of_model(model, flags.batch, opt);
-  auto planned_step = planner::plan_step(description, request);
-  if (!planned_step) {
-    std::cerr << "memplan train: " << planned_step.error().message << "\n";
+  auto planned_session = train::TrainingSession::plan(std::move(data).value(), options, device);
+  if (!planned_session) {
+    std::cerr << "memplan train: " << planned_session.error().message << "\n";
     return kExitUsage;
   }
-  if (!planned_step.value().fits) {
-    std::cerr << "memplan train: " << unmet_budget_message(planned_step.value(), request.checkpoint) << "\n";
+  train::TrainingSession& session = *planned_session.value();
+  if (!session.planned().fits) {
+    std::cerr << "memplan train: " << unmet_budget_message(session.planned(), session.request().checkpoint) << "\n";
     return kExitUsage;
   }
-  const planner::PlannedStep& planned = planned_step.value();
-  const graph::Graph& step = planned.graph;
-  const std::optional<planner::CheckpointOutcome>& checkpoint = planned.checkpoint;
-
-  runtime::Executor executor(planned, device, exec_options);
-  if (Status s = executor.setup(); !s) {
+  const std::optional<planner::CheckpointOutcome>& checkpoint = session.planned().checkpoint;
+  runtime::Executor& executor = session.executor();
+  if (Status s = session.setup(); !s) {
     std::cerr << "memplan train: " << s.error().message << "\n";
-    if (device_capacity > 0) std::cerr << out_of_memory_advice(description, request, executor, device_capacity);
+    if (device_capacity > 0) {
+      std::cerr << out_of_memory_advice(session.step(), session.request(), executor, device_capacity);
+    }
     return kExitFailure;
   }
-  executor.initialize_persistent(flags.seed);
-  std::int64_t first_step = 0;  // data continues where a loaded run stopped
   if (!flags.load.empty()) {
-    auto loaded = load_run(executor, flags.load);
+    auto loaded = session.resume(flags.load);
     if (!loaded) {
       std::cerr << "memplan train: " << loaded.error().message << "\n";
       return kExitUsage;
     }
-    first_step = loaded.value().step;
     if (!flags.quiet) {
       std::fprintf(stderr, "memplan train: loaded %d tensors from %s, resuming after step %lld%s\n",
-                   loaded.value().loaded, flags.load.c_str(), static_cast<long long>(first_step),
+                   loaded.value().loaded, flags.load.c_str(), static_cast<long long>(loaded.value().step),
                    loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)");
     }
   }
 
-  std::optional<BatchFeeder> image_feeder;
-  std::optional<TextFeeder> text_feeder;
-  std::int64_t steps_per_epoch = 0;
-  if (text_model) {
-    text_feeder.emplace(*text, flags.batch, model.gpt.context, flags.seed);
-    steps_per_epoch = text_feeder->steps_per_epoch();
-  } else {
-    image_feeder.emplace(*train_images, flags.batch, flags.seed);
-    steps_per_epoch = image_feeder->steps_per_epoch();
-  }
+  const std::int64_t steps_per_epoch = session.steps_per_epoch();
   const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * steps_per_epoch;
-  const std::int64_t samples_per_step = text_model ? flags.batch * model.gpt.context : flags.batch;
+  const std::int64_t samples_per_step = session.samples_per_step();
   if (!flags.quiet) {
     const std::string where = device.kind() == kernels::DeviceKind::cpu
                                   ? device.name() + " (" + std::to_string(kernels::cpu_threads()) + " threads)"
@@ -285,25 +218,16 @@ int run_train(const TrainFlags& flags) {
   }
   Progress progress("train", steps, !flags.quiet);
   double recent_ms = 0.0;
-  auto summary = runtime::train(
-      executor, steps,
-      [&](std::int64_t i, runtime::Executor& e) {
-        if (text_feeder) {
-          text_feeder->feed(first_step + i, e);
-        } else {
-          image_feeder->feed(first_step + i, e);
-        }
-      },
-      [&](const runtime::StepReport& r) {
-        recent_ms = recent_ms == 0.0 ? r.step_ms : 0.95 * recent_ms + 0.05 * r.step_ms;
-        std::ostringstream detail;
-        detail.precision(4);
-        detail << "loss " << r.loss << "  " << format_rate(double(samples_per_step) * 1000.0 / recent_ms, text_model);
-        progress.update(r.step, detail.str());
-      });
+  auto summary = session.run(steps, [&](const runtime::StepReport& r) {
+    recent_ms = recent_ms == 0.0 ? r.step_ms : 0.95 * recent_ms + 0.05 * r.step_ms;
+    std::ostringstream detail;
+    detail.precision(4);
+    detail << "loss " << r.loss << "  " << format_rate(double(samples_per_step) * 1000.0 / recent_ms, text_model);
+    progress.update(r.step, detail.str());
+  });
   if (!summary) {
     std::cerr << "\nmemplan train: " << summary.error().message << "\n";
-    if (!exec_options.debug.finite && summary.error().message.find("non-finite") != std::string::npos) {
+    if (!options.executor.debug.finite && summary.error().message.find("non-finite") != std::string::npos) {
       std::cerr << "memplan train: rerun with --debug finite to name the first op and tensor that became "
                    "non-finite\n";
     }
@@ -312,33 +236,23 @@ int run_train(const TrainFlags& flags) {
   const runtime::TrainSummary& s = summary.value();
   progress.finish("");
 
-  // Evaluation plans its own forward graph at a fixed batch after training; --device-memory
-  // limits the training step alone.
-  runtime::CpuDevice eval_device;
-  std::optional<Evaluation> eval;
-  std::optional<TextEvaluation> val;
-  if (text_model) {
-    auto r = evaluate_language_model(model, executor, text->val, eval_device, /*max_windows=*/1024);
-    if (!r) {
-      std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
-      return kExitFailure;
-    }
-    val = r.value();
-  } else {
-    auto r = evaluate_classifier(model, executor, *test_images, eval_device);
-    if (!r) {
-      std::cerr << "memplan train: evaluation failed: " << r.error().message << "\n";
-      return kExitFailure;
-    }
-    eval = r.value();
+  auto evaluation = session.evaluate();
+  if (!evaluation) {
+    std::cerr << "memplan train: evaluation failed: " << evaluation.error().message << "\n";
+    return kExitFailure;
   }
+  const std::optional<train::Evaluation>& eval = evaluation.value().classifier;
+  const std::optional<train::TextEvaluation>& val = evaluation.value().text;
+  const std::optional<models::TextDataset>& text = session.data().text;
   if (!flags.save.empty()) {
-    if (Status saved = save_run(executor, flags.save, model, flags.optimizer, text ? &*text : nullptr); !saved) {
+    if (Status saved = session.save(flags.save); !saved) {
       std::cerr << "memplan train: cannot save: " << saved.error().message << "\n";
       return kExitFailure;
     }
     if (!flags.quiet) std::fprintf(stderr, "memplan train: saved the weights to %s\n", flags.save.c_str());
   }
+  const graph::Graph& step = session.planned().graph;
+  const models::ModelOptions& trained_model = session.data().model;
   const double samples_per_s = double(samples_per_step) * 1000.0 / s.step_time_ms_median;
   const double epochs_done = double(s.steps) / double(steps_per_epoch);
   if (flags.json) {
@@ -368,7 +282,7 @@ int run_train(const TrainFlags& flags) {
       out["val_tokens"] = val->tokens;
       out["unigram_entropy"] = unigram_entropy(text->train, text->vocab_size());
       out["vocab"] = text->vocab_size();
-      out["context"] = model.gpt.context;
+      out["context"] = trained_model.gpt.context;
       out["tokens_per_s"] = samples_per_s;
     } else {
       out["samples_per_s"] = samples_per_s;

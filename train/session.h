@@ -1,0 +1,97 @@
+// A training run of a reference model on its real data, as `memplan train` runs it and a library
+// user can: read the data (Fashion-MNIST or a text), complete the model from it (classes, image
+// size, vocabulary), plan the step for the device through plan_step, set up the executor,
+// resume from a saved run, train with the model's feeder, evaluate and save. The CLI parses
+// flags and renders; everything it computes is here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "memplan/common/result.h"
+#include "memplan/models/fashion_mnist.h"
+#include "memplan/models/registry.h"
+#include "memplan/models/text_dataset.h"
+#include "memplan/planner/plan_step.h"
+#include "memplan/runtime/executor.h"
+#include "memplan/runtime/trainer.h"
+#include "memplan/runtime/weights.h"
+#include "memplan/train/classifier.h"
+#include "memplan/train/language_model.h"
+
+namespace memplan::train {
+
+// The data a reference model trains on, and the model completed from it.
+struct RunData {
+  models::ModelOptions model;
+  std::optional<models::ImageDataset> train_images, test_images;  // mlp, cnn
+  std::optional<models::TextDataset> text;                         // gpt
+  bool text_model() const { return text.has_value(); }
+};
+
+// Reads the data `model` trains on from `path` (empty: Debian's Fashion-MNIST, or the fortunes
+// for the GPT) and completes the model from it. Errors name the file or the flag that cannot
+// work (input errors).
+Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch);
+
+struct SessionOptions {
+  std::int64_t batch = 128;
+  graph::OptimizerConfig optimizer;
+  std::uint64_t seed = 0;  // initialisation and shuffling
+  runtime::ExecutorOptions executor;
+  // Checkpoint strategy and arena budget; the device profile and guard bytes are set from the
+  // device and executor.debug.guards.
+  planner::PlanRequest request;
+};
+
+struct SessionEvaluation {
+  std::optional<Evaluation> classifier;  // image models: test accuracy and loss
+  std::optional<TextEvaluation> text;    // the GPT: validation loss
+};
+
+class TrainingSession {
+ public:
+  // Plans the step for `device`; nothing is allocated yet. An Error is an input error (a model
+  // option that cannot be built); a budget that cannot be met is planned().fits == false.
+  static Result<std::unique_ptr<TrainingSession>> plan(RunData data, const SessionOptions& options,
+                                                       runtime::Device& device);
+
+  const RunData& data() const { return data_; }
+  const planner::StepDescription& step() const { return step_; }
+  const planner::PlanRequest& request() const { return request_; }
+  const planner::PlannedStep& planned() const { return planned_; }
+  runtime::Executor& executor() { return *executor_; }
+  const runtime::Executor& executor() const { return *executor_; }
+
+  // Allocates (the arena, in planned mode) and initialises the parameters from the seed.
+  Status setup();
+  // Loads the weights (and optimizer state) of a run saved by save(); the data continues after
+  // the saved step.
+  Result<runtime::LoadReport> resume(const std::string& path);
+
+  std::int64_t steps_per_epoch() const;
+  std::int64_t samples_per_step() const;  // images, or tokens for the GPT
+  // Trains `steps` steps from where the run stands, feeding the model's data.
+  Result<runtime::TrainSummary> run(std::int64_t steps, const runtime::ProgressFn& progress);
+  // Test accuracy (image models) or validation loss (the GPT), with a forward graph of its own
+  // planned on the CPU (the training device's memory limit is for the training step).
+  Result<SessionEvaluation> evaluate() const;
+  Status save(const std::string& path) const;
+
+ private:
+  TrainingSession(RunData data, const SessionOptions& options) : data_(std::move(data)), options_(options) {}
+
+  RunData data_;
+  SessionOptions options_;
+  planner::StepDescription step_;
+  planner::PlanRequest request_;
+  planner::PlannedStep planned_;
+  std::unique_ptr<runtime::Executor> executor_;  // runs planned_
+  std::optional<BatchFeeder> image_feeder_;
+  std::optional<TextFeeder> text_feeder_;
+  std::int64_t first_step_ = 0;  // data continues where a resumed run stopped
+};
+
+}  // namespace memplan::train
