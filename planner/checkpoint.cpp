@@ -518,7 +518,16 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
   if (need_before) before_plan = plan_memory(training_step, options);
   if (!before_plan) return before_plan.error();
   const Result<Bytes> before = before_plan.value().arena_bytes;
-  Checkpointer cp(training_step, options);
+  // The chain and its frontier are found only when a strategy needs them: strategy none (and
+  // auto when the step already fits) is the step itself, planned once.
+  std::optional<Checkpointer> checkpointer;
+  auto chain = [&]() -> Checkpointer& {
+    if (!checkpointer) checkpointer.emplace(training_step, options);
+    return *checkpointer;
+  };
+  auto unchanged = [&]() -> Result<Candidate> {
+    return Candidate{CheckpointStrategy::kNone, training_step, before.value(), 0.0};
+  };
 
   std::optional<Candidate> chosen;
   auto take = [&](Result<Candidate> c) -> Status {
@@ -528,28 +537,26 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
   };
   switch (strategy) {
     case CheckpointStrategy::kNone:
-      if (Status s = take(cp.none()); !s) return s.error();
-      chosen->arena = before.value();  // planned with the caller's options, as it stays
+      if (Status s = take(unchanged()); !s) return s.error();
       break;
     case CheckpointStrategy::kSqrt:
-      if (Status s = take(cp.sqrt()); !s) return s.error();
+      if (Status s = take(chain().sqrt()); !s) return s.error();
       break;
     case CheckpointStrategy::kOptimal: {
-      auto c = cp.optimal(budget);
+      auto c = chain().optimal(budget);
       if (!c) return c.error();
       chosen = std::move(c).value();
       break;
     }
     case CheckpointStrategy::kAuto: {
       if (!budget || before.value() <= *budget) {
-        if (Status s = take(cp.none()); !s) return s.error();
-        chosen->arena = before.value();
+        if (Status s = take(unchanged()); !s) return s.error();
         break;
       }
-      auto opt = cp.optimal(budget);
+      auto opt = chain().optimal(budget);
       if (!opt) return opt.error();
       if (opt.value()) chosen = std::move(*opt.value());
-      auto sq = cp.sqrt();
+      auto sq = chain().sqrt();
       if (!sq) return sq.error();
       if (sq.value().arena <= *budget && (!chosen || sq.value().extra_flops < chosen->extra_flops)) {
         chosen = std::move(sq).value();
@@ -557,7 +564,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
       break;
     }
   }
-  const double base_flops = std::max(cp.base_flops(), 1.0);
+  const double base_flops = std::max(checkpointer ? checkpointer->base_flops() : graph_flops(training_step), 1.0);
   // Candidates were compared by their greedy packing; the chosen one is planned with the
   // caller's options (the plan it will run with) before deciding whether it fits.
   std::optional<MemoryPlan> after_plan;
@@ -590,7 +597,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
     // of all strategies when searched, else optimal's), and say what any strategy reaches.
     std::optional<Candidate> least;
     if (request.find_minimum) {
-      auto l = least_arena(cp);
+      auto l = least_arena(chain());
       if (!l) return l.error();
       minimum = MinimumArena{l.value().strategy, l.value().arena, l.value().extra_flops / base_flops};
       least = std::move(l).value();
@@ -598,7 +605,7 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
     if (strategy == CheckpointStrategy::kAuto && least) {
       chosen = std::move(*least);
     } else if (strategy == CheckpointStrategy::kOptimal || strategy == CheckpointStrategy::kAuto) {
-      auto c = cp.optimal(std::nullopt);
+      auto c = chain().optimal(std::nullopt);
       if (!c) return c.error();
       if (c.value()) chosen = std::move(*c.value());
     }
