@@ -31,7 +31,7 @@ struct KernelCall {
   std::span<const TensorRef> inputs;
   std::span<const TensorRef> outputs;
   std::span<const TensorRef> updates;
-  std::int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+  std::int64_t step = 1;  // 1-based optimizer step (AdamW's bias correction, dropout masks' stream)
 };
 
 using KernelFn = void (*)(const KernelCall&);
