@@ -296,8 +296,11 @@ void grad_slice(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(x, g);
 }
 
-// One rule per op kind; nullptr where an op is never differentiated (backward helpers and
-// optimizer updates are not on a path from parameters to the loss).
+// One rule per op kind; nullptr where an op is never differentiated: backward helpers and
+// optimizer updates (not on a path from parameters to the loss), running_stats_update (no
+// output), the statistics ops (their gradient paths are inside batch_norm_backward and
+// layer_norm_backward, so no gradient reaches them), dropout_mask (no inputs) and
+// batch_norm_inference (inference graphs have no backward).
 constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   std::array<GradRule, kOpKindCount> rules{};
   auto set = [&rules](OpKind kind, GradRule rule) { rules[static_cast<std::size_t>(kind)] = rule; };

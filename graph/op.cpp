@@ -442,9 +442,10 @@ OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1
 // --- FLOPs: multiply-adds count 2; transcendental functions count 1 each -----------------
 
 double numel_of(const TensorDesc* t) { return t ? double(t->shape.numel()) : 0.0; }
-// Ops that only move or generate data count 0: reshape (a view), permute, im2col and the
-// embedding gather (copies), fill, and dropout_mask (random bits, no arithmetic). Checkpointing's
-// recompute overhead is measured with this table, so recomputing these is free by this count.
+// Ops that only move or generate data count 0: reshape (a view), permute, im2col, the
+// embedding gather, repeat_heads, concat and slice (copies), fill, and dropout_mask (random
+// bits, no arithmetic). Checkpointing's recompute overhead is measured with this table, so
+// recomputing these is free by this count.
 double flops_zero(Inputs, const TensorDesc*) { return 0.0; }
 double flops_per_output(Inputs, const TensorDesc* out) { return numel_of(out); }
 double flops_matmul(Inputs in, const TensorDesc* out) {
@@ -462,7 +463,8 @@ double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0])
 double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[0]); }
 double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
 // RMSNorm: square-sum 2, scale 2 per element; backward 6 (dx), 3 (dgamma). SiLU: exp, add,
-// divide, multiply; its derivative 6. Rotary: 2 multiplies and an add per element (angles cached).
+// divide, multiply; its derivative 5 (dy * s * (1 + x * (1 - s)) given s = sigmoid(x)).
+// Rotary: 2 multiplies and an add per element (angles cached).
 double flops_5_per_output(Inputs, const TensorDesc* out) { return 5.0 * numel_of(out); }
 double flops_3_per_output(Inputs, const TensorDesc* out) { return 3.0 * numel_of(out); }
 

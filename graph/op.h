@@ -68,7 +68,7 @@ enum class OpKind : std::uint8_t {
   channel_sum,                     // [C] = sum over all dims but 1  inputs: x[N, C, ...]
   layer_norm_backward,             // dx                             inputs: dy, x, stats, gamma
   layer_norm_dgamma,               // [D] = sum over rows dy * xhat  inputs: dy, x, stats
-  embedding_backward,              // dtable[V, D], rows summed in id order  inputs: dy, ids; shape = {V, D}
+  embedding_backward,              // dtable[V, D], rows summed in position order  inputs: dy, ids; shape = {V, D}
   softmax_backward,                // dx = y * (dy - sum(dy * y))    inputs: dy, y
   rms_norm_backward,               // dx                             inputs: dy, x, gamma (norm_eps)
   rms_norm_dgamma,                 // [D] = sum over rows dy * xhat  inputs: dy, x (norm_eps)
@@ -79,7 +79,7 @@ enum class OpKind : std::uint8_t {
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
   adamw_update,  // updates: param, m, v;             inputs: grad
   // mixed precision: a 16-bit param and grad, an f32 master copy the update applies to (then
-  // rounded into the param); planned only (no CPU kernel)
+  // rounded into the param); planned only (no kernel on any device)
   sgd_update_mixed,           // updates: param, master;                  inputs: grad
   sgd_momentum_update_mixed,  // updates: param, master, momentum buffer; inputs: grad
   adamw_update_mixed,         // updates: param, master, m, v;            inputs: grad
@@ -95,7 +95,8 @@ struct OpAttrs {
   bool trans_a = false;
   bool trans_b = false;
   float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update
-  std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar, backward ops: an output shape
+  std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar, dropout_mask, backward ops: an
+                                   // output shape; conv2d: {OH, OW}
   // convolution and pooling (square windows)
   std::int64_t kernel = 1;
   std::int64_t stride = 1;

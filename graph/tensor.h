@@ -13,7 +13,8 @@
 
 namespace memplan::graph {
 
-// f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels).
+// f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels
+// and token ids).
 enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
 
 Bytes dtype_size(DType dtype);
@@ -61,7 +62,7 @@ struct TensorDesc {
   // lifetime covers every view of it.
   TensorId view_of = kNoTensor;
   InitSpec init;             // parameters and optimizer state only
-  TensorId grad = kNoTensor; // the gradient of this tensor, once autograd has run
+  TensorId grad = kNoTensor; // parameters: their gradient, once autograd has run
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

@@ -31,7 +31,7 @@ struct KernelCall {
   std::span<const TensorRef> inputs;
   std::span<const TensorRef> outputs;
   std::span<const TensorRef> updates;
-  std::int64_t step = 1;  // 1-based optimizer step (AdamW bias correction)
+  std::int64_t step = 1;  // 1-based optimizer step (AdamW's bias correction, dropout masks' stream)
 };
 
 using KernelFn = void (*)(const KernelCall&);
@@ -42,7 +42,8 @@ bool built_with_cuda();
 // The kernel for (kind, device), or nullptr when that device has none.
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
 
-// Threads the CPU kernels use (Eigen GEMM and the parallel loops); 0 = all cores.
+// Threads the CPU kernels use (Eigen GEMM and the OpenMP loops, for parallel regions this thread
+// starts); 0 = OpenMP's default (OMP_NUM_THREADS, else all cores).
 void set_cpu_threads(int threads);
 int cpu_threads();
 

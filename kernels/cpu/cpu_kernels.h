@@ -1,5 +1,6 @@
-// CPU implementations of every op (Eigen GEMM, OpenMP loops). Results are deterministic for a
-// given thread count: no reduction order depends on scheduling.
+// CPU implementations of every op but the mixed-precision updates, which are planned only (Eigen
+// GEMM, OpenMP loops). Results are deterministic for a given thread count: no reduction order
+// depends on scheduling.
 #pragma once
 
 #include <utility>
@@ -19,7 +20,8 @@ std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
 
-// C[M,N] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
+// C[M,N] = op(A) op(B), all row-major and contiguous: A stored [M,K] ([K,M] when trans_a), B stored
+// [K,N] ([N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
           const float* b, float* c);
 // C += op(A) op(B) with explicit row strides (elements) of A, B and C as stored: sub-blocks.

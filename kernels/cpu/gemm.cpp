@@ -1,5 +1,7 @@
 // The only translation unit that includes Eigen: GEMM dominates the MLP's time, and keeping the
 // heavy templates here keeps the rest of the build fast.
+#include <omp.h>
+
 #include <Eigen/Core>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
@@ -53,7 +55,11 @@ void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::in
 namespace memplan::kernels {
 
 void set_cpu_threads(int threads) {
-  Eigen::setNbThreads(threads);  // 0 lets Eigen use every core OpenMP reports
+  // The parallel loops follow OpenMP's thread count and Eigen's GEMM its own, so both are set.
+  // 0 goes back to what OpenMP had at the first call (OMP_NUM_THREADS, else every core).
+  static const int initial = omp_get_max_threads();
+  omp_set_num_threads(threads > 0 ? threads : initial);
+  Eigen::setNbThreads(threads);  // 0: Eigen follows OpenMP's count
 }
 
 int cpu_threads() { return Eigen::nbThreads(); }

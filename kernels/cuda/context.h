@@ -34,7 +34,7 @@ bool context_created();
 void set_workspace(void* ptr, std::size_t size_bytes);
 
 // Bytes the kernels want as workspace: cuBLAS's recommendation for Hopper (32 MiB) covers the
-// kernels' own scratch (a row of partial sums per softmax-cross-entropy row).
+// kernels' own scratch (one double per softmax-cross-entropy row).
 inline constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
 // Scratch for a kernel: the workspace, checked to be large enough.

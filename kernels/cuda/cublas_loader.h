@@ -19,8 +19,9 @@ struct CublasApi {
   decltype(&cublasGetStatusString) status_string;
 };
 
-// Loads libcublas on the first call (thread-safe) and returns its entry points. Throws a
-// CheckError naming the library and the loader's reason when it cannot be loaded.
+// Loads libcublas on the first call (thread-safe) and returns its entry points. Throws an
+// InternalError (a failed MEMPLAN_CHECK) naming the library and the loader's reason when it
+// cannot be loaded.
 const CublasApi& cublas_api();
 
 // Whether cublas_api() has loaded the library in this process (tests: CPU runs must not).

@@ -1,4 +1,6 @@
-// CUDA implementations of every op that has a CPU kernel, registered in the same dispatch table.
+// CUDA implementations of every op that has a CPU kernel but the LLaMA-style ones (RMSNorm, SiLU,
+// rotary, repeat_heads, concat, slice and their backward ops: the zoo plans them, nothing trains
+// them; tests/cuda_kernels_test.cpp keeps that list), registered in the same dispatch table.
 // Each file contributes its entries; kernels run on the context's one stream and take their
 // scratch from the workspace inside the arena.
 #pragma once
