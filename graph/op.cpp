@@ -18,7 +18,9 @@ using Inputs = std::span<const TensorDesc* const>;
 // Floating-point operands: f32 executes; f16 and bf16 are planned (mixed-precision accounting).
 void expect_float(std::string_view op, const TensorDesc& t) {
   if (!is_floating(t.dtype)) {
-    fail(op, "'" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) + ", expected f32, f16 or bf16");
+    fail(op, "'" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) + ", expected a floating dtype (" +
+                 std::string(dtype_name(DType::f32)) + ", " + std::string(dtype_name(DType::f16)) + " or " +
+                 std::string(dtype_name(DType::bf16)) + ")");
   }
 }
 

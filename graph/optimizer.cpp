@@ -4,21 +4,9 @@
 
 namespace memplan::graph {
 
-Result<OptimizerKind> parse_optimizer_kind(std::string_view name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "momentum") return OptimizerKind::momentum;
-  if (name == "adamw") return OptimizerKind::adamw;
-  return Error{"unknown optimizer '" + std::string(name) + "' (expected sgd, momentum or adamw)"};
-}
+Result<OptimizerKind> parse_optimizer_kind(std::string_view name) { return parse_enum(kOptimizerNames, name, "optimizer"); }
 
-std::string_view optimizer_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::momentum: return "momentum";
-    case OptimizerKind::adamw: return "adamw";
-  }
-  return "?";
-}
+std::string_view optimizer_name(OptimizerKind kind) { return enum_name(kOptimizerNames, kind); }
 
 namespace {
 

@@ -4,12 +4,17 @@
 
 #include <string_view>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 
 namespace memplan::graph {
 
 enum class OptimizerKind { sgd, momentum, adamw };
+
+// The names --optimizer takes and reports print (common/enum_names.h).
+inline constexpr EnumName<OptimizerKind> kOptimizerNames[] = {
+    {"sgd", OptimizerKind::sgd}, {"momentum", OptimizerKind::momentum}, {"adamw", OptimizerKind::adamw}};
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adamw;

@@ -18,22 +18,23 @@ Bytes dtype_size(DType dtype) {
 }
 
 std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-  }
-  MEMPLAN_CHECK(false, "unknown dtype");
+  const std::string_view name = enum_name(kDTypeNames, dtype);
+  MEMPLAN_CHECK(name != "?", "unknown dtype");
+  return name;
 }
 
-Result<DType> parse_float_dtype(std::string_view name) {
-  if (name == "f32" || name == "fp32") return DType::f32;
-  if (name == "f16" || name == "fp16") return DType::f16;
-  if (name == "bf16") return DType::bf16;
-  return Error{"unknown dtype '" + std::string(name) + "' (expected fp32, bf16 or fp16)"};
+std::span<const EnumName<DType>> float_dtype_names() {
+  static const std::vector<EnumName<DType>> rows = [] {
+    std::vector<EnumName<DType>> out;
+    for (const EnumName<DType>& row : kDTypeNames) {
+      if (is_floating(row.value)) out.push_back(row);
+    }
+    return out;
+  }();
+  return rows;
 }
+
+Result<DType> parse_float_dtype(std::string_view name) { return parse_enum(float_dtype_names(), name, "dtype"); }
 
 std::string_view role_name(Role role) {
   switch (role) {

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/common/types.h"
 
@@ -17,10 +19,17 @@ namespace memplan::graph {
 // and token ids).
 enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
 
+// Every dtype's name (the first row of a value) and the aliases the CLI also takes (--dtype f32).
+inline constexpr EnumName<DType> kDTypeNames[] = {
+    {"fp32", DType::f32}, {"f32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16},
+    {"f16", DType::f16},  {"i32", DType::i32}, {"i64", DType::i64}};
+
 Bytes dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 inline bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
-// "f32", "fp32", "f16", "fp16", "bf16" (the names the CLI takes).
+// The rows of kDTypeNames for floating dtypes: what --dtype takes.
+std::span<const EnumName<DType>> float_dtype_names();
+// A floating dtype by any of its names ("fp32", "f32", "bf16", "fp16", "f16"); the error lists them.
 Result<DType> parse_float_dtype(std::string_view name);
 
 struct Shape {

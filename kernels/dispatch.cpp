@@ -8,9 +8,9 @@
 
 namespace memplan::kernels {
 
-std::string_view device_kind_name(DeviceKind kind) {
-  return kind == DeviceKind::cpu ? "cpu" : "cuda";
-}
+std::string_view device_kind_name(DeviceKind kind) { return enum_name(kDeviceKindNames, kind); }
+
+Result<DeviceKind> parse_device_kind(std::string_view name) { return parse_enum(kDeviceKindNames, name, "device"); }
 
 namespace {
 

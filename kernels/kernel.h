@@ -7,13 +7,17 @@
 #include <span>
 #include <string_view>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/graph/op.h"
 #include "memplan/graph/tensor.h"
 
 namespace memplan::kernels {
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };
+// The names --device takes (train also takes "auto", runtime/devices.h) and reports print.
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}};
 std::string_view device_kind_name(DeviceKind kind);
+Result<DeviceKind> parse_device_kind(std::string_view name);
 
 struct TensorRef {
   void* data = nullptr;

@@ -15,22 +15,10 @@ using graph::Op;
 using graph::Phase;
 
 Result<CheckpointStrategy> parse_checkpoint_strategy(std::string_view name) {
-  if (name == "none") return CheckpointStrategy::kNone;
-  if (name == "sqrt") return CheckpointStrategy::kSqrt;
-  if (name == "optimal") return CheckpointStrategy::kOptimal;
-  if (name == "auto") return CheckpointStrategy::kAuto;
-  return Error{"unknown checkpoint strategy '" + std::string(name) + "' (expected none, sqrt, optimal or auto)"};
+  return parse_enum(kCheckpointStrategyNames, name, "checkpoint strategy");
 }
 
-std::string_view checkpoint_strategy_name(CheckpointStrategy s) {
-  switch (s) {
-    case CheckpointStrategy::kNone: return "none";
-    case CheckpointStrategy::kSqrt: return "sqrt";
-    case CheckpointStrategy::kOptimal: return "optimal";
-    case CheckpointStrategy::kAuto: return "auto";
-  }
-  return "?";
-}
+std::string_view checkpoint_strategy_name(CheckpointStrategy s) { return enum_name(kCheckpointStrategyNames, s); }
 
 namespace {
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/planner/chain_dp.h"
@@ -37,6 +38,12 @@
 namespace memplan::planner {
 
 enum class CheckpointStrategy { kNone, kSqrt, kOptimal, kAuto };
+
+// The names --checkpoint takes and reports print (common/enum_names.h).
+inline constexpr EnumName<CheckpointStrategy> kCheckpointStrategyNames[] = {{"none", CheckpointStrategy::kNone},
+                                                                            {"sqrt", CheckpointStrategy::kSqrt},
+                                                                            {"optimal", CheckpointStrategy::kOptimal},
+                                                                            {"auto", CheckpointStrategy::kAuto}};
 
 Result<CheckpointStrategy> parse_checkpoint_strategy(std::string_view name);  // error lists the valid names
 std::string_view checkpoint_strategy_name(CheckpointStrategy s);

@@ -9,15 +9,9 @@ namespace memplan::planner {
 using graph::Graph;
 using graph::Op;
 
-std::string_view schedule_name(ScheduleKind kind) {
-  return kind == ScheduleKind::program ? "program" : "memory_aware";
-}
+std::string_view schedule_name(ScheduleKind kind) { return enum_name(kScheduleNames, kind); }
 
-Result<ScheduleKind> parse_schedule_kind(std::string_view name) {
-  if (name == "program") return ScheduleKind::program;
-  if (name == "memory_aware") return ScheduleKind::memory_aware;
-  return Error{"unknown schedule '" + std::string(name) + "' (expected program or memory_aware)"};
-}
+Result<ScheduleKind> parse_schedule_kind(std::string_view name) { return parse_enum(kScheduleNames, name, "schedule"); }
 
 namespace {
 

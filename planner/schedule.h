@@ -5,6 +5,7 @@
 
 #include <string_view>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/planner/liveness.h"
@@ -12,6 +13,10 @@
 namespace memplan::planner {
 
 enum class ScheduleKind { program, memory_aware };
+
+// The names --schedule takes and plans report (common/enum_names.h).
+inline constexpr EnumName<ScheduleKind> kScheduleNames[] = {{"program", ScheduleKind::program},
+                                                            {"memory_aware", ScheduleKind::memory_aware}};
 
 std::string_view schedule_name(ScheduleKind kind);
 Result<ScheduleKind> parse_schedule_kind(std::string_view name);

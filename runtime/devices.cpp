@@ -15,11 +15,16 @@ bool cuda_device_present() {
 #endif
 }
 
+kernels::DeviceKind auto_device_kind() {
+  return cuda_device_present() ? kernels::DeviceKind::cuda : kernels::DeviceKind::cpu;
+}
+
 Result<kernels::DeviceKind> resolve_device_kind(std::string_view name) {
-  if (name == "cpu") return kernels::DeviceKind::cpu;
-  if (name == "cuda") return kernels::DeviceKind::cuda;
-  if (name == "auto") return cuda_device_present() ? kernels::DeviceKind::cuda : kernels::DeviceKind::cpu;
-  return Error{"unknown device '" + std::string(name) + "' (expected cpu, cuda or auto)"};
+  if (name == "auto") return auto_device_kind();
+  if (auto kind = kernels::parse_device_kind(name)) return kind;
+  std::string names;
+  for (const auto& row : kernels::kDeviceKindNames) names += std::string(row.name) + ", ";
+  return Error{"unknown device '" + std::string(name) + "' (expected " + names.substr(0, names.size() - 2) + " or auto)"};
 }
 
 Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes) {

@@ -16,7 +16,9 @@ namespace memplan::runtime {
 // True when this build has the CUDA backend and the driver reports at least one GPU.
 bool cuda_device_present();
 
-// "cpu", "cuda" or "auto" (cuda when present, else cpu).
+// What --device auto picks: cuda when present, else cpu.
+kernels::DeviceKind auto_device_kind();
+// A device kind by name (kernels::kDeviceKindNames), or "auto" (auto_device_kind()).
 Result<kernels::DeviceKind> resolve_device_kind(std::string_view name);
 
 // A device of that kind; an Error (naming what is missing) when CUDA is asked for but absent.

@@ -31,21 +31,9 @@ std::uint64_t name_hash(const std::string& name) {
 
 }  // namespace
 
-std::string_view mode_name(ExecutionMode mode) {
-  switch (mode) {
-    case ExecutionMode::planned: return "planned";
-    case ExecutionMode::naive: return "naive";
-    case ExecutionMode::dynamic: return "dynamic";
-  }
-  return "?";
-}
+std::string_view mode_name(ExecutionMode mode) { return enum_name(kExecutionModeNames, mode); }
 
-Result<ExecutionMode> parse_mode(std::string_view name) {
-  if (name == "planned") return ExecutionMode::planned;
-  if (name == "naive") return ExecutionMode::naive;
-  if (name == "dynamic") return ExecutionMode::dynamic;
-  return Error{"unknown execution mode '" + std::string(name) + "' (expected planned, naive or dynamic)"};
-}
+Result<ExecutionMode> parse_mode(std::string_view name) { return parse_enum(kExecutionModeNames, name, "execution mode"); }
 
 DebugOptions DebugOptions::from_env() {
   DebugOptions d;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/kernels/kernel.h"
@@ -28,6 +29,10 @@
 namespace memplan::runtime {
 
 enum class ExecutionMode { naive, planned, dynamic };
+
+// The names --mode takes and reports print (common/enum_names.h).
+inline constexpr EnumName<ExecutionMode> kExecutionModeNames[] = {
+    {"planned", ExecutionMode::planned}, {"naive", ExecutionMode::naive}, {"dynamic", ExecutionMode::dynamic}};
 
 std::string_view mode_name(ExecutionMode mode);
 Result<ExecutionMode> parse_mode(std::string_view name);

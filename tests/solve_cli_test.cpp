@@ -91,7 +91,7 @@ TEST_F(SolveCli, MinimisesAndWritesAValidOutputFile) {
 
 TEST_F(SolveCli, JsonHasTheDocumentedKeys) {
   const fs::path in = write("in.csv", kExample);
-  const CliRun r = run("--input " + in.string() + " --capacity 12 --json");
+  const CliRun r = run("--input " + in.string() + " --budget 12 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   for (const char* key : {"buffers", "lower_bound", "height", "status", "solve_ms"}) {
@@ -101,12 +101,33 @@ TEST_F(SolveCli, JsonHasTheDocumentedKeys) {
   EXPECT_EQ(j["lower_bound"], 12);
   EXPECT_EQ(j["height"], 12);
   EXPECT_EQ(j["status"], "optimal");
+  EXPECT_EQ(j["capacity"], 12);
+}
+
+// --budget is the arena budget's name in every command; --capacity, its older name here, still works.
+TEST_F(SolveCli, BudgetAndItsOlderNameCapacityMeanTheSame) {
+  const fs::path in = write("in.csv", kExample);
+  for (const char* flag : {"--budget", "--capacity"}) {
+    const CliRun fits = run("--input " + in.string() + " " + flag + " 16 --json");
+    ASSERT_EQ(fits.exit_code, 0) << flag << ": " << fits.err;
+    const nlohmann::json j = nlohmann::json::parse(fits.out);
+    EXPECT_EQ(j["capacity"], 16) << flag;
+    EXPECT_LE(j["height"].get<long long>(), 16) << flag;
+    const CliRun over = run("--input " + in.string() + " " + flag + " 11");
+    EXPECT_EQ(over.exit_code, 1) << flag;
+    EXPECT_NE(over.err.find("no packing within capacity 11"), std::string::npos) << flag << ": " << over.err;
+    EXPECT_EQ(run("--input " + in.string() + " " + flag + " -3").exit_code, 2) << flag;
+    EXPECT_EQ(run("--input " + in.string() + " " + flag + " lots").exit_code, 2) << flag;
+  }
+  const CliRun help = run("--help");
+  EXPECT_NE(help.out.find("--budget"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--capacity: the older name, kept for a release"), std::string::npos) << help.out;
 }
 
 TEST_F(SolveCli, CapacityBelowTheLowerBoundExitsOneWithoutOutput) {
   const fs::path in = write("in.csv", kExample);
   const fs::path out = dir_ / "out.csv";
-  const CliRun r = run("--input " + in.string() + " --capacity 11 --output " + out.string());
+  const CliRun r = run("--input " + in.string() + " --budget 11 --output " + out.string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no packing within capacity 11"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));

@@ -70,11 +70,9 @@ CLI::Validator positive_integer() {
 }
 
 void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_budget) {
-  app.add_option("--checkpoint", flags.strategy,
-                 "Activation checkpointing: none, sqrt (Chen et al.), optimal (least recomputation for the "
-                 "budget), auto (the cheapest that fits the budget)")
-      ->check(CLI::IsMember({"none", "sqrt", "optimal", "auto"}))
-      ->capture_default_str();
+  add_enum_option(app, "--checkpoint", flags.strategy, planner::kCheckpointStrategyNames,
+                  "Activation checkpointing: none, sqrt (Chen et al.), optimal (least recomputation for the "
+                  "budget), auto (the cheapest that fits the budget)");
   if (with_budget) {
     app.add_option("--budget", flags.budget,
                    "Arena budget for --checkpoint, e.g. 24GiB, 512MB or bytes (without it sqrt and optimal "
@@ -84,9 +82,7 @@ void add_checkpoint_options(CLI::App& app, CheckpointFlags& flags, bool with_bud
 }
 
 Status apply_checkpoint_flags(const CheckpointFlags& flags, planner::PlanRequest& request) {
-  auto strategy = planner::parse_checkpoint_strategy(flags.strategy);
-  if (!strategy) return Error{"--checkpoint: " + strategy.error().message};
-  request.checkpoint = strategy.value();
+  request.checkpoint = flags.strategy;
   if (!flags.budget.empty()) {
     auto parsed = parse_byte_size(flags.budget);
     if (!parsed) return Error{"--budget: " + parsed.error().message};
@@ -102,19 +98,16 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
       ->check(CLI::IsMember(trainable_only ? models::trainable_model_names() : models::model_names()))
       ->capture_default_str();
   app.add_option("--batch", flags.batch, "Samples per step (default: the model's)")->check(positive_integer());
-  app.add_option("--optimizer", flags.optimizer, "sgd, momentum or adamw (decides the optimizer state)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
-      ->capture_default_str();
+  add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames,
+                  "sgd, momentum or adamw (decides the optimizer state)");
   app.add_option("--hidden", flags.hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
   if (!shapes) return;
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
       ->check(positive_integer());
-  app.add_option("--dtype", flags.dtype,
-                 "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
-                 "weights and optimizer state (zoo models; planning only)")
-      ->check(CLI::IsMember({"fp32", "f32", "bf16", "fp16", "f16"}))
-      ->capture_default_str();
+  add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
+                  "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
+                  "weights and optimizer state (zoo models; planning only)");
 }
 
 Result<planner::StepDescription> step_description(const ModelFlags& flags) {
@@ -126,23 +119,21 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   if (flags.image_size > 0 && !info->vision) {
     return Error{"--image-size applies to vision models (cnn, vit-b16, resnet50), not '" + flags.model + "'"};
   }
-  auto dtype = graph::parse_float_dtype(flags.dtype);
-  if (!dtype) return Error{"--dtype: " + dtype.error().message};
-  if (!zoo && dtype.value() != graph::DType::f32) {
+  if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
+  if (!zoo && flags.dtype != graph::DType::f32) {
     std::string names;
     for (const std::string& n : models::zoo_model_names()) names += (names.empty() ? "" : ", ") + n;
-    return Error{"--dtype " + flags.dtype + " is for the zoo models (" + names + "); the trainable models plan in fp32"};
+    return Error{"--dtype " + std::string(graph::dtype_name(flags.dtype)) + " is for the zoo models (" + names +
+                 "); the trainable models plan in " + std::string(graph::dtype_name(graph::DType::f32))};
   }
-  auto kind = graph::parse_optimizer_kind(flags.optimizer);
-  if (!kind) return Error{"--optimizer: " + kind.error().message};
   models::ModelOptions model;
   model.name = flags.model;
   model.mlp.hidden = flags.hidden;
   if (flags.seq > 0) model.gpt.context = flags.seq;
   if (flags.image_size > 0) model.cnn.image = flags.image_size;
-  model.zoo = {flags.seq, flags.image_size, dtype.value()};
+  model.zoo = {flags.seq, flags.image_size, flags.dtype};
   graph::OptimizerConfig optimizer;
-  optimizer.kind = kind.value();
+  optimizer.kind = flags.optimizer;
   const std::int64_t batch = flags.batch > 0 ? flags.batch : info->default_batch;
   return planner::StepDescription::of_model(model, batch, optimizer);
 }

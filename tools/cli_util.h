@@ -6,12 +6,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/optimizer.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/plan_step.h"
 
@@ -30,9 +35,54 @@ CLI::Validator whole_number(std::uint64_t max = UINT64_MAX);
 // `allow_zero`.
 CLI::Validator byte_size(bool allow_zero = false);
 
+// Turns a name from an enum's table (common/enum_names.h) into the text CLI11 converts to the
+// enum (its underlying integer), and `unset_name` (when given) into the empty text that leaves a
+// std::optional empty. Anything else fails with "NAME not in {a,b,c}", the names in table order
+// (CLI::IsMember's wording); --help shows the same set.
+template <class Table>
+CLI::Validator enum_names_transform(const Table& table, std::string_view unset_name = {}) {
+  using E = enum_of_table<Table>;
+  std::vector<EnumName<E>> rows(std::begin(table), std::end(table));
+  std::string set = "{";
+  for (const EnumName<E>& row : rows) set += std::string(row.name) + ",";
+  if (!unset_name.empty()) set += std::string(unset_name) + ",";
+  set.back() = '}';
+  return CLI::Validator(
+      [rows, set, unset = std::string(unset_name)](std::string& value) -> std::string {
+        if (!unset.empty() && value == unset) {
+          value.clear();
+          return {};
+        }
+        for (const EnumName<E>& row : rows) {
+          if (row.name == value) {
+            value = std::to_string(static_cast<long long>(row.value));
+            return {};
+          }
+        }
+        return value + " not in " + set;
+      },
+      set);
+}
+
+// An option bound to an enum through its name table: the names it takes, its --help and its
+// errors all come from the table; the default shown is the value's name.
+template <class Table>
+CLI::Option* add_enum_option(CLI::App& app, const std::string& flags, enum_of_table<Table>& value, const Table& table,
+                             const std::string& help) {
+  return app.add_option(flags, value, help)->transform(enum_names_transform(table))->default_str(std::string(enum_name(table, value)));
+}
+// The same for an optional value: `unset_name` ("auto") leaves it empty (the command chooses).
+template <class Table>
+CLI::Option* add_enum_option(CLI::App& app, const std::string& flags, std::optional<enum_of_table<Table>>& value,
+                             const Table& table, const std::string& help, std::string_view unset_name) {
+  return app.add_option(flags, value, help)
+      ->transform(enum_names_transform(table, unset_name))
+      ->default_str(value ? std::string(enum_name(table, *value)) : std::string(unset_name));
+}
+
 // --checkpoint and --budget, shared by train, plan and fit.
 struct CheckpointFlags {
-  std::string strategy = "none";
+  planner::CheckpointStrategy strategy = planner::CheckpointStrategy::kNone;
   std::string budget;  // empty: no arena budget
 };
 // Registers --checkpoint, and --budget unless the command has its own meaning for it.
@@ -44,11 +94,11 @@ Status apply_checkpoint_flags(const CheckpointFlags& flags, planner::PlanRequest
 struct ModelFlags {
   std::string model = "mlp";
   std::int64_t batch = 0;  // 0: the model's default
-  std::string optimizer = "adamw";
+  graph::OptimizerKind optimizer = graph::OptimizerKind::adamw;
   std::vector<std::int64_t> hidden = {256, 256};
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
-  std::string dtype = "fp32";
+  graph::DType dtype = graph::DType::f32;
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, and with `shapes` --seq, --image-size and --dtype.

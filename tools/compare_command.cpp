@@ -158,7 +158,7 @@ int run_compare(const CompareFlags& flags) {
   nlohmann::json j;
   j["model"] = flags.model.model;
   j["batch"] = description.value().batch;
-  j["optimizer"] = flags.model.optimizer;
+  j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
   j["budget_bytes"] = j["device_memory_bytes"];  // the name before --device-memory, kept for a release
   j["steps"] = flags.steps;
@@ -233,7 +233,7 @@ int run_compare(const CompareFlags& flags) {
     return kExitOk;
   }
   std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.model.c_str(), static_cast<long long>(description.value().batch), flags.model.optimizer.c_str(),
+              flags.model.model.c_str(), static_cast<long long>(description.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
               flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(capacity.value())).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",

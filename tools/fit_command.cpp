@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
+#include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "tools/cli_util.h"
@@ -19,7 +20,7 @@ namespace {
 struct FitFlags {
   ModelFlags model;
   std::string device_memory;
-  std::string device = "cuda";
+  kernels::DeviceKind device = kernels::DeviceKind::cuda;
   std::string overhead;  // overrides the runtime overhead constants
   bool max_batch = false;
   bool json = false;
@@ -44,10 +45,10 @@ std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, 
   if (s.persistent_state_too_big) {
     return "not even batch 1 fits: the parameters and optimizer state (" + format_bytes(a.planned.plan.persistent_bytes) +
            ") and the runtime overhead alone exceed " + format_bytes(a.device_memory) +
-           (flags.model.optimizer == "adamw" ? "; --optimizer sgd keeps no optimizer state" : "") +
+           (flags.model.optimizer == graph::OptimizerKind::adamw ? "; --optimizer sgd keeps no optimizer state" : "") +
            "; otherwise shard the optimizer state across devices or pick a smaller model";
   }
-  return "not even batch 1 fits with --checkpoint " + flags.checkpoint.strategy +
+  return "not even batch 1 fits with --checkpoint " + strategy_name(flags.checkpoint.strategy) +
          ": the activations of one sample need more than the " + format_bytes(s.activation_room_bytes) +
          " left after parameters, optimizer state and runtime overhead; try a shorter --seq or a smaller --image-size";
 }
@@ -66,7 +67,7 @@ int run_fit(const FitFlags& flags) {
   planner::FitQuestion question;
   question.step = step.value();
   question.device_memory = memory.value();
-  question.request.device = planner::documented_device_profile(flags.device).value();
+  question.request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
   if (!flags.overhead.empty()) {
     Result<Bytes> custom = flags.overhead == "0" ? Result<Bytes>(Bytes{0}) : parse_byte_size(flags.overhead);
     if (!custom) {
@@ -98,10 +99,10 @@ int run_fit(const FitFlags& flags) {
   const std::int64_t batch = question.step.batch;
   const std::string suggestion = a.suggestion ? suggestion_text(a, flags, batch) : "";
   if (flags.json) {
-    nlohmann::json j{{"model", flags.model.model}, {"batch", batch}, {"optimizer", flags.model.optimizer},
-                     {"dtype", flags.model.dtype}, {"checkpoint_strategy", flags.checkpoint.strategy},
+    nlohmann::json j{{"model", flags.model.model}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
+                     {"dtype", graph::dtype_name(flags.model.dtype)}, {"checkpoint_strategy", strategy_name(flags.checkpoint.strategy)},
                      {"parameter_count", a.planned.parameter_count()},
-                     {"device", flags.device}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
+                     {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
                      {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", a.headroom_bytes},
                      {"lower_bound_bytes", a.planned.plan.lower_bound_bytes}};
     j["budget_bytes"] = a.device_memory;  // the name before --device-memory, kept for a release
@@ -144,7 +145,9 @@ int run_fit(const FitFlags& flags) {
   }
   std::printf("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.model.c_str(),
               static_cast<long long>(a.planned.parameter_count()), static_cast<long long>(batch),
-              flags.model.dtype.c_str(), flags.model.optimizer.c_str(), flags.device.c_str(),
+              std::string(graph::dtype_name(flags.model.dtype)).c_str(),
+              std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
+              std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(a.device_memory).c_str(), a.fits ? "FITS" : "DOES NOT FIT");
   auto row = [](const char* label, Bytes bytes) {
     std::printf("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
@@ -191,10 +194,8 @@ Command add_fit_command(CLI::App& root) {
                   "The device's memory, e.g. 80GiB, 24GB, 16000MiB, or bytes (--budget: the older name, kept for a release)")
       ->required()
       ->check(byte_size());
-  app->add_option("--device", flags->device,
-                  "cuda (the cuBLAS workspace inside the arena; CUDA context and library handles outside) or cpu")
-      ->check(CLI::IsMember({"cuda", "cpu"}))
-      ->capture_default_str();
+  add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
+                  "cuda (the cuBLAS workspace inside the arena; CUDA context and library handles outside) or cpu");
   app->add_option("--overhead", flags->overhead, "Runtime overhead outside the arena, replacing the built-in constants")
       ->check(byte_size(/*allow_zero=*/true));
   app->add_flag("--max-batch", flags->max_batch,

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
+#include "memplan/planner/schedule.h"
 #include "memplan/common/atomic_file.h"
 #include "memplan/planner/minimalloc_csv.h"
 #include "tools/cli_util.h"
@@ -20,8 +22,8 @@ namespace {
 
 struct PlanFlags {
   ModelFlags model;
-  std::string device = "cpu";
-  std::string schedule = "auto";
+  kernels::DeviceKind device = kernels::DeviceKind::cpu;
+  std::optional<planner::ScheduleKind> schedule;  // empty: auto (the lower arena of both)
   bool no_in_place = false;
   std::int64_t exact_nodes = planner::SolverBudget{}.exact_nodes;
   double time_limit_s = 0.0;
@@ -37,12 +39,12 @@ int run_plan(const PlanFlags& flags) {
     return kExitUsage;
   }
   planner::PlanRequest request;
-  request.device = planner::documented_device_profile(flags.device).value();
+  request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
   request.in_place = !flags.no_in_place;
   request.solver = {flags.exact_nodes, flags.time_limit_s};
-  if (flags.schedule != "auto") {
+  if (flags.schedule) {
     request.choose_best_schedule = false;
-    request.schedule = planner::parse_schedule_kind(flags.schedule).value();
+    request.schedule = *flags.schedule;
   }
   if (Status s = apply_checkpoint_flags(flags.checkpoint, request); !s) {
     std::cerr << "memplan plan: " << s.error().message << "\n";
@@ -63,8 +65,8 @@ int run_plan(const PlanFlags& flags) {
   nlohmann::json j = plan_json(graph, plan, true);
   j["model"] = flags.model.model;
   j["batch"] = step.value().batch;
-  j["optimizer"] = flags.model.optimizer;
-  j["device"] = flags.device;
+  j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
+  j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
   if (!flags.out.empty()) {
     if (Status s = write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
@@ -76,7 +78,7 @@ int run_plan(const PlanFlags& flags) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.model.c_str(),
-                static_cast<long long>(step.value().batch), flags.model.optimizer.c_str(), graph.num_ops(),
+                static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(), graph.num_ops(),
                 plan.buffers.size());
     std::fputs(buffer_table(plan).c_str(), stdout);
     std::printf("\n%s", memory_summary(graph, plan).c_str());
@@ -93,14 +95,11 @@ Command add_plan_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "plan", "Plan a model's training step: every tensor's offset, size and lifetime in one arena, and the totals.");
   add_model_options(*app, flags->model, /*trainable_only=*/false, /*shapes=*/true);
-  app->add_option("--device", flags->device,
-                  "Plan for this device kind's documented profile: cpu, or cuda (the cuBLAS workspace inside the arena)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  app->add_option("--schedule", flags->schedule,
-                  "Op order: program, memory_aware (updates run as soon as their gradient is final), or auto (the lower arena)")
-      ->check(CLI::IsMember({"auto", "program", "memory_aware"}))
-      ->capture_default_str();
+  add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
+                  "Plan for this device kind's documented profile: cpu, or cuda (the cuBLAS workspace inside the arena)");
+  add_enum_option(*app, "--schedule", flags->schedule, planner::kScheduleNames,
+                  "Op order: program, memory_aware (updates run as soon as their gradient is final), or auto (the lower arena)",
+                  "auto");
   app->add_flag("--no-in-place", flags->no_in_place, "Do not let elementwise ops write over an input that dies there");
   app->add_option("--exact-nodes", flags->exact_nodes,
                   "Search nodes for the exact offset search after the greedy portfolio (0: greedy only); a node "

@@ -26,7 +26,7 @@ namespace {
 struct SolveOptions {
   std::string input_path;
   std::string output_path;
-  Bytes capacity_bytes = 0;
+  Bytes capacity_bytes = 0;  // --budget (--capacity before): the arena budget
   double time_limit_s = 10.0;
   bool json = false;
   CLI::Option* capacity_option = nullptr;
@@ -121,11 +121,12 @@ Command add_solve_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "solve",
       "Assign an offset to every buffer of a MiniMalloc CSV file (id,lower,upper,size; lifetimes\n"
-      "[lower, upper)). With --capacity: find a packing within it (exit 1 if none is found in\n"
+      "[lower, upper)). With --budget: find a packing within it (exit 1 if none is found in\n"
       "time). Without: minimise the arena height.");
   app->add_option("--input", options->input_path, "MiniMalloc CSV file to read")->required();
   options->capacity_option =
-      app->add_option("--capacity", options->capacity_bytes, "arena capacity in bytes")
+      app->add_option("--budget,--capacity", options->capacity_bytes,
+                      "arena budget in bytes (--capacity: the older name, kept for a release)")
           ->check(whole_number(std::uint64_t{1} << 60));
   app->add_option("--output", options->output_path,
                   "write the packing as CSV with an offset column (written whole or not at all)");

@@ -32,7 +32,7 @@ struct TrainFlags {
   std::int64_t steps = 0;  // overrides epochs when set
   std::int64_t batch = 128;
   double lr = 1e-3;
-  std::string optimizer = "adamw";
+  graph::OptimizerKind optimizer = graph::OptimizerKind::adamw;
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::uint64_t seed = 0;
@@ -41,8 +41,8 @@ struct TrainFlags {
   models::GptConfig gpt;  // vocab comes from the text
   std::string save, load;
   int threads = 0;
-  std::string mode = "planned";
-  std::string device = "auto";
+  runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
+  std::optional<kernels::DeviceKind> device;  // empty: auto (cuda when present, else cpu)
   std::vector<std::string> debug;
   std::string device_memory;  // empty: as much as the host gives
   bool json = false;
@@ -106,11 +106,8 @@ std::string out_of_memory_advice(const planner::StepDescription& step,
 
 int run_train(const TrainFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
-  auto optimizer_kind = graph::parse_optimizer_kind(flags.optimizer);
-  if (!optimizer_kind) {
-    std::cerr << "memplan train: " << optimizer_kind.error().message << "\n";
-    return kExitUsage;
-  }
+  const std::string optimizer_label(graph::optimizer_name(flags.optimizer));
+  const std::string device_name = flags.device ? std::string(kernels::device_kind_name(*flags.device)) : "auto";
   Bytes device_capacity = 0;  // 0: unlimited
   if (!flags.device_memory.empty()) {
     auto parsed = parse_byte_size(flags.device_memory);
@@ -128,19 +125,14 @@ int run_train(const TrainFlags& flags) {
   }
 
   // The device first: a missing GPU is reported before any data is read.
-  auto device_kind = runtime::resolve_device_kind(flags.device);
-  if (!device_kind) {
-    std::cerr << "memplan train: --device: " << device_kind.error().message << "\n";
-    return kExitUsage;
-  }
-  auto made = runtime::make_device(device_kind.value(), device_capacity);
+  auto made = runtime::make_device(flags.device ? *flags.device : runtime::auto_device_kind(), device_capacity);
   if (!made) {
-    std::cerr << "memplan train: --device " << flags.device << ": " << made.error().message << "\n";
+    std::cerr << "memplan train: --device " << device_name << ": " << made.error().message << "\n";
     return kExitUsage;
   }
   const std::unique_ptr<runtime::Device> device_owner = std::move(made).value();
   runtime::Device& device = *device_owner;
-  if (flags.device == "auto" && !flags.quiet) {
+  if (!flags.device && !flags.quiet) {
     std::fprintf(stderr, "memplan train: --device auto: %s\n",
                  device.kind() == kernels::DeviceKind::cuda ? "a CUDA GPU is present, training on it"
                                                             : "no CUDA GPU present, training on the CPU");
@@ -157,12 +149,12 @@ int run_train(const TrainFlags& flags) {
   const bool text_model = data.value().text_model();
   train::SessionOptions options;
   options.batch = flags.batch;
-  options.optimizer.kind = optimizer_kind.value();
+  options.optimizer.kind = flags.optimizer;
   options.optimizer.lr = static_cast<float>(flags.lr);
   options.optimizer.momentum = static_cast<float>(flags.momentum);
   options.optimizer.weight_decay = static_cast<float>(flags.weight_decay);
   options.seed = flags.seed;
-  options.executor.mode = runtime::parse_mode(flags.mode).value();
+  options.executor.mode = flags.mode;
   options.executor.debug = runtime::DebugOptions::from_env();
   for (const std::string& d : flags.debug) {
     options.executor.debug.poison = options.executor.debug.poison || d == "poison";
@@ -214,7 +206,7 @@ int run_train(const TrainFlags& flags) {
                                   : device.name();
     std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s\n",
                  flags.model.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
-                 static_cast<long long>(flags.batch), flags.optimizer.c_str(), flags.lr, where.c_str());
+                 static_cast<long long>(flags.batch), optimizer_label.c_str(), flags.lr, where.c_str());
   }
   Progress progress("train", steps, !flags.quiet);
   double recent_ms = 0.0;
@@ -259,14 +251,14 @@ int run_train(const TrainFlags& flags) {
     nlohmann::json out;
     out["model"] = flags.model;
     out["device"] = device.name();
-    out["mode"] = flags.mode;
+    out["mode"] = runtime::mode_name(flags.mode);
     if (const planner::MemoryPlan* plan = executor.plan()) {
       out["arena_bytes"] = plan->arena_bytes;
       out["lower_bound_bytes"] = plan->lower_bound_bytes;
       out["persistent_bytes"] = plan->persistent_bytes;
       out["schedule"] = planner::schedule_name(plan->schedule_kind);
     }
-    out["optimizer"] = flags.optimizer;
+    out["optimizer"] = optimizer_label;
     out["lr"] = flags.lr;
     out["batch"] = flags.batch;
     out["seed"] = flags.seed;
@@ -298,7 +290,7 @@ int run_train(const TrainFlags& flags) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", flags.model.c_str(),
-                flags.optimizer.c_str(), flags.lr, static_cast<long long>(flags.batch),
+                optimizer_label.c_str(), flags.lr, static_cast<long long>(flags.batch),
                 static_cast<unsigned long long>(flags.seed));
     std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), epochs_done,
                 s.total_seconds);
@@ -314,7 +306,8 @@ int run_train(const TrainFlags& flags) {
                 format_rate(samples_per_s, text_model).c_str());
     std::printf("params sha256    %s\n", executor.params_sha256().c_str());
     std::printf("device allocations during steps: %lld (%s mode)\n",
-                static_cast<long long>(executor.device_allocations_during_steps()), flags.mode.c_str());
+                static_cast<long long>(executor.device_allocations_during_steps()),
+                std::string(runtime::mode_name(flags.mode)).c_str());
     if (const planner::MemoryPlan* plan = executor.plan()) std::printf("\n%s", memory_summary(step, *plan).c_str());
     if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
   }
@@ -339,9 +332,7 @@ Command add_train_command(CLI::App& root) {
                     ->check(positive_integer());
   auto* lr = app->add_option("--lr", flags->lr, "Learning rate (default per model: mlp 1e-3, cnn 1e-3, gpt 3e-3)")
                  ->check(positive_finite());
-  app->add_option("--optimizer", flags->optimizer, "sgd, momentum or adamw")
-      ->check(CLI::IsMember({"sgd", "momentum", "adamw"}))
-      ->capture_default_str();
+  add_enum_option(*app, "--optimizer", flags->optimizer, graph::kOptimizerNames, "sgd, momentum or adamw");
   app->add_option("--momentum", flags->momentum, "Momentum (optimizer momentum)")
       ->check(finite_in_range(0.0, 1.0))
       ->capture_default_str();
@@ -379,14 +370,10 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--threads", flags->threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app->add_option("--mode", flags->mode,
-                  "planned: one arena allocated once, tensors at planned offsets; naive: one device allocation per tensor; dynamic: a PyTorch-style caching allocator")
-      ->check(CLI::IsMember({"planned", "naive", "dynamic"}))
-      ->capture_default_str();
-  app->add_option("--device", flags->device,
-                  "Where to train: cpu, cuda, or auto (cuda when a GPU is present, else cpu; says which on stderr)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-      ->capture_default_str();
+  add_enum_option(*app, "--mode", flags->mode, runtime::kExecutionModeNames,
+                  "planned: one arena allocated once, tensors at planned offsets; naive: one device allocation per tensor; dynamic: a PyTorch-style caching allocator");
+  add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
+                  "Where to train: cpu, cuda, or auto (cuda when a GPU is present, else cpu; says which on stderr)", "auto");
   app->add_option("--debug", flags->debug,
                   "Debug checks, comma-separated: poison (NaN-fill dead buffers, stop at the first op reading NaN), "
                   "guards (guard bytes after every buffer, checked after every op), finite (stop at the first op that reads or "
