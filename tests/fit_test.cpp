@@ -195,6 +195,28 @@ TEST(Fit, ABatchThatFitsOnlyWithCheckpointingIsSuggestedOnce) {
   EXPECT_EQ(text.find("or the whole batch", at), std::string::npos) << text;
 }
 
+TEST(Fit, MinimumNamesTheLeastArenaAndAStrategyThatReachesIt) {
+  const std::string step = "fit --model gpt --batch 32 --device cpu --json";
+  const auto roomy = nlohmann::json::parse(run_cli(step + " --device-memory 1TiB", false).output);
+  const std::int64_t arena = roomy["arena_bytes"].get<std::int64_t>();
+  const std::string tight = " --device-memory " + std::to_string(arena / 2);
+  const auto plain = nlohmann::json::parse(run_cli(step + tight, false).output);
+  EXPECT_FALSE(plain["fits"].get<bool>());
+  EXPECT_FALSE(plain.contains("minimum_arena")) << "only searched when asked";
+  const auto j = nlohmann::json::parse(run_cli(step + tight + " --minimum", false).output);
+  ASSERT_TRUE(j.contains("minimum_arena")) << j.dump();
+  const std::int64_t least = j["minimum_arena"]["arena_bytes"].get<std::int64_t>();
+  const std::string strategy = j["minimum_arena"]["strategy"].get<std::string>();
+  EXPECT_LT(least, arena);
+  // The named strategy fits in exactly that much memory; a byte less fits under no strategy.
+  const auto at = nlohmann::json::parse(
+      run_cli(step + " --checkpoint " + strategy + " --device-memory " + std::to_string(least), false).output);
+  EXPECT_TRUE(at["fits"].get<bool>()) << at.dump();
+  const auto below = nlohmann::json::parse(
+      run_cli(step + " --checkpoint auto --device-memory " + std::to_string(least - 1), false).output);
+  EXPECT_FALSE(below["fits"].get<bool>()) << below.dump();
+}
+
 TEST(Fit, BadDeviceMemoryIsAUsageError) {
   for (const char* flag : {"--device-memory", "--budget"}) {  // --budget: the older name, still accepted
     for (const char* size : {"0", "-1GiB", "12parsecs", "nan", "99999999999TiB", "''"}) {

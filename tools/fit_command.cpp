@@ -23,6 +23,7 @@ struct FitFlags {
   kernels::DeviceKind device = kernels::DeviceKind::cuda;
   std::string overhead;  // overrides the runtime overhead constants
   bool max_batch = false;
+  bool minimum = false;
   bool json = false;
   CheckpointFlags checkpoint;     // --checkpoint; the arena budget is --device-memory minus the overheads
   bool checkpoint_given = false;  // --checkpoint on the command line: --max-batch searches it alone
@@ -82,6 +83,7 @@ int run_fit(const FitFlags& flags) {
     std::cerr << "memplan fit: " << s.error().message << "\n";
     return kExitUsage;
   }
+  question.find_minimum_arena = flags.minimum;
   if (flags.max_batch) {
     question.max_batch_strategies = flags.checkpoint_given
                                         ? std::vector<planner::CheckpointStrategy>{question.request.checkpoint}
@@ -201,6 +203,10 @@ Command add_fit_command(CLI::App& root) {
   app->add_flag("--max-batch", flags->max_batch,
                 "Also search the largest batch that fits (exact: it fits, one more does not) for each checkpoint "
                 "strategy side by side, or for --checkpoint alone when given");
+  app->add_flag("--minimum", flags->minimum,
+                "When the batch does not fit, also find the least arena any checkpoint strategy reaches and the "
+                "strategy that reaches it (a plan per point of the optimal strategy's frontier: seconds for "
+                "billion-parameter models)");
   app->add_flag("--json", flags->json, "Print the answer as JSON");
   return Command{app, [flags, app] {
                    flags->checkpoint_given = app->get_option("--checkpoint")->count() > 0;
