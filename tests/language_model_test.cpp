@@ -261,6 +261,7 @@ class GptSamplerTest : public LanguageModel {
 };
 
 TEST_F(GptSamplerTest, ContinuesTheAlphabetItWasTrainedOn) {
+  runtime::CpuDevice device;  // outlives the sampler, whose executor runs on it
   auto opened = train::GptSampler::open(path);
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   train::GptSampler& sampler = opened.value();
@@ -270,7 +271,6 @@ TEST_F(GptSamplerTest, ContinuesTheAlphabetItWasTrainedOn) {
   ASSERT_TRUE(prompt.ok()) << prompt.error().message;
   EXPECT_EQ(prompt.value(), (std::vector<std::int32_t>{2, 3, 4}));
   EXPECT_EQ(sampler.decode(prompt.value()), "cde");
-  runtime::CpuDevice device;
   ASSERT_TRUE(sampler.load(device).ok());
   train::SampleOptions options;
   options.tokens = 16;
@@ -281,6 +281,9 @@ TEST_F(GptSamplerTest, ContinuesTheAlphabetItWasTrainedOn) {
 }
 
 TEST_F(GptSamplerTest, SaysWhetherTheFileOrTheDeviceFailed) {
+  // The devices outlive the samplers, whose executors run on them.
+  runtime::CpuDevice tiny(1024);
+  runtime::CpuDevice roomy;
   auto opened = train::GptSampler::open(path);
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   train::GptSampler& sampler = opened.value();
@@ -289,11 +292,9 @@ TEST_F(GptSamplerTest, SaysWhetherTheFileOrTheDeviceFailed) {
   EXPECT_NE(unknown.error().message.find("never saw in training (byte 122)"), std::string::npos)
       << unknown.error().message;
 
-  runtime::CpuDevice tiny(1024);
   train::GptSampler::Fault fault = train::GptSampler::Fault::input;
   ASSERT_FALSE(sampler.load(tiny, &fault).ok());
   EXPECT_EQ(fault, train::GptSampler::Fault::device);
-  runtime::CpuDevice roomy;
   EXPECT_TRUE(sampler.load(roomy, &fault).ok()) << "a failed load can be retried on another device";
 
   // Metadata that claims one layer for weights of two: the file is at fault.
