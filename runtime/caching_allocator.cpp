@@ -302,9 +302,9 @@ CachingAllocator::~CachingAllocator() {
 
 // ---- Sizes ----------------------------------------------------------------------------------
 
-Bytes CachingAllocator::round_size(Bytes size_bytes) const {
+Bytes CachingAllocator::round_size(Bytes size_bytes, const CachingAllocatorOptions& options) {
   if (size_bytes < kMinBlockSize) return kMinBlockSize;
-  const Bytes divisions = options_.roundup_power2_divisions[static_cast<std::size_t>(division_index(size_bytes))];
+  const Bytes divisions = options.roundup_power2_divisions[static_cast<std::size_t>(division_index(size_bytes))];
   if (divisions > 1 && size_bytes > kMinBlockSize * divisions) {
     if (is_power_of_two(size_bytes)) return size_bytes;
     const Bytes floor = Bytes{1} << log2_floor(size_bytes);
@@ -644,6 +644,85 @@ void CachingAllocator::release_block(Block* block) {
   ++stats_.num_device_free;
   record(TraceAction::segment_free, block->address, block->size);
   delete block;
+}
+
+// ---- Start state ------------------------------------------------------------------------------
+
+Result<DeviceAddress> CachingAllocator::restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks) {
+  if (options_.expandable_segments) return Error{"restoring segments is not modelled with expandable segments"};
+  if (blocks.empty()) return Error{"a restored segment needs at least one block"};
+  Bytes total = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const RestoredBlock& b = blocks[i];
+    if (b.size <= 0 || b.size % kMinBlockSize != 0) {
+      return Error{"restored block " + std::to_string(i) + " has size " + std::to_string(b.size) + ", not a positive multiple of 512"};
+    }
+    if (!b.allocated && i > 0 && !blocks[i - 1].allocated) return Error{"restored segment has two adjacent free blocks"};
+    if (b.allocated && (b.requested_size <= 0 || b.requested_size > b.size)) {
+      return Error{"restored block " + std::to_string(i) + " requests " + std::to_string(b.requested_size) + " of its " +
+                   std::to_string(b.size) + " bytes"};
+    }
+    total += b.size;
+  }
+  Result<void*> ptr = device_.allocate(total);
+  if (!ptr.ok()) return ptr.error();
+  BlockPool& pool = large_pool ? *large_pool_ : *small_pool_;
+  const auto base = reinterpret_cast<DeviceAddress>(ptr.value());
+  total_reserved_ += total;
+  update_stat(stats_.segment, pool, 1);
+  update_stat(stats_.reserved_bytes, pool, total);
+  if (total >= options_.max_split_size) stats_.oversize_segments.increase(1);
+  DeviceAddress at = base;
+  Block* prev = nullptr;
+  const bool split = blocks.size() > 1;
+  for (const RestoredBlock& rb : blocks) {
+    auto* block = new Block;
+    block->address = at;
+    block->size = rb.size;
+    block->pool = &pool;
+    block->prev = prev;
+    if (prev != nullptr) prev->next = block;
+    prev = block;
+    at += static_cast<DeviceAddress>(rb.size);
+    if (rb.allocated) {
+      block->allocated = true;
+      block->requested_size = rb.requested_size;
+      active_blocks_.emplace(block->address, block);
+      update_stat(stats_.allocation, pool, 1);
+      update_stat(stats_.allocated_bytes, pool, block->size);
+      update_stat(stats_.active, pool, 1);
+      update_stat(stats_.active_bytes, pool, block->size);
+      update_stat(stats_.requested_bytes, pool, rb.requested_size);
+      if (block->size >= options_.max_split_size) stats_.oversize_allocations.increase(1);
+    } else {
+      insert_free(pool, block);
+      if (split) {
+        update_stat(stats_.inactive_split, pool, 1);
+        update_stat(stats_.inactive_split_bytes, pool, block->size);
+      }
+    }
+  }
+  return base;
+}
+
+bool CachingAllocator::release_segment(DeviceAddress base) {
+  for (BlockPool* pool : {large_pool_.get(), small_pool_.get()}) {
+    for (Block* block : pool->blocks) {
+      if (block->address == base && !block->is_split() && block->expandable == nullptr) {
+        release_block(block);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+Bytes CachingAllocator::largest_free_block() const {
+  Bytes largest = 0;
+  for (const BlockPool* pool : {large_pool_.get(), small_pool_.get()}) {
+    if (!pool->blocks.empty()) largest = std::max(largest, (*pool->blocks.rbegin())->size);
+  }
+  return largest;
 }
 
 void CachingAllocator::garbage_collect_cached_blocks() {

@@ -112,6 +112,25 @@ class CachingAllocator {
   // Returns every fully free segment (and, for expandable segments, every fully free page).
   void empty_cache();
 
+  // ---- Start state, for replaying a trace recorded after a run began (trace/) ----
+  // One block of a segment that already existed: allocated ones become live allocations.
+  struct RestoredBlock {
+    Bytes size = 0;
+    Bytes requested_size = 0;  // allocated blocks only
+    bool allocated = false;
+  };
+  // Adds a segment that existed before this allocator's history: obtained from the device like
+  // any segment (counted in reserved bytes, not as a device allocation of this history) and cut
+  // into `blocks` (address order, covering it exactly, multiples of 512, no two free blocks
+  // adjacent). Returns its base address; block i starts at base + the sizes before it.
+  Result<DeviceAddress> restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks);
+  // Returns the segment starting at `base` to the device if it is entirely free, as a cache
+  // release (empty_cache() or an out-of-memory retry) would. False if no such free segment.
+  bool release_segment(DeviceAddress base);
+  // The largest free cached block of either pool (what the biggest request served without a new
+  // segment could be).
+  Bytes largest_free_block() const;
+
   // The block behind a live allocation (its rounded, possibly unsplit size).
   Bytes block_size(const void* ptr) const;
 
@@ -125,7 +144,9 @@ class CachingAllocator {
   void set_trace(AllocationTrace* trace) { trace_ = trace; }
 
   const CachingAllocatorOptions& options() const { return options_; }
-  Bytes round_size(Bytes size_bytes) const;
+  Bytes round_size(Bytes size_bytes) const { return round_size(size_bytes, options_); }
+  // The block size a request of `size_bytes` gets under `options` (section 2 of the rules).
+  static Bytes round_size(Bytes size_bytes, const CachingAllocatorOptions& options);
   static Bytes allocation_size(Bytes rounded_size);  // segment size on a cache miss
 
  private:

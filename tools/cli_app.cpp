@@ -13,7 +13,8 @@ CliApp::CliApp()
            "Run 'memplan COMMAND --help' for a command's options.") {
   app_.require_subcommand(1);
   commands_ = {add_train_command(app_),   add_plan_command(app_),  add_fit_command(app_),
-               add_compare_command(app_), add_solve_command(app_), add_sample_command(app_)};
+               add_compare_command(app_), add_solve_command(app_), add_sample_command(app_),
+               add_replay_command(app_)};
 }
 
 std::optional<int> CliApp::parse(int argc, const char* const* argv) {

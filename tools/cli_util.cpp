@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
@@ -246,6 +247,14 @@ void Progress::finish(const std::string& detail) {
   if (!enabled_) return;
   if (tty_) std::fprintf(stderr, "\r%s done %s\033[K\n", label_.c_str(), detail.c_str());
   std::fflush(stderr);
+}
+
+bool write_report_file(std::string_view command, const std::string& path, std::string_view bytes) {
+  if (Status s = write_file_atomically(path, bytes); !s) {
+    std::cerr << "memplan " << command << ": cannot write " << s.error().message << "\n";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace memplan::tools

@@ -110,6 +110,10 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags);
 std::string unmet_budget_message(const planner::PlannedStep& step, planner::CheckpointStrategy asked);
 // "checkpoint optimal: arena 120.9 MiB -> 47.0 MiB, recompute +0.5% FLOPs"
 std::string checkpoint_line(const planner::CheckpointOutcome& outcome);
+
+// Writes a report file whole or not at all (a failed run never leaves half a report behind);
+// on failure prints "memplan COMMAND: cannot write ..." and returns false.
+bool write_report_file(std::string_view command, const std::string& path, std::string_view bytes);
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.

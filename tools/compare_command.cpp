@@ -26,14 +26,7 @@
 namespace memplan::tools {
 namespace {
 
-// Each output file is complete or absent: a failed run never leaves half a report behind.
-bool write_output(const std::string& path, std::string_view bytes) {
-  if (Status s = write_file_atomically(path, bytes); !s) {
-    std::cerr << "memplan compare: cannot write " << s.error().message << "\n";
-    return false;
-  }
-  return true;
-}
+bool write_output(const std::string& path, std::string_view bytes) { return write_report_file("compare", path, bytes); }
 
 struct CompareFlags {
   ModelFlags model;
@@ -213,7 +206,7 @@ int run_compare(const CompareFlags& flags) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
     std::vector<TimelineSeries> series;
-    for (const Variant& v : variants) series.push_back({v.name, &v.result});
+    for (const Variant& v : variants) series.push_back(timeline_series(v.name, v.result));
     if (!write_output(flags.html, render_compare_html(j, render_layout_svg("layouts of the last replayed step", panels),
                                                       render_timeline_svg(series, plan.arena_bytes)))) {
       return kExitFailure;

@@ -10,17 +10,40 @@
 namespace memplan::tools {
 namespace {
 
-const char* kSeriesColors[] = {"#d95f02", "#1b9e77", "#7570b3"};
+const char* kSeriesColors[] = {"#d95f02", "#1b9e77", "#e7298a", "#66a61e"};
+
+constexpr std::size_t kMaxPoints = 2000;
+
+// At most kMaxPoints samples, each the maximum of the run of samples it stands for.
+std::vector<TimelineSample> decimate(const std::vector<TimelineSample>& samples) {
+  if (samples.size() <= kMaxPoints) return samples;
+  std::vector<TimelineSample> out(kMaxPoints);
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    TimelineSample& o = out[i * kMaxPoints / samples.size()];
+    o.allocated_bytes = std::max(o.allocated_bytes, samples[i].allocated_bytes);
+    o.reserved_bytes = std::max(o.reserved_bytes, samples[i].reserved_bytes);
+  }
+  return out;
+}
 
 }  // namespace
 
-std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes planned_arena_bytes) {
-  constexpr double kW = 900, kH = 300, kL = 80, kT = 20, kB = 40;
+TimelineSeries timeline_series(const std::string& name, const runtime::ReplayResult& result) {
+  TimelineSeries s;
+  s.name = name;
+  for (const auto& p : result.timeline) s.samples.push_back({p.allocated_bytes, p.reserved_bytes});
+  return s;
+}
+
+std::string render_timeline_svg(const std::vector<TimelineSeries>& full_series, Bytes planned_arena_bytes) {
+  constexpr double kW = 900, kH = 300, kL = 80, kT = 20, kB = 56;
+  std::vector<TimelineSeries> series = full_series;
+  for (auto& s : series) s.samples = decimate(s.samples);
   std::size_t points = 1;
   Bytes y_max = planned_arena_bytes;
   for (const auto& s : series) {
-    points = std::max(points, s.result->timeline.size());
-    for (const auto& p : s.result->timeline) y_max = std::max(y_max, p.reserved_bytes);
+    points = std::max(points, s.samples.size());
+    for (const auto& p : s.samples) y_max = std::max(y_max, p.reserved_bytes);
   }
   y_max = std::max<Bytes>(1, y_max);
   auto x_of = [&](std::size_t i) { return kL + double(i) / double(std::max<std::size_t>(1, points - 1)) * kW; };
@@ -45,9 +68,9 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes
                 kL, kL + kW, y_of(planned_arena_bytes), y_of(planned_arena_bytes));
   svg << buf;
   for (std::size_t s = 0; s < series.size(); ++s) {
-    const auto& tl = series[s].result->timeline;
+    const auto& tl = series[s].samples;
     for (int which = 0; which < 2; ++which) {
-      svg << "<polyline fill=\"none\" stroke=\"" << kSeriesColors[s % 2] << "\" stroke-width=\"1.5\""
+      svg << "<polyline fill=\"none\" stroke=\"" << kSeriesColors[s % 4] << "\" stroke-width=\"1.5\""
           << (which == 1 ? " stroke-dasharray=\"5 3\"" : "") << " points=\"";
       for (std::size_t i = 0; i < tl.size(); ++i) {
         std::snprintf(buf, sizeof(buf), "%.1f,%.1f ", x_of(i), y_of(which == 0 ? tl[i].allocated_bytes : tl[i].reserved_bytes));
@@ -59,9 +82,9 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes
   double lx = kL;
   for (std::size_t s = 0; s < series.size(); ++s) {
     std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s: allocated (solid), reserved (dashed)</text>\n",
-                  lx, kT + kH + 30, kSeriesColors[s % 2], xml_escape(series[s].name).c_str());
+                  lx, kT + kH + 30 + 16 * double(s / 2), kSeriesColors[s % 4], xml_escape(series[s].name).c_str());
     svg << buf;
-    lx += 420;
+    lx = s % 2 == 0 ? kL + 450 : kL;
   }
   std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"#7570b3\">planned arena</text>\n", kL + kW - 90,
                 y_of(planned_arena_bytes) - 4);

@@ -11,13 +11,22 @@
 
 namespace memplan::tools {
 
-struct TimelineSeries {
-  std::string name;
-  const runtime::ReplayResult* result = nullptr;  // with a recorded timeline
+struct TimelineSample {
+  Bytes allocated_bytes = 0;
+  Bytes reserved_bytes = 0;
 };
 
-// Allocated (solid) and reserved (dashed) bytes after every allocation and free, one colour per
-// allocator, with the planned arena as a flat line.
+struct TimelineSeries {
+  std::string name;
+  std::vector<TimelineSample> samples;  // after every allocation and free
+};
+
+// A replay's recorded timeline as samples.
+TimelineSeries timeline_series(const std::string& name, const runtime::ReplayResult& result);
+
+// Allocated (solid) and reserved (dashed) bytes over time, one colour per allocator, with the
+// planned arena as a flat line. Long series are drawn at most 2000 points wide, each point the
+// maximum of the samples it covers, so no peak disappears.
 std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes planned_arena_bytes);
 
 // `comparison` is the compare command's JSON; the SVGs are embedded as they are.
