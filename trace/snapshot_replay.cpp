@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -237,16 +238,15 @@ struct RunResult {
   AllocatorRun run;
   std::int64_t peak_moment_event = -1;  // the event with the most allocated at the reserved peak
   std::vector<std::pair<std::int64_t, Bytes>> largest_free_at_oom;  // event, largest free block
-  std::vector<std::pair<std::int64_t, Bytes>> reserved_at_oom;
-  runtime::AllocatorSnapshot state_at_stop;
   std::unordered_map<runtime::DeviceAddress, std::int32_t> site_of_block;  // live blocks at stop
 };
 
 // One replay of the trace through a caching allocator with `options`. With `fidelity`, compares
-// each allocation's segment and offset with the recording. Stops after event `stop_at` (>= 0)
-// and snapshots the allocator there.
+// each allocation's segment and offset with the recording. Stops after event `stop_at` (>= 0; -1
+// = before the first) and hands the allocator to `at_stop` there.
+using AtStop = std::function<void(runtime::CachingAllocator&)>;
 RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOptions& options, const std::string& name,
-                        ReplayFidelity* fidelity, std::int64_t stop_at, bool record_timeline) {
+                        ReplayFidelity* fidelity, std::int64_t stop_at, bool record_timeline, const AtStop& at_stop = {}) {
   RunResult out;
   out.run.name = name;
   out.run.config = options.to_string();
@@ -290,6 +290,7 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
       }
     }
   }
+  if (stop_at == -1 && at_stop) at_stop(allocator);
   allocator.set_trace(&sim_trace);
   std::size_t seen = 0;
   std::vector<std::uint64_t> pending;  // recorded segment allocations since the last alloc
@@ -383,7 +384,6 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
       }
       case SnapshotAction::oom:
         out.largest_free_at_oom.emplace_back(index, allocator.largest_free_block());
-        out.reserved_at_oom.emplace_back(index, allocator.stats().reserved_bytes[all].current);
         break;
       default:
         if (e.action == setup.frees) {
@@ -415,7 +415,7 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
     }
     if (record_timeline) out.run.timeline.push_back({index, allocated, reserved});
     if (index == stop_at) {
-      out.state_at_stop = allocator.snapshot();
+      if (at_stop) at_stop(allocator);
       break;
     }
   }
@@ -424,9 +424,6 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
     out.run.allocated_at_reserved_peak_bytes = allocator.stats().allocated_bytes[all].current;
   }
   out.run.reserved_at_end_bytes = allocator.stats().reserved_bytes[all].current;
-  if (stop_at < 0 || out.state_at_stop.segments.empty()) {
-    if (stop_at >= 0) out.state_at_stop = allocator.snapshot();
-  }
   allocator.set_trace(nullptr);
   return out;
 }
@@ -522,14 +519,15 @@ planner::AllocationProblem trace_problem(const RunSetup& setup, std::vector<std:
 
 // Live bytes per site at the simulated allocator's state, and the free bytes of split segments
 // beside each site's blocks (a free block counts toward the block before it, else after it).
-std::vector<SiteBytes> sites_at(const MemorySnapshot& snapshot, const RunResult& r, int top) {
+std::vector<SiteBytes> sites_at(const MemorySnapshot& snapshot, const RunResult& r,
+                                const runtime::AllocatorSnapshot& state, int top) {
   std::map<std::string, SiteBytes> by_site;
   auto site_name = [&](runtime::DeviceAddress a) {
     auto it = r.site_of_block.find(a);
     const std::string s = it == r.site_of_block.end() ? "" : site_text(snapshot, it->second);
     return s.empty() ? std::string("(no Python frame recorded)") : s;
   };
-  for (const runtime::SegmentSnapshot& seg : r.state_at_stop.segments) {
+  for (const runtime::SegmentSnapshot& seg : state.segments) {
     const auto& blocks = seg.blocks;
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const runtime::BlockSnapshot& b = blocks[i];
@@ -652,11 +650,14 @@ Result<SnapshotReplay> replay_snapshot(const MemorySnapshot& snapshot, const Sna
 
   // Where the memory went, at the simulated reserved peak.
   if (sim.peak_moment_event >= 0 && request.top_sites > 0) {
-    RunResult at_peak = run_allocator(setup, sim_options, "", nullptr, sim.peak_moment_event, false);
-    out.top_sites = sites_at(snapshot, at_peak, request.top_sites);
+    runtime::AllocatorSnapshot state;
+    RunResult at_peak = run_allocator(setup, sim_options, "", nullptr, sim.peak_moment_event, false,
+                                      [&state](runtime::CachingAllocator& a) { state = a.snapshot(); });
+    out.top_sites = sites_at(snapshot, at_peak, state, request.top_sites);
   }
 
-  // Recorded out-of-memory events: would the request have fit otherwise?
+  // Recorded out-of-memory events: would the request have fit otherwise? Each alternative is
+  // replayed to the moment before the failed request and then asked for it.
   for (std::size_t k = 0; k < sim.largest_free_at_oom.size(); ++k) {
     const std::int64_t i = sim.largest_free_at_oom[k].first;
     const SnapshotEvent& e = events[static_cast<std::size_t>(i)];
@@ -672,14 +673,30 @@ Result<SnapshotReplay> replay_snapshot(const MemorySnapshot& snapshot, const Sna
     }
     o.capacity_bytes = recorded_reserved + o.device_free_bytes;
     o.largest_free_block_bytes = sim.largest_free_at_oom[k].second;
-    const Bytes rounded = runtime::CachingAllocator::round_size(e.size, sim_options);
-    o.fits_cached = o.largest_free_block_bytes >= rounded;
-    Bytes exp_reserved = 0;
-    for (const auto& [event, reserved] : exp.reserved_at_oom) {
-      if (event == i) exp_reserved = reserved;
+    o.fits_cached = o.largest_free_block_bytes >= runtime::CachingAllocator::round_size(e.size, sim_options);
+    run_allocator(setup, expandable_options, "", nullptr, i - 1, false, [&](runtime::CachingAllocator& a) {
+      Result<void*> ptr = a.allocate(e.size);
+      o.fits_expandable = ptr.ok() && a.stats().reserved_bytes[static_cast<std::size_t>(runtime::StatPool::all)].current <= o.capacity_bytes;
+    });
+    // The static plan with the failed request added, live from its moment to the next event,
+    // packed within the capacity.
+    planner::AllocationProblem with_request = out.problem;
+    planner::BufferSpec request_buffer;
+    request_buffer.id = "oom" + std::to_string(i);
+    request_buffer.size_bytes = align_up(std::max<Bytes>(e.size, 1), runtime::kMinBlockSize);
+    request_buffer.first_op = i;
+    request_buffer.end_op = i + 1;
+    with_request.buffers.push_back(request_buffer);
+    with_request.capacity_bytes = o.capacity_bytes;
+    planner::ExactSolverOptions solver;
+    solver.time_limit_s = 0;
+    solver.node_limit = request.solver_nodes;
+    const planner::Solution fit = planner::solve_exact(with_request, solver);
+    o.fits_static_plan = fit.has_packing();
+    if (fit.status == planner::SolveStatus::timed_out) {
+      out.notes.push_back("out of memory at event " + std::to_string(i) +
+                          ": the solver's budget ran out before it settled whether a static plan fits");
     }
-    o.fits_expandable = exp_reserved + align_up(rounded, runtime::kSmallBuffer) <= o.capacity_bytes;
-    o.fits_static_plan = out.planned_arena_bytes <= o.capacity_bytes;
     out.ooms.push_back(o);
   }
   for (const std::string& n : snapshot.notes) out.notes.push_back(n);
