@@ -3,6 +3,7 @@
 give libFuzzer a head start. Run from the repository root; files named regress-* (inputs that
 once broke memplan) are never touched."""
 import json
+import pickle
 import os
 import struct
 
@@ -84,3 +85,30 @@ for i, text in enumerate(["max_split_size_mb:100,expandable_segments:True",
 
 write("text", "seed-fortune", b"\x03" + b"A fool and his money are soon parted.\n\n%\nTime flies.\n")
 write("text", "seed-binary", bytes([1]) + bytes(range(256)))
+
+
+def snapshot(events, segments=()):
+    return pickle.dumps({"segments": list(segments), "device_traces": [events],
+                         "allocator_settings": {"max_split_size": -1, "expandable_segments": False},
+                         "external_annotations": []}, protocol=4)
+
+
+MiB = 1 << 20
+frames = [{"filename": "/home/u/model.py", "line": 3, "name": "forward"}]
+write("snapshot", "seed-fresh", snapshot([
+    {"action": "segment_alloc", "addr": 1 << 40, "size": 2 * MiB, "stream": 0, "frames": frames},
+    {"action": "alloc", "addr": 1 << 40, "size": 4000, "stream": 0, "frames": frames},
+    {"action": "free_requested", "addr": 1 << 40, "size": 4000, "stream": 0, "frames": frames},
+    {"action": "free_completed", "addr": 1 << 40, "size": 4000, "stream": 0, "frames": frames}]))
+write("snapshot", "seed-late-start", snapshot(
+    [{"action": "free_completed", "addr": (1 << 40) + 4 * MiB, "size": 6 * MiB},
+     {"action": "alloc", "addr": (1 << 40) + 4 * MiB, "size": 8 * MiB}],
+    [{"device": 0, "address": 1 << 40, "total_size": 20 * MiB, "segment_type": "large",
+      "blocks": [{"address": 1 << 40, "size": 4 * MiB, "requested_size": 4 * MiB, "state": "active_allocated"},
+                 {"address": (1 << 40) + 4 * MiB, "size": 8 * MiB, "requested_size": 8 * MiB, "state": "active_allocated"},
+                 {"address": (1 << 40) + 12 * MiB, "size": 8 * MiB, "state": "inactive"}]}]))
+write("snapshot", "seed-oom", snapshot([{"action": "oom", "addr": 0, "device_free": MiB, "size": 64 * MiB}]))
+write("snapshot", "seed-global", b"\x80\x02cos\nsystem\n(S'true'\ntR.")
+write("snapshot", "seed-truncated", snapshot([{"action": "alloc", "addr": 4096, "size": 512}])[:-7])
+write("snapshot", "seed-deep", b"\x80\x02" + b"]" * 3000 + b".")
+

@@ -16,6 +16,8 @@
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/safetensors.h"
 #include "memplan/runtime/weights.h"
+#include "memplan/trace/memory_snapshot.h"
+#include "memplan/trace/snapshot_replay.h"
 #include "memplan/train/language_model.h"
 
 namespace memplan::fuzz {
@@ -204,6 +206,21 @@ void fuzz_text(const std::uint8_t* data, std::size_t size) {
   models::sample_text_batch(ds.train, 2, min_tokens - 1, 1, 0, x, labels);
   for (std::int32_t id : x) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
   for (std::int32_t id : labels) MEMPLAN_CHECK(id >= 0 && id < ds.vocab_size());
+}
+
+// A PyTorch memory snapshot: the whitelisting unpickler, the schema, the start state and the
+// replay. Whatever is accepted must replay with a static plan no lower than its lower bound.
+void fuzz_snapshot(const std::uint8_t* data, std::size_t size) {
+  auto snapshot = trace::parse_memory_snapshot(as_text(data, size), "fuzz.pickle");
+  if (!snapshot) return;
+  trace::SnapshotReplayRequest request;
+  request.solver_nodes = 2000;
+  request.top_sites = 3;
+  auto replay = trace::replay_snapshot(snapshot.value(), request);
+  if (!replay) return;
+  const trace::SnapshotReplay& r = replay.value();
+  MEMPLAN_CHECK(r.planned_arena_bytes >= r.live_peak_bytes, "static plan below its lower bound");
+  MEMPLAN_CHECK(r.fidelity.placements_matched <= r.fidelity.placements_compared, "more matches than comparisons");
 }
 
 }  // namespace memplan::fuzz
