@@ -82,5 +82,28 @@ TEST_F(CompareHtml, ReportLoadsCleanlyAndShowsTableLayoutsAndTimeline) {
       << "the report must be self-contained";
 }
 
+// The replay report of a snapshot: the same checks, on a file PyTorch's format describes.
+TEST_F(CompareHtml, ReplayReportLoadsCleanlyAndShowsBothLayouts) {
+  const auto page = dir_ / "replay.html";
+  const auto cli = testing::run_cli("replay " + std::string(MEMPLAN_TEST_DATA_DIR) + "/snapshots/late_start.pickle --html " +
+                                    page.string());
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  const PageLoad r = load_in_chromium(page, dir_ / "profile");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.console.empty()) << r.console.front();
+  EXPECT_NE(r.dom.find("id=\"summary\""), std::string::npos);
+  EXPECT_NE(r.dom.find("id=\"fidelity\""), std::string::npos);
+  EXPECT_NE(r.dom.find("memplan static plan"), std::string::npos);
+  EXPECT_NE(r.dom.find("recorded by PyTorch"), std::string::npos);
+  EXPECT_NE(r.dom.find("class=\"timeline\""), std::string::npos);
+  EXPECT_NE(r.dom.find("/home/user/model.py:10 forward"), std::string::npos) << "sites are listed";
+  // Every allocation of the trace drawn in both panels: 7 buffers (4 live at the start, 3
+  // allocated), 3 recorded segments.
+  std::size_t rects = 0;
+  for (std::size_t at = r.dom.find("<rect "); at != std::string::npos; at = r.dom.find("<rect ", at + 1)) ++rects;
+  EXPECT_GE(rects, 7u + 7u + 3u);
+  EXPECT_EQ(r.dom.find("<script"), std::string::npos) << "the report must be self-contained";
+}
+
 }  // namespace
 }  // namespace memplan
