@@ -66,8 +66,8 @@ class SchemaReader {
 
   Result<MemorySnapshot> read() {
     const PyValue& root = doc_.root();
-    if (root.kind != PyKind::dict) {
-      return error("", "the file holds a " + std::string(py_kind_name(root.kind)) +
+    if (root.kind() != PyKind::dict) {
+      return error("", "the file holds a " + std::string(py_kind_name(root.kind())) +
                            ", not the dict torch.cuda.memory._dump_snapshot() writes");
     }
     MemorySnapshot out;
@@ -101,7 +101,7 @@ class SchemaReader {
       }
       out.device_traces.push_back(std::move(events));
     }
-    if (const PyValue* settings = doc_.find(root, "allocator_settings"); settings != nullptr && settings->kind == PyKind::dict) {
+    if (const PyValue* settings = doc_.find(root, "allocator_settings"); settings != nullptr && settings->kind() == PyKind::dict) {
       auto parsed = read_settings(*settings, &out.settings_config);
       if (!parsed) return parsed.error();
       out.settings = parsed.value();
@@ -118,8 +118,8 @@ class SchemaReader {
     return Error{std::string(source_) + ": " + (path.empty() ? "" : path + ": ") + what};
   }
   Status expect(const PyValue& v, PyKind kind, const std::string& path) const {
-    if (v.kind == kind) return {};
-    return error(path, "is a " + std::string(py_kind_name(v.kind)) + ", expected a " + std::string(py_kind_name(kind)));
+    if (v.kind() == kind) return {};
+    return error(path, "is a " + std::string(py_kind_name(v.kind())) + ", expected a " + std::string(py_kind_name(kind)));
   }
   Status expect_dict(const PyValue& v, const std::string& path) const { return expect(v, PyKind::dict, path); }
 
@@ -127,13 +127,13 @@ class SchemaReader {
   Result<std::int64_t> int_field(const PyValue& dict, std::string_view key, const std::string& path, bool required,
                                  std::int64_t fallback = 0) const {
     const PyValue* v = doc_.find(dict, key);
-    if (v == nullptr || v->kind == PyKind::none) {
+    if (v == nullptr || v->kind() == PyKind::none) {
       if (required) return error(path, "the required field '" + std::string(key) + "' is missing");
       return fallback;
     }
-    if (v->kind == PyKind::integer || v->kind == PyKind::boolean) return v->integer();
-    if (v->kind == PyKind::big_integer) return error(path, "'" + std::string(key) + "' does not fit in 64 bits");
-    return error(path, "'" + std::string(key) + "' is a " + std::string(py_kind_name(v->kind)) + ", expected an int");
+    if (v->kind() == PyKind::integer || v->kind() == PyKind::boolean) return doc_.integer(*v);
+    if (v->kind() == PyKind::big_integer) return error(path, "'" + std::string(key) + "' does not fit in 64 bits");
+    return error(path, "'" + std::string(key) + "' is a " + std::string(py_kind_name(v->kind())) + ", expected an int");
   }
   Result<Bytes> size_field(const PyValue& dict, std::string_view key, const std::string& path, bool required) const {
     auto v = int_field(dict, key, path, required);
@@ -147,37 +147,48 @@ class SchemaReader {
   Result<std::string_view> str_field(const PyValue& dict, std::string_view key, const std::string& path) const {
     const PyValue* v = doc_.find(dict, key);
     if (v == nullptr) return error(path, "the required field '" + std::string(key) + "' is missing");
-    if (v->kind != PyKind::string) {
-      return error(path, "'" + std::string(key) + "' is a " + std::string(py_kind_name(v->kind)) + ", expected a str");
+    if (v->kind() != PyKind::string) {
+      return error(path, "'" + std::string(key) + "' is a " + std::string(py_kind_name(v->kind())) + ", expected a str");
     }
     return doc_.text(*v);
   }
   bool bool_field(const PyValue& dict, std::string_view key, bool fallback) const {
     const PyValue* v = doc_.find(dict, key);
-    if (v == nullptr || (v->kind != PyKind::boolean && v->kind != PyKind::integer)) return fallback;
-    return v->integer() != 0;
+    if (v == nullptr || (v->kind() != PyKind::boolean && v->kind() != PyKind::integer)) return fallback;
+    return doc_.integer(*v) != 0;
   }
 
   // The site of a frames list; lists the pickle shares through its memo are resolved once.
   Result<std::int32_t> site_of(const PyValue& dict, const std::string& path) {
     const PyValue* frames = doc_.find(dict, "frames");
-    if (frames == nullptr || frames->kind == PyKind::none) return kNoSite;
-    if (frames->kind != PyKind::list && frames->kind != PyKind::tuple) {
-      return error(path, "'frames' is a " + std::string(py_kind_name(frames->kind)) + ", expected a list");
+    if (frames == nullptr || frames->kind() == PyKind::none) return kNoSite;
+    if (frames->kind() != PyKind::list && frames->kind() != PyKind::tuple) {
+      return error(path, "'frames' is a " + std::string(py_kind_name(frames->kind())) + ", expected a list");
     }
-    if (auto it = site_of_frames_.find(frames->index()); it != site_of_frames_.end()) return it->second;
+    if (auto it = site_of_frames_.find(frames->bits); it != site_of_frames_.end()) return it->second;
     const auto items = doc_.items(*frames);
+    // Equal stacks are usually separate objects whose frame dicts share their contents in the
+    // document: the contents' addresses identify the stack.
+    std::string key(items.size() * sizeof(const void*), '\0');
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (items[i].kind() != PyKind::dict) {
+        return error(path + ".frames[" + std::to_string(i) + "]",
+                     "is a " + std::string(py_kind_name(items[i].kind())) + ", expected a dict");
+      }
+      const void* contents = doc_.entries(items[i]).data();
+      std::memcpy(key.data() + i * sizeof(const void*), &contents, sizeof(const void*));
+    }
+    if (auto it = site_of_stack_.find(key); it != site_of_stack_.end()) {
+      site_of_frames_.emplace(frames->bits, it->second);
+      return it->second;
+    }
     std::vector<StackFrame> stack;
     stack.reserve(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (items[i].kind != PyKind::dict) {
-        return error(path + ".frames[" + std::to_string(i) + "]",
-                     "is a " + std::string(py_kind_name(items[i].kind)) + ", expected a dict");
-      }
+    for (const PyValue& item : items) {
       StackFrame f;
-      if (const PyValue* v = doc_.find(items[i], "filename"); v != nullptr && v->kind == PyKind::string) f.filename = doc_.text(*v);
-      if (const PyValue* v = doc_.find(items[i], "name"); v != nullptr && v->kind == PyKind::string) f.name = doc_.text(*v);
-      if (const PyValue* v = doc_.find(items[i], "line"); v != nullptr && v->kind == PyKind::integer) f.line = v->integer();
+      if (const PyValue* v = doc_.find(item, "filename"); v != nullptr && v->kind() == PyKind::string) f.filename = doc_.text(*v);
+      if (const PyValue* v = doc_.find(item, "name"); v != nullptr && v->kind() == PyKind::string) f.name = doc_.text(*v);
+      if (const PyValue* v = doc_.find(item, "line"); v != nullptr && v->kind() == PyKind::integer) f.line = doc_.integer(*v);
       stack.push_back(f);
     }
     std::int32_t site = kNoSite;
@@ -188,7 +199,8 @@ class SchemaReader {
       if (inserted) sites_.push_back(std::move(text));
       site = it->second;
     }
-    site_of_frames_.emplace(frames->index(), site);
+    site_of_frames_.emplace(frames->bits, site);
+    site_of_stack_.emplace(std::move(key), site);
     return site;
   }
 
@@ -214,7 +226,7 @@ class SchemaReader {
     seg.requested_size = requested.value();
     seg.stream = stream.value();
     seg.is_expandable = bool_field(v, "is_expandable", false);
-    if (const PyValue* type = doc_.find(v, "segment_type"); type != nullptr && type->kind == PyKind::string) {
+    if (const PyValue* type = doc_.find(v, "segment_type"); type != nullptr && type->kind() == PyKind::string) {
       const std::string_view t = doc_.text(*type);
       if (t != "large" && t != "small") return error(path, "segment_type is '" + std::string(t) + "', expected 'large' or 'small'");
       seg.large_pool = t == "large";
@@ -315,7 +327,7 @@ class SchemaReader {
   Result<runtime::CachingAllocatorOptions> read_settings(const PyValue& v, std::string* config) {
     const std::string path = "allocator_settings";
     runtime::CachingAllocatorOptions o;
-    if (const PyValue* conf = doc_.find(v, "PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr && conf->kind == PyKind::string) {
+    if (const PyValue* conf = doc_.find(v, "PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr && conf->kind() == PyKind::string) {
       *config = std::string(doc_.text(*conf));
     }
     auto split = int_field(v, "max_split_size", path, false, -1);
@@ -323,35 +335,38 @@ class SchemaReader {
     // PyTorch reports "unlimited" as -1 or as SIZE_MAX (which pickles beyond int64).
     if (split.value() >= runtime::kLargeBuffer) o.max_split_size = split.value();
     if (const PyValue* gc = doc_.find(v, "garbage_collection_threshold"); gc != nullptr) {
-      const double t = gc->kind == PyKind::floating ? gc->floating() : gc->kind == PyKind::integer ? double(gc->integer()) : 0.0;
+      const double t = gc->kind() == PyKind::floating ? doc_.floating(*gc) : gc->kind() == PyKind::integer ? double(doc_.integer(*gc)) : 0.0;
       if (t > 0.0 && t < 1.0) o.garbage_collection_threshold = t;
     }
     o.expandable_segments = bool_field(v, "expandable_segments", false);
     // Either a dict {"1": d, "2": d, ...} keyed by MiB, or a list of 16 entries.
     if (const PyValue* r = doc_.find(v, "roundup_power2_divisions"); r != nullptr) {
       auto set_entry = [&](std::size_t index, const PyValue& d) -> Status {
-        if (d.kind != PyKind::integer || d.integer() < 0 || d.integer() > (1 << 20) ||
-            (d.integer() & (d.integer() - 1)) != 0) {
+        if (d.kind() != PyKind::integer || doc_.integer(d) < 0 || doc_.integer(d) > (1 << 20) ||
+            (doc_.integer(d) & (doc_.integer(d) - 1)) != 0) {
           return error(path, "roundup_power2_divisions has " + doc_.describe(d) + ", expected 0 or a power of two");
         }
-        if (index < o.roundup_power2_divisions.size()) o.roundup_power2_divisions[index] = static_cast<int>(d.integer());
+        if (index < o.roundup_power2_divisions.size()) o.roundup_power2_divisions[index] = static_cast<int>(doc_.integer(d));
         return {};
       };
-      if (r->kind == PyKind::dict) {
-        for (const auto& [key, value] : doc_.entries(*r)) {
+      if (r->kind() == PyKind::dict) {
+        const auto kv = doc_.entries(*r);
+        for (std::size_t e = 0; e + 1 < kv.size(); e += 2) {
+          const PyValue& key = kv[e];
+          const PyValue& value = kv[e + 1];
           std::int64_t mb = -1;
-          if (key.kind == PyKind::string) {
+          if (key.kind() == PyKind::string) {
             const std::string_view k = doc_.text(key);
             mb = 0;
             for (char c : k) mb = (c >= '0' && c <= '9' && mb < (1 << 30)) ? mb * 10 + (c - '0') : -1;
             if (k.empty()) mb = -1;
-          } else if (key.kind == PyKind::integer) {
-            mb = key.integer();
+          } else if (key.kind() == PyKind::integer) {
+            mb = doc_.integer(key);
           }
           if (mb <= 0 || (mb & (mb - 1)) != 0) return error(path, "roundup_power2_divisions key " + doc_.describe(key) + " is not a power of two");
           if (Status s = set_entry(static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(mb))), value); !s) return s.error();
         }
-      } else if (r->kind == PyKind::list) {
+      } else if (r->kind() == PyKind::list) {
         const auto items = doc_.items(*r);
         for (std::size_t i = 0; i < items.size(); ++i) {
           if (Status s = set_entry(i, items[i]); !s) return s.error();
@@ -367,7 +382,8 @@ class SchemaReader {
   std::string_view source_;
   std::vector<std::string> sites_;
   std::unordered_map<std::string, std::int32_t> site_index_;
-  std::unordered_map<std::uint32_t, std::int32_t> site_of_frames_;
+  std::unordered_map<std::uint64_t, std::int32_t> site_of_frames_;  // by the frames list's identity
+  std::unordered_map<std::string, std::int32_t> site_of_stack_;     // by its frames' contents
   std::map<std::string, std::int64_t> skipped_actions_;
 };
 

@@ -4,7 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <sstream>
+
+#include "memplan/common/splitmix64.h"
 
 namespace memplan::trace {
 
@@ -24,44 +27,76 @@ std::string_view py_kind_name(PyKind kind) {
   return "?";
 }
 
+namespace {
+
+constexpr std::uint64_t kWideInt = 10;  // an int that needs all 64 bits, in wide_ints_
+constexpr std::int64_t kInlineLimit = std::int64_t{1} << 59;
+
+std::uint64_t payload(const PyValue& v) { return v.bits >> 4; }
+PyValue make(std::uint64_t code, std::uint64_t value) { return PyValue{(value << 4) | code}; }
+
+}  // namespace
+
+PyKind PyValue::kind() const {
+  const std::uint64_t code = bits & 0xF;
+  return code == kWideInt ? PyKind::integer : static_cast<PyKind>(code);
+}
+
+std::int64_t PickleDocument::integer(const PyValue& v) const {
+  if ((v.bits & 0xF) == kWideInt) return wide_ints_[payload(v)];
+  if (v.kind() != PyKind::integer && v.kind() != PyKind::boolean) return 0;
+  return static_cast<std::int64_t>(v.bits) >> 4;  // arithmetic shift keeps the sign
+}
+
+double PickleDocument::floating(const PyValue& v) const {
+  return v.kind() == PyKind::floating ? floats_[payload(v)] : 0.0;
+}
+
 std::string_view PickleDocument::text(const PyValue& v) const {
-  if (v.kind != PyKind::string && v.kind != PyKind::bytes && v.kind != PyKind::big_integer) return {};
-  return strings_[v.index()];
+  if (v.kind() != PyKind::string && v.kind() != PyKind::bytes && v.kind() != PyKind::big_integer) return {};
+  return strings_[payload(v)];
+}
+
+std::span<const PyValue> PickleDocument::contents(const PyValue& v) const {
+  const Container& c = containers_[payload(v)];
+  if (c.spill == 0 || c.spill == kShared) return {pool_.data() + c.begin, c.size};
+  return spills_[c.spill - 1];
 }
 
 std::span<const PyValue> PickleDocument::items(const PyValue& v) const {
-  if (v.kind != PyKind::list && v.kind != PyKind::tuple) return {};
-  return sequences_[v.index()];
+  if (v.kind() != PyKind::list && v.kind() != PyKind::tuple) return {};
+  return contents(v);
 }
 
-std::span<const std::pair<PyValue, PyValue>> PickleDocument::entries(const PyValue& v) const {
-  if (v.kind != PyKind::dict) return {};
-  return dicts_[v.index()];
+std::span<const PyValue> PickleDocument::entries(const PyValue& v) const {
+  if (v.kind() != PyKind::dict) return {};
+  return contents(v);
 }
 
 const PyValue* PickleDocument::find(const PyValue& dict, std::string_view key) const {
   const auto all = entries(dict);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->first.kind == PyKind::string && strings_[it->first.index()] == key) return &it->second;
+  for (std::size_t i = all.size(); i >= 2; i -= 2) {
+    const PyValue& k = all[i - 2];
+    if (k.kind() == PyKind::string && strings_[payload(k)] == key) return &all[i - 1];
   }
   return nullptr;
 }
 
 std::string PickleDocument::describe(const PyValue& v) const {
-  switch (v.kind) {
+  switch (v.kind()) {
     case PyKind::none: return "None";
-    case PyKind::boolean: return v.integer() ? "True" : "False";
-    case PyKind::integer: return "int " + std::to_string(v.integer());
+    case PyKind::boolean: return integer(v) ? "True" : "False";
+    case PyKind::integer: return "int " + std::to_string(integer(v));
     case PyKind::floating: {
       std::ostringstream s;
-      s << "float " << v.floating();
+      s << "float " << floating(v);
       return s.str();
     }
     case PyKind::string: {
-      const std::string& s = strings_[v.index()];
+      const std::string& s = strings_[payload(v)];
       return "str '" + (s.size() > 40 ? s.substr(0, 40) + "..." : s) + "'";
     }
-    default: return std::string(py_kind_name(v.kind));
+    default: return std::string(py_kind_name(v.kind()));
   }
 }
 
@@ -292,18 +327,17 @@ class PickleParser {
         if (stack_.size() < 2) return fail("APPEND needs a list and a value");
         const PyValue item = stack_.back();
         stack_.pop_back();
-        const PyValue& list = stack_.back();
-        if (list.kind != PyKind::list) return fail("APPEND to a " + std::string(py_kind_name(list.kind)) + ", not a list");
-        if (Status s = count_values(1); !s) return s;
-        doc_.sequences_[list.index()].push_back(item);
-        return {};
+        const PyValue list = stack_.back();
+        if (list.kind() != PyKind::list) return fail("APPEND to a " + std::string(py_kind_name(list.kind())) + ", not a list");
+        stack_.push_back(item);
+        return add_items(list, stack_.size() - 1);
       }
       case 'e': {
         std::size_t mark = 0;
         if (Status s = pop_mark(&mark); !s) return s;
         if (mark == 0) return fail("APPENDS with no list below its MARK");
         const PyValue list = stack_[mark - 1];
-        if (list.kind != PyKind::list) return fail("APPENDS to a " + std::string(py_kind_name(list.kind)) + ", not a list");
+        if (list.kind() != PyKind::list) return fail("APPENDS to a " + std::string(py_kind_name(list.kind())) + ", not a list");
         return append_items(list, mark);
       }
       case 'd': {
@@ -317,7 +351,7 @@ class PickleParser {
         if (stack_.size() < 3) return fail("SETITEM needs a dict, a key and a value");
         const std::size_t at = stack_.size() - 2;
         const PyValue dict = stack_[at - 1];
-        if (dict.kind != PyKind::dict) return fail("SETITEM on a " + std::string(py_kind_name(dict.kind)) + ", not a dict");
+        if (dict.kind() != PyKind::dict) return fail("SETITEM on a " + std::string(py_kind_name(dict.kind())) + ", not a dict");
         return set_items(dict, at);
       }
       case 'u': {
@@ -325,7 +359,7 @@ class PickleParser {
         if (Status s = pop_mark(&mark); !s) return s;
         if (mark == 0) return fail("SETITEMS with no dict below its MARK");
         const PyValue dict = stack_[mark - 1];
-        if (dict.kind != PyKind::dict) return fail("SETITEMS on a " + std::string(py_kind_name(dict.kind)) + ", not a dict");
+        if (dict.kind() != PyKind::dict) return fail("SETITEMS on a " + std::string(py_kind_name(dict.kind())) + ", not a dict");
         return set_items(dict, mark);
       }
       case 0x94: return memo_put(memo_.size());
@@ -401,9 +435,16 @@ class PickleParser {
     stack_.push_back(v);
     return {};
   }
-  static PyValue boolean(bool b) { return PyValue{PyKind::boolean, b ? 1 : 0}; }
-  static PyValue integer(std::int64_t i) { return PyValue{PyKind::integer, i}; }
-  static PyValue floating(double d) { return PyValue{PyKind::floating, std::bit_cast<std::int64_t>(d)}; }
+  static PyValue boolean(bool b) { return make(static_cast<std::uint64_t>(PyKind::boolean), b ? 1 : 0); }
+  PyValue integer(std::int64_t i) {
+    if (i >= -kInlineLimit && i < kInlineLimit) return make(static_cast<std::uint64_t>(PyKind::integer), static_cast<std::uint64_t>(i));
+    doc_.wide_ints_.push_back(i);
+    return make(kWideInt, doc_.wide_ints_.size() - 1);
+  }
+  PyValue floating(double d) {
+    doc_.floats_.push_back(d);
+    return make(static_cast<std::uint64_t>(PyKind::floating), doc_.floats_.size() - 1);
+  }
 
   Status push_long(std::string_view body) {
     if (body.size() <= 8) {
@@ -418,15 +459,95 @@ class PickleParser {
   }
   Status push_string(std::string_view body, PyKind kind) {
     doc_.strings_.emplace_back(body);
-    return push(PyValue{kind, static_cast<std::int64_t>(doc_.strings_.size() - 1)});
+    return push(make(static_cast<std::uint64_t>(kind), doc_.strings_.size() - 1));
   }
-  PyValue new_sequence(PyKind kind) {
-    doc_.sequences_.emplace_back();
-    return PyValue{kind, static_cast<std::int64_t>(doc_.sequences_.size() - 1)};
+  PyValue new_container(PyKind kind) {
+    doc_.containers_.push_back({doc_.pool_.size(), 0, 0});
+    return make(static_cast<std::uint64_t>(kind), doc_.containers_.size() - 1);
   }
-  PyValue new_dict() {
-    doc_.dicts_.emplace_back();
-    return PyValue{PyKind::dict, static_cast<std::int64_t>(doc_.dicts_.size() - 1)};
+  PyValue new_sequence(PyKind kind) { return new_container(kind); }
+  PyValue new_dict() { return new_container(PyKind::dict); }
+
+  // Adds the stack's values above `from` to a container. A container's first batch goes to the
+  // pool's end; later batches extend it in place while it is still last, else it moves to a
+  // vector of its own. A small first batch equal to an earlier one of the same kind shares that
+  // span instead (pickles repeat stack frames and dicts of the same few values many times).
+  Status add_items(const PyValue& container, std::size_t from) {
+    const std::size_t n = stack_.size() - from;
+    if (Status s = count_values(n); !s) return s;
+    auto& c = doc_.containers_[payload(container)];
+    const auto first = stack_.begin() + static_cast<std::ptrdiff_t>(from);
+    auto& pool = doc_.pool_;
+    if (c.spill == 0 && c.size == 0) {
+      c.begin = pool.size();
+      pool.insert(pool.end(), first, stack_.end());
+      c.size = static_cast<std::uint32_t>(n);
+      share_if_repeated(c, container.kind());
+    } else if (c.spill == 0 && c.begin + c.size == pool.size()) {
+      pool.insert(pool.end(), first, stack_.end());
+      c.size += static_cast<std::uint32_t>(n);
+    } else {
+      if (c.spill == 0 || c.spill == PickleDocument::kShared) {
+        doc_.spills_.emplace_back(pool.begin() + static_cast<std::ptrdiff_t>(c.begin),
+                                  pool.begin() + static_cast<std::ptrdiff_t>(c.begin + c.size));
+        c.spill = static_cast<std::uint32_t>(doc_.spills_.size());
+      }
+      auto& spill = doc_.spills_[c.spill - 1];
+      spill.insert(spill.end(), first, stack_.end());
+      c.size += static_cast<std::uint32_t>(n);
+    }
+    stack_.resize(from);
+    return {};
+  }
+
+  // Open addressing over container indices, hashed by kind and items.
+  // Containers in the table never change their pool span again (they are marked shared).
+  std::uint64_t hash_items(const PyValue* items, std::uint32_t size, PyKind kind) const {
+    std::uint64_t h = splitmix64_mix(static_cast<std::uint64_t>(kind) * kSplitMix64Gamma + size);
+    for (std::uint32_t i = 0; i < size; ++i) h = splitmix64_mix(h ^ items[i].bits);
+    return h;
+  }
+  void share_if_repeated(PickleDocument::Container& c, PyKind kind) {
+    if (c.size == 0 || c.size > 16) return;
+    const auto index = static_cast<std::uint32_t>(&c - doc_.containers_.data());
+    if (2 * (shared_count_ + 1) > shared_slots_.size()) grow_shared();
+    const PyValue* items = doc_.pool_.data() + c.begin;
+    const std::uint64_t h = hash_items(items, c.size, kind);
+    const auto fingerprint = static_cast<std::uint32_t>(h >> 32);
+    const std::size_t mask = shared_slots_.size() - 1;
+    for (std::size_t slot = h & mask;; slot = (slot + 1) & mask) {
+      SharedSlot& s = shared_slots_[slot];
+      if (s.container == 0) {
+        s = {index + 1, fingerprint};
+        shared_kinds_.resize(doc_.containers_.size());
+        shared_kinds_[index] = kind;
+        ++shared_count_;
+        c.spill = PickleDocument::kShared;  // its span is now referenced by the table
+        return;
+      }
+      if (s.fingerprint != fingerprint) continue;
+      const auto& o = doc_.containers_[s.container - 1];
+      if (shared_kinds_[s.container - 1] == kind && o.size == c.size &&
+          std::equal(items, items + c.size, doc_.pool_.data() + o.begin,
+                     [](const PyValue& a, const PyValue& b) { return a.bits == b.bits; })) {
+        doc_.pool_.resize(c.begin);
+        c.begin = o.begin;
+        c.spill = PickleDocument::kShared;
+        return;
+      }
+    }
+  }
+  void grow_shared() {
+    std::vector<SharedSlot> old = std::move(shared_slots_);
+    shared_slots_.assign(std::max<std::size_t>(1024, old.size() * 2), SharedSlot{});
+    const std::size_t mask = shared_slots_.size() - 1;
+    for (const SharedSlot& entry : old) {
+      if (entry.container == 0) continue;
+      const auto& o = doc_.containers_[entry.container - 1];
+      std::size_t slot = hash_items(doc_.pool_.data() + o.begin, o.size, shared_kinds_[entry.container - 1]) & mask;
+      while (shared_slots_[slot].container != 0) slot = (slot + 1) & mask;
+      shared_slots_[slot] = entry;
+    }
   }
 
   Status pop_mark(std::size_t* mark) {
@@ -440,21 +561,10 @@ class PickleParser {
     if (values_ > limits_.max_values) return fail("more than " + std::to_string(limits_.max_values) + " container items");
     return {};
   }
-  // Moves the values above `from` into the sequence.
-  Status append_items(const PyValue& seq, std::size_t from) {
-    if (Status s = count_values(stack_.size() - from); !s) return s;
-    auto& items = doc_.sequences_[seq.index()];
-    items.insert(items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
-    stack_.resize(from);
-    return {};
-  }
+  Status append_items(const PyValue& seq, std::size_t from) { return add_items(seq, from); }
   Status set_items(const PyValue& dict, std::size_t from) {
     if ((stack_.size() - from) % 2 != 0) return fail("a dict needs key/value pairs, got an odd number of values");
-    if (Status s = count_values(stack_.size() - from); !s) return s;
-    auto& entries = doc_.dicts_[dict.index()];
-    for (std::size_t i = from; i < stack_.size(); i += 2) entries.emplace_back(stack_[i], stack_[i + 1]);
-    stack_.resize(from);
-    return {};
+    return add_items(dict, from);
   }
 
   Status memo_put(std::uint64_t id) {
@@ -484,6 +594,13 @@ class PickleParser {
   std::vector<std::size_t> marks_;
   std::vector<PyValue> memo_;
   std::vector<bool> memo_set_;
+  struct SharedSlot {
+    std::uint32_t container = 0;  // index + 1; 0 = empty
+    std::uint32_t fingerprint = 0;  // the hash's high half, to skip most unequal candidates
+  };
+  std::vector<SharedSlot> shared_slots_;  // see share_if_repeated
+  std::vector<PyKind> shared_kinds_;         // by container index, for those in the table
+  std::size_t shared_count_ = 0;
   PickleDocument doc_;
 };
 

@@ -24,15 +24,12 @@ namespace memplan::trace {
 enum class PyKind : std::uint8_t { none, boolean, integer, big_integer, floating, string, bytes, list, tuple, dict };
 std::string_view py_kind_name(PyKind kind);  // Python's names: "NoneType", "int", "dict", ...
 
-// One value. Scalars are inline; str, bytes, big ints (little-endian two's complement bytes)
-// and containers refer to the document by index.
+// One value, 8 bytes: the kind in the low 4 bits, above them an int or bool that fits in 60
+// bits, or an index into the document (strings, wide ints, floats, containers). Read it through
+// the document. Two values are the same Python object when their bits are equal.
 struct PyValue {
-  PyKind kind = PyKind::none;
-  std::int64_t payload = 0;  // an int's or bool's value, a float's bits, or an index into the document
-
-  std::int64_t integer() const { return payload; }
-  double floating() const { return std::bit_cast<double>(payload); }
-  std::uint32_t index() const { return static_cast<std::uint32_t>(payload); }
+  std::uint64_t bits = 0;
+  PyKind kind() const;
 };
 
 struct PickleLimits {
@@ -45,10 +42,13 @@ class PickleDocument {
  public:
   const PyValue& root() const { return root_; }
 
+  std::int64_t integer(const PyValue& v) const;  // int and bool
+  double floating(const PyValue& v) const;
   // str / bytes contents (the raw bytes of a big integer for big_integer).
   std::string_view text(const PyValue& v) const;
   std::span<const PyValue> items(const PyValue& v) const;  // list, tuple
-  std::span<const std::pair<PyValue, PyValue>> entries(const PyValue& v) const;  // dict
+  // A dict's keys and values, alternating: [2i] is a key, [2i + 1] its value.
+  std::span<const PyValue> entries(const PyValue& v) const;
   // The value under a str key (the last one, as Python keeps), or nullptr.
   const PyValue* find(const PyValue& dict, std::string_view key) const;
   // A short rendering for error messages: the kind, or the value itself for small scalars.
@@ -56,10 +56,23 @@ class PickleDocument {
 
  private:
   friend class PickleParser;
+  // A container's items: a span of the pool, or (after a second batch arrives when the span is
+  // no longer at the pool's end, or is shared) a vector of its own.
+  struct Container {
+    std::uint64_t begin = 0;
+    std::uint32_t size = 0;
+    std::uint32_t spill = 0;  // 0: in the pool; kShared: in the pool, shared; else spills_ index + 1
+  };
+  static constexpr std::uint32_t kShared = 0xFFFFFFFFu;
+  std::span<const PyValue> contents(const PyValue& v) const;
+
   PyValue root_;
   std::vector<std::string> strings_;
-  std::vector<std::vector<PyValue>> sequences_;
-  std::vector<std::vector<std::pair<PyValue, PyValue>>> dicts_;
+  std::vector<std::int64_t> wide_ints_;
+  std::vector<double> floats_;
+  std::vector<Container> containers_;
+  std::vector<PyValue> pool_;
+  std::vector<std::vector<PyValue>> spills_;
 };
 
 // The pickled value, or an error naming the byte offset and the opcode (or the limit) at fault.
