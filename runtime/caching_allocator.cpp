@@ -19,6 +19,7 @@ struct CachingAllocator::Block {
   DeviceAddress address = 0;
   Bytes size = 0;
   Bytes requested_size = 0;
+  std::int64_t stream = 0;  // a block serves only requests on the stream its segment was made for
   BlockPool* pool = nullptr;
   Block* prev = nullptr;
   Block* next = nullptr;
@@ -31,6 +32,7 @@ struct CachingAllocator::Block {
 };
 
 bool CachingAllocator::BySizeThenAddress::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
   return a->address < b->address;
 }
@@ -352,10 +354,11 @@ void CachingAllocator::insert_free(BlockPool& pool, Block* block) {
 
 // ---- malloc ---------------------------------------------------------------------------------
 
-Result<void*> CachingAllocator::allocate(Bytes size_bytes) {
+Result<void*> CachingAllocator::allocate(Bytes size_bytes, std::int64_t stream) {
   MEMPLAN_CHECK(size_bytes >= 0, "negative allocation size " << size_bytes);
   if (size_bytes == 0) return static_cast<void*>(nullptr);
   AllocParams p;
+  p.stream = stream;
   p.size = round_size(size_bytes);
   p.pool = &pool_for(p.size);
   p.alloc_size = allocation_size(p.size);
@@ -383,10 +386,11 @@ bool CachingAllocator::get_free_block(AllocParams& p) {
     ++pool.get_free_blocks_call_count;
   }
   Block key;
+  key.stream = p.stream;
   key.size = p.size;
   key.address = 0;
   auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end()) return false;
+  if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
   if ((*it)->expandable != nullptr) {
     // A block that touches unmapped space can grow, so best fit judges it by what it could
     // grow to: prefer a later block whose growable size is smaller.
@@ -394,7 +398,8 @@ bool CachingAllocator::get_free_block(AllocParams& p) {
       return b->size + (b->next != nullptr && !b->next->mapped ? b->next->size : 0);
     };
     auto next = std::next(it);
-    while ((*it)->expandable != nullptr && next != pool.blocks.end() && expandable_size(*next) < expandable_size(*it)) {
+    while ((*it)->expandable != nullptr && next != pool.blocks.end() && (*next)->stream == p.stream &&
+           expandable_size(*next) < expandable_size(*it)) {
       it = next++;
     }
   }
@@ -412,7 +417,7 @@ bool CachingAllocator::alloc_block(AllocParams& p, bool is_retry) {
   const Bytes size = p.alloc_size;
   if (options_.per_process_memory_fraction > 0.0 && total_reserved_ + size > allowed_memory()) return false;
   if (options_.expandable_segments) {
-    p.block = try_allocate_expandable_block(*p.pool, p.size);
+    p.block = try_allocate_expandable_block(*p.pool, p.size, p.stream);
     return p.block != nullptr;
   }
   Result<void*> ptr = device_.allocate(size);
@@ -420,6 +425,7 @@ bool CachingAllocator::alloc_block(AllocParams& p, bool is_retry) {
   auto* block = new Block;
   block->address = reinterpret_cast<DeviceAddress>(ptr.value());
   block->size = size;
+  block->stream = p.stream;
   block->pool = p.pool;
   p.block = block;
   total_reserved_ += size;
@@ -448,6 +454,7 @@ CachingAllocator::Block* CachingAllocator::alloc_found_block(AllocParams& p, Byt
     block = new Block;
     block->address = remaining->address;
     block->size = p.size;
+    block->stream = remaining->stream;
     block->pool = &pool;
     block->expandable = remaining->expandable;
     block->prev = remaining->prev;
@@ -580,10 +587,11 @@ bool CachingAllocator::release_available_cached_blocks(const AllocParams& p) {
   if (options_.max_split_size == kUnlimitedSplitSize) return false;
   BlockPool& pool = *p.pool;
   Block key;
+  key.stream = p.stream;
   key.size = std::max(p.size, options_.max_split_size);
   key.address = 0;
   auto it = pool.blocks.lower_bound(&key);
-  if (it != pool.blocks.end() && (*it)->expandable == nullptr && !(*it)->is_split()) {
+  if (it != pool.blocks.end() && (*it)->stream == p.stream && (*it)->expandable == nullptr && !(*it)->is_split()) {
     release_block(*it);  // the smallest cached oversize segment that covers the request
     return true;
   }
@@ -591,7 +599,7 @@ bool CachingAllocator::release_available_cached_blocks(const AllocParams& p) {
   if (it == pool.blocks.begin()) return false;
   Bytes released = 0;
   --it;
-  while (released < key.size && (*it)->size >= options_.max_split_size) {
+  while (released < key.size && (*it)->stream == p.stream && (*it)->size >= options_.max_split_size) {
     Block* current = *it;
     const bool is_first = it == pool.blocks.begin();
     if (!is_first) --it;
@@ -648,7 +656,8 @@ void CachingAllocator::release_block(Block* block) {
 
 // ---- Start state ------------------------------------------------------------------------------
 
-Result<DeviceAddress> CachingAllocator::restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks) {
+Result<DeviceAddress> CachingAllocator::restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks,
+                                                       std::int64_t stream) {
   if (options_.expandable_segments) return Error{"restoring segments is not modelled with expandable segments"};
   if (blocks.empty()) return Error{"a restored segment needs at least one block"};
   Bytes total = 0;
@@ -679,6 +688,7 @@ Result<DeviceAddress> CachingAllocator::restore_segment(bool large_pool, const s
     auto* block = new Block;
     block->address = at;
     block->size = rb.size;
+    block->stream = stream;
     block->pool = &pool;
     block->prev = prev;
     if (prev != nullptr) prev->next = block;
@@ -759,8 +769,8 @@ void CachingAllocator::garbage_collect_cached_blocks() {
 
 // ---- Expandable segments --------------------------------------------------------------------
 
-CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPool& pool, Bytes size) {
-  Block* candidate = find_expandable_block(pool, size);
+CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPool& pool, Bytes size, std::int64_t stream) {
+  Block* candidate = find_expandable_block(pool, size, stream);
   if (candidate == nullptr) return nullptr;
   // candidate is unmapped, or free and followed by unmapped space; map until it is big enough.
   if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return nullptr;
@@ -774,7 +784,7 @@ CachingAllocator::Block* CachingAllocator::try_allocate_expandable_block(BlockPo
   return candidate;
 }
 
-CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool, Bytes size) {
+CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool, Bytes size, std::int64_t stream) {
   auto allocatable = [](const Block* b) { return b != nullptr && !b->allocated; };
   auto has_room = [&](const Block* b) {
     Bytes bytes = 0;
@@ -783,6 +793,7 @@ CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool
   };
   // Lowest address first, so holes left by unmapping are refilled before the tail grows.
   for (Block* unmapped : pool.unmapped) {
+    if (unmapped->stream != stream) continue;  // one expandable segment per stream and pool
     Block* c = allocatable(unmapped->prev) ? unmapped->prev : unmapped;
     if (has_room(c)) return c;
   }
@@ -799,6 +810,7 @@ CachingAllocator::Block* CachingAllocator::find_expandable_block(BlockPool& pool
   auto* block = new Block;
   block->address = segment->base;
   block->size = reserve;
+  block->stream = stream;
   block->pool = &pool;
   block->mapped = false;
   block->expandable = segment.get();
@@ -819,6 +831,7 @@ bool CachingAllocator::map_block(Block* to_map, Bytes size) {
   to_map->mapped = true;
   if (mapped_size < to_map->size) {
     auto* rest = new Block;
+    rest->stream = to_map->stream;
     rest->address = to_map->address + static_cast<DeviceAddress>(mapped_size);
     rest->size = to_map->size - mapped_size;
     rest->pool = &pool;
@@ -856,6 +869,7 @@ void CachingAllocator::unmap_block(Block* block) {
   const Bytes before = static_cast<Bytes>(start - block->address);
   if (before > 0) {
     auto* sliver = new Block;
+    sliver->stream = block->stream;
     sliver->address = block->address;
     sliver->size = before;
     sliver->pool = &pool;
@@ -869,6 +883,7 @@ void CachingAllocator::unmap_block(Block* block) {
   const Bytes after = block->size - before - size;
   if (after > 0) {
     auto* sliver = new Block;
+    sliver->stream = block->stream;
     sliver->address = start + static_cast<DeviceAddress>(size);
     sliver->size = after;
     sliver->pool = &pool;

@@ -1,10 +1,11 @@
 // A re-implementation of PyTorch's CUDA caching allocator (the native backend, PyTorch 2.6/2.7
-// behaviour, one stream) over any Device: the dynamic baseline that memplan's static arena plan
+// behaviour) over any Device: the dynamic baseline that memplan's static arena plan
 // is compared against. It reproduces PyTorch's rounding, pools, segment sizes, best-fit, split
 // and coalescing rules, cache release on out-of-memory, empty_cache(), the max_split_size,
 // roundup_power2_divisions, garbage_collection_threshold and expandable_segments options, the
-// statistics under PyTorch's names and the OOM message. It is not thread-safe and has no
-// multi-stream or CUDA-graph-pool semantics. The rules it follows are in docs/caching_allocator.md.
+// statistics under PyTorch's names and the OOM message. Blocks are cached per stream, but frees
+// take effect at once (no events delay them across streams). It is not thread-safe and has no
+// CUDA-graph pools. The rules it follows are in docs/caching_allocator.md.
 #pragma once
 
 #include <array>
@@ -106,8 +107,10 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // nullptr for 0 bytes. Out of memory is an Error with PyTorch's message.
-  Result<void*> allocate(Bytes size_bytes);
+  // nullptr for 0 bytes. Out of memory is an Error with PyTorch's message. Each stream has its
+  // own cached blocks (and expandable segments): a block freed on one stream never serves
+  // another, as in PyTorch; one stream (0) is what training steps use.
+  Result<void*> allocate(Bytes size_bytes, std::int64_t stream = 0);
   void free(void* ptr);  // nullptr is a no-op; an unknown pointer is a programmer error
   // Returns every fully free segment (and, for expandable segments, every fully free page).
   void empty_cache();
@@ -123,7 +126,7 @@ class CachingAllocator {
   // any segment (counted in reserved bytes, not as a device allocation of this history) and cut
   // into `blocks` (address order, covering it exactly, multiples of 512, no two free blocks
   // adjacent). Returns its base address; block i starts at base + the sizes before it.
-  Result<DeviceAddress> restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks);
+  Result<DeviceAddress> restore_segment(bool large_pool, const std::vector<RestoredBlock>& blocks, std::int64_t stream = 0);
   // Returns the segment starting at `base` to the device if it is entirely free, as a cache
   // release (empty_cache() or an out-of-memory retry) would. False if no such free segment.
   bool release_segment(DeviceAddress base);
@@ -160,6 +163,7 @@ class CachingAllocator {
     bool operator()(const Block* a, const Block* b) const;
   };
   struct AllocParams {
+    std::int64_t stream = 0;
     Bytes size = 0;        // rounded request
     Bytes alloc_size = 0;  // segment size on a miss
     BlockPool* pool = nullptr;
@@ -182,8 +186,8 @@ class CachingAllocator {
   Error out_of_memory(const AllocParams& p);
 
   // Expandable segments.
-  Block* try_allocate_expandable_block(BlockPool& pool, Bytes size);
-  Block* find_expandable_block(BlockPool& pool, Bytes size);
+  Block* try_allocate_expandable_block(BlockPool& pool, Bytes size, std::int64_t stream);
+  Block* find_expandable_block(BlockPool& pool, Bytes size, std::int64_t stream);
   bool map_block(Block* to_map, Bytes size);
   void unmap_block(Block* block);
   void release_expandable_segment(Block* block);

@@ -272,6 +272,16 @@ TEST(SnapshotReplay, OutOfMemoryEventsAreJudgedUnderEachAlternative) {
   EXPECT_FALSE(o.fits_static_plan);  // 40 and 50 MiB live together
 }
 
+TEST(SnapshotReplay, EachStreamHasItsOwnCachedBlocks) {
+  const SnapshotReplay r = replay_fixture("two_streams.pickle");
+  EXPECT_EQ(r.streams, 2);
+  const std::vector<Bytes> segments = {20 * MiB, 20 * MiB};
+  EXPECT_EQ(r.simulated.segment_sizes, segments) << "stream 7 must not take stream 0's free block";
+  EXPECT_EQ(r.fidelity.placements_compared, 3);
+  EXPECT_EQ(r.fidelity.placements_matched, 3);
+  EXPECT_EQ(r.simulated.reserved_peak_bytes, 40 * MiB);
+}
+
 TEST(SnapshotReplay, InconsistentTracesFailWithTheEvent) {
   // A free of an address that lies in no segment and was never allocated.
   auto s = parse_memory_snapshot(pickled(R"({"segments": [], "device_traces": [[
@@ -320,6 +330,23 @@ TEST(CachingAllocatorStartState, RestoredSegmentServesAndReleasesLikeAnyOther) {
   EXPECT_EQ(a.stats().reserved_bytes[all].current, 0);
   EXPECT_FALSE(a.restore_segment(true, {{1000, 1000, true}}).ok()) << "block sizes are multiples of 512";
   EXPECT_FALSE(a.restore_segment(true, {{512, 0, false}, {512, 0, false}}).ok()) << "free neighbours would have merged";
+}
+
+TEST(CachingAllocatorStartState, StreamsDoNotShareCachedBlocks) {
+  runtime::SimulatedDevice device(Bytes{1} << 34);
+  runtime::CachingAllocator a(device);
+  auto p0 = a.allocate(4 * MiB, 0);
+  ASSERT_TRUE(p0.ok());
+  a.free(p0.value());
+  auto p1 = a.allocate(4 * MiB, 1);
+  ASSERT_TRUE(p1.ok());
+  EXPECT_NE(p1.value(), p0.value());
+  EXPECT_EQ(a.stats().num_device_alloc, 2) << "a second segment for the second stream";
+  auto p2 = a.allocate(4 * MiB, 0);
+  ASSERT_TRUE(p2.ok());
+  EXPECT_EQ(p2.value(), p0.value()) << "stream 0 reuses its own cached block";
+  a.free(p1.value());
+  a.free(p2.value());
 }
 
 // ---- The command ----

@@ -48,7 +48,12 @@ Result<StartState> reconstruct_start_state(const MemorySnapshot& snapshot, int d
   const SnapshotAction frees = free_action(events);
   std::map<std::uint64_t, Bytes> trace_segments;     // live segments the trace created
   std::set<std::uint64_t> created_in_trace;
-  std::map<std::uint64_t, std::pair<Bytes, bool>> before;  // base -> (size, large pool)
+  struct Before {
+    Bytes size = 0;
+    bool large_pool = true;
+    std::int64_t stream = 0;
+  };
+  std::map<std::uint64_t, Before> before;
   std::unordered_map<std::uint64_t, std::int64_t> live;    // address -> event that allocated it
   struct Earlier {
     StartBlock block;
@@ -66,7 +71,7 @@ Result<StartState> reconstruct_start_state(const MemorySnapshot& snapshot, int d
         break;
       case SnapshotAction::segment_free:
         if (trace_segments.erase(e.address) == 0 && !created_in_trace.count(e.address)) {
-          before.emplace(e.address, std::make_pair(e.size, e.size != runtime::kSmallBuffer));
+          before.emplace(e.address, Before{e.size, e.size != runtime::kSmallBuffer, e.stream});
         }
         break;
       case SnapshotAction::alloc:
@@ -97,7 +102,7 @@ Result<StartState> reconstruct_start_state(const MemorySnapshot& snapshot, int d
                                   ": its pages mapped before recording are not rebuilt");
       continue;
     }
-    if (!created_in_trace.count(seg.address)) before.emplace(seg.address, std::make_pair(seg.total_size, seg.large_pool));
+    if (!created_in_trace.count(seg.address)) before.emplace(seg.address, Before{seg.total_size, seg.large_pool, seg.stream});
     for (const SnapshotBlock& b : seg.blocks) {
       if (b.state == runtime::BlockState::inactive || live.count(b.address)) continue;
       if (created_in_trace.count(seg.address)) {
@@ -117,10 +122,11 @@ Result<StartState> reconstruct_start_state(const MemorySnapshot& snapshot, int d
   for (const auto& [base, info] : before) {
     StartSegment seg;
     seg.address = base;
-    seg.total_size = info.first;
-    seg.large_pool = info.second;
+    seg.total_size = info.size;
+    seg.large_pool = info.large_pool;
+    seg.stream = info.stream;
     state.segments.push_back(seg);
-    state.reserved_bytes += info.first;
+    state.reserved_bytes += info.size;
   }
   // Every earlier block lies in one segment that existed before the trace.
   for (auto& [address, e] : earlier) {
@@ -272,7 +278,7 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
       }
       const std::uint64_t end = seg.address + static_cast<std::uint64_t>(seg.total_size);
       if (end > at) blocks.push_back({static_cast<Bytes>(end - at), 0, false});
-      Result<runtime::DeviceAddress> base = allocator.restore_segment(seg.large_pool, blocks);
+      Result<runtime::DeviceAddress> base = allocator.restore_segment(seg.large_pool, blocks, seg.stream);
       MEMPLAN_CHECK(base.ok(), "restoring a checked start segment failed: " << base.error().message);
       rec_segments[seg.address] = {seg.total_size, base.value()};
       for (const StartBlock& b : seg.live) {
@@ -283,7 +289,7 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
     } else {
       // Expandable segments cannot take a recorded layout: the live blocks are allocated afresh.
       for (const StartBlock& b : seg.live) {
-        Result<void*> ptr = allocator.allocate(b.requested_size);
+        Result<void*> ptr = allocator.allocate(b.requested_size, seg.stream);
         MEMPLAN_CHECK(ptr.ok(), "an unlimited simulated device ran out of memory");
         live[b.address] = ptr.value();
         out.site_of_block[reinterpret_cast<runtime::DeviceAddress>(ptr.value())] = b.site;
@@ -327,7 +333,7 @@ RunResult run_allocator(const RunSetup& setup, const runtime::CachingAllocatorOp
         break;
       }
       case SnapshotAction::alloc: {
-        Result<void*> ptr = allocator.allocate(e.size);
+        Result<void*> ptr = allocator.allocate(e.size, e.stream);
         if (!ptr.ok()) {
           out.run.out_of_memory = true;
           break;
@@ -595,7 +601,8 @@ Result<SnapshotReplay> replay_snapshot(const MemorySnapshot& snapshot, const Sna
   out.streams = std::max<std::int64_t>(1, static_cast<std::int64_t>(streams.size()));
   if (streams.size() > 1) {
     out.notes.push_back("events on " + std::to_string(streams.size()) +
-                        " streams are replayed through one stream's pools (per-stream pools are not modelled)");
+                        " streams: each stream has its own cached blocks, and a free takes effect at once (the events "
+                        "that delay cross-stream frees are not in the trace)");
   }
   if (setup.frees == SnapshotAction::free_requested && out.frees > 0) {
     out.notes.push_back("the trace records no free_completed: blocks are taken as free at free_requested");
@@ -675,7 +682,7 @@ Result<SnapshotReplay> replay_snapshot(const MemorySnapshot& snapshot, const Sna
     o.largest_free_block_bytes = sim.largest_free_at_oom[k].second;
     o.fits_cached = o.largest_free_block_bytes >= runtime::CachingAllocator::round_size(e.size, sim_options);
     run_allocator(setup, expandable_options, "", nullptr, i - 1, false, [&](runtime::CachingAllocator& a) {
-      Result<void*> ptr = a.allocate(e.size);
+      Result<void*> ptr = a.allocate(e.size, e.stream);
       o.fits_expandable = ptr.ok() && a.stats().reserved_bytes[static_cast<std::size_t>(runtime::StatPool::all)].current <= o.capacity_bytes;
     });
     // The static plan with the failed request added, live from its moment to the next event,

@@ -39,6 +39,7 @@ struct StartSegment {
   std::uint64_t address = 0;
   Bytes total_size = 0;
   bool large_pool = true;
+  std::int64_t stream = 0;
   std::vector<StartBlock> live;  // address order
 };
 

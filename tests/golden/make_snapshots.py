@@ -139,6 +139,26 @@ def oom():
             "external_annotations": []}
 
 
+def two_streams():
+    """Blocks are cached per stream: a block freed on stream 0 does not serve stream 7."""
+    A, B = 0x7F3000000000, 0x7F3001400000
+    t = [
+        ev("segment_alloc", A, 20 * MiB),
+        ev("alloc", A, 4 * MiB, FORWARD),
+        ev("free_requested", A, 4 * MiB), ev("free_completed", A, 4 * MiB),
+        dict(ev("segment_alloc", B, 20 * MiB), stream=7),
+        dict(ev("alloc", B, 4 * MiB, BACKWARD), stream=7),   # A's free block belongs to stream 0
+        ev("alloc", A, 4 * MiB, FORWARD),                      # stream 0 reuses it
+    ]
+    segments = [
+        seg(A, 20 * MiB, [block(A, 4 * MiB, "active_allocated", 4 * MiB, FORWARD), block(A + 4 * MiB, 16 * MiB, "inactive")]),
+        dict(seg(B, 20 * MiB, [block(B, 4 * MiB, "active_allocated", 4 * MiB, BACKWARD),
+                              block(B + 4 * MiB, 16 * MiB, "inactive")]), stream=7),
+    ]
+    return {"segments": segments, "device_traces": [t], "allocator_settings": SETTINGS,
+            "external_annotations": []}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     files = {
@@ -147,6 +167,7 @@ def main():
         "fresh_protocol5.pickle": (fresh(), 5),
         "late_start.pickle": (late_start(), 4),
         "oom.pickle": (oom(), 4),
+        "two_streams.pickle": (two_streams(), 4),
     }
     for name, (value, protocol) in files.items():
         with open(os.path.join(OUT, name), "wb") as f:
