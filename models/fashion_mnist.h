@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan::models {
 
@@ -26,8 +27,17 @@ enum class Split { train, test };
 
 Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split);
 
-// Low-level readers, exposed for tests and fuzzing. `what` names the file in messages.
-Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path);
+// An IDX file (plain or gzipped, decompressed) may hold at most this: Fashion-MNIST's largest is
+// 47 MB.
+inline constexpr Bytes kMaxIdxFileBytes = Bytes{1} << 30;
+
+// Low-level readers, exposed for tests and fuzzing. Only regular files are read
+// (common/input_file.h).
+// The decompressed bytes of `path`, or an Error when they are more than `max_bytes`.
+Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path, Bytes max_bytes = kMaxIdxFileBytes);
+// The decompressed bytes of the IDX file `path` whose magic number must be `magic`: the header
+// is read first and no more than the size it announces (plus one byte, to show trailing data).
+Result<std::vector<std::uint8_t>> read_idx_file(const std::string& path, std::uint32_t magic);
 Result<ImageDataset> parse_idx_pair(const std::vector<std::uint8_t>& images,
                                     const std::vector<std::uint8_t>& labels,
                                     const std::string& images_name, const std::string& labels_name);

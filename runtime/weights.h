@@ -28,7 +28,11 @@ struct WeightsFile {
   SafetensorsView view;
 };
 
-// Reads and parses `path`, and verifies the checksum when the file has one (files written by
+// Weights files larger than this are refused before reading (the whole file is held in memory).
+inline constexpr Bytes kMaxWeightsFileBytes = Bytes{64} << 30;
+
+// Reads and parses `path` (a regular file only; its header is checked against the file's size
+// before the data is read), and verifies the checksum when the file has one (files written by
 // other tools usually do not, and are accepted).
 Result<WeightsFile> read_weights_file(const std::string& path);
 // The same for file bytes already in memory; `source` names them in messages.
