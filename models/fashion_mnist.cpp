@@ -194,7 +194,8 @@ Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split) {
   auto locate = [&](const std::string& base) -> std::string {
     for (const std::string& name : {base + ".gz", base}) {
       std::error_code ec;
-      if (fs::is_regular_file(fs::path(dir) / name, ec)) return (fs::path(dir) / name).string();
+      // Any entry by that name: the reader refuses what is not a regular file, and says so.
+      if (fs::exists(fs::path(dir) / name, ec)) return (fs::path(dir) / name).string();
     }
     return {};
   };

@@ -47,32 +47,45 @@ Outcome evaluate(const StepDescription& step) {
 struct Knob {
   std::string flag;
   std::int64_t* value;
+  std::int64_t usual;        // the model's default: a value at which it is valid
   std::int64_t granule = 1;  // values must be multiples of it (patches, heads)
+  // Where the search for the largest value starts: a value that is valid for the model.
+  std::int64_t floor(std::int64_t asked) const {
+    return std::max(granule, std::min(asked, usual) / granule * granule);
+  }
 };
 
+// The knobs of a step, the one pushed furthest past its default first: the flag to name when
+// bringing it down alone makes the step representable.
 std::vector<Knob> knobs_of(StepDescription& s) {
-  std::vector<Knob> knobs = {{"--batch", &s.batch}};
+  const models::ModelInfo* info = models::find_model(s.model.name);
+  std::vector<Knob> knobs = {{"--batch", &s.batch, info ? info->default_batch : 1}};
   models::ModelOptions& m = s.model;
   if (m.name == "mlp") {
     for (std::size_t i = 0; i < m.mlp.hidden.size(); ++i) {
       const std::string which = m.mlp.hidden.size() == 1 ? "" : " (width " + std::to_string(i + 1) + ")";
-      knobs.push_back({"--hidden" + which, &m.mlp.hidden[i]});
+      knobs.push_back({"--hidden" + which, &m.mlp.hidden[i], 256});
     }
   } else if (m.name == "cnn") {
-    knobs.push_back({"--image-size", &m.cnn.image});
+    knobs.push_back({"--image-size", &m.cnn.image, models::CnnConfig{}.image});
   } else if (m.name == "gpt") {
-    knobs.push_back({"--seq", &m.gpt.context});
-    knobs.push_back({"--width", &m.gpt.width, std::max<std::int64_t>(m.gpt.heads, 1)});
-    knobs.push_back({"--layers", &m.gpt.layers});
+    const models::GptConfig usual;
+    knobs.push_back({"--seq", &m.gpt.context, usual.context});
+    knobs.push_back({"--width", &m.gpt.width, usual.width, std::max<std::int64_t>(m.gpt.heads, 1)});
+    knobs.push_back({"--layers", &m.gpt.layers, usual.layers});
   } else if (const models::ZooModel* zoo = models::find_zoo_model(m.name)) {
     if (zoo->vision) {
       if (m.zoo.image_size <= 0) m.zoo.image_size = zoo->default_image;
-      knobs.push_back({"--image-size", &m.zoo.image_size, m.name == "vit-b16" ? 16 : 1});
+      knobs.push_back({"--image-size", &m.zoo.image_size, zoo->default_image, m.name == "vit-b16" ? 16 : 1});
     } else {
       if (m.zoo.seq <= 0) m.zoo.seq = zoo->default_seq;
-      knobs.push_back({"--seq", &m.zoo.seq});
+      knobs.push_back({"--seq", &m.zoo.seq, zoo->default_seq});
     }
   }
+  std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) {
+    return static_cast<double>(*a.value) / static_cast<double>(a.usual) >
+           static_cast<double>(*b.value) / static_cast<double>(b.usual);
+  });
   return knobs;
 }
 
@@ -127,14 +140,15 @@ Status check_step_size(const StepDescription& step) {
   for (const Knob& knob : knobs) {
     const std::int64_t asked = *knob.value;
     const std::int64_t g = knob.granule;
-    if (asked <= g) continue;
-    *knob.value = g;
+    const std::int64_t floor = knob.floor(asked);
+    if (asked <= floor) continue;
+    *knob.value = floor;
     if (evaluate(work).fit != Fit::ok) {
       *knob.value = asked;
       continue;
     }
     // Sizes only grow with the value: bisection between a value that works and one that does not.
-    std::int64_t lo = 1, hi = asked / g + (asked % g != 0);  // in granules
+    std::int64_t lo = floor / g, hi = asked / g + (asked % g != 0);  // in granules
     while (hi - lo > 1) {
       const std::int64_t mid = lo + (hi - lo) / 2;
       *knob.value = mid * g;
@@ -147,7 +161,7 @@ Status check_step_size(const StepDescription& step) {
   std::string flags;
   for (const Knob& knob : knobs) flags += (flags.empty() ? "" : ", ") + knob.flag;
   return Error{"the step cannot be represented at these sizes (" + given.why + "), and no single one of " + flags +
-               " at its smallest changes that: reduce several of them"};
+               " brought down alone changes that: reduce several of them"};
 }
 
 std::int64_t largest_representable_batch(const StepDescription& step, std::int64_t limit) {

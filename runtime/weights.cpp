@@ -66,16 +66,18 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
   return write_file_atomically(path, encoded.value());
 }
 
-Result<WeightsFile> read_weights_file(const std::string& path) {
+namespace {
+
+// Opens a weights file and reads its header (into `bytes`), checking the header length and the
+// data it announces against the file's size: nothing else of the file is read.
+Result<InputFile> open_weights(const std::string& path, std::string& bytes) {
   Result<InputFile> opened = InputFile::open(path, kMaxWeightsFileBytes, "weights file");
   if (!opened) return opened.error();
   InputFile& in = opened.value();
-  // The header first: its length and the data it announces must agree with the file's size
-  // before the data is read.
-  std::string bytes;
   if (in.size() < 8) {
     if (Status s = in.read_exact(static_cast<std::size_t>(in.size()), bytes); !s) return s.error();
-    return parse_weights_file(std::move(bytes), path);  // names the defect
+    auto parsed = parse_safetensors(bytes, path);  // names the defect
+    return parsed.error();
   }
   if (Status s = in.read_exact(8, bytes); !s) return s.error();
   std::uint64_t header_len = 0;
@@ -95,7 +97,25 @@ Result<WeightsFile> read_weights_file(const std::string& path) {
                  " data bytes, the file holds " + std::to_string(data_bytes) +
                  (announced.value() > data_bytes ? " (truncated?)" : " (bytes after the last tensor)")};
   }
-  if (Status s = in.read_exact(static_cast<std::size_t>(data_bytes), bytes); !s) return s.error();
+  return opened;
+}
+
+}  // namespace
+
+Status check_weights_file(const std::string& path) {
+  std::string header;
+  Result<InputFile> opened = open_weights(path, header);
+  if (!opened) return opened.error();
+  return Status::success();
+}
+
+Result<WeightsFile> read_weights_file(const std::string& path) {
+  std::string bytes;
+  Result<InputFile> opened = open_weights(path, bytes);
+  if (!opened) return opened.error();
+  InputFile& in = opened.value();
+  const auto data_bytes = static_cast<std::size_t>(in.size()) - bytes.size();
+  if (Status s = in.read_exact(data_bytes, bytes); !s) return s.error();
   char extra = 0;
   Result<std::size_t> more = in.read(&extra, 1);
   if (!more) return more.error();

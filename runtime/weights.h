@@ -37,6 +37,10 @@ inline constexpr Bytes kMaxWeightsFileBytes = Bytes{64} << 30;
 Result<WeightsFile> read_weights_file(const std::string& path);
 // The same for file bytes already in memory; `source` names them in messages.
 Result<WeightsFile> parse_weights_file(std::string bytes, const std::string& source);
+// The checks read_weights_file makes before reading the data (a regular file, its size, the
+// header and the data it announces), reading nothing more: to refuse a file before other work.
+Status check_weights_file(const std::string& path);
+
 
 struct LoadReport {
   int loaded = 0;

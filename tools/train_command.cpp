@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
-#include "memplan/common/input_file.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/step_size.h"
@@ -156,8 +155,8 @@ int run_train(const TrainFlags& flags) {
   }
   if (!flags.load.empty()) {
     // A file that cannot be a weights file is refused before the data is read.
-    if (auto file = InputFile::open(flags.load, runtime::kMaxWeightsFileBytes, "weights file"); !file) {
-      std::cerr << "memplan train: --load: " << file.error().message << "\n";
+    if (Status s = runtime::check_weights_file(flags.load); !s) {
+      std::cerr << "memplan train: --load: " << s.error().message << "\n";
       return kExitUsage;
     }
   }
