@@ -85,19 +85,6 @@ class GzReader {
 
 }  // namespace
 
-Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path, Bytes max_bytes) {
-  Result<GzReader> reader = GzReader::open(path, max_bytes);
-  if (!reader) return reader.error();
-  std::vector<std::uint8_t> data;
-  // One byte past the limit tells a stream that decompresses to more from one that ends there.
-  if (Status s = reader.value().read(static_cast<std::size_t>(max_bytes) + 1, data); !s) return s.error();
-  if (static_cast<Bytes>(data.size()) > max_bytes) {
-    return Error{"'" + path + "' holds more than " + describe_bytes(max_bytes) + " (decompressed); an IDX file may be at most that"};
-  }
-  if (Status s = reader.value().close(); !s) return s.error();
-  return data;
-}
-
 Result<std::vector<std::uint8_t>> read_idx_file(const std::string& path, std::uint32_t magic) {
   Result<GzReader> opened = GzReader::open(path, kMaxIdxFileBytes);
   if (!opened) return opened.error();

@@ -31,12 +31,10 @@ Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split);
 // 47 MB.
 inline constexpr Bytes kMaxIdxFileBytes = Bytes{1} << 30;
 
-// Low-level readers, exposed for tests and fuzzing. Only regular files are read
-// (common/input_file.h).
-// The decompressed bytes of `path`, or an Error when they are more than `max_bytes`.
-Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path, Bytes max_bytes = kMaxIdxFileBytes);
-// The decompressed bytes of the IDX file `path` whose magic number must be `magic`: the header
-// is read first and no more than the size it announces (plus one byte, to show trailing data).
+// Low-level readers, exposed for tests and fuzzing.
+// The decompressed bytes of the IDX file `path` (plain or gzipped; a regular file only,
+// common/input_file.h) whose magic number must be `magic`: the header is read first, and no more
+// than the size it announces (plus one byte, so parse_idx_pair sees trailing data).
 Result<std::vector<std::uint8_t>> read_idx_file(const std::string& path, std::uint32_t magic);
 Result<ImageDataset> parse_idx_pair(const std::vector<std::uint8_t>& images,
                                     const std::vector<std::uint8_t>& labels,

@@ -539,6 +539,16 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
     EXPECT_EQ(over.exit_code, 2) << "plan one step past the largest value:\n" << over.output.substr(0, 2000);
     EXPECT_NE(over.output.find(c.flag), std::string::npos) << over.output;
   }
+  // At the largest batch, recomputed activations still add up past one arena: an answer too.
+  {
+    const std::string out = expect_fast_refusal({"plan", "--model", "llama2-7b", "--batch", "4000000000"}, "--batch",
+                                                "plan --model llama2-7b --batch 4000000000");
+    const std::string largest = std::to_string(largest_in(out));
+    const testing::MeasuredRun r =
+        testing::run_cli_measured({"plan", "--model", "llama2-7b", "--batch", largest, "--checkpoint", "optimal"}, 120.0);
+    EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find("cannot be planned in one arena"), std::string::npos) << r.output.substr(0, 2000);
+  }
   // train checks before it reads any data; layer counts before it builds anything large.
   const std::vector<SizeCase> trained = {
       {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--width", "4000000000000"}, "--width", 4},
