@@ -31,7 +31,7 @@ class InputFile {
 
   const std::string& path() const { return path_; }
   Bytes size() const { return size_; }            // at open time
-  Bytes bytes_read() const { return bytes_read_; }
+  Bytes bytes_read() const { return bytes_read_; }  // taken from the file (some perhaps buffered)
   Bytes max_bytes() const { return max_bytes_; }
 
   // Reads up to `n` bytes into `buffer`; 0 at the end of the file. An Error when reading fails
@@ -71,7 +71,7 @@ class InputFile {
 // The whole content of the regular file `path` (as InputFile::open refuses it otherwise).
 Result<std::string> read_regular_file(const std::string& path, Bytes max_bytes, std::string_view what);
 
-// "4096 bytes", "1.5 MiB (1572864 bytes)": a size for messages.
+// "1000 bytes", "1.5 MiB (1572864 bytes)": a size for messages.
 std::string describe_bytes(Bytes bytes);
 
 }  // namespace memplan
