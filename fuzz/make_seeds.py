@@ -45,16 +45,29 @@ write("minimalloc_csv", "seed-basic", "id,lower,upper,size\na,0,3,16\nb,1,4,32\n
 write("minimalloc_csv", "seed-offsets", "id,lower,upper,size,offset\na,0,2,10,0\nb,1,3,10,10\n")
 write("minimalloc_csv", "seed-reordered", "size,upper,id,lower\r\n4,2,x,0\r\n\r\n8,9,y,1\r\n")
 write("minimalloc_csv", "seed-bad", "id,lower,upper,size\na,0,0,16\n")
+write("minimalloc_csv", "seed-zeros", b"\0" * 5000)  # /dev/zero's first bytes: no line ends
+write("minimalloc_csv", "seed-long-line", "id,lower,upper,size\n" + "7" * 4097 + ",0,1,8\n")
 
 write("idx", "seed-valid", idx_pair(2, 2, 3, [1, 9]))
 write("idx", "seed-truncated", idx_pair(2, 2, 3, [1, 9])[:-3])
 write("idx", "seed-badlabel", idx_pair(1, 1, 1, [10]))
+# A header announcing 2^32 images of 4096x4096 pixels, and zeros where a header should be.
+huge = struct.pack(">IIII", 0x803, 0xFFFFFFFF, 4096, 4096)
+write("idx", "seed-huge-header", struct.pack("<I", len(huge)) + huge + struct.pack(">II", 0x801, 0xFFFFFFFF))
+write("idx", "seed-zeros", b"\0" * 64)
 
 f32 = struct.pack("<4f", 1, 2, 3, 4)
 write("safetensors", "seed-valid", safetensors([("w", "F32", [2, 2], f32), ("b", "I64", [1], struct.pack("<q", 7))],
                                                {"memplan.step": "3", "memplan.model": "mlp"}))
 write("safetensors", "seed-empty-shape", safetensors([("s", "F32", [], f32[:4]), ("z", "BF16", [0, 5], b"")]))
 write("safetensors", "seed-truncated", safetensors([("w", "F32", [2, 2], f32)])[:-5])
+write("safetensors", "seed-zeros", b"\0" * 64)  # header length 0
+# The header announces 16 data bytes; none follow.
+write("safetensors", "seed-announces-more", safetensors([("w", "F32", [2, 2], f32)])[:-16])
+write("safetensors", "seed-hostile-gpt-config", safetensors([], {
+    "memplan.model": "gpt", "memplan.vocab_hex": "6162",
+    "memplan.config": json.dumps({"vocab": 2, "context": 10**15, "layers": 10**9, "heads": 1, "width": 8,
+                                  "tied_head": True})}))
 write("safetensors", "seed-gpt-metadata", safetensors([("w", "F16", [2], b"\0\0\0\0")],
                                                       {"memplan.model": "gpt", "memplan.gpt.context": "8",
                                                        "memplan.gpt.layers": "1", "memplan.gpt.heads": "2",
@@ -69,6 +82,10 @@ cli_cases = [
     ["solve", "--problem", "x.csv", "--solver", "exact", "--time-limit", "inf"],
     ["sample", "--weights", "w.safetensors", "--length", "1e99"],
     ["--help"],
+    ["fit", "--model", "llama2-7b", "--batch", "4000000000", "--budget", "80GiB"],
+    ["plan", "--model", "vit-b16", "--image-size", "1600000"],
+    ["train", "--model", "gpt", "--layers", "1000000000", "--width", "4000000000000"],
+    ["solve", "--input", "/dev/zero"],
 ]
 for i, args in enumerate(cli_cases):
     write("cli", f"seed-{i}", b"\0".join(a.encode() for a in args))

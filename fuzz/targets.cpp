@@ -126,6 +126,12 @@ void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
       }
       MEMPLAN_CHECK(static_cast<std::uint64_t>(numel * graph::dtype_size(t.dtype)) == t.data.size());
     }
+    // What read_weights_file checks before reading the data agrees with the full parse.
+    std::uint64_t header_len = 0;
+    for (int i = 0; i < 8; ++i) header_len |= std::uint64_t(data[i]) << (8 * i);
+    auto announced = runtime::safetensors_announced_data_bytes(bytes.substr(8, header_len), "fuzz.safetensors");
+    MEMPLAN_CHECK(announced.ok() && announced.value() == size - 8 - header_len,
+                  "a file that parses announces " << (announced.ok() ? announced.value() : 0) << " data bytes");
     auto encoded = runtime::encode_safetensors(view.tensors, view.metadata);
     MEMPLAN_CHECK(encoded.ok(), "a parsed file cannot be written back: " << encoded.error().message);
     auto again = runtime::parse_safetensors(encoded.value(), "again.safetensors");

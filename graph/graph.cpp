@@ -11,6 +11,16 @@ TensorId Graph::add_tensor(TensorDesc desc) {
                        ": every dimension must be positive");
     }
   }
+  // Every tensor's size is representable from here on: numel() and size_bytes() cannot overflow.
+  std::int64_t numel = 1;
+  bool too_large = false;
+  for (std::int64_t d : desc.shape.dims) too_large = too_large || __builtin_mul_overflow(numel, d, &numel);
+  Bytes bytes = 0;
+  too_large = too_large || __builtin_mul_overflow(numel, dtype_size(desc.dtype), &bytes) || bytes > kMaxTensorBytes;
+  if (too_large) {
+    throw SizeError("tensor '" + desc.name + "' of shape " + desc.shape.to_string() + " would hold more than 2^60 bytes, " +
+                    "the most one tensor may");
+  }
   const auto id = static_cast<TensorId>(tensors_.size());
   tensors_.push_back(std::move(desc));
   producer_.push_back(-1);

@@ -177,7 +177,7 @@ OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
   expect_float("im2col", x);
   expect_rank("im2col", x, 4);
   const std::int64_t oh = window_out("im2col", x.shape[2], a), ow = window_out("im2col", x.shape[3], a);
-  return {Shape{x.shape[0], x.shape[1] * a.kernel * a.kernel, oh * ow}, x.dtype};
+  return {Shape{x.shape[0], checked_mul(checked_mul(x.shape[1], a.kernel), a.kernel), checked_mul(oh, ow)}, x.dtype};
 }
 
 OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
@@ -191,11 +191,11 @@ OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
     fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " must have a " + str(a.kernel) + "x" +
                        str(a.kernel) + " kernel");
   }
-  if (w.shape[1] * a.kernel * a.kernel != cols.shape[1]) {
+  if (checked_mul(checked_mul(w.shape[1], a.kernel), a.kernel) != cols.shape[1]) {
     fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " expects " + str(w.shape[1]) +
                        " input channels; columns '" + cols.name + "' " + cols.shape.to_string() + " disagree");
   }
-  if (a.shape.size() != 2 || a.shape[0] * a.shape[1] != cols.shape[2]) {
+  if (a.shape.size() != 2 || checked_mul(a.shape[0], a.shape[1]) != cols.shape[2]) {
     fail("conv2d", "attrs.shape must be {OH, OW} with OH*OW = " + str(cols.shape[2]));
   }
   return {Shape{cols.shape[0], w.shape[0], a.shape[0], a.shape[1]}, cols.dtype};

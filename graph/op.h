@@ -132,11 +132,6 @@ struct Op {
   Phase phase = Phase::forward;
 };
 
-// A model or graph the user described is inconsistent (shape mismatch, bad config).
-struct GraphError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
 struct OutputSpec {
   Shape shape;
   DType dtype = DType::f32;

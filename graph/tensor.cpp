@@ -48,15 +48,23 @@ std::string_view role_name(Role role) {
   MEMPLAN_CHECK(false, "unknown role");
 }
 
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    throw SizeError("sizes " + std::to_string(a) + " x " + std::to_string(b) + " multiply past 2^63");
+  }
+  return product;
+}
+
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (std::int64_t d : dims) n *= d;
+  for (std::int64_t d : dims) n = checked_mul(n, d);
   return n;
 }
 
 std::int64_t Shape::rows() const {
   std::int64_t n = 1;
-  for (std::size_t i = 0; i + 1 < dims.size(); ++i) n *= dims[i];
+  for (std::size_t i = 0; i + 1 < dims.size(); ++i) n = checked_mul(n, dims[i]);
   return n;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,22 @@ std::span<const EnumName<DType>> float_dtype_names();
 // A floating dtype by any of its names ("fp32", "f32", "bf16", "fp16", "f16"); the error lists them.
 Result<DType> parse_float_dtype(std::string_view name);
 
+// A model or graph the user described is inconsistent (shape mismatch, bad config).
+struct GraphError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+// Sizes that multiply past what a tensor may hold: the model cannot be represented at these
+// sizes (a batch, sequence or width too large), as opposed to being inconsistent.
+struct SizeError : GraphError {
+  using GraphError::GraphError;
+};
+
+// The most bytes one tensor may hold: the planner's limit on one buffer (planner/allocation_problem.h).
+inline constexpr Bytes kMaxTensorBytes = Bytes{1} << 60;
+
+// a * b for sizes (both >= 0); throws SizeError when the product does not fit in 64 bits.
+std::int64_t checked_mul(std::int64_t a, std::int64_t b);
+
 struct Shape {
   std::vector<std::int64_t> dims;
 
@@ -41,7 +58,9 @@ struct Shape {
 
   int rank() const { return static_cast<int>(dims.size()); }
   std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
-  std::int64_t numel() const;  // 1 for a scalar (rank 0)
+  // 1 for a scalar (rank 0). Throws SizeError when the product does not fit in 64 bits (never for
+  // a tensor of a graph: Graph::add_tensor refuses those).
+  std::int64_t numel() const;
   // Product of all dims but the last (the "rows" of a row-major matrix view).
   std::int64_t rows() const;
   std::int64_t cols() const { return dims.empty() ? 1 : dims.back(); }

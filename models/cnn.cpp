@@ -54,7 +54,7 @@ graph::Graph build_cnn(const CnnConfig& config, std::int64_t batch, bool trainin
   CnnBuilder net(g, config, training);
   graph::Builder& b = net.b();
   const std::int64_t B = batch, C = config.in_channels, S = config.image;
-  const TensorId x = b.input("x", {B, C * S * S});
+  const TensorId x = b.input("x", {B, graph::checked_mul(graph::checked_mul(C, S), S)});
   const TensorId labels = b.input("labels", {B}, graph::DType::i32);
 
   TensorId h = b.reshape(x, {B, C, S, S}, "x.image");

@@ -49,7 +49,7 @@ class Encoder {
     att = b_.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), n + ".scaled");
     att = b_.dropout(b_.softmax(att, /*causal=*/false, n + ".probs"), e_.dropout, n + ".drop");
     TensorId y = b_.batched_matmul(att, v, false, false, n + ".values");
-    y = b_.reshape(b_.permute(y, {0, 2, 1, 3}, n + ".merge"), {B * T, C}, n + ".merged");
+    y = b_.reshape(b_.permute(y, {0, 2, 1, 3}, n + ".merge"), {graph::checked_mul(B, T), C}, n + ".merged");
     return b_.dropout(linear(y, n + ".output", C, C), e_.dropout, n + ".output.drop");
   }
 
@@ -75,7 +75,7 @@ class Encoder {
   // x [B, T*C] + table[rows, C] (its first T rows), broadcast over the batch.
   TensorId add_positions(TensorId x, TensorId table, std::int64_t rows, const std::string& name) {
     const TensorId used = rows == T ? table : b_.slice(table, 0, 0, T, name + ".used");
-    return b_.bias_add(x, b_.reshape(used, {T * C}, name + ".flat"), name);
+    return b_.bias_add(x, b_.reshape(used, {graph::checked_mul(T, C)}, name + ".flat"), name);
   }
 
  private:
@@ -102,15 +102,15 @@ graph::Graph build_bert(const BertConfig& config, std::int64_t batch) {
   const float eps = 1e-12f;
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
   const TensorId types = b.input("token_type", {B, T}, graph::DType::i32);
-  const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {graph::checked_mul(B, T)}, graph::DType::i32);
   const TensorId words = enc.param("embeddings.word_embeddings.weight", {V, C}, kWeightInit);
   const TensorId positions = enc.param("embeddings.position_embeddings.weight", {config.max_positions, C}, kWeightInit);
   const TensorId type_table = enc.param("embeddings.token_type_embeddings.weight", {config.token_types, C}, kWeightInit);
   TensorId h = b.add(b.embedding(x, words, "embeddings.words"), b.embedding(types, type_table, "embeddings.types"),
                      "embeddings.sum");  // [B, T, C]
-  h = enc.add_positions(b.reshape(h, {B, T * C}, "embeddings.flat"), positions, config.max_positions,
+  h = enc.add_positions(b.reshape(h, {B, graph::checked_mul(T, C)}, "embeddings.flat"), positions, config.max_positions,
                         "embeddings.positions");
-  h = enc.layer_norm(b.reshape(h, {B * T, C}, "embeddings.rows"), "embeddings.LayerNorm", eps);
+  h = enc.layer_norm(b.reshape(h, {graph::checked_mul(B, T), C}, "embeddings.rows"), "embeddings.LayerNorm", eps);
   h = b.dropout(h, e.dropout, "embeddings.drop");
   h = enc.stack(h, /*pre_norm=*/false, eps);
   // MLM head: dense + GELU + LN, then the decoder tied to the word embeddings, with its own bias.
@@ -129,20 +129,20 @@ graph::Graph build_vit(const VitConfig& config, std::int64_t batch) {
     throw graph::GraphError("vit: image size " + std::to_string(S) + " is not a positive multiple of the patch " +
                             std::to_string(P));
   }
-  const std::int64_t N = (S / P) * (S / P);  // patches
+  const std::int64_t N = graph::checked_mul(S / P, S / P);  // patches
   const std::int64_t T = N + 1;              // plus the class token
   check_encoder(e, batch, T);
   graph::Graph g;
   graph::Builder b(g);
   Encoder enc(b, e, batch, T);
   const std::int64_t B = batch, C = e.width, CH = config.channels;
-  const TensorId x = b.input("x", {B, CH * S * S}, e.dtype);
+  const TensorId x = b.input("x", {B, graph::checked_mul(graph::checked_mul(CH, S), S)}, e.dtype);
   const TensorId labels = b.input("labels", {B}, graph::DType::i32);
   // Patch embedding: a PxP convolution with stride P, then bias per channel.
   const TensorId w = enc.param("patch_embed.proj.weight", {C, CH, P, P}, kWeightInit);
   TensorId h = b.conv2d(b.reshape(x, {B, CH, S, S}, "x.image"), w, P, 0, "patch_embed.proj");  // [B, C, S/P, S/P]
   h = b.permute(b.reshape(h, {B, C, N}, "patch_embed.flat"), {0, 2, 1}, "patch_embed.tokens");    // [B, N, C]
-  h = b.bias_add(b.reshape(h, {B * N, C}, "patch_embed.rows"), enc.param("patch_embed.proj.bias", {C}, kZeros),
+  h = b.bias_add(b.reshape(h, {graph::checked_mul(B, N), C}, "patch_embed.rows"), enc.param("patch_embed.proj.bias", {C}, kZeros),
                  "patch_embed");
   // The class token, broadcast over the batch (zeros + cls), in front of the patches.
   graph::OpAttrs zeros;
@@ -154,10 +154,10 @@ graph::Graph build_vit(const VitConfig& config, std::int64_t batch) {
   const TensorId cls = b.bias_add(base, enc.param("cls_token", {C}, kWeightInit), "cls_token.batch");
   h = b.concat(b.reshape(cls, {B, 1, C}, "cls_token.view"), b.reshape(h, {B, N, C}, "patch_embed.view"), 1,
                "tokens");  // [B, T, C]
-  h = enc.add_positions(b.reshape(h, {B, T * C}, "tokens.flat"), enc.param("pos_embed", {T, C}, kWeightInit), T,
+  h = enc.add_positions(b.reshape(h, {B, graph::checked_mul(T, C)}, "tokens.flat"), enc.param("pos_embed", {T, C}, kWeightInit), T,
                         "pos_embed.add");
   h = b.dropout(h, e.dropout, "pos_drop");
-  h = enc.stack(b.reshape(h, {B * T, C}, "tokens.rows"), /*pre_norm=*/true, 1e-6f);
+  h = enc.stack(b.reshape(h, {graph::checked_mul(B, T), C}, "tokens.rows"), /*pre_norm=*/true, 1e-6f);
   h = enc.layer_norm(h, "norm", 1e-6f);
   h = b.reshape(b.slice(b.reshape(h, {B, T, C}, "norm.view"), 1, 0, 1, "cls_out"), {B, C}, "cls_out.rows");
   g.output = enc.linear(h, "head", config.classes, C);  // [B, classes]

@@ -1,8 +1,13 @@
 #include "memplan/models/fashion_mnist.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <utility>
+
+#include "memplan/common/input_file.h"
 
 namespace memplan::models {
 namespace {
@@ -19,29 +24,96 @@ constexpr std::uint32_t kMaxSide = 4096;
 
 }  // namespace
 
-Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path) {
-  // gzread reads plain files transparently, so one path serves both forms.
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) return Error{"cannot open '" + path + "'"};
-  std::vector<std::uint8_t> data;
-  std::uint8_t chunk[1 << 16];
-  for (;;) {
-    const int n = gzread(file, chunk, sizeof(chunk));
-    if (n < 0) {
-      int code = 0;
-      std::string message = gzerror(file, &code);
-      gzclose(file);
-      return Error{"'" + path + "' is corrupt: " + message};
+namespace {
+
+// zlib over a file InputFile opened (so only a regular file of bounded size is read). gzread
+// reads plain files transparently, so one path serves both forms.
+class GzReader {
+ public:
+  static Result<GzReader> open(const std::string& path, Bytes max_file_bytes) {
+    Result<InputFile> file = InputFile::open(path, max_file_bytes, "IDX file");
+    if (!file) return file.error();
+    const int fd = ::dup(file.value().fd());
+    gzFile gz = fd < 0 ? nullptr : gzdopen(fd, "rb");
+    if (gz == nullptr) {
+      if (fd >= 0) ::close(fd);
+      return Error{"cannot open '" + path + "'"};
     }
-    if (n == 0) break;
-    data.insert(data.end(), chunk, chunk + n);
+    return GzReader(path, gz);
   }
+  GzReader(GzReader&& other) noexcept : path_(std::move(other.path_)), gz_(std::exchange(other.gz_, nullptr)) {}
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  GzReader& operator=(GzReader&&) = delete;
+  ~GzReader() {
+    if (gz_ != nullptr) gzclose(gz_);
+  }
+
+  // Appends up to `n` bytes to `out`; fewer only at the end of the stream.
+  Status read(std::size_t n, std::vector<std::uint8_t>& out) {
+    while (n > 0) {
+      const std::size_t start = out.size();
+      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n, std::size_t{1} << 20));
+      out.resize(start + chunk);
+      const int got = gzread(gz_, out.data() + start, chunk);
+      if (got < 0) {
+        int code = 0;
+        const std::string message = gzerror(gz_, &code);
+        out.resize(start);
+        return Error{"'" + path_ + "' is corrupt: " + message};
+      }
+      out.resize(start + static_cast<std::size_t>(got));
+      if (got == 0) break;
+      n -= static_cast<std::size_t>(got);
+    }
+    return Status::success();
+  }
+
   // A truncated gzip stream ends without an error from gzread on some zlib versions; gzclose
   // reports it.
-  const int close_status = gzclose(file);
-  if (close_status != Z_OK) {
-    return Error{"'" + path + "' is truncated or corrupt (gzip stream did not end cleanly)"};
+  Status close() {
+    const int status = gzclose(std::exchange(gz_, nullptr));
+    if (status != Z_OK) return Error{"'" + path_ + "' is truncated or corrupt (gzip stream did not end cleanly)"};
+    return Status::success();
   }
+
+ private:
+  GzReader(std::string path, gzFile gz) : path_(std::move(path)), gz_(gz) {}
+  std::string path_;
+  gzFile gz_ = nullptr;
+};
+
+}  // namespace
+
+Result<std::vector<std::uint8_t>> read_idx_file(const std::string& path, std::uint32_t magic) {
+  Result<GzReader> opened = GzReader::open(path, kMaxIdxFileBytes);
+  if (!opened) return opened.error();
+  GzReader& reader = opened.value();
+  // The header (magic, then one big-endian count per dimension) announces the size; nothing
+  // more than that is read, and the stream must end there.
+  const std::size_t dims = magic & 0xff;
+  const std::size_t header_bytes = 4 + 4 * dims;
+  std::vector<std::uint8_t> data;
+  if (Status s = reader.read(header_bytes, data); !s) return s.error();
+  const std::string kind = magic == kImagesMagic ? "image" : "label";
+  if (data.size() < header_bytes) {
+    return Error{"'" + path + "' is too short for an IDX " + kind + " header (" + std::to_string(data.size()) +
+                 " bytes, need " + std::to_string(header_bytes) + ")"};
+  }
+  if (read_be32(data.data()) != magic) return Error{"'" + path + "' is not an IDX " + kind + " file (bad magic number)"};
+  std::uint64_t payload = 1;
+  for (std::size_t d = 0; d < dims; ++d) {
+    // Each extent is below 2^32 and the product so far at most kMaxIdxFileBytes: no overflow.
+    payload *= read_be32(data.data() + 4 + 4 * d);
+    if (payload > static_cast<std::uint64_t>(kMaxIdxFileBytes)) {
+      return Error{"'" + path + "': its header announces more than " + describe_bytes(kMaxIdxFileBytes) +
+                   " of data, more than an IDX file may hold"};
+    }
+  }
+  const std::uint64_t announced = header_bytes + payload;
+  // Read one byte past what was announced, so trailing data shows (parse_idx_pair names it).
+  if (Status s = reader.read(static_cast<std::size_t>(announced) + 1 - header_bytes, data); !s) return s.error();
+  if (Status s = reader.close(); !s) return s.error();
   return data;
 }
 
@@ -109,7 +181,8 @@ Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split) {
   auto locate = [&](const std::string& base) -> std::string {
     for (const std::string& name : {base + ".gz", base}) {
       std::error_code ec;
-      if (fs::is_regular_file(fs::path(dir) / name, ec)) return (fs::path(dir) / name).string();
+      // Any entry by that name: the reader refuses what is not a regular file, and says so.
+      if (fs::exists(fs::path(dir) / name, ec)) return (fs::path(dir) / name).string();
     }
     return {};
   };
@@ -121,9 +194,9 @@ Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split) {
                  "-labels-idx1-ubyte[.gz]). Install it with 'apt-get install dataset-fashion-mnist' "
                  "or point --data at a folder holding the IDX files."};
   }
-  auto images = read_maybe_gzipped(images_path);
+  auto images = read_idx_file(images_path, kImagesMagic);
   if (!images) return images.error();
-  auto labels = read_maybe_gzipped(labels_path);
+  auto labels = read_idx_file(labels_path, kLabelsMagic);
   if (!labels) return labels.error();
   return parse_idx_pair(images.value(), labels.value(), images_path, labels_path);
 }

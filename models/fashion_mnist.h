@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan::models {
 
@@ -26,8 +27,15 @@ enum class Split { train, test };
 
 Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split);
 
-// Low-level readers, exposed for tests and fuzzing. `what` names the file in messages.
-Result<std::vector<std::uint8_t>> read_maybe_gzipped(const std::string& path);
+// An IDX file (plain or gzipped, decompressed) may hold at most this: Fashion-MNIST's largest is
+// 47 MB.
+inline constexpr Bytes kMaxIdxFileBytes = Bytes{1} << 30;
+
+// Low-level readers, exposed for tests and fuzzing.
+// The decompressed bytes of the IDX file `path` (plain or gzipped; a regular file only,
+// common/input_file.h) whose magic number must be `magic`: the header is read first, and no more
+// than the size it announces (plus one byte, so parse_idx_pair sees trailing data).
+Result<std::vector<std::uint8_t>> read_idx_file(const std::string& path, std::uint32_t magic);
 Result<ImageDataset> parse_idx_pair(const std::vector<std::uint8_t>& images,
                                     const std::vector<std::uint8_t>& labels,
                                     const std::string& images_name, const std::string& labels_name);

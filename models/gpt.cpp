@@ -51,15 +51,15 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
   };
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
-  const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {graph::checked_mul(B, T)}, graph::DType::i32);
   const TensorId wte = b.parameter("wte.weight", {V, C}, w_init, dt);
   const TensorId wpe_table = b.parameter("wpe.weight", {P, C}, w_init, dt);
   const TensorId wpe = P == T ? wpe_table : b.slice(wpe_table, 0, 0, T, "wpe.used");
 
   // Position embeddings broadcast over the batch: [B, T*C] + [T*C].
   const TensorId tok = b.embedding(x, wte, "tok_emb");  // [B, T, C]
-  TensorId h = b.bias_add(b.reshape(tok, {B, T * C}, "tok_emb.flat"), b.reshape(wpe, {T * C}, "wpe.flat"), "emb");
-  h = b.reshape(b.dropout(h, p, "emb.drop"), {B * T, C}, "residual0");  // the residual stream [B*T, C]
+  TensorId h = b.bias_add(b.reshape(tok, {B, graph::checked_mul(T, C)}, "tok_emb.flat"), b.reshape(wpe, {graph::checked_mul(T, C)}, "wpe.flat"), "emb");
+  h = b.reshape(b.dropout(h, p, "emb.drop"), {graph::checked_mul(B, T), C}, "residual0");  // the residual stream [B*T, C]
 
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string n = "h." + std::to_string(l);
@@ -76,13 +76,13 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
     att = b.softmax(att, /*causal=*/true, n + ".attn.probs");
     att = b.dropout(att, p, n + ".attn.drop");
     TensorId y = b.batched_matmul(att, vh, false, false, n + ".attn.values");  // [B, NH, T, HD]
-    y = b.reshape(b.permute(y, {0, 2, 1, 3}, n + ".attn.merge"), {B * T, C}, n + ".attn.merged");
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, n + ".attn.merge"), {graph::checked_mul(B, T), C}, n + ".attn.merged");
     const Linear proj = linear_params(n + ".attn.proj", C, C, proj_init);
     y = b.dropout(b.linear(y, proj.weight, proj.bias, n + ".attn.proj"), p, n + ".attn.proj.drop");
     h = b.add(h, y, n + ".residual1");
     // MLP
-    const Linear fc = linear_params(n + ".mlp.fc", 4 * C, C, w_init);
-    const Linear out = linear_params(n + ".mlp.proj", C, 4 * C, proj_init);
+    const Linear fc = linear_params(n + ".mlp.fc", graph::checked_mul(4, C), C, w_init);
+    const Linear out = linear_params(n + ".mlp.proj", C, graph::checked_mul(4, C), proj_init);
     TensorId m = b.gelu(b.linear(layer_norm(h, n + ".ln_2"), fc.weight, fc.bias, n + ".mlp.fc"), n + ".mlp.gelu");
     m = b.dropout(b.linear(m, out.weight, out.bias, n + ".mlp.proj"), p, n + ".mlp.drop");
     h = b.add(h, m, n + ".residual2");

@@ -34,17 +34,17 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   };
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
-  const TensorId labels = b.input("labels", {B * T}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {graph::checked_mul(B, T)}, graph::DType::i32);
   const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
-  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {B * T, C}, "residual0");  // [B*T, C]
+  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {graph::checked_mul(B, T), C}, "residual0");  // [B*T, C]
 
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string n = "layers." + std::to_string(l);
     const std::string a = n + ".self_attn";
     const TensorId a_in = norm(h, n + ".input_layernorm");
-    TensorId q = split_heads(b.matmul(a_in, weight(a + ".q_proj", NH * HD, C), false, true, a + ".q"), NH, a + ".q");
-    TensorId k = split_heads(b.matmul(a_in, weight(a + ".k_proj", NKV * HD, C), false, true, a + ".k"), NKV, a + ".k");
-    TensorId v = split_heads(b.matmul(a_in, weight(a + ".v_proj", NKV * HD, C), false, true, a + ".v"), NKV, a + ".v");
+    TensorId q = split_heads(b.matmul(a_in, weight(a + ".q_proj", graph::checked_mul(NH, HD), C), false, true, a + ".q"), NH, a + ".q");
+    TensorId k = split_heads(b.matmul(a_in, weight(a + ".k_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".k"), NKV, a + ".k");
+    TensorId v = split_heads(b.matmul(a_in, weight(a + ".v_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".v"), NKV, a + ".v");
     q = b.rotary(q, config.rope_base, a + ".q.rope");
     k = b.repeat_heads(b.rotary(k, config.rope_base, a + ".k.rope"), NH / NKV, a + ".k.repeat");
     v = b.repeat_heads(v, NH / NKV, a + ".v.repeat");
@@ -52,7 +52,7 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     att = b.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), a + ".scaled");
     att = b.softmax(att, /*causal=*/true, a + ".probs");
     TensorId y = b.batched_matmul(att, v, false, false, a + ".values");  // [B, NH, T, HD]
-    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {B * T, C}, a + ".merged");
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), C}, a + ".merged");
     y = b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o");
     h = b.add(h, y, n + ".residual1");
     // SwiGLU MLP: down(silu(gate(x)) * up(x))

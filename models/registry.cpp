@@ -44,18 +44,27 @@ TrainDefaults train_defaults(const std::string& model) {
   return {};
 }
 
+graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch) {
+  if (options.name == "mlp") return build_mlp(options.mlp, batch);
+  if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
+  if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);
+  if (find_zoo_model(options.name) != nullptr) return build_zoo_forward_or_throw(options.name, batch, options.zoo);
+  std::string known;
+  for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
+  throw graph::GraphError("unknown model '" + options.name + "' (models: " + known + ")");
+}
+
 Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t batch) {
+  if (find_model(options.name) == nullptr) {
+    std::string known;
+    for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
+    return Error{"unknown model '" + options.name + "' (models: " + known + ")"};
+  }
   try {
-    if (options.name == "mlp") return build_mlp(options.mlp, batch);
-    if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
-    if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);
-    if (find_zoo_model(options.name) != nullptr) return build_zoo_forward(options.name, batch, options.zoo);
+    return build_forward_or_throw(options, batch);
   } catch (const graph::GraphError& e) {
     return Error{"model '" + options.name + "': " + e.what()};
   }
-  std::string known;
-  for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
-  return Error{"unknown model '" + options.name + "' (models: " + known + ")"};
 }
 
 }  // namespace memplan::models

@@ -51,5 +51,8 @@ TrainDefaults train_defaults(const std::string& model);
 // The forward graph (with loss and output) for `batch` samples, or an Error naming what is wrong
 // with the options.
 Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t batch);
+// The same, throwing graph::GraphError instead (graph::SizeError when the sizes cannot be
+// represented): for callers that tell a model too large from an inconsistent one.
+graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch);
 
 }  // namespace memplan::models

@@ -54,7 +54,7 @@ graph::Graph build_resnet(const ResnetConfig& config, std::int64_t batch) {
   ResnetBuilder net(g, config.dtype);
   graph::Builder& b = net.b();
   const std::int64_t B = batch, CH = config.channels, S = config.image;
-  const TensorId x = b.input("x", {B, CH * S * S}, config.dtype);
+  const TensorId x = b.input("x", {B, graph::checked_mul(graph::checked_mul(CH, S), S)}, config.dtype);
   const TensorId labels = b.input("labels", {B}, graph::DType::i32);
   TensorId h = b.reshape(x, {B, CH, S, S}, "x.image");
   h = b.relu(net.conv_bn(h, CH, 64, 7, 2, "conv1", "bn1"), "relu");

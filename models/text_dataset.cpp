@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
+#include <optional>
+#include <utility>
 
+#include "memplan/common/input_file.h"
 #include "memplan/common/rng.h"
 
 namespace memplan::models {
@@ -55,10 +55,19 @@ Result<std::string> read_fortunes(const std::string& dir) {
   std::sort(files.begin(), files.end());
   std::string text;
   for (const fs::path& path : files) {
-    std::ifstream in(path);
-    if (!in) return Error{"cannot read '" + path.string() + "'"};
-    std::string line;
-    while (std::getline(in, line)) text += line == "%" ? "\n" : line + "\n";
+    Result<InputFile> file = InputFile::open(path.string(), kMaxTextBytes, "text file");
+    if (!file) return file.error();
+    for (;;) {
+      // No line is longer than the whole corpus may be; the total is checked as it grows.
+      Result<std::optional<std::string>> line = file.value().read_line(static_cast<std::size_t>(kMaxTextBytes));
+      if (!line) return line.error();
+      if (!line.value()) break;
+      text += *line.value() == "%" ? "\n" : *line.value() + "\n";
+      if (static_cast<Bytes>(text.size()) > kMaxTextBytes) {
+        return Error{"the text files in '" + dir + "' hold more than " + describe_bytes(kMaxTextBytes) +
+                     ", the most memplan reads as a corpus"};
+      }
+    }
   }
   if (text.empty()) return Error{"no text files in '" + dir + "'"};
   return text;
@@ -68,13 +77,12 @@ Result<std::string> read_text(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) return read_fortunes(path);
-  if (!fs::is_regular_file(path, ec)) {
+  if (!fs::exists(path, ec)) {
     return Error{"no text file or folder '" + path + "' (install Debian's fortunes package: apt-get install fortunes, or pass --data FILE)"};
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read '" + path + "'"};
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Error{"cannot read '" + path + "'"};
+  Result<std::string> read = read_regular_file(path, kMaxTextBytes, "text file");
+  if (!read) return read.error();
+  std::string text = std::move(read).value();
   if (text.empty()) return Error{"'" + path + "' is empty"};
   return text;
 }

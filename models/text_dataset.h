@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "memplan/common/result.h"
+#include "memplan/common/types.h"
 
 namespace memplan::models {
 
 inline constexpr const char* kFortunesDefaultDir = "/usr/share/games/fortunes";
+// The most text read as a corpus (fortunes are 5 MB); every byte becomes a 4-byte token id.
+inline constexpr Bytes kMaxTextBytes = Bytes{256} << 20;
 
 struct TextDataset {
   std::vector<unsigned char> vocab;  // id -> byte, ascending
@@ -30,7 +33,8 @@ Result<TextDataset> make_text_dataset(const std::string& text, std::int64_t min_
 // in name order, dropping the '%' separator lines. Error naming the folder if nothing is there.
 Result<std::string> read_fortunes(const std::string& dir);
 
-// The text at `path`: a folder is read as fortunes (above), a regular file as it is.
+// The text at `path`: a folder is read as fortunes (above), a regular file as it is; anything
+// else (a pipe, a device) and more than kMaxTextBytes are refused.
 Result<std::string> read_text(const std::string& path);
 
 // Fills x [batch, T] and labels [batch*T] (x shifted by one) from windows of `tokens` starting at

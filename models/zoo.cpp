@@ -85,51 +85,55 @@ const ZooModel* find_zoo_model(const std::string& name) {
   return nullptr;
 }
 
-Result<graph::Graph> build_zoo_forward(const std::string& name, std::int64_t batch, const ZooOptions& options) {
+graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t batch, const ZooOptions& options) {
   const ZooModel* model = find_zoo_model(name);
   if (model == nullptr) {
     std::string known;
     for (const std::string& n : zoo_model_names()) known += (known.empty() ? "" : ", ") + n;
-    return Error{"unknown zoo model '" + name + "' (zoo: " + known + ")"};
+    throw graph::GraphError("unknown zoo model '" + name + "' (zoo: " + known + ")");
   }
   const std::int64_t seq = options.seq > 0 ? options.seq : model->default_seq;
   const std::int64_t image = options.image_size > 0 ? options.image_size : model->default_image;
-  if (!graph::is_floating(options.dtype)) return Error{"the zoo's dtype must be fp32, bf16 or fp16"};
-  try {
-    if (name.rfind("gpt2", 0) == 0) {
-      GptConfig c = name == "gpt2"          ? gpt2(12, 768, 12)
-                    : name == "gpt2-medium" ? gpt2(24, 1024, 16)
-                    : name == "gpt2-large"  ? gpt2(36, 1280, 20)
-                                            : gpt2(48, 1600, 25);
-      c.context = seq;
-      c.dtype = options.dtype;
-      return build_gpt(c, batch);
-    }
-    if (name == "llama-1b" || name == "llama2-7b") {
-      LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
-      c.context = seq;
-      c.dtype = options.dtype;
-      return build_llama(c, batch);
-    }
-    if (name == "bert-base") {
-      BertConfig c;
-      c.seq = seq;
-      c.encoder.dtype = options.dtype;
-      return build_bert(c, batch);
-    }
-    if (name == "vit-b16") {
-      VitConfig c;
-      c.image = image;
-      c.encoder.dropout = 0.0f;  // timm's ViT-B/16 default
-      c.encoder.dtype = options.dtype;
-      return build_vit(c, batch);
-    }
-    ResnetConfig c;
-    c.image = image;
+  if (!graph::is_floating(options.dtype)) throw graph::GraphError("the zoo's dtype must be fp32, bf16 or fp16");
+  if (name.rfind("gpt2", 0) == 0) {
+    GptConfig c = name == "gpt2"          ? gpt2(12, 768, 12)
+                  : name == "gpt2-medium" ? gpt2(24, 1024, 16)
+                  : name == "gpt2-large"  ? gpt2(36, 1280, 20)
+                                          : gpt2(48, 1600, 25);
+    c.context = seq;
     c.dtype = options.dtype;
-    return build_resnet(c, batch);
+    return build_gpt(c, batch);
+  }
+  if (name == "llama-1b" || name == "llama2-7b") {
+    LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
+    c.context = seq;
+    c.dtype = options.dtype;
+    return build_llama(c, batch);
+  }
+  if (name == "bert-base") {
+    BertConfig c;
+    c.seq = seq;
+    c.encoder.dtype = options.dtype;
+    return build_bert(c, batch);
+  }
+  if (name == "vit-b16") {
+    VitConfig c;
+    c.image = image;
+    c.encoder.dropout = 0.0f;  // timm's ViT-B/16 default
+    c.encoder.dtype = options.dtype;
+    return build_vit(c, batch);
+  }
+  ResnetConfig c;
+  c.image = image;
+  c.dtype = options.dtype;
+  return build_resnet(c, batch);
+}
+
+Result<graph::Graph> build_zoo_forward(const std::string& name, std::int64_t batch, const ZooOptions& options) {
+  try {
+    return build_zoo_forward_or_throw(name, batch, options);
   } catch (const graph::GraphError& e) {
-    return Error{"model '" + name + "': " + e.what()};
+    return Error{find_zoo_model(name) == nullptr ? std::string(e.what()) : "model '" + name + "': " + e.what()};
   }
 }
 

@@ -36,5 +36,7 @@ const ZooModel* find_zoo_model(const std::string& name);  // nullptr when not a 
 // what is wrong (unknown model, a sequence longer than its positions, an image size that does
 // not divide into patches).
 Result<graph::Graph> build_zoo_forward(const std::string& name, std::int64_t batch, const ZooOptions& options);
+// The same, throwing graph::GraphError (graph::SizeError for sizes that cannot be represented).
+graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t batch, const ZooOptions& options);
 
 }  // namespace memplan::models

@@ -1,5 +1,7 @@
 #include "memplan/planner/fit.h"
 
+#include "memplan/planner/step_size.h"
+
 #include <algorithm>
 #include <string>
 
@@ -57,6 +59,9 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
   if (!answer.fits && std::find(strategies.begin(), strategies.end(), request.checkpoint) == strategies.end()) {
     strategies.push_back(request.checkpoint);
   }
+  // Batches whose step cannot be represented are not candidates (planner/step_size.h).
+  const std::int64_t batch_limit =
+      strategies.empty() ? 1 : std::max<std::int64_t>(largest_representable_batch(question.step, question.max_batch_limit), 1);
   for (CheckpointStrategy strategy : strategies) {
     StrategyMaxBatch row{strategy, 0, 0};
     if (!persistent_too_big) {
@@ -70,7 +75,7 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
         if (!p) return p.error();
         return p.value().fits;
       };
-      auto search = search_max_batch(fits_at, question.max_batch_limit);
+      auto search = search_max_batch(fits_at, batch_limit);
       if (!search) return search.error();
       row.max_batch = search.value().max_batch;
       row.steps_planned = search.value().probes;

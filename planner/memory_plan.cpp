@@ -81,6 +81,12 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     }
   }
 
+  // Sizes a step description let through (planner/step_size.h) can still add up past what one
+  // arena holds once checkpointing recomputes activations: that is an answer, not a solver bug.
+  if (Status s = check_problem(transient); !s) {
+    return Error{"the step cannot be planned in one arena: " + s.error().message +
+                 "; a smaller batch, sequence length or image size, or another checkpoint strategy, may fit"};
+  }
   if (give_up_at && next + lower_bound_bytes(transient) >= *give_up_at) {
     plan.transient_lower_bound_bytes = lower_bound_bytes(transient);
     plan.lower_bound_bytes = plan.persistent_bytes + plan.transient_lower_bound_bytes;

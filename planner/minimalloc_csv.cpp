@@ -1,14 +1,12 @@
 #include "memplan/planner/minimalloc_csv.h"
 
-
 #include <array>
 #include <charconv>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <unordered_set>
+
+#include "memplan/common/input_file.h"
 
 namespace memplan::planner {
 
@@ -93,98 +91,124 @@ bool has_binary_bytes(std::string_view line) {
 
 }  // namespace
 
-Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_view source) {
+namespace {
+
+// Builds the problem one line at a time, so a file is checked as it is read and the first bad
+// line stops the reading.
+class CsvBuilder {
+ public:
+  explicit CsvBuilder(std::string_view source) : source_(source) { position.fill(-1); }
+
+  Status add_line(std::string_view line, std::size_t line_number) {
+    const LineError error(source_, line_number);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.size() > kMaxCsvLineBytes) {
+    return error("line is longer than " + std::to_string(kMaxCsvLineBytes) + " bytes");
+  }
+  if (has_binary_bytes(line)) return error("line contains control or binary bytes");
+  if (trim(line).empty()) return Status::success();  // blank lines (e.g. a trailing one) carry nothing
+  const std::vector<std::string_view> fields = split_fields(line);
+  if (!have_header) {
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      std::size_t c = 0;
+      while (c < kColumnCount && kColumnNames[c] != fields[i]) ++c;
+      if (c == kColumnCount) {
+        return error("unknown column '" + std::string(fields[i]) +
+                     "' in header (expected id,lower,upper,size[,offset])");
+      }
+      if (position[c] >= 0) return error("column '" + std::string(fields[i]) + "' appears twice in header");
+      position[c] = int(i);
+    }
+    for (std::size_t c = 0; c < kOffset; ++c) {
+      if (position[c] < 0) {
+        return error("header lacks column '" + std::string(kColumnNames[c]) +
+                     "' (expected id,lower,upper,size[,offset])");
+      }
+    }
+    columns = fields.size();
+    have_header = true;
+    return Status::success();
+  }
+  if (fields.size() != columns) {
+    return error("expected " + std::to_string(columns) + " fields, found " + std::to_string(fields.size()));
+  }
+  BufferSpec buffer;
+  buffer.id = std::string(fields[std::size_t(position[kId])]);
+  if (buffer.id.empty()) return error("column 'id' is empty");
+  std::array<std::int64_t, kColumnCount> value{};
+  for (std::size_t c = kLower; c < kColumnCount; ++c) {
+    if (position[c] < 0) continue;
+    Result<std::int64_t> parsed = parse_int(fields[std::size_t(position[c])], kColumnNames[c], error);
+    if (!parsed) return parsed.error();
+    value[c] = parsed.value();
+  }
+  if (value[kSize] <= 0) return error("size " + std::to_string(value[kSize]) + " must be positive");
+  if (value[kSize] > kMaxSize) return error("size " + std::to_string(value[kSize]) + " exceeds 2^60");
+  total_size += value[kSize];  // each at most 2^60 and the total at most 2^62 so far: no overflow
+  if (total_size > kMaxTotalSize) return error("the sizes up to here add up to more than 2^62 bytes");
+  if (value[kUpper] <= value[kLower]) {
+    return error("upper " + std::to_string(value[kUpper]) + " must be greater than lower " +
+                 std::to_string(value[kLower]) + " (lifetimes are [lower, upper))");
+  }
+  if (position[kOffset] >= 0 && (value[kOffset] < 0 || value[kOffset] > kMaxSize)) {
+    return error("offset " + std::to_string(value[kOffset]) + " is out of range [0, 2^60]");
+  }
+  if (!ids.insert(buffer.id).second) return error("duplicate id '" + buffer.id + "'");
+  buffer.first_op = value[kLower];
+  buffer.end_op = value[kUpper];
+  buffer.size_bytes = value[kSize];
+  csv.problem.buffers.push_back(std::move(buffer));
+  offsets.push_back(value[kOffset]);
+    return Status::success();
+  }
+
+  Result<MinimallocCsv> finish() {
+    if (!have_header) {
+      return Error{std::string(source_) + ":1: missing header (expected id,lower,upper,size[,offset])"};
+    }
+    if (position[kOffset] >= 0) csv.offsets = std::move(offsets);
+    return std::move(csv);
+  }
+
+ private:
+  std::string_view source_;
   MinimallocCsv csv;
   std::array<int, kColumnCount> position;
-  position.fill(-1);
   std::size_t columns = 0;
   bool have_header = false;
   std::unordered_set<std::string> ids;
   std::vector<Offset> offsets;
   std::int64_t total_size = 0;
+};
+
+}  // namespace
+
+Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_view source) {
+  CsvBuilder builder(source);
   std::size_t line_number = 0;
   std::size_t cursor = 0;
   while (cursor < text.size()) {
     std::size_t newline = text.find('\n', cursor);
     if (newline == std::string_view::npos) newline = text.size();
-    std::string_view line = text.substr(cursor, newline - cursor);
+    const std::string_view line = text.substr(cursor, newline - cursor);
     cursor = newline + 1;
-    ++line_number;
-    const LineError error(source, line_number);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.size() > kMaxCsvLineBytes) {
-      return error("line is longer than " + std::to_string(kMaxCsvLineBytes) + " bytes");
-    }
-    if (has_binary_bytes(line)) return error("line contains control or binary bytes");
-    if (trim(line).empty()) continue;  // blank lines (e.g. a trailing one) carry nothing
-    const std::vector<std::string_view> fields = split_fields(line);
-    if (!have_header) {
-      for (std::size_t i = 0; i < fields.size(); ++i) {
-        std::size_t c = 0;
-        while (c < kColumnCount && kColumnNames[c] != fields[i]) ++c;
-        if (c == kColumnCount) {
-          return error("unknown column '" + std::string(fields[i]) +
-                       "' in header (expected id,lower,upper,size[,offset])");
-        }
-        if (position[c] >= 0) return error("column '" + std::string(fields[i]) + "' appears twice in header");
-        position[c] = int(i);
-      }
-      for (std::size_t c = 0; c < kOffset; ++c) {
-        if (position[c] < 0) {
-          return error("header lacks column '" + std::string(kColumnNames[c]) +
-                       "' (expected id,lower,upper,size[,offset])");
-        }
-      }
-      columns = fields.size();
-      have_header = true;
-      continue;
-    }
-    if (fields.size() != columns) {
-      return error("expected " + std::to_string(columns) + " fields, found " + std::to_string(fields.size()));
-    }
-    BufferSpec buffer;
-    buffer.id = std::string(fields[std::size_t(position[kId])]);
-    if (buffer.id.empty()) return error("column 'id' is empty");
-    std::array<std::int64_t, kColumnCount> value{};
-    for (std::size_t c = kLower; c < kColumnCount; ++c) {
-      if (position[c] < 0) continue;
-      Result<std::int64_t> parsed = parse_int(fields[std::size_t(position[c])], kColumnNames[c], error);
-      if (!parsed) return parsed.error();
-      value[c] = parsed.value();
-    }
-    if (value[kSize] <= 0) return error("size " + std::to_string(value[kSize]) + " must be positive");
-    if (value[kSize] > kMaxSize) return error("size " + std::to_string(value[kSize]) + " exceeds 2^60");
-    total_size += value[kSize];  // each at most 2^60 and the total at most 2^62 so far: no overflow
-    if (total_size > kMaxTotalSize) return error("the sizes up to here add up to more than 2^62 bytes");
-    if (value[kUpper] <= value[kLower]) {
-      return error("upper " + std::to_string(value[kUpper]) + " must be greater than lower " +
-                   std::to_string(value[kLower]) + " (lifetimes are [lower, upper))");
-    }
-    if (position[kOffset] >= 0 && (value[kOffset] < 0 || value[kOffset] > kMaxSize)) {
-      return error("offset " + std::to_string(value[kOffset]) + " is out of range [0, 2^60]");
-    }
-    if (!ids.insert(buffer.id).second) return error("duplicate id '" + buffer.id + "'");
-    buffer.first_op = value[kLower];
-    buffer.end_op = value[kUpper];
-    buffer.size_bytes = value[kSize];
-    csv.problem.buffers.push_back(std::move(buffer));
-    offsets.push_back(value[kOffset]);
+    if (Status s = builder.add_line(line, ++line_number); !s) return s.error();
   }
-  if (!have_header) {
-    return Error{std::string(source) + ":1: missing header (expected id,lower,upper,size[,offset])"};
-  }
-  if (position[kOffset] >= 0) csv.offsets = std::move(offsets);
-  return csv;
+  return builder.finish();
 }
 
 Result<MinimallocCsv> read_minimalloc_csv(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path + ": is a directory, not a CSV file"};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open for reading"};
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Error{path + ": read error"};
-  return parse_minimalloc_csv(text, path);
+  Result<InputFile> file = InputFile::open(path, kMaxCsvFileBytes, "MiniMalloc CSV file");
+  if (!file) return file.error();
+  InputFile& in = file.value();
+  CsvBuilder builder(path);
+  for (;;) {
+    Result<std::optional<std::string>> line = in.read_line(kMaxCsvLineBytes);
+    if (!line) return line.error();
+    if (!line.value()) break;
+    if (Status s = builder.add_line(*line.value(), in.line_number()); !s) return s.error();
+  }
+  return builder.finish();
 }
 
 Result<std::string> format_minimalloc_csv(const AllocationProblem& problem,

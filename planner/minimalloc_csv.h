@@ -21,9 +21,12 @@ struct MinimallocCsv {
 
 // Lines longer than this are rejected (a real row is under 100 characters).
 inline constexpr std::size_t kMaxCsvLineBytes = 4096;
+// Files larger than this are refused before reading (about ten million rows).
+inline constexpr Bytes kMaxCsvFileBytes = Bytes{1} << 30;
 
 // `source` names the input in messages ("FILE:LINE: ...").
 Result<MinimallocCsv> parse_minimalloc_csv(std::string_view text, std::string_view source);
+// Reads a regular file only (common/input_file.h), line by line: a bad line stops the reading.
 Result<MinimallocCsv> read_minimalloc_csv(const std::string& path);
 
 // The same columns plus `offset`, rows in problem order. Ids with ',', '"' or line breaks

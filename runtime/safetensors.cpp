@@ -11,7 +11,6 @@ namespace memplan::runtime {
 namespace {
 
 // Anything larger is not a header a writer produced; refuse it before parsing.
-constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{100} << 20;
 
 Result<graph::DType> parse_dtype(const std::string& name) {
   if (name == "F32") return graph::DType::f32;
@@ -79,7 +78,7 @@ Result<SafetensorsView> parse_safetensors(std::string_view bytes, std::string_vi
   if (bytes.size() < 8) return fail("only " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
   std::uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)])) << (8 * i);
-  if (header_len > kMaxHeaderBytes) return fail("header length " + std::to_string(header_len) + " is implausible");
+  if (header_len > kMaxSafetensorsHeaderBytes) return fail("header length " + std::to_string(header_len) + " is implausible");
   if (header_len > bytes.size() - 8) {
     return fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
                 std::to_string(bytes.size()) + " bytes): truncated?");
@@ -162,6 +161,20 @@ Result<SafetensorsView> parse_safetensors(std::string_view bytes, std::string_vi
   for (std::size_t i : order) sorted.push_back(std::move(view.tensors[i]));
   view.tensors = std::move(sorted);
   return view;
+}
+
+Result<std::uint64_t> safetensors_announced_data_bytes(std::string_view header_json, std::string_view source) {
+  const nlohmann::json header = nlohmann::json::parse(header_json, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Error{std::string(source) + ": not a valid safetensors file: the header is not a JSON object"};
+  }
+  std::uint64_t end = 0;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__" || !it.value().is_object() || !it.value().contains("data_offsets")) continue;
+    const nlohmann::json& off = it.value()["data_offsets"];
+    if (off.is_array() && off.size() == 2 && off[1].is_number_unsigned()) end = std::max(end, off[1].get<std::uint64_t>());
+  }
+  return end;
 }
 
 }  // namespace memplan::runtime

@@ -38,6 +38,14 @@ Result<std::string> encode_safetensors(const std::vector<SafetensorsEntry>& tens
 // left unaccounted. `source` names the input in messages.
 Result<SafetensorsView> parse_safetensors(std::string_view bytes, std::string_view source);
 
+// The safetensors format's own limit on the JSON header (as its reference implementation sets it).
+inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = std::uint64_t{100} << 20;
+
+// The data bytes a header announces (the largest end of its tensors' data_offsets), from the
+// header's JSON alone: a reader refuses a file whose size disagrees before reading its data. An
+// Error when the header is not a JSON object; every other check is parse_safetensors'.
+Result<std::uint64_t> safetensors_announced_data_bytes(std::string_view header_json, std::string_view source);
+
 // safetensors' dtype names: F32, F16, BF16, I32, I64.
 std::string_view safetensors_dtype_name(graph::DType dtype);
 

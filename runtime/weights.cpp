@@ -1,11 +1,11 @@
 #include "memplan/runtime/weights.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "memplan/common/atomic_file.h"
+#include "memplan/common/input_file.h"
 #include "memplan/common/sha256.h"
 
 namespace memplan::runtime {
@@ -66,11 +66,60 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
   return write_file_atomically(path, encoded.value());
 }
 
+namespace {
+
+// Opens a weights file and reads its header (into `bytes`), checking the header length and the
+// data it announces against the file's size: nothing else of the file is read.
+Result<InputFile> open_weights(const std::string& path, std::string& bytes) {
+  Result<InputFile> opened = InputFile::open(path, kMaxWeightsFileBytes, "weights file");
+  if (!opened) return opened.error();
+  InputFile& in = opened.value();
+  if (in.size() < 8) {
+    if (Status s = in.read_exact(static_cast<std::size_t>(in.size()), bytes); !s) return s.error();
+    auto parsed = parse_safetensors(bytes, path);  // names the defect
+    return parsed.error();
+  }
+  if (Status s = in.read_exact(8, bytes); !s) return s.error();
+  std::uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)])) << (8 * i);
+  const auto rest = static_cast<std::uint64_t>(in.size() - 8);
+  if (header_len > kMaxSafetensorsHeaderBytes || header_len > rest) {
+    return Error{path + ": not a valid safetensors file: header length " + std::to_string(header_len) + " is more than " +
+                 (header_len > kMaxSafetensorsHeaderBytes ? "the format's limit of " + std::to_string(kMaxSafetensorsHeaderBytes) + " bytes"
+                                                          : "the " + std::to_string(rest) + " bytes after it (truncated?)")};
+  }
+  if (Status s = in.read_exact(static_cast<std::size_t>(header_len), bytes); !s) return s.error();
+  auto announced = safetensors_announced_data_bytes(std::string_view(bytes).substr(8), path);
+  if (!announced) return announced.error();
+  const std::uint64_t data_bytes = rest - header_len;
+  if (announced.value() != data_bytes) {
+    return Error{path + ": not a valid safetensors file: its header announces " + std::to_string(announced.value()) +
+                 " data bytes, the file holds " + std::to_string(data_bytes) +
+                 (announced.value() > data_bytes ? " (truncated?)" : " (bytes after the last tensor)")};
+  }
+  return opened;
+}
+
+}  // namespace
+
+Status check_weights_file(const std::string& path) {
+  std::string header;
+  Result<InputFile> opened = open_weights(path, header);
+  if (!opened) return opened.error();
+  return Status::success();
+}
+
 Result<WeightsFile> read_weights_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot open weights file '" + path + "'"};
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Error{"cannot read weights file '" + path + "'"};
+  std::string bytes;
+  Result<InputFile> opened = open_weights(path, bytes);
+  if (!opened) return opened.error();
+  InputFile& in = opened.value();
+  const auto data_bytes = static_cast<std::size_t>(in.size()) - bytes.size();
+  if (Status s = in.read_exact(data_bytes, bytes); !s) return s.error();
+  char extra = 0;
+  Result<std::size_t> more = in.read(&extra, 1);
+  if (!more) return more.error();
+  if (more.value() != 0) return Error{path + ": has grown while being read; save it again and retry"};
   return parse_weights_file(std::move(bytes), path);
 }
 

@@ -28,11 +28,19 @@ struct WeightsFile {
   SafetensorsView view;
 };
 
-// Reads and parses `path`, and verifies the checksum when the file has one (files written by
+// Weights files larger than this are refused before reading (the whole file is held in memory).
+inline constexpr Bytes kMaxWeightsFileBytes = Bytes{64} << 30;
+
+// Reads and parses `path` (a regular file only; its header is checked against the file's size
+// before the data is read), and verifies the checksum when the file has one (files written by
 // other tools usually do not, and are accepted).
 Result<WeightsFile> read_weights_file(const std::string& path);
 // The same for file bytes already in memory; `source` names them in messages.
 Result<WeightsFile> parse_weights_file(std::string bytes, const std::string& source);
+// The checks read_weights_file makes before reading the data (a regular file, its size, the
+// header and the data it announces), reading nothing more: to refuse a file before other work.
+Status check_weights_file(const std::string& path);
+
 
 struct LoadReport {
   int loaded = 0;

@@ -1,11 +1,18 @@
 // Runs the memplan binary from tests and captures its exit code and output.
 #pragma once
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace memplan::testing {
 
@@ -31,6 +38,70 @@ inline CliResult run_cli_with_env(const std::string& env, const std::string& arg
 
 inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
   return run_cli_with_env("", args, merge_stderr);
+}
+
+// A run of memplan as a child process, measured: its own peak resident size (wait4's rusage, so
+// the test's memory does not count) and wall time, killed when it outlives `timeout_s`.
+struct MeasuredRun {
+  int exit_code = -1;      // -1: killed by a signal (a crash, or the timeout)
+  bool timed_out = false;
+  std::string output;      // stdout and stderr together (the first MiB)
+  long peak_rss_kib = 0;
+  double seconds = 0.0;
+};
+
+inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double timeout_s) {
+  MeasuredRun r;
+  int out[2];
+  if (::pipe(out) != 0) return r;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    ::close(out[1]);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) ::dup2(null, 0);
+    std::vector<char*> argv = {const_cast<char*>(MEMPLAN_CLI_PATH)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(MEMPLAN_CLI_PATH, argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    return r;
+  }
+  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  int status = 0;
+  struct rusage usage {};
+  bool reaped = false;
+  auto drain = [&] {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {
+      if (r.output.size() < (std::size_t{1} << 20)) r.output.append(buf, static_cast<std::size_t>(n));
+    }
+  };
+  while (!reaped) {
+    struct pollfd p {out[0], POLLIN, 0};
+    ::poll(&p, 1, 50);
+    drain();
+    reaped = ::wait4(pid, &status, WNOHANG, &usage) == pid;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!reaped && elapsed > timeout_s) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+      reaped = ::wait4(pid, &status, 0, &usage) == pid;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  drain();
+  ::close(out[0]);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.peak_rss_kib = usage.ru_maxrss;  // Linux reports KiB
+  return r;
 }
 
 }  // namespace memplan::testing

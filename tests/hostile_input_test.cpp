@@ -4,6 +4,7 @@
 // in-process (tools/cli_app.h); values checked only when a command runs, and files, go through
 // the memplan binary.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "tools/cli_app.h"
 
 namespace memplan {
@@ -376,6 +379,212 @@ TEST(HostileInput, TextFilesAreRefused) {
   expect_refused(train_gpt(empty_dir.string()), empty_dir.string(), out, "text empty folder");
   expect_refused(train_gpt((tmp.path / "missing").string()), (tmp.path / "missing").string(), out, "text missing");
   std::printf("hostile inputs tried so far in this process: %d\n", g_cases);
+}
+
+// --- endless streams, huge files and sizes that overflow: refused fast, in bounded memory ---
+
+// The bound on a refusal's peak resident size. Sanitizer builds keep their own bookkeeping (ASan's
+// shadow pages and its quarantine of freed blocks, up to 256 MiB by default), so there the bound
+// is raised to what that bookkeeping can add; a reader that reads without bound still passes it
+// within a second.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kMaxRssKiB = 400 * 1024;
+constexpr const char* kRssNote = "a sanitizer build: peak RSS bound 400 MiB (ASan's shadow and quarantine)";
+#else
+constexpr long kMaxRssKiB = 100 * 1024;
+constexpr const char* kRssNote = "peak RSS bound 100 MiB";
+#endif
+constexpr double kMaxSeconds = 5.0;  // to refuse; the child is killed at 30 s
+
+// Runs memplan, expects a usage error (exit 2) naming `named` within kMaxSeconds and kMaxRssKiB,
+// and returns its output.
+std::string expect_fast_refusal(const std::vector<std::string>& args, const std::string& named, const std::string& what) {
+  const testing::MeasuredRun r = testing::run_cli_measured(args, 30.0);
+  ++g_cases;
+  std::printf("  %-46s exit %d  %6.2f s  peak RSS %6.1f MiB\n", what.c_str(), r.exit_code, r.seconds,
+              static_cast<double>(r.peak_rss_kib) / 1024.0);
+  EXPECT_FALSE(r.timed_out) << what << " did not end within 30 s:\n" << r.output;
+  EXPECT_EQ(r.exit_code, 2) << what << ":\n" << r.output;
+  EXPECT_EQ(r.output.find("internal error"), std::string::npos) << what << ":\n" << r.output;
+  EXPECT_NE(r.output.find(named), std::string::npos) << what << ": the message does not name " << named << ":\n" << r.output;
+  EXPECT_LT(r.seconds, kMaxSeconds) << what << " took " << r.seconds << " s to refuse";
+  EXPECT_LT(r.peak_rss_kib, kMaxRssKiB) << what << " peaked at " << r.peak_rss_kib << " KiB (" << kRssNote << ")";
+  return r.output;
+}
+
+// A file of `bytes` zero bytes that occupies no disk: ftruncate leaves a hole.
+void make_sparse(const fs::path& path, std::int64_t bytes) {
+  write_file(path, "");
+  fs::resize_file(path, static_cast<std::uintmax_t>(bytes));
+}
+
+// Kinds of input no reader may read without bound, and where each reader takes them.
+struct StreamCase {
+  std::string name;
+  std::function<void(const fs::path&)> make;  // creates the input at a path
+};
+
+std::vector<StreamCase> endless_and_huge(std::int64_t over_limit, std::int64_t under_limit) {
+  std::vector<StreamCase> cases = {
+      {"/dev/zero", [](const fs::path& p) { fs::create_symlink("/dev/zero", p); }},
+      // Never opened for writing: a reader that opened it blocking would wait forever.
+      {"a named pipe", [](const fs::path& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0); }},
+      {"a sparse file over the limit", [over_limit](const fs::path& p) { make_sparse(p, over_limit); }},
+  };
+  if (under_limit > 0) {
+    cases.push_back({"a sparse file of zeros under the limit", [under_limit](const fs::path& p) { make_sparse(p, under_limit); }});
+  }
+  return cases;
+}
+
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+
+TEST(HostileInput, EndlessStreamsAndHugeFilesAreRefusedFastInBoundedMemory) {
+  std::printf("%s\n", kRssNote);
+  TempDir tmp;
+  const fs::path text = tmp.path / "text.txt";
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 50; ++i) t << "hostile input makes robust readers " << i << "\n";
+  }
+  // MiniMalloc CSV (solve): 1 GiB limit; zeros fail on the first line, read no further.
+  for (const StreamCase& c : endless_and_huge(80 * kGiB, kGiB / 2)) {
+    const fs::path input = tmp.path / "problem.csv";
+    fs::remove(input);
+    c.make(input);
+    expect_fast_refusal({"solve", "--input", input.string()}, input.string(), "solve --input " + c.name);
+  }
+  // Weights (sample --load, train --load): 64 GiB limit; zeros are a header length of 0.
+  for (const StreamCase& c : endless_and_huge(80 * kGiB, 8 * kGiB)) {
+    const fs::path input = tmp.path / "weights.safetensors";
+    fs::remove(input);
+    c.make(input);
+    expect_fast_refusal({"sample", "--load", input.string(), "--tokens", "4"}, input.string(), "sample --load " + c.name);
+    expect_fast_refusal({"train", "--model", "mlp", "--steps", "1", "--quiet", "--load", input.string()}, input.string(),
+                        "train --model mlp --load " + c.name);
+  }
+  // IDX images (train --data): 1 GiB limit, plain or gzipped; zeros are a bad magic number.
+  for (const StreamCase& c : endless_and_huge(80 * kGiB, kGiB / 2)) {
+    const fs::path dir = tmp.path / "idx";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    c.make(dir / "train-images-idx3-ubyte");
+    write_file(dir / "train-labels-idx1-ubyte", be32(0x801) + be32(2) + std::string("\x01\x02", 2));
+    expect_fast_refusal({"train", "--model", "mlp", "--steps", "1", "--quiet", "--data", dir.string()},
+                        (dir / "train-images-idx3-ubyte").string(), "train --data (IDX images) " + c.name);
+  }
+  // Text (train --model gpt --data): 256 MiB limit. Zeros under it are valid text, read whole by
+  // design, so only the endless and over-limit inputs are tried.
+  for (const StreamCase& c : endless_and_huge(80 * kGiB, 0)) {
+    const fs::path input = tmp.path / "corpus.txt";
+    fs::remove(input);
+    c.make(input);
+    expect_fast_refusal({"train", "--model", "gpt", "--layers", "1", "--width", "16", "--heads", "2", "--seq", "8",
+                         "--batch", "2", "--steps", "1", "--quiet", "--data", input.string()},
+                        input.string(), "train --model gpt --data " + c.name);
+  }
+  // A folder of text files with a pipe among them: the pipe is skipped (not a regular file).
+  const fs::path folder = tmp.path / "texts";
+  fs::create_directories(folder);
+  ASSERT_EQ(::mkfifo((folder / "b-pipe").c_str(), 0600), 0);
+  make_sparse(folder / "c-huge", 80 * kGiB);
+  write_file(folder / "a-text", "short\n");
+  expect_fast_refusal({"train", "--model", "gpt", "--layers", "1", "--width", "16", "--heads", "2", "--seq", "8",
+                       "--batch", "2", "--steps", "1", "--quiet", "--data", folder.string()},
+                      (folder / "c-huge").string(), "train --model gpt --data folder with a huge file");
+}
+
+// The value in "... the largest value that works with the other flags as given is N".
+std::int64_t largest_in(const std::string& output) {
+  const std::string marker = "the largest value that works with the other flags as given is ";
+  const std::size_t at = output.find(marker);
+  if (at == std::string::npos) return -1;
+  return std::stoll(output.substr(at + marker.size()));
+}
+
+TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThatWorks) {
+  std::printf("%s\n", kRssNote);
+  struct SizeCase {
+    std::vector<std::string> args;  // the value of `flag` is the last argument
+    std::string flag;
+    std::int64_t granule = 1;
+  };
+  // Each dimension a step multiplies, on every command that plans one.
+  const std::vector<SizeCase> planned = {
+      {{"fit", "--model", "llama2-7b", "--budget", "80GiB", "--batch", "4000000000"}, "--batch"},
+      {{"fit", "--model", "llama2-7b", "--budget", "80GiB", "--batch", "100000000"}, "--batch"},
+      {{"plan", "--model", "gpt2", "--batch", "9223372036854775807"}, "--batch"},
+      {{"plan", "--model", "llama-1b", "--seq", "100000000000"}, "--seq"},
+      {{"compare", "--model", "llama-1b", "--seq", "100000000000"}, "--seq"},
+      {{"plan", "--model", "vit-b16", "--image-size", "1600000"}, "--image-size", 16},
+      {{"fit", "--model", "resnet50", "--budget", "80GiB", "--image-size", "4000000000"}, "--image-size"},
+      {{"compare", "--model", "cnn", "--image-size", "9000000000"}, "--image-size"},
+      {{"plan", "--model", "mlp", "--hidden", "10000000000000000"}, "--hidden"},
+      {{"plan", "--model", "bert-base", "--batch", "1000000000000000000"}, "--batch"},
+  };
+  for (const SizeCase& c : planned) {
+    std::string what;
+    for (const std::string& a : c.args) what += a + " ";
+    const std::string out = expect_fast_refusal(c.args, c.flag + " " + c.args.back(), what);
+    const std::int64_t largest = largest_in(out);
+    ASSERT_GT(largest, 0) << what << ": no largest value in:\n" << out;
+    EXPECT_LT(largest, std::stoll(c.args.back()));
+    EXPECT_EQ(largest % c.granule, 0) << what;
+    // The answer is exact: that value plans, the next one does not.
+    std::vector<std::string> at = {"plan", "--model", c.args[2], c.flag, std::to_string(largest)};
+    const testing::MeasuredRun ok = testing::run_cli_measured(at, 60.0);
+    EXPECT_EQ(ok.exit_code, 0) << "plan at the largest value " << largest << ":\n" << ok.output.substr(0, 2000);
+    at.back() = std::to_string(largest + c.granule);
+    const testing::MeasuredRun over = testing::run_cli_measured(at, 60.0);
+    EXPECT_EQ(over.exit_code, 2) << "plan one step past the largest value:\n" << over.output.substr(0, 2000);
+    EXPECT_NE(over.output.find(c.flag), std::string::npos) << over.output;
+  }
+  // At the largest batch, recomputed activations still add up past one arena: an answer too.
+  {
+    const std::string out = expect_fast_refusal({"plan", "--model", "llama2-7b", "--batch", "4000000000"}, "--batch",
+                                                "plan --model llama2-7b --batch 4000000000");
+    const std::string largest = std::to_string(largest_in(out));
+    const testing::MeasuredRun r =
+        testing::run_cli_measured({"plan", "--model", "llama2-7b", "--batch", largest, "--checkpoint", "optimal"}, 120.0);
+    EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find("cannot be planned in one arena"), std::string::npos) << r.output.substr(0, 2000);
+  }
+  // train checks before it reads any data; layer counts before it builds anything large.
+  const std::vector<SizeCase> trained = {
+      {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--width", "4000000000000"}, "--width", 4},
+      {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--seq", "1000000000000"}, "--seq"},
+      {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--batch", "1000000000000000000"}, "--batch"},
+      {{"train", "--model", "mlp", "--steps", "1", "--quiet", "--batch", "1000000000000000000"}, "--batch"},
+      {{"train", "--model", "mlp", "--steps", "1", "--quiet", "--hidden", "100000000000,100000000000"}, "--hidden"},
+  };
+  for (const SizeCase& c : trained) {
+    std::string what;
+    for (const std::string& a : c.args) what += a + " ";
+    const std::string out = expect_fast_refusal(c.args, c.flag, what);
+    EXPECT_GT(largest_in(out), 0) << what << ": no largest value in:\n" << out;
+  }
+  const std::string layers = expect_fast_refusal(
+      {"train", "--model", "gpt", "--steps", "1", "--quiet", "--layers", "1000000000"}, "--layers 1000000000",
+      "train --model gpt --layers 1000000000");
+  EXPECT_NE(layers.find("the largest that works is"), std::string::npos) << layers;
+}
+
+TEST(HostileInput, SavedModelsWhoseConfigCannotBeRepresentedAreRefused) {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> configs = {
+      {"layers", R"({\"vocab\":2,\"context\":8,\"layers\":1000000000,\"heads\":1,\"width\":8,\"tied_head\":true})"},
+      {"context", R"({\"vocab\":2,\"context\":1000000000000000,\"layers\":1,\"heads\":1,\"width\":8,\"tied_head\":true})"},
+      {"width", R"({\"vocab\":2,\"context\":8,\"layers\":1,\"heads\":1,\"width\":100000000000,\"tied_head\":true})"},
+  };
+  for (const auto& [name, config] : configs) {
+    const fs::path input = tmp.path / ("gpt_" + name + ".safetensors");
+    write_file(input, safetensors_file(R"({"__metadata__":{"memplan.model":"gpt","memplan.vocab_hex":"6162","memplan.config":")" +
+                                           config + R"("}})",
+                                       ""));
+    const std::string out = expect_fast_refusal({"sample", "--load", input.string(), "--tokens", "4"}, input.string(),
+                                                "sample --load (config " + name + ")");
+    EXPECT_NE(out.find("cannot be represented"), std::string::npos) << out;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "memplan/common/byte_size.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
+#include "memplan/planner/step_size.h"
 
 namespace memplan::tools {
 
@@ -136,7 +137,9 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
   const std::int64_t batch = flags.batch > 0 ? flags.batch : info->default_batch;
-  return planner::StepDescription::of_model(model, batch, optimizer);
+  planner::StepDescription step = planner::StepDescription::of_model(model, batch, optimizer);
+  if (Status s = planner::check_step_size(step); !s) return s.error();
+  return step;
 }
 
 namespace {

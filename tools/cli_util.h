@@ -103,7 +103,8 @@ struct ModelFlags {
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, and with `shapes` --seq, --image-size and --dtype.
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
-// The step the flags describe; an Error names the flag that cannot work with the model.
+// The step the flags describe; an Error names the flag that cannot work with the model, or that
+// is too large for the step to be represented (planner/step_size.h) and the largest that works.
 Result<planner::StepDescription> step_description(const ModelFlags& flags);
 
 // "budget 1.00 MiB is below what checkpoint none can reach; the minimum feasible arena is ..."

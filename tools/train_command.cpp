@@ -10,11 +10,13 @@
 #include "memplan/common/byte_size.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
+#include "memplan/planner/step_size.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
+#include "memplan/runtime/weights.h"
 #include "memplan/train/session.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -141,6 +143,23 @@ int run_train(const TrainFlags& flags) {
   model.name = flags.model;
   model.mlp.hidden = flags.hidden;
   model.gpt = flags.gpt;
+  {
+    // Sizes are checked before any data is read; the text's vocabulary is at most 256 bytes.
+    planner::StepDescription sizes = planner::StepDescription::of_model(model, flags.batch);
+    sizes.optimizer.kind = flags.optimizer;
+    sizes.model.gpt.vocab = 256;
+    if (Status s = planner::check_step_size(sizes); !s) {
+      std::cerr << "memplan train: " << s.error().message << "\n";
+      return kExitUsage;
+    }
+  }
+  if (!flags.load.empty()) {
+    // A file that cannot be a weights file is refused before the data is read.
+    if (Status s = runtime::check_weights_file(flags.load); !s) {
+      std::cerr << "memplan train: --load: " << s.error().message << "\n";
+      return kExitUsage;
+    }
+  }
   auto data = train::load_run_data(model, flags.data, flags.batch);
   if (!data) {
     std::cerr << "memplan train: " << data.error().message << "\n";

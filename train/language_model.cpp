@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/rng.h"
+#include "memplan/planner/step_size.h"
 #include "memplan/runtime/devices.h"
 
 namespace memplan::train {
@@ -202,6 +203,14 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   if (static_cast<std::int64_t>(saved.vocab.size()) != saved.config.vocab) {
     return Error{source + ": the vocabulary has " + std::to_string(saved.vocab.size()) + " characters but the model " +
                  std::to_string(saved.config.vocab)};
+  }
+  // The file, not the user, chose these sizes: a hostile one must not make a graph too large to hold.
+  models::ModelOptions sizes;
+  sizes.name = "gpt";
+  sizes.gpt = saved.config;
+  sizes.training = false;
+  if (Status s = planner::check_step_size(planner::StepDescription::of_model(sizes, 1)); !s) {
+    return Error{source + ": metadata memplan.config describes a model that cannot be represented: " + s.error().message};
   }
   return saved;
 }
