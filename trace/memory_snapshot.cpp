@@ -1,16 +1,12 @@
 #include "memplan/trace/memory_snapshot.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <algorithm>
 #include <bit>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
+#include "memplan/common/input_file.h"
 #include "memplan/trace/pickle.h"
 
 namespace memplan::trace {
@@ -396,22 +392,9 @@ Result<MemorySnapshot> parse_memory_snapshot(std::string_view bytes, std::string
 }
 
 Result<MemorySnapshot> read_memory_snapshot(const std::string& path, const SnapshotReadLimits& limits) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return Error{path + ": cannot open: " + std::strerror(errno)};
-  if (!S_ISREG(st.st_mode)) {
-    return Error{path + ": not a regular file (a directory, pipe or device); give the .pickle file "
-                        "torch.cuda.memory._dump_snapshot() wrote"};
-  }
-  if (st.st_size > limits.max_file_bytes) {
-    return Error{path + ": " + runtime::format_size(st.st_size) + " is larger than the " + runtime::format_size(limits.max_file_bytes) +
-                 " a memory snapshot may be"};
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open: " + std::strerror(errno)};
-  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (in.gcount() != static_cast<std::streamsize>(bytes.size())) return Error{path + ": could not read the whole file"};
-  return parse_memory_snapshot(bytes, path);
+  Result<std::string> bytes = read_regular_file(path, limits.max_file_bytes, "PyTorch memory snapshot (.pickle)");
+  if (!bytes) return bytes.error();
+  return parse_memory_snapshot(bytes.value(), path);
 }
 
 }  // namespace memplan::trace

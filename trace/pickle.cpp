@@ -1,10 +1,10 @@
 #include "memplan/trace/pickle.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <sstream>
 
 #include "memplan/common/splitmix64.h"
