@@ -33,6 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
 enum class Outcome { found, infeasible, budget };
 
 constexpr Offset kUnplaced = -1;
@@ -286,6 +290,7 @@ class Search {
 
   // Offsets per item once run() returned found.
   const std::vector<Offset>& offsets() const { return offset_; }
+  std::int64_t backtracks() const { return backtracks_; }
 
  private:
   struct TrailEntry {
@@ -486,6 +491,7 @@ class Search {
       if (hatless_) break;
     }
     pool_.resize(base);
+    if (result == Outcome::infeasible) ++backtracks_;
     return result;
   }
 
@@ -507,8 +513,240 @@ class Search {
   std::size_t trail_size_ = 0;
   std::vector<int> pool_;
   bool hatless_ = false;               // set by place()
+  std::int64_t backtracks_ = 0;
   std::vector<int> affected_;          // sections whose unplaced floor may have risen
   std::vector<char> affected_mark_;    // dedupes affected_
+};
+
+// Zero-waste search, for a target height that every occupied section fills exactly (the sum
+// of the sizes live there equals it). Then no packing at that height leaves any hole, the
+// placed buffers fill each section from 0 up to its floor, and a much narrower branching is
+// complete: take a valley, a run of sections at one floor h whose neighbours are both higher
+// (or absent). The byte at (valley start, h) belongs to some buffer placed with its bottom at
+// h; it cannot reach into a higher neighbour, so it starts exactly at the valley and ends
+// within it. The same holds mirrored for the valley's end. Each valley end is a constraint;
+// the search branches on the one with the fewest candidates (none: dead end), as perfect
+// strip-packing solvers fill the lowest gap first.
+// Symmetry: identical buffers are tried once per gap (the first unplaced one), and a buffer
+// stacked right on top of another with the same lifetime must not be larger (the two could
+// swap; identical ones are left to the first rule, which relabels them freely).
+class PerfectSearch {
+ public:
+  PerfectSearch(const Instance& inst, Bytes capacity, int order, Budget& budget)
+      : inst_(inst), capacity_(capacity), order_(order), budget_(budget) {
+    const std::size_t n = inst.items.size();
+    const std::size_t sections = std::size_t(inst.section_count);
+    offset_.assign(n, kUnplaced);
+    floor_.assign(sections, 0);
+    top_item_.assign(sections, -1);
+    for (std::size_t s = 0; s < sections; ++s) {
+      if (inst.section_total[s] == 0) floor_[s] = capacity;  // nothing lives here
+    }
+    by_first_.resize(sections);
+    by_end_.resize(sections);
+    cross_.assign(sections, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& item = inst.items[i];
+      by_first_[std::size_t(item.first_section)].push_back(int(i));
+      by_end_[std::size_t(item.end_section - 1)].push_back(int(i));
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) ++cross_[std::size_t(s)];
+    }
+  }
+
+  // The target applies when every occupied section sums to exactly it and nothing is fixed.
+  static bool applies(const Instance& inst, Bytes capacity) {
+    for (const Bytes total : inst.section_total) {
+      if (total != 0 && total != capacity) return false;
+    }
+    for (const auto& list : inst.obstacles) {
+      if (!list.empty()) return false;
+    }
+    return !inst.items.empty();
+  }
+
+  Outcome run() { return node(0, inst_.section_count); }
+  const std::vector<Offset>& offsets() const { return offset_; }
+  std::int64_t backtracks() const { return backtracks_; }
+
+ private:
+  // Candidates for the byte at (section s, floor h) inside the run [a, b): buffers starting
+  // at a (from_left) or ending at b (otherwise) that stay inside the run and fit. Returns
+  // how many; fills `out` when given.
+  int candidates(int a, int b, bool from_left, Offset h, std::vector<int>* out) const {
+    int count = 0;
+    const auto& list = from_left ? by_first_[std::size_t(a)] : by_end_[std::size_t(b - 1)];
+    for (const int i : list) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const auto& item = inst_.items[std::size_t(i)];
+      if (from_left ? item.end_section > b : item.first_section < a) continue;
+      if (h + item.size > capacity_ || h % item.alignment != 0) continue;
+      ++count;
+      if (out) out->push_back(i);
+    }
+    return count;
+  }
+
+  void set(Offset& slot, Offset value) {
+    trail_.push_back({&slot, slot});
+    slot = value;
+  }
+  void undo(std::size_t mark) {
+    while (trail_.size() > mark) {
+      *trail_.back().slot = trail_.back().old;
+      trail_.pop_back();
+    }
+  }
+
+  // Fills sections [lo, hi). Where no unplaced buffer crosses a boundary the two sides are
+  // independent: each is filled on its own, and a side that cannot be filled fails the node
+  // without retrying the other side's choices.
+  Outcome node(int lo, int hi) {
+    if (!budget_.spend()) return Outcome::budget;
+    for (int s = lo; s + 1 < hi; ++s) {
+      if (cross_[std::size_t(s)] != 0) continue;
+      for (int a = lo; a < hi;) {
+        int b = a + 1;
+        while (b < hi && cross_[std::size_t(b) - 1] != 0) ++b;
+        const Outcome outcome = fill(a, b);
+        if (outcome != Outcome::found) return outcome;
+        a = b;
+      }
+      return Outcome::found;
+    }
+    return fill(lo, hi);
+  }
+
+  Outcome fill(int lo, int hi) {
+    int best_a = -1, best_b = -1, best_count = std::numeric_limits<int>::max();
+    bool best_left = true;
+    Offset best_h = 0;
+    for (int s = lo; s < hi;) {
+      const Offset h = floor_[std::size_t(s)];
+      int e = s + 1;
+      while (e < hi && floor_[std::size_t(e)] == h) ++e;
+      if (h < capacity_) {
+        const bool left = s == lo || floor_[std::size_t(s) - 1] > h;
+        const bool right = e == hi || floor_[std::size_t(e)] > h;
+        for (int side = 0; side < 2; ++side) {
+          const bool from_left = side == 0;
+          if (!(from_left ? left : right)) continue;
+          if (!(left && right)) {
+            // A shelf (higher on one side only): the byte at its higher end still needs a
+            // buffer starting (ending) there that reaches no higher floor. Checked, not
+            // branched on.
+            int r = from_left ? e : s;
+            if (from_left) {
+              while (r < hi && floor_[std::size_t(r)] <= h) ++r;
+              if (!shelf_has_candidate(s, r, true, h)) return dead();
+            } else {
+              while (r > lo && floor_[std::size_t(r) - 1] <= h) --r;
+              if (!shelf_has_candidate(r, e, false, h)) return dead();
+            }
+            continue;
+          }
+          const int count = candidates(s, e, from_left, h, nullptr);
+          if (count == 0) return dead();
+          // Fewest candidates first; ties go to the lowest floor, then the earliest valley.
+          if (count < best_count || (count == best_count && h < best_h)) {
+            best_count = count;
+            best_a = s;
+            best_b = e;
+            best_left = from_left;
+            best_h = h;
+          }
+        }
+      }
+      s = e;
+    }
+    if (best_a < 0) return Outcome::found;  // every section full
+    std::vector<int> pool;
+    candidates(best_a, best_b, best_left, best_h, &pool);
+    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) {
+      const auto& a = inst_.items[std::size_t(x)];
+      const auto& b = inst_.items[std::size_t(y)];
+      switch (order_) {
+        case 0:
+          if (a.area != b.area) return a.area > b.area;
+          break;
+        case 1:
+          if (a.width != b.width) return a.width > b.width;
+          if (a.size != b.size) return a.size > b.size;
+          break;
+        default:
+          if (a.size != b.size) return a.size > b.size;
+          break;
+      }
+      return false;
+    });
+    const int column = best_left ? best_a : best_b - 1;
+    int tried = -1;
+    Outcome result = Outcome::infeasible;
+    for (const int c : pool) {
+      const auto& item = inst_.items[std::size_t(c)];
+      if (tried >= 0) {
+        const auto& prev = inst_.items[std::size_t(tried)];
+        if (prev.size == item.size && prev.first_section == item.first_section &&
+            prev.end_section == item.end_section && prev.alignment == item.alignment)
+          continue;
+      }
+      const int below = int(top_item_[std::size_t(column)]);
+      if (below >= 0) {
+        const auto& under = inst_.items[std::size_t(below)];
+        if (under.first_section == item.first_section && under.end_section == item.end_section &&
+            under.size < item.size)
+          continue;
+      }
+      tried = c;
+      const std::size_t mark = trail_.size();
+      set(offset_[std::size_t(c)], best_h);
+      for (int s = item.first_section; s < item.end_section; ++s) {
+        set(floor_[std::size_t(s)], best_h + item.size);
+        set(top_item_[std::size_t(s)], c);
+      }
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) set(cross_[std::size_t(s)], cross_[std::size_t(s)] - 1);
+      const Outcome outcome = node(lo, hi);
+      if (outcome == Outcome::found) return outcome;
+      undo(mark);
+      if (outcome == Outcome::budget) {
+        result = outcome;
+        break;
+      }
+    }
+    if (result == Outcome::infeasible) ++backtracks_;
+    return result;
+  }
+
+  Outcome dead() {
+    ++backtracks_;
+    return Outcome::infeasible;
+  }
+
+  // Some unplaced buffer starts at a (from_left; else ends at b) and stays within [a, b).
+  bool shelf_has_candidate(int a, int b, bool from_left, Offset h) const {
+    const auto& list = from_left ? by_first_[std::size_t(a)] : by_end_[std::size_t(b - 1)];
+    for (const int i : list) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const auto& item = inst_.items[std::size_t(i)];
+      if (from_left ? item.end_section > b : item.first_section < a) continue;
+      if (h + item.size > capacity_ || h % item.alignment != 0) continue;
+      return true;
+    }
+    return false;
+  }
+
+  struct TrailEntry {
+    Offset* slot;
+    Offset old;
+  };
+  const Instance& inst_;
+  const Bytes capacity_;
+  const int order_;
+  Budget& budget_;
+  std::vector<Offset> offset_, floor_, top_item_;
+  std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
+  std::vector<std::vector<int>> by_first_, by_end_;
+  std::vector<TrailEntry> trail_;
+  std::int64_t backtracks_ = 0;
 };
 
 constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
@@ -516,15 +754,26 @@ constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
 // Round-robin feasibility for one target height. found: item_offsets filled; infeasible:
 // proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
 Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, std::vector<Offset>& item_offsets,
-                        std::int64_t& attempts) {
+                        ExactSolverStats& stats) {
   std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
+  const bool perfect = PerfectSearch::applies(inst, capacity);
+  if (perfect) stats.zero_waste = true;
   while (true) {
-    for (const std::string_view preorder : kPreorders) {
-      ++attempts;
+    for (int k = 0; k < 3; ++k) {
+      ++stats.attempts;
       budget.start_attempt(limit);
-      Search search(inst, capacity, preorder, budget);
-      const Outcome outcome = search.run();
-      if (outcome == Outcome::found) item_offsets = search.offsets();
+      Outcome outcome;
+      if (perfect) {
+        PerfectSearch search(inst, capacity, k, budget);
+        outcome = search.run();
+        stats.backtracks += search.backtracks();
+        if (outcome == Outcome::found) item_offsets = search.offsets();
+      } else {
+        Search search(inst, capacity, kPreorders[k], budget);
+        outcome = search.run();
+        stats.backtracks += search.backtracks();
+        if (outcome == Outcome::found) item_offsets = search.offsets();
+      }
       if (outcome != Outcome::budget) return outcome;
       if (budget.exhausted()) return Outcome::budget;
     }
@@ -552,8 +801,10 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
   const std::optional<Bytes> capacity = problem.capacity_bytes;
   AllocationProblem uncapped = problem;
   uncapped.capacity_bytes.reset();
+  const auto greedy_start = Clock::now();
   const Solution greedy = solve_greedy(uncapped);
   st.greedy_height_bytes = greedy.height_bytes;
+  st.greedy_ms = ms_since(greedy_start);
 
   Solution solution;
   auto finish = [&](std::vector<Offset> offsets, SolveStatus status) {
@@ -572,8 +823,14 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     return solution;
   };
 
-  if (capacity && lower_bound > *capacity) return finish({}, SolveStatus::not_found);
-  if (greedy.height_bytes <= lower_bound) return finish(greedy.offsets, SolveStatus::optimal);
+  if (capacity && lower_bound > *capacity) {
+    st.proof = "capacity";
+    return finish({}, SolveStatus::not_found);
+  }
+  if (greedy.height_bytes <= lower_bound) {
+    st.proof = "greedy";
+    return finish(greedy.offsets, SolveStatus::optimal);
+  }
   if (capacity && greedy.height_bytes <= *capacity) return finish(greedy.offsets, SolveStatus::feasible);
 
   std::vector<std::size_t> searched;
@@ -587,7 +844,10 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
   }
   st.searched = true;
+  const auto setup_start = Clock::now();
   const Instance inst = build_instance(problem, searched);
+  st.setup_ms = ms_since(setup_start);
+  const auto search_start = Clock::now();
   auto assemble = [&](const std::vector<Offset>& item_offsets) {
     std::vector<Offset> offsets = greedy.offsets;  // fixed and zero-size buffers keep theirs
     for (std::size_t i = 0; i < searched.size(); ++i) offsets[searched[i]] = item_offsets[i];
@@ -597,12 +857,17 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
 
   if (capacity) {
     budget.start_phase(1.0);
-    const Outcome outcome = feasible_within(inst, *capacity, budget, item_offsets, st.attempts);
+    const Outcome outcome = feasible_within(inst, *capacity, budget, item_offsets, st);
     st.nodes = budget.nodes();
-    if (outcome == Outcome::infeasible) return finish({}, SolveStatus::not_found);
+    st.search_ms = ms_since(search_start);
+    if (outcome == Outcome::infeasible) {
+      st.proof = "capacity";
+      return finish({}, SolveStatus::not_found);
+    }
     if (outcome == Outcome::budget) return finish({}, SolveStatus::timed_out);
     std::vector<Offset> offsets = assemble(item_offsets);
     const bool at_bound = packing_height(problem, offsets) <= lower_bound;
+    if (at_bound) st.proof = "search";
     return finish(std::move(offsets), at_bound ? SolveStatus::optimal : SolveStatus::feasible);
   }
 
@@ -619,7 +884,7 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     const Bytes target = first ? lo : lo + (hi - lo) / 2;
     budget.start_phase(first ? 0.5 : 0.34);
     first = false;
-    const Outcome outcome = feasible_within(inst, target, budget, item_offsets, st.attempts);
+    const Outcome outcome = feasible_within(inst, target, budget, item_offsets, st);
     if (outcome == Outcome::found) {
       best = assemble(item_offsets);
       hi = packing_height(problem, best);
@@ -629,6 +894,12 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     }
   }
   const bool optimal = hi <= lower_bound || (proven && lo >= hi);
+  st.search_ms = ms_since(search_start);
+  if (hi <= lower_bound) {
+    st.proof = "search";
+  } else if (optimal) {
+    st.proof = "exhausted";
+  }
   return finish(std::move(best), optimal ? SolveStatus::optimal : SolveStatus::feasible);
 }
 

@@ -26,6 +26,17 @@ struct ExactSolverStats {
   std::int64_t attempts = 0;     // feasibility searches run (target heights x orderings)
   Bytes greedy_height_bytes = 0; // the seed
   bool searched = false;         // false when greedy already met the lower bound (or fallback)
+  std::int64_t backtracks = 0;   // search nodes whose every branch failed
+  bool zero_waste = false;       // some target was searched by the zero-waste search
+  double greedy_ms = 0;          // time per phase: the greedy portfolio,
+  double setup_ms = 0;           //   building the search's instance,
+  double search_ms = 0;          //   and the search itself
+  // What settled the answer: "greedy" (its packing met the lower bound), "search" (the search
+  // met the lower bound), "exhausted" (the search proved nothing lower exists: a complete
+  // search ran out of placements), "none" (not proven: a budget ran out or the search was
+  // skipped), "capacity" (with a capacity: the lower bound exceeds it, or the search proved no
+  // packing fits).
+  const char* proof = "none";
 };
 
 // With a capacity: a packing within it (stops at the first one found; optimal if it meets the
