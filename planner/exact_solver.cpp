@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <tuple>
+#include <unordered_set>
 #include <numeric>
 #include <string>
 
@@ -527,29 +530,51 @@ class Search {
 // within it. The same holds mirrored for the valley's end. Each valley end is a constraint;
 // the search branches on the one with the fewest candidates (none: dead end), as perfect
 // strip-packing solvers fill the lowest gap first.
-// Symmetry: identical buffers are tried once per gap (the first unplaced one), and a buffer
-// stacked right on top of another with the same lifetime must not be larger (the two could
-// swap; identical ones are left to the first rule, which relabels them freely).
+// Identical buffers are tried once per gap. A range that cannot be filled is remembered by
+// its floors and the multiset of buffers placed (identical buffers hash alike), so the many
+// orders that stack the same buffers to the same floors are refuted once: the memo outlives
+// the attempt and serves every ordering of the round-robin.
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+struct PairHash {
+  std::size_t operator()(const std::pair<std::uint64_t, std::uint64_t>& p) const { return p.first ^ (p.second * 31); }
+};
+
 class PerfectSearch {
  public:
-  PerfectSearch(const Instance& inst, Bytes capacity, int order, Budget& budget)
-      : inst_(inst), capacity_(capacity), order_(order), budget_(budget) {
+  // Refuted (range, floors, placed multiset) states, as two independent 64-bit hashes.
+  struct Memo {
+    std::vector<std::uint64_t> item_key;  // per item: equal for identical buffers
+    std::unordered_set<std::pair<std::uint64_t, std::uint64_t>, PairHash> refuted;
+  };
+
+  PerfectSearch(const Instance& inst, Bytes capacity, int order, Budget& budget, Memo& memo)
+      : inst_(inst), capacity_(capacity), order_(order), budget_(budget), memo_(memo) {
     const std::size_t n = inst.items.size();
     const std::size_t sections = std::size_t(inst.section_count);
     offset_.assign(n, kUnplaced);
     floor_.assign(sections, 0);
-    top_item_.assign(sections, -1);
     for (std::size_t s = 0; s < sections; ++s) {
       if (inst.section_total[s] == 0) floor_[s] = capacity;  // nothing lives here
     }
     by_first_.resize(sections);
     by_end_.resize(sections);
     cross_.assign(sections, 0);
+    start_sum_.assign(sections, 0);
+    end_sum_.assign(sections, 0);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& item = inst.items[i];
       by_first_[std::size_t(item.first_section)].push_back(int(i));
       by_end_[std::size_t(item.end_section - 1)].push_back(int(i));
       for (int s = item.first_section; s + 1 < item.end_section; ++s) ++cross_[std::size_t(s)];
+      start_sum_[std::size_t(item.first_section)] += item.size;
+      end_sum_[std::size_t(item.end_section) - 1] += item.size;
     }
   }
 
@@ -627,6 +652,10 @@ class PerfectSearch {
       if (h < capacity_) {
         const bool left = s == lo || floor_[std::size_t(s) - 1] > h;
         const bool right = e == hi || floor_[std::size_t(e)] > h;
+        // Below a higher neighbour's floor only buffers that start (end) here can sit, stacked
+        // from h up past that floor: they must add up to the step at least.
+        if (s > lo && left && start_sum_[std::size_t(s)] < floor_[std::size_t(s) - 1] - h) return dead();
+        if (e < hi && right && end_sum_[std::size_t(e) - 1] < floor_[std::size_t(e)] - h) return dead();
         for (int side = 0; side < 2; ++side) {
           const bool from_left = side == 0;
           if (!(from_left ? left : right)) continue;
@@ -646,6 +675,7 @@ class PerfectSearch {
           }
           const int count = candidates(s, e, from_left, h, nullptr);
           if (count == 0) return dead();
+          if (from_left && e - s > 1 && !tileable(s, e, h)) return dead();
           // Fewest candidates first; ties go to the lowest floor, then the earliest valley.
           if (count < best_count || (count == best_count && h < best_h)) {
             best_count = count;
@@ -659,6 +689,8 @@ class PerfectSearch {
       s = e;
     }
     if (best_a < 0) return Outcome::found;  // every section full
+    const std::pair<std::uint64_t, std::uint64_t> key = state_key(lo, hi);
+    if (memo_.refuted.count(key)) return dead();
     std::vector<int> pool;
     candidates(best_a, best_b, best_left, best_h, &pool);
     std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) {
@@ -678,7 +710,6 @@ class PerfectSearch {
       }
       return false;
     });
-    const int column = best_left ? best_a : best_b - 1;
     int tried = -1;
     Outcome result = Outcome::infeasible;
     for (const int c : pool) {
@@ -689,22 +720,26 @@ class PerfectSearch {
             prev.end_section == item.end_section && prev.alignment == item.alignment)
           continue;
       }
-      const int below = int(top_item_[std::size_t(column)]);
-      if (below >= 0) {
-        const auto& under = inst_.items[std::size_t(below)];
-        if (under.first_section == item.first_section && under.end_section == item.end_section &&
-            under.size < item.size)
-          continue;
-      }
       tried = c;
       const std::size_t mark = trail_.size();
       set(offset_[std::size_t(c)], best_h);
+      set(placed_hash_, Offset(std::uint64_t(placed_hash_) + memo_.item_key[std::size_t(c)]));
+      set(start_sum_[std::size_t(item.first_section)], start_sum_[std::size_t(item.first_section)] - item.size);
+      set(end_sum_[std::size_t(item.end_section) - 1], end_sum_[std::size_t(item.end_section) - 1] - item.size);
       for (int s = item.first_section; s < item.end_section; ++s) {
         set(floor_[std::size_t(s)], best_h + item.size);
-        set(top_item_[std::size_t(s)], c);
       }
       for (int s = item.first_section; s + 1 < item.end_section; ++s) set(cross_[std::size_t(s)], cross_[std::size_t(s)] - 1);
-      const Outcome outcome = node(lo, hi);
+      // Buffers live with c now sit above its top in the sections they share with it.
+      bool fits = true;
+      for (std::size_t k = inst_.conflict_begin[std::size_t(c)]; k < inst_.conflict_begin[std::size_t(c) + 1]; ++k) {
+        const int u = inst_.conflicts[k];
+        if (offset_[std::size_t(u)] == kUnplaced && best_h + item.size + inst_.items[std::size_t(u)].size > capacity_) {
+          fits = false;
+          break;
+        }
+      }
+      const Outcome outcome = fits ? node(lo, hi) : dead();
       if (outcome == Outcome::found) return outcome;
       undo(mark);
       if (outcome == Outcome::budget) {
@@ -712,13 +747,43 @@ class PerfectSearch {
         break;
       }
     }
-    if (result == Outcome::infeasible) ++backtracks_;
+    if (result == Outcome::infeasible) {
+      ++backtracks_;
+      if (memo_.refuted.size() < kMemoEntries) memo_.refuted.insert(key);
+    }
     return result;
+  }
+
+  std::pair<std::uint64_t, std::uint64_t> state_key(int lo, int hi) const {
+    std::uint64_t a = mix(std::uint64_t(lo) * 0x9e3779b97f4a7c15ULL + std::uint64_t(hi));
+    std::uint64_t b = mix(std::uint64_t(placed_hash_) ^ a);
+    for (int s = lo; s < hi; ++s) {
+      a = mix(a ^ std::uint64_t(floor_[std::size_t(s)]));
+      b = mix(b + std::uint64_t(floor_[std::size_t(s)]) * 0xff51afd7ed558ccdULL);
+    }
+    return {a, mix(b ^ std::uint64_t(placed_hash_))};
   }
 
   Outcome dead() {
     ++backtracks_;
     return Outcome::infeasible;
+  }
+
+  // The valley [a, b) at floor h is covered at h by buffers placed side by side, each inside
+  // it: some chain of unplaced buffers' lifetimes must run from a to b.
+  bool tileable(int a, int b, Offset h) {
+    reach_.assign(std::size_t(b - a) + 1, 0);
+    reach_[0] = 1;
+    for (int x = a; x < b; ++x) {
+      if (!reach_[std::size_t(x - a)]) continue;
+      for (const int i : by_first_[std::size_t(x)]) {
+        if (offset_[std::size_t(i)] != kUnplaced) continue;
+        const auto& item = inst_.items[std::size_t(i)];
+        if (item.end_section > b || h + item.size > capacity_ || h % item.alignment != 0) continue;
+        reach_[std::size_t(item.end_section - a)] = 1;
+      }
+    }
+    return reach_[std::size_t(b - a)] != 0;
   }
 
   // Some unplaced buffer starts at a (from_left; else ends at b) and stays within [a, b).
@@ -742,8 +807,13 @@ class PerfectSearch {
   const Bytes capacity_;
   const int order_;
   Budget& budget_;
-  std::vector<Offset> offset_, floor_, top_item_;
+  Memo& memo_;
+  static constexpr std::size_t kMemoEntries = 1'000'000;
+  Offset placed_hash_ = 0;  // sum of item_key over placed buffers
+  std::vector<Offset> offset_, floor_;
   std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
+  std::vector<Offset> start_sum_, end_sum_;  // unplaced sizes starting (ending) in section s
+  std::vector<char> reach_;  // scratch for tileable()
   std::vector<std::vector<int>> by_first_, by_end_;
   std::vector<TrailEntry> trail_;
   std::int64_t backtracks_ = 0;
@@ -757,14 +827,24 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
                         ExactSolverStats& stats) {
   std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
   const bool perfect = PerfectSearch::applies(inst, capacity);
-  if (perfect) stats.zero_waste = true;
+  PerfectSearch::Memo memo;
+  if (perfect) {
+    stats.zero_waste = true;
+    // Identical buffers (lifetime, size, alignment) share a key: the memo sees multisets.
+    std::map<std::tuple<int, int, Bytes, Bytes>, std::uint64_t> keys;
+    for (const auto& item : inst.items) {
+      const auto [it, fresh] = keys.emplace(std::make_tuple(item.first_section, item.end_section, item.size, item.alignment),
+                                            mix(0x2545f4914f6cdd1dULL + keys.size()));
+      memo.item_key.push_back(it->second);
+    }
+  }
   while (true) {
     for (int k = 0; k < 3; ++k) {
       ++stats.attempts;
       budget.start_attempt(limit);
       Outcome outcome;
       if (perfect) {
-        PerfectSearch search(inst, capacity, k, budget);
+        PerfectSearch search(inst, capacity, k, budget, memo);
         outcome = search.run();
         stats.backtracks += search.backtracks();
         if (outcome == Outcome::found) item_offsets = search.offsets();
