@@ -4,6 +4,8 @@
 // exact_solver.h for that).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -11,8 +13,11 @@
 
 namespace memplan::planner {
 
-// The order in which buffers are placed: largest first by the named key (ties by index).
-enum class GreedyOrder { size, lifetime, area, conflicts };
+// The order in which buffers are placed: largest first by the named key (ties by size, then
+// index); `start` places in order of allocation time instead, as an allocator replaying a
+// trace would (ties: longest lifetime, then size), which suits real allocation traces whose
+// peak is shaped by the order of allocation.
+enum class GreedyOrder { size, lifetime, area, conflicts, start };
 // Where a buffer goes among the gaps left by already-placed buffers live at the same time.
 //   best_fit: the smallest gap that holds it (else on top); lowest_offset: the first such gap.
 enum class GreedyPlacement { best_fit, lowest_offset };
@@ -25,6 +30,9 @@ struct GreedyOptions {
                                      GreedyOrder::conflicts};
   std::vector<GreedyPlacement> placements = {GreedyPlacement::best_fit,
                                              GreedyPlacement::lowest_offset};
+  // No new run starts after this (the first always runs): a wall-clock budget asked for by
+  // the caller. Without one the portfolio is deterministic.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // One greedy run: an offset for every buffer (fixed buffers keep theirs; zero-size buffers
@@ -32,7 +40,8 @@ struct GreedyOptions {
 std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order,
                                 GreedyPlacement placement);
 
-// The best of all (order, placement) runs in `options`. Status: optimal when the height
+// The best of all (order, placement) runs in `options`, every order with the first placement
+// rule before any with the next (the first rule is the stronger one). Status: optimal when the height
 // equals the lower bound, feasible when within the capacity (or there is none), otherwise
 // not_found with no offsets and height_bytes set to the lowest height the greedy runs reached.
 Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options = {});
