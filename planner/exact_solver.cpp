@@ -580,8 +580,11 @@ class PerfectSearch {
     std::unordered_set<std::pair<std::uint64_t, std::uint64_t>, PairHash> refuted;
   };
 
-  PerfectSearch(const Instance& inst, Bytes capacity, int order, Budget& budget, Memo& memo)
-      : inst_(inst), capacity_(capacity), order_(order), budget_(budget), memo_(memo) {
+  // `attempt` picks the candidate order: the first three are plain keys (area, lifetime, size),
+  // later ones the same keys scaled by pseudo-random factors seeded by the attempt, so
+  // restarts explore different early choices while staying reproducible.
+  PerfectSearch(const Instance& inst, Bytes capacity, int attempt, Budget& budget, Memo& memo)
+      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo) {
     const std::size_t n = inst.items.size();
     const std::size_t sections = std::size_t(inst.section_count);
     offset_.assign(n, kUnplaced);
@@ -591,6 +594,17 @@ class PerfectSearch {
     }
     by_first_.resize(sections);
     by_end_.resize(sections);
+    key_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& item = inst.items[i];
+      switch (attempt % 3) {
+        case 0: key_[i] = item.area; break;
+        case 1: key_[i] = item.width * 1e30 + double(item.size); break;
+        default: key_[i] = double(item.size); break;
+      }
+      // Identical buffers get equal factors, so they stay side by side in a gap's candidates.
+      if (attempt >= 3) key_[i] *= 1.0 + double(mix(memo.item_key[i] ^ mix(std::uint64_t(attempt))) % 1024) / 1024.0;
+    }
     cross_.assign(sections, 0);
     start_sum_.assign(sections, 0);
     end_sum_.assign(sections, 0);
@@ -719,23 +733,7 @@ class PerfectSearch {
     if (memo_.refuted.count(key)) return dead();
     std::vector<int> pool;
     candidates(best_a, best_b, best_left, best_h, &pool);
-    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) {
-      const auto& a = inst_.items[std::size_t(x)];
-      const auto& b = inst_.items[std::size_t(y)];
-      switch (order_) {
-        case 0:
-          if (a.area != b.area) return a.area > b.area;
-          break;
-        case 1:
-          if (a.width != b.width) return a.width > b.width;
-          if (a.size != b.size) return a.size > b.size;
-          break;
-        default:
-          if (a.size != b.size) return a.size > b.size;
-          break;
-      }
-      return false;
-    });
+    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) { return key_[std::size_t(x)] > key_[std::size_t(y)]; });
     int tried = -1;
     Outcome result = Outcome::infeasible;
     for (const int c : pool) {
@@ -831,9 +829,9 @@ class PerfectSearch {
   };
   const Instance& inst_;
   const Bytes capacity_;
-  const int order_;
   Budget& budget_;
   Memo& memo_;
+  std::vector<double> key_;  // candidates are tried by descending key
   static constexpr std::size_t kMemoEntries = 1'000'000;
   Offset placed_hash_ = 0;  // sum of item_key over placed buffers
   std::vector<Offset> offset_, floor_;
@@ -864,13 +862,13 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
       memo.item_key.push_back(it->second);
     }
   }
-  while (true) {
+  for (int attempt = 0;; ++attempt) {
     for (int k = 0; k < 3; ++k) {
       ++stats.attempts;
       budget.start_attempt(limit);
       Outcome outcome;
       if (perfect) {
-        PerfectSearch search(inst, capacity, k, budget, memo);
+        PerfectSearch search(inst, capacity, 3 * attempt + k, budget, memo);
         outcome = search.run();
         stats.backtracks += search.backtracks();
         if (outcome == Outcome::found) item_offsets = search.offsets();
@@ -882,8 +880,11 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
       }
       if (outcome != Outcome::budget) return outcome;
       if (budget.exhausted()) return Outcome::budget;
+      // Zero-waste searches restart more often: their refutations are kept in the memo, and
+      // the heavy tail of one ordering is what restarts cure.
+      if (perfect) limit += limit / 8;
     }
-    limit *= 2;
+    if (!perfect) limit *= 2;
   }
 }
 
