@@ -606,6 +606,7 @@ class PerfectSearch {
       if (attempt >= 3) key_[i] *= 1.0 + double(mix(memo.item_key[i] ^ mix(std::uint64_t(attempt))) % 1024) / 1024.0;
     }
     cross_.assign(sections, 0);
+    placed_hash_.assign(sections, 0);
     start_sum_.assign(sections, 0);
     end_sum_.assign(sections, 0);
     for (std::size_t i = 0; i < n; ++i) {
@@ -616,6 +617,11 @@ class PerfectSearch {
       start_sum_[std::size_t(item.first_section)] += item.size;
       end_sum_[std::size_t(item.end_section) - 1] += item.size;
     }
+    auto same_class_adjacent = [&](std::vector<int>& list) {
+      std::stable_sort(list.begin(), list.end(), [&](int x, int y) { return memo.item_key[std::size_t(x)] < memo.item_key[std::size_t(y)]; });
+    };
+    for (auto& list : by_first_) same_class_adjacent(list);
+    for (auto& list : by_end_) same_class_adjacent(list);
   }
 
   // The target applies when every occupied section sums to exactly it and nothing is fixed.
@@ -637,15 +643,18 @@ class PerfectSearch {
   // Candidates for the byte at (section s, floor h) inside the run [a, b): buffers starting
   // at a (from_left) or ending at b (otherwise) that stay inside the run and fit. Returns
   // how many; fills `out` when given.
+  // Identical buffers count once (the lists keep them side by side).
   int candidates(int a, int b, bool from_left, Offset h, std::vector<int>* out) const {
     int count = 0;
     const auto& list = from_left ? by_first_[std::size_t(a)] : by_end_[std::size_t(b - 1)];
+    int last = -1;
     for (const int i : list) {
       if (offset_[std::size_t(i)] != kUnplaced) continue;
       const auto& item = inst_.items[std::size_t(i)];
       if (from_left ? item.end_section > b : item.first_section < a) continue;
       if (h + item.size > capacity_ || h % item.alignment != 0) continue;
-      ++count;
+      if (last < 0 || memo_.item_key[std::size_t(last)] != memo_.item_key[std::size_t(i)]) ++count;
+      last = i;
       if (out) out->push_back(i);
     }
     return count;
@@ -747,7 +756,8 @@ class PerfectSearch {
       tried = c;
       const std::size_t mark = trail_.size();
       set(offset_[std::size_t(c)], best_h);
-      set(placed_hash_, Offset(std::uint64_t(placed_hash_) + memo_.item_key[std::size_t(c)]));
+      set(placed_hash_[std::size_t(item.first_section)],
+          Offset(std::uint64_t(placed_hash_[std::size_t(item.first_section)]) + memo_.item_key[std::size_t(c)]));
       set(start_sum_[std::size_t(item.first_section)], start_sum_[std::size_t(item.first_section)] - item.size);
       set(end_sum_[std::size_t(item.end_section) - 1], end_sum_[std::size_t(item.end_section) - 1] - item.size);
       for (int s = item.first_section; s < item.end_section; ++s) {
@@ -779,13 +789,17 @@ class PerfectSearch {
   }
 
   std::pair<std::uint64_t, std::uint64_t> state_key(int lo, int hi) const {
+    // Only the range's own floors and buffers: a range refuted once is refuted whatever
+    // happened in the independent ranges beside it.
     std::uint64_t a = mix(std::uint64_t(lo) * 0x9e3779b97f4a7c15ULL + std::uint64_t(hi));
-    std::uint64_t b = mix(std::uint64_t(placed_hash_) ^ a);
+    std::uint64_t b = mix(a);
+    std::uint64_t placed = 0;
     for (int s = lo; s < hi; ++s) {
       a = mix(a ^ std::uint64_t(floor_[std::size_t(s)]));
       b = mix(b + std::uint64_t(floor_[std::size_t(s)]) * 0xff51afd7ed558ccdULL);
+      placed += std::uint64_t(placed_hash_[std::size_t(s)]);
     }
-    return {a, mix(b ^ std::uint64_t(placed_hash_))};
+    return {mix(a ^ placed), mix(b + placed * 0xc4ceb9fe1a85ec53ULL)};
   }
 
   Outcome dead() {
@@ -833,7 +847,7 @@ class PerfectSearch {
   Memo& memo_;
   std::vector<double> key_;  // candidates are tried by descending key
   static constexpr std::size_t kMemoEntries = 1'000'000;
-  Offset placed_hash_ = 0;  // sum of item_key over placed buffers
+  std::vector<Offset> placed_hash_;  // per section: sum of item_key over placed buffers starting there
   std::vector<Offset> offset_, floor_;
   std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
   std::vector<Offset> start_sum_, end_sum_;  // unplaced sizes starting (ending) in section s
