@@ -209,8 +209,10 @@ std::string_view to_string(GreedyPlacement placement) {
   return "unknown";
 }
 
-std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order,
-                                GreedyPlacement placement) {
+namespace {
+
+std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
+                         std::optional<std::chrono::steady_clock::time_point> deadline, std::size_t visit_budget) {
   const std::size_t n = problem.buffers.size();
   std::vector<Offset> offsets(n, 0);
   PlacedIndex placed(problem);
@@ -224,11 +226,14 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
     placed.insert(i);
     skyline.raise(b.first_op, b.end_op, *b.fixed_offset + footprint_bytes(b));
   }
-  const std::size_t max_neighbours = std::max<std::size_t>(64, kNeighbourVisitBudget / std::max<std::size_t>(n, 1));
+  const std::size_t max_neighbours = std::max<std::size_t>(64, visit_budget / std::max<std::size_t>(n, 1));
   const std::vector<std::int64_t> conflicts = conflict_counts(problem);
   std::vector<std::size_t> neighbours;
   std::vector<std::pair<Offset, Offset>> taken;  // [offset, top) of placed neighbours
+  std::size_t placed_count = 0;
   for (const std::size_t i : placement_order(problem, order)) {
+    // The clock costs more than a placement: look every 256.
+    if (deadline && (++placed_count & 255) == 0 && std::chrono::steady_clock::now() >= *deadline) return {};
     const BufferSpec& b = problem.buffers[i];
     const Bytes size = footprint_bytes(b);
     if (b.fixed_offset || size == 0) continue;
@@ -277,6 +282,13 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
   return offsets;
 }
 
+}  // namespace
+
+std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
+                                std::optional<std::chrono::steady_clock::time_point> deadline) {
+  return pack(problem, order, placement, deadline, kNeighbourVisitBudget);
+}
+
 Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options) {
   {
     const Status status = check_problem(problem);
@@ -293,7 +305,12 @@ Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& opt
         out_of_time = true;
         break;
       }
-      std::vector<Offset> offsets = greedy_pack(problem, order, placement);
+      // Only runs after the first may be cut short: there is always a packing.
+      std::vector<Offset> offsets = greedy_pack(problem, order, placement, best.empty() ? std::nullopt : options.deadline);
+      if (offsets.size() != problem.buffers.size()) {
+        out_of_time = true;
+        break;
+      }
       const Bytes height = packing_height(problem, offsets);
       if (height < best_height) {
         best_height = height;

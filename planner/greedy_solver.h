@@ -36,9 +36,10 @@ struct GreedyOptions {
 };
 
 // One greedy run: an offset for every buffer (fixed buffers keep theirs; zero-size buffers
-// get 0 unless fixed). Ignores the capacity. The problem must pass check_problem().
-std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order,
-                                GreedyPlacement placement);
+// get 0 unless fixed). Ignores the capacity. The problem must pass check_problem(). With a
+// deadline, a run still going when it passes stops and returns no offsets.
+std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
+                                std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 // The best of all (order, placement) runs in `options`, every order with the first placement
 // rule before any with the next (the first rule is the stronger one). Status: optimal when the height
