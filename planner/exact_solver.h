@@ -3,6 +3,9 @@
 // before it allow, buffers are placed in order of offset, and the search prunes with
 // per-section floors, dominance and decomposition. It is not a heuristic: with no budget hit,
 // its answers are proofs. Large problems fall back to the greedy portfolio (greedy_solver.h).
+// A target height that every occupied section fills exactly (zero slack) goes to a narrower
+// complete search instead: valleys of the placed profile filled from their ends, independent
+// time ranges solved apart, refuted states remembered across restarts.
 #pragma once
 
 #include <cstdint>
