@@ -14,7 +14,11 @@ namespace {
 // about this many such visits in all before crowded lifetimes fall back to the skyline.
 // Real allocation traces have buffers live with a thousand others: their gaps are where the
 // packing is won (the skyline fallback cost them 7-19% of height), so the budget is generous.
+// Above kGenerousBuffers (where the exact search stops too: planning-scale graphs of 50,000
+// buffers and more) the budget stays at the tenth that keeps a run near O(n log n).
 constexpr std::size_t kNeighbourVisitBudget = 40'000'000;
+constexpr std::size_t kLargeProblemVisitBudget = 4'000'000;
+constexpr std::size_t kGenerousBuffers = 20'000;
 
 // Finds the placed buffers whose lifetimes overlap a query lifetime without looking at all
 // placed buffers: buffers sorted by first_op sit at the leaves of a max-tree over end_op
@@ -286,7 +290,8 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
 
 std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
                                 std::optional<std::chrono::steady_clock::time_point> deadline) {
-  return pack(problem, order, placement, deadline, kNeighbourVisitBudget);
+  return pack(problem, order, placement, deadline,
+              problem.buffers.size() > kGenerousBuffers ? kLargeProblemVisitBudget : kNeighbourVisitBudget);
 }
 
 Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options) {
