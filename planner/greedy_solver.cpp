@@ -169,20 +169,10 @@ std::vector<std::size_t> placement_order(const AllocationProblem& problem, Greed
       case GreedyOrder::lifetime: key[i] = length; break;
       case GreedyOrder::area: key[i] = size * length; break;
       case GreedyOrder::conflicts: key[i] = double(conflicts[i]); break;
-      case GreedyOrder::start: key[i] = length; break;  // the tie-break; see below
     }
   }
   std::vector<std::size_t> result(n);
   std::iota(result.begin(), result.end(), std::size_t{0});
-  if (order == GreedyOrder::start) {
-    std::stable_sort(result.begin(), result.end(), [&](std::size_t a, std::size_t b) {
-      if (problem.buffers[a].first_op != problem.buffers[b].first_op)
-        return problem.buffers[a].first_op < problem.buffers[b].first_op;
-      if (key[a] != key[b]) return key[a] > key[b];
-      return footprint_bytes(problem.buffers[a]) > footprint_bytes(problem.buffers[b]);
-    });
-    return result;
-  }
   // Secondary key: size, so equal-key runs still put big buffers first. Then index, so every
   // run is deterministic.
   std::stable_sort(result.begin(), result.end(), [&](std::size_t a, std::size_t b) {
@@ -200,7 +190,6 @@ std::string_view to_string(GreedyOrder order) {
     case GreedyOrder::lifetime: return "lifetime";
     case GreedyOrder::area: return "area";
     case GreedyOrder::conflicts: return "conflicts";
-    case GreedyOrder::start: return "start";
   }
   return "unknown";
 }

@@ -13,11 +13,8 @@
 
 namespace memplan::planner {
 
-// The order in which buffers are placed: largest first by the named key (ties by size, then
-// index); `start` places in order of allocation time instead, as an allocator replaying a
-// trace would (ties: longest lifetime, then size), which suits real allocation traces whose
-// peak is shaped by the order of allocation.
-enum class GreedyOrder { size, lifetime, area, conflicts, start };
+// The order in which buffers are placed: largest first by the named key (ties by index).
+enum class GreedyOrder { size, lifetime, area, conflicts };
 // Where a buffer goes among the gaps left by already-placed buffers live at the same time.
 //   best_fit: the smallest gap that holds it (else on top); lowest_offset: the first such gap.
 enum class GreedyPlacement { best_fit, lowest_offset };
