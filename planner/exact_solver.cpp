@@ -5,7 +5,6 @@
 #include <limits>
 #include <map>
 #include <tuple>
-#include <unordered_set>
 #include <numeric>
 #include <string>
 
@@ -568,16 +567,18 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
-struct PairHash {
-  std::size_t operator()(const std::pair<std::uint64_t, std::uint64_t>& p) const { return p.first ^ (p.second * 31); }
-};
-
 class PerfectSearch {
  public:
-  // Refuted (range, floors, placed multiset) states, as two independent 64-bit hashes.
+  // Refuted (range, floors, placed multiset) states, as two independent 64-bit hashes, in a
+  // fixed table where a newer refutation overwrites an older one in its slot: it keeps
+  // learning for the whole solve in bounded memory, and stays deterministic.
   struct Memo {
     std::vector<std::uint64_t> item_key;  // per item: equal for identical buffers
-    std::unordered_set<std::pair<std::uint64_t, std::uint64_t>, PairHash> refuted;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> refuted;  // size a power of two
+    bool contains(const std::pair<std::uint64_t, std::uint64_t>& key) const {
+      return refuted[key.first & (refuted.size() - 1)] == key;
+    }
+    void insert(const std::pair<std::uint64_t, std::uint64_t>& key) { refuted[key.first & (refuted.size() - 1)] = key; }
   };
 
   // `attempt` picks the candidate order: the first three are plain keys (area, lifetime, size),
@@ -739,7 +740,7 @@ class PerfectSearch {
     }
     if (best_a < 0) return Outcome::found;  // every section full
     const std::pair<std::uint64_t, std::uint64_t> key = state_key(lo, hi);
-    if (memo_.refuted.count(key)) return dead();
+    if (memo_.contains(key)) return dead();
     std::vector<int> pool;
     candidates(best_a, best_b, best_left, best_h, &pool);
     std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) { return key_[std::size_t(x)] > key_[std::size_t(y)]; });
@@ -783,7 +784,7 @@ class PerfectSearch {
     }
     if (result == Outcome::infeasible) {
       ++backtracks_;
-      if (memo_.refuted.size() < kMemoEntries) memo_.refuted.insert(key);
+      memo_.insert(key);
     }
     return result;
   }
@@ -846,7 +847,6 @@ class PerfectSearch {
   Budget& budget_;
   Memo& memo_;
   std::vector<double> key_;  // candidates are tried by descending key
-  static constexpr std::size_t kMemoEntries = 1'000'000;
   std::vector<Offset> placed_hash_;  // per section: sum of item_key over placed buffers starting there
   std::vector<Offset> offset_, floor_;
   std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
@@ -868,6 +868,10 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
   PerfectSearch::Memo memo;
   if (perfect) {
     stats.zero_waste = true;
+    // 16 bytes a slot: 64 KiB for the smallest problems, 8 MiB at 300 buffers, 64 MiB at most.
+    std::size_t slots = 4096;
+    while (slots < (std::size_t{1} << 22) && slots < inst.items.size() * 1024) slots *= 2;
+    memo.refuted.assign(slots, {0, 0});
     // Identical buffers (lifetime, size, alignment) share a key: the memo sees multisets.
     std::map<std::tuple<int, int, Bytes, Bytes>, std::uint64_t> keys;
     for (const auto& item : inst.items) {
