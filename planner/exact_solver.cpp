@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <numeric>
 #include <string>
 
@@ -32,6 +34,10 @@ namespace {
 //    since one ordering often finds in milliseconds what another misses for minutes.
 
 using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
 
 enum class Outcome { found, infeasible, budget };
 
@@ -211,10 +217,30 @@ Instance build_instance(const AllocationProblem& problem, const std::vector<std:
 // when the group is formed), A = area, Z = size, W = lifetime length. Ties: problem order.
 void rank_items(const Instance& inst, const std::vector<Bytes>& remaining, std::string_view keys,
                 std::vector<int> items, std::vector<int>& rank) {
+  // The fullest section under each item by a sparse table over the sections the items span:
+  // O(S log S + n) instead of walking every lifetime (real traces' span thousands).
   std::vector<Bytes> total(items.size(), 0);
-  for (std::size_t k = 0; k < items.size(); ++k) {
-    const auto& item = inst.items[std::size_t(items[k])];
-    for (int s = item.first_section; s < item.end_section; ++s) total[k] = std::max(total[k], remaining[std::size_t(s)]);
+  if (keys.find('T') != std::string_view::npos && !items.empty()) {
+    int lo = inst.items[std::size_t(items[0])].first_section, hi = inst.items[std::size_t(items[0])].end_section;
+    for (const int i : items) {
+      lo = std::min(lo, inst.items[std::size_t(i)].first_section);
+      hi = std::max(hi, inst.items[std::size_t(i)].end_section);
+    }
+    const std::size_t len = std::size_t(hi - lo);
+    std::vector<std::vector<Bytes>> table(1, std::vector<Bytes>(remaining.begin() + lo, remaining.begin() + hi));
+    for (std::size_t w = 1; 2 * w <= len; w *= 2) {
+      const std::vector<Bytes>& prev = table.back();
+      std::vector<Bytes> next(len - 2 * w + 1);
+      for (std::size_t x = 0; x < next.size(); ++x) next[x] = std::max(prev[x], prev[x + w]);
+      table.push_back(std::move(next));
+    }
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      const auto& item = inst.items[std::size_t(items[k])];
+      const std::size_t a = std::size_t(item.first_section - lo), b = std::size_t(item.end_section - lo);
+      std::size_t level = 0;
+      while ((std::size_t{2} << level) <= b - a) ++level;
+      total[k] = std::max(table[level][a], table[level][b - (std::size_t{1} << level)]);
+    }
   }
   std::vector<std::size_t> order(items.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
@@ -286,6 +312,7 @@ class Search {
 
   // Offsets per item once run() returned found.
   const std::vector<Offset>& offsets() const { return offset_; }
+  std::int64_t backtracks() const { return backtracks_; }
 
  private:
   struct TrailEntry {
@@ -401,7 +428,10 @@ class Search {
       }
       // floor_[s] is the lowest min offset among a section's unplaced items; it can only
       // move where u was (one of) the lowest.
+      // Refreshing floors is only pruning, not correctness: on long lifetimes (real traces'
+      // buffers span thousands of sections) it would cost more than the nodes it saves.
       const auto& other = inst_.items[std::size_t(u)];
+      if (other.end_section - other.first_section > kRefreshSections) continue;
       for (int s = other.first_section; s < other.end_section; ++s) {
         if (floor_[std::size_t(s)] >= old) mark_affected(s);
       }
@@ -410,6 +440,7 @@ class Search {
     // offsets, so the space under it is lost to that section.
     for (const int s : affected_) {
       affected_mark_[std::size_t(s)] = 0;
+      if (inst_.section_begin[std::size_t(s) + 1] - inst_.section_begin[std::size_t(s)] > kRefreshItems) continue;
       Offset lowest = std::numeric_limits<Offset>::max();
       for (std::size_t k = inst_.section_begin[std::size_t(s)]; k < inst_.section_begin[std::size_t(s) + 1]; ++k) {
         const int i = inst_.section_items[k];
@@ -486,6 +517,7 @@ class Search {
       if (hatless_) break;
     }
     pool_.resize(base);
+    if (result == Outcome::infeasible) ++backtracks_;
     return result;
   }
 
@@ -497,6 +529,8 @@ class Search {
     return node(items, s_lo, s_hi, o, rank_[std::size_t(c)]);
   }
 
+  static constexpr int kRefreshSections = 64;
+  static constexpr std::size_t kRefreshItems = 256;
   const Instance& inst_;
   const Bytes capacity_;
   const std::string_view preorder_;
@@ -507,8 +541,320 @@ class Search {
   std::size_t trail_size_ = 0;
   std::vector<int> pool_;
   bool hatless_ = false;               // set by place()
+  std::int64_t backtracks_ = 0;
   std::vector<int> affected_;          // sections whose unplaced floor may have risen
   std::vector<char> affected_mark_;    // dedupes affected_
+};
+
+// Zero-waste search, for a target height that every occupied section fills exactly (the sum
+// of the sizes live there equals it). Then no packing at that height leaves any hole, the
+// placed buffers fill each section from 0 up to its floor, and a much narrower branching is
+// complete: take a valley, a run of sections at one floor h whose neighbours are both higher
+// (or absent). The byte at (valley start, h) belongs to some buffer placed with its bottom at
+// h; it cannot reach into a higher neighbour, so it starts exactly at the valley and ends
+// within it. The same holds mirrored for the valley's end. Each valley end is a constraint;
+// the search branches on the one with the fewest candidates (none: dead end), as perfect
+// strip-packing solvers fill the lowest gap first.
+// Identical buffers are tried once per gap. A range that cannot be filled is remembered by
+// its floors and the multiset of buffers placed (identical buffers hash alike), so the many
+// orders that stack the same buffers to the same floors are refuted once: the memo outlives
+// the attempt and serves every ordering of the round-robin.
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class PerfectSearch {
+ public:
+  // Refuted (range, floors, placed multiset) states, as two independent 64-bit hashes, in a
+  // fixed table where a newer refutation overwrites an older one in its slot: it keeps
+  // learning for the whole solve in bounded memory, and stays deterministic.
+  struct Memo {
+    std::vector<std::uint64_t> item_key;  // per item: equal for identical buffers
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> refuted;  // size a power of two
+    bool contains(const std::pair<std::uint64_t, std::uint64_t>& key) const {
+      return refuted[key.first & (refuted.size() - 1)] == key;
+    }
+    void insert(const std::pair<std::uint64_t, std::uint64_t>& key) { refuted[key.first & (refuted.size() - 1)] = key; }
+  };
+
+  // `attempt` picks the candidate order: the first three are plain keys (area, lifetime, size),
+  // later ones the same keys scaled by pseudo-random factors seeded by the attempt, so
+  // restarts explore different early choices while staying reproducible.
+  PerfectSearch(const Instance& inst, Bytes capacity, int attempt, Budget& budget, Memo& memo)
+      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo) {
+    const std::size_t n = inst.items.size();
+    const std::size_t sections = std::size_t(inst.section_count);
+    offset_.assign(n, kUnplaced);
+    floor_.assign(sections, 0);
+    for (std::size_t s = 0; s < sections; ++s) {
+      if (inst.section_total[s] == 0) floor_[s] = capacity;  // nothing lives here
+    }
+    by_first_.resize(sections);
+    by_end_.resize(sections);
+    key_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& item = inst.items[i];
+      switch (attempt % 3) {
+        case 0: key_[i] = item.area; break;
+        case 1: key_[i] = item.width * 1e30 + double(item.size); break;
+        default: key_[i] = double(item.size); break;
+      }
+      // Identical buffers get equal factors, so they stay side by side in a gap's candidates.
+      if (attempt >= 3) key_[i] *= 1.0 + double(mix(memo.item_key[i] ^ mix(std::uint64_t(attempt))) % 1024) / 1024.0;
+    }
+    cross_.assign(sections, 0);
+    placed_hash_.assign(sections, 0);
+    start_sum_.assign(sections, 0);
+    end_sum_.assign(sections, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& item = inst.items[i];
+      by_first_[std::size_t(item.first_section)].push_back(int(i));
+      by_end_[std::size_t(item.end_section - 1)].push_back(int(i));
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) ++cross_[std::size_t(s)];
+      start_sum_[std::size_t(item.first_section)] += item.size;
+      end_sum_[std::size_t(item.end_section) - 1] += item.size;
+    }
+    auto same_class_adjacent = [&](std::vector<int>& list) {
+      std::stable_sort(list.begin(), list.end(), [&](int x, int y) { return memo.item_key[std::size_t(x)] < memo.item_key[std::size_t(y)]; });
+    };
+    for (auto& list : by_first_) same_class_adjacent(list);
+    for (auto& list : by_end_) same_class_adjacent(list);
+  }
+
+  // The target applies when every occupied section sums to exactly it and nothing is fixed.
+  static bool applies(const Instance& inst, Bytes capacity) {
+    for (const Bytes total : inst.section_total) {
+      if (total != 0 && total != capacity) return false;
+    }
+    for (const auto& list : inst.obstacles) {
+      if (!list.empty()) return false;
+    }
+    return !inst.items.empty();
+  }
+
+  Outcome run() { return node(0, inst_.section_count); }
+  const std::vector<Offset>& offsets() const { return offset_; }
+  std::int64_t backtracks() const { return backtracks_; }
+
+ private:
+  // Candidates for the byte at (section s, floor h) inside the run [a, b): buffers starting
+  // at a (from_left) or ending at b (otherwise) that stay inside the run and fit. Returns
+  // how many; fills `out` when given.
+  // Identical buffers count once (the lists keep them side by side).
+  int candidates(int a, int b, bool from_left, Offset h, std::vector<int>* out) const {
+    int count = 0;
+    const auto& list = from_left ? by_first_[std::size_t(a)] : by_end_[std::size_t(b - 1)];
+    int last = -1;
+    for (const int i : list) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const auto& item = inst_.items[std::size_t(i)];
+      if (from_left ? item.end_section > b : item.first_section < a) continue;
+      if (h + item.size > capacity_ || h % item.alignment != 0) continue;
+      if (last < 0 || memo_.item_key[std::size_t(last)] != memo_.item_key[std::size_t(i)]) ++count;
+      last = i;
+      if (out) out->push_back(i);
+    }
+    return count;
+  }
+
+  void set(Offset& slot, Offset value) {
+    trail_.push_back({&slot, slot});
+    slot = value;
+  }
+  void undo(std::size_t mark) {
+    while (trail_.size() > mark) {
+      *trail_.back().slot = trail_.back().old;
+      trail_.pop_back();
+    }
+  }
+
+  // Fills sections [lo, hi). Where no unplaced buffer crosses a boundary the two sides are
+  // independent: each is filled on its own, and a side that cannot be filled fails the node
+  // without retrying the other side's choices.
+  Outcome node(int lo, int hi) {
+    if (!budget_.spend()) return Outcome::budget;
+    for (int s = lo; s + 1 < hi; ++s) {
+      if (cross_[std::size_t(s)] != 0) continue;
+      for (int a = lo; a < hi;) {
+        int b = a + 1;
+        while (b < hi && cross_[std::size_t(b) - 1] != 0) ++b;
+        const Outcome outcome = fill(a, b);
+        if (outcome != Outcome::found) return outcome;
+        a = b;
+      }
+      return Outcome::found;
+    }
+    return fill(lo, hi);
+  }
+
+  Outcome fill(int lo, int hi) {
+    int best_a = -1, best_b = -1, best_count = std::numeric_limits<int>::max();
+    bool best_left = true;
+    Offset best_h = 0;
+    for (int s = lo; s < hi;) {
+      const Offset h = floor_[std::size_t(s)];
+      int e = s + 1;
+      while (e < hi && floor_[std::size_t(e)] == h) ++e;
+      if (h < capacity_) {
+        const bool left = s == lo || floor_[std::size_t(s) - 1] > h;
+        const bool right = e == hi || floor_[std::size_t(e)] > h;
+        // Below a higher neighbour's floor only buffers that start (end) here can sit, stacked
+        // from h up past that floor: they must add up to the step at least.
+        if (s > lo && left && start_sum_[std::size_t(s)] < floor_[std::size_t(s) - 1] - h) return dead();
+        if (e < hi && right && end_sum_[std::size_t(e) - 1] < floor_[std::size_t(e)] - h) return dead();
+        for (int side = 0; side < 2; ++side) {
+          const bool from_left = side == 0;
+          if (!(from_left ? left : right)) continue;
+          if (!(left && right)) {
+            // A shelf (higher on one side only): the byte at its higher end still needs a
+            // buffer starting (ending) there that reaches no higher floor. Checked, not
+            // branched on.
+            int r = from_left ? e : s;
+            if (from_left) {
+              while (r < hi && floor_[std::size_t(r)] <= h) ++r;
+              if (!shelf_has_candidate(s, r, true, h)) return dead();
+            } else {
+              while (r > lo && floor_[std::size_t(r) - 1] <= h) --r;
+              if (!shelf_has_candidate(r, e, false, h)) return dead();
+            }
+            continue;
+          }
+          const int count = candidates(s, e, from_left, h, nullptr);
+          if (count == 0) return dead();
+          if (from_left && e - s > 1 && !tileable(s, e, h)) return dead();
+          // Fewest candidates first; ties go to the lowest floor, then the earliest valley.
+          if (count < best_count || (count == best_count && h < best_h)) {
+            best_count = count;
+            best_a = s;
+            best_b = e;
+            best_left = from_left;
+            best_h = h;
+          }
+        }
+      }
+      s = e;
+    }
+    if (best_a < 0) return Outcome::found;  // every section full
+    const std::pair<std::uint64_t, std::uint64_t> key = state_key(lo, hi);
+    if (memo_.contains(key)) return dead();
+    std::vector<int> pool;
+    candidates(best_a, best_b, best_left, best_h, &pool);
+    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) { return key_[std::size_t(x)] > key_[std::size_t(y)]; });
+    int tried = -1;
+    Outcome result = Outcome::infeasible;
+    for (const int c : pool) {
+      const auto& item = inst_.items[std::size_t(c)];
+      if (tried >= 0) {
+        const auto& prev = inst_.items[std::size_t(tried)];
+        if (prev.size == item.size && prev.first_section == item.first_section &&
+            prev.end_section == item.end_section && prev.alignment == item.alignment)
+          continue;
+      }
+      tried = c;
+      const std::size_t mark = trail_.size();
+      set(offset_[std::size_t(c)], best_h);
+      set(placed_hash_[std::size_t(item.first_section)],
+          Offset(std::uint64_t(placed_hash_[std::size_t(item.first_section)]) + memo_.item_key[std::size_t(c)]));
+      set(start_sum_[std::size_t(item.first_section)], start_sum_[std::size_t(item.first_section)] - item.size);
+      set(end_sum_[std::size_t(item.end_section) - 1], end_sum_[std::size_t(item.end_section) - 1] - item.size);
+      for (int s = item.first_section; s < item.end_section; ++s) {
+        set(floor_[std::size_t(s)], best_h + item.size);
+      }
+      for (int s = item.first_section; s + 1 < item.end_section; ++s) set(cross_[std::size_t(s)], cross_[std::size_t(s)] - 1);
+      // Buffers live with c now sit above its top in the sections they share with it.
+      bool fits = true;
+      for (std::size_t k = inst_.conflict_begin[std::size_t(c)]; k < inst_.conflict_begin[std::size_t(c) + 1]; ++k) {
+        const int u = inst_.conflicts[k];
+        if (offset_[std::size_t(u)] == kUnplaced && best_h + item.size + inst_.items[std::size_t(u)].size > capacity_) {
+          fits = false;
+          break;
+        }
+      }
+      const Outcome outcome = fits ? node(lo, hi) : dead();
+      if (outcome == Outcome::found) return outcome;
+      undo(mark);
+      if (outcome == Outcome::budget) {
+        result = outcome;
+        break;
+      }
+    }
+    if (result == Outcome::infeasible) {
+      ++backtracks_;
+      memo_.insert(key);
+    }
+    return result;
+  }
+
+  std::pair<std::uint64_t, std::uint64_t> state_key(int lo, int hi) const {
+    // Only the range's own floors and buffers: a range refuted once is refuted whatever
+    // happened in the independent ranges beside it.
+    std::uint64_t a = mix(std::uint64_t(lo) * 0x9e3779b97f4a7c15ULL + std::uint64_t(hi));
+    std::uint64_t b = mix(a);
+    std::uint64_t placed = 0;
+    for (int s = lo; s < hi; ++s) {
+      a = mix(a ^ std::uint64_t(floor_[std::size_t(s)]));
+      b = mix(b + std::uint64_t(floor_[std::size_t(s)]) * 0xff51afd7ed558ccdULL);
+      placed += std::uint64_t(placed_hash_[std::size_t(s)]);
+    }
+    return {mix(a ^ placed), mix(b + placed * 0xc4ceb9fe1a85ec53ULL)};
+  }
+
+  Outcome dead() {
+    ++backtracks_;
+    return Outcome::infeasible;
+  }
+
+  // The valley [a, b) at floor h is covered at h by buffers placed side by side, each inside
+  // it: some chain of unplaced buffers' lifetimes must run from a to b.
+  bool tileable(int a, int b, Offset h) {
+    reach_.assign(std::size_t(b - a) + 1, 0);
+    reach_[0] = 1;
+    for (int x = a; x < b; ++x) {
+      if (!reach_[std::size_t(x - a)]) continue;
+      for (const int i : by_first_[std::size_t(x)]) {
+        if (offset_[std::size_t(i)] != kUnplaced) continue;
+        const auto& item = inst_.items[std::size_t(i)];
+        if (item.end_section > b || h + item.size > capacity_ || h % item.alignment != 0) continue;
+        reach_[std::size_t(item.end_section - a)] = 1;
+      }
+    }
+    return reach_[std::size_t(b - a)] != 0;
+  }
+
+  // Some unplaced buffer starts at a (from_left; else ends at b) and stays within [a, b).
+  bool shelf_has_candidate(int a, int b, bool from_left, Offset h) const {
+    const auto& list = from_left ? by_first_[std::size_t(a)] : by_end_[std::size_t(b - 1)];
+    for (const int i : list) {
+      if (offset_[std::size_t(i)] != kUnplaced) continue;
+      const auto& item = inst_.items[std::size_t(i)];
+      if (from_left ? item.end_section > b : item.first_section < a) continue;
+      if (h + item.size > capacity_ || h % item.alignment != 0) continue;
+      return true;
+    }
+    return false;
+  }
+
+  struct TrailEntry {
+    Offset* slot;
+    Offset old;
+  };
+  const Instance& inst_;
+  const Bytes capacity_;
+  Budget& budget_;
+  Memo& memo_;
+  std::vector<double> key_;  // candidates are tried by descending key
+  std::vector<Offset> placed_hash_;  // per section: sum of item_key over placed buffers starting there
+  std::vector<Offset> offset_, floor_;
+  std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
+  std::vector<Offset> start_sum_, end_sum_;  // unplaced sizes starting (ending) in section s
+  std::vector<char> reach_;  // scratch for tileable()
+  std::vector<std::vector<int>> by_first_, by_end_;
+  std::vector<TrailEntry> trail_;
+  std::int64_t backtracks_ = 0;
 };
 
 constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
@@ -516,19 +862,47 @@ constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
 // Round-robin feasibility for one target height. found: item_offsets filled; infeasible:
 // proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
 Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, std::vector<Offset>& item_offsets,
-                        std::int64_t& attempts) {
+                        ExactSolverStats& stats) {
   std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
-  while (true) {
-    for (const std::string_view preorder : kPreorders) {
-      ++attempts;
+  const bool perfect = PerfectSearch::applies(inst, capacity);
+  PerfectSearch::Memo memo;
+  if (perfect) {
+    stats.zero_waste = true;
+    // 16 bytes a slot: 64 KiB for the smallest problems, 8 MiB at 300 buffers, 64 MiB at most.
+    std::size_t slots = 4096;
+    while (slots < (std::size_t{1} << 22) && slots < inst.items.size() * 1024) slots *= 2;
+    memo.refuted.assign(slots, {0, 0});
+    // Identical buffers (lifetime, size, alignment) share a key: the memo sees multisets.
+    std::map<std::tuple<int, int, Bytes, Bytes>, std::uint64_t> keys;
+    for (const auto& item : inst.items) {
+      const auto [it, fresh] = keys.emplace(std::make_tuple(item.first_section, item.end_section, item.size, item.alignment),
+                                            mix(0x2545f4914f6cdd1dULL + keys.size()));
+      memo.item_key.push_back(it->second);
+    }
+  }
+  for (int attempt = 0;; ++attempt) {
+    for (int k = 0; k < 3; ++k) {
+      ++stats.attempts;
       budget.start_attempt(limit);
-      Search search(inst, capacity, preorder, budget);
-      const Outcome outcome = search.run();
-      if (outcome == Outcome::found) item_offsets = search.offsets();
+      Outcome outcome;
+      if (perfect) {
+        PerfectSearch search(inst, capacity, 3 * attempt + k, budget, memo);
+        outcome = search.run();
+        stats.backtracks += search.backtracks();
+        if (outcome == Outcome::found) item_offsets = search.offsets();
+      } else {
+        Search search(inst, capacity, kPreorders[k], budget);
+        outcome = search.run();
+        stats.backtracks += search.backtracks();
+        if (outcome == Outcome::found) item_offsets = search.offsets();
+      }
       if (outcome != Outcome::budget) return outcome;
       if (budget.exhausted()) return Outcome::budget;
+      // Zero-waste searches restart more often: their refutations are kept in the memo, and
+      // the heavy tail of one ordering is what restarts cure.
+      if (perfect) limit += limit / 8;
     }
-    limit *= 2;
+    if (!perfect) limit *= 2;
   }
 }
 
@@ -552,8 +926,12 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
   const std::optional<Bytes> capacity = problem.capacity_bytes;
   AllocationProblem uncapped = problem;
   uncapped.capacity_bytes.reset();
-  const Solution greedy = solve_greedy(uncapped);
+  const auto greedy_start = Clock::now();
+  GreedyOptions greedy_options;
+  greedy_options.deadline = deadline;
+  const Solution greedy = solve_greedy(uncapped, greedy_options);
   st.greedy_height_bytes = greedy.height_bytes;
+  st.greedy_ms = ms_since(greedy_start);
 
   Solution solution;
   auto finish = [&](std::vector<Offset> offsets, SolveStatus status) {
@@ -572,8 +950,14 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     return solution;
   };
 
-  if (capacity && lower_bound > *capacity) return finish({}, SolveStatus::not_found);
-  if (greedy.height_bytes <= lower_bound) return finish(greedy.offsets, SolveStatus::optimal);
+  if (capacity && lower_bound > *capacity) {
+    st.proof = "capacity";
+    return finish({}, SolveStatus::not_found);
+  }
+  if (greedy.height_bytes <= lower_bound) {
+    st.proof = "greedy";
+    return finish(greedy.offsets, SolveStatus::optimal);
+  }
   if (capacity && greedy.height_bytes <= *capacity) return finish(greedy.offsets, SolveStatus::feasible);
 
   std::vector<std::size_t> searched;
@@ -586,8 +970,15 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
       count_conflict_pairs(problem, searched) > options.max_conflict_pairs) {
     return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
   }
+  // A wall-clock budget spent by the greedy portfolio leaves its packing as the answer.
+  if (deadline && Clock::now() >= *deadline) {
+    return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
+  }
   st.searched = true;
+  const auto setup_start = Clock::now();
   const Instance inst = build_instance(problem, searched);
+  st.setup_ms = ms_since(setup_start);
+  const auto search_start = Clock::now();
   auto assemble = [&](const std::vector<Offset>& item_offsets) {
     std::vector<Offset> offsets = greedy.offsets;  // fixed and zero-size buffers keep theirs
     for (std::size_t i = 0; i < searched.size(); ++i) offsets[searched[i]] = item_offsets[i];
@@ -597,12 +988,17 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
 
   if (capacity) {
     budget.start_phase(1.0);
-    const Outcome outcome = feasible_within(inst, *capacity, budget, item_offsets, st.attempts);
+    const Outcome outcome = feasible_within(inst, *capacity, budget, item_offsets, st);
     st.nodes = budget.nodes();
-    if (outcome == Outcome::infeasible) return finish({}, SolveStatus::not_found);
+    st.search_ms = ms_since(search_start);
+    if (outcome == Outcome::infeasible) {
+      st.proof = "capacity";
+      return finish({}, SolveStatus::not_found);
+    }
     if (outcome == Outcome::budget) return finish({}, SolveStatus::timed_out);
     std::vector<Offset> offsets = assemble(item_offsets);
     const bool at_bound = packing_height(problem, offsets) <= lower_bound;
+    if (at_bound) st.proof = "search";
     return finish(std::move(offsets), at_bound ? SolveStatus::optimal : SolveStatus::feasible);
   }
 
@@ -619,7 +1015,7 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     const Bytes target = first ? lo : lo + (hi - lo) / 2;
     budget.start_phase(first ? 0.5 : 0.34);
     first = false;
-    const Outcome outcome = feasible_within(inst, target, budget, item_offsets, st.attempts);
+    const Outcome outcome = feasible_within(inst, target, budget, item_offsets, st);
     if (outcome == Outcome::found) {
       best = assemble(item_offsets);
       hi = packing_height(problem, best);
@@ -629,6 +1025,12 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
     }
   }
   const bool optimal = hi <= lower_bound || (proven && lo >= hi);
+  st.search_ms = ms_since(search_start);
+  if (hi <= lower_bound) {
+    st.proof = "search";
+  } else if (optimal) {
+    st.proof = "exhausted";
+  }
   return finish(std::move(best), optimal ? SolveStatus::optimal : SolveStatus::feasible);
 }
 

@@ -3,6 +3,9 @@
 // before it allow, buffers are placed in order of offset, and the search prunes with
 // per-section floors, dominance and decomposition. It is not a heuristic: with no budget hit,
 // its answers are proofs. Large problems fall back to the greedy portfolio (greedy_solver.h).
+// A target height that every occupied section fills exactly (zero slack) goes to a narrower
+// complete search instead: valleys of the placed profile filled from their ends, independent
+// time ranges solved apart, refuted states remembered across restarts.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,17 @@ struct ExactSolverStats {
   std::int64_t attempts = 0;     // feasibility searches run (target heights x orderings)
   Bytes greedy_height_bytes = 0; // the seed
   bool searched = false;         // false when greedy already met the lower bound (or fallback)
+  std::int64_t backtracks = 0;   // search nodes whose every branch failed
+  bool zero_waste = false;       // some target was searched by the zero-waste search
+  double greedy_ms = 0;          // time per phase: the greedy portfolio,
+  double setup_ms = 0;           //   building the search's instance,
+  double search_ms = 0;          //   and the search itself
+  // What settled the answer: "greedy" (its packing met the lower bound), "search" (the search
+  // met the lower bound), "exhausted" (the search proved nothing lower exists: a complete
+  // search ran out of placements), "none" (not proven: a budget ran out or the search was
+  // skipped), "capacity" (with a capacity: the lower bound exceeds it, or the search proved no
+  // packing fits).
+  const char* proof = "none";
 };
 
 // With a capacity: a packing within it (stops at the first one found; optimal if it meets the

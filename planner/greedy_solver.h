@@ -4,6 +4,8 @@
 // exact_solver.h for that).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -25,14 +27,19 @@ struct GreedyOptions {
                                      GreedyOrder::conflicts};
   std::vector<GreedyPlacement> placements = {GreedyPlacement::best_fit,
                                              GreedyPlacement::lowest_offset};
+  // No new run starts after this (the first always runs): a wall-clock budget asked for by
+  // the caller. Without one the portfolio is deterministic.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // One greedy run: an offset for every buffer (fixed buffers keep theirs; zero-size buffers
-// get 0 unless fixed). Ignores the capacity. The problem must pass check_problem().
-std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order,
-                                GreedyPlacement placement);
+// get 0 unless fixed). Ignores the capacity. The problem must pass check_problem(). With a
+// deadline, a run still going when it passes stops and returns no offsets.
+std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
+                                std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
-// The best of all (order, placement) runs in `options`. Status: optimal when the height
+// The best of all (order, placement) runs in `options`, every order with the first placement
+// rule before any with the next (the first rule is the stronger one). Status: optimal when the height
 // equals the lower bound, feasible when within the capacity (or there is none), otherwise
 // not_found with no offsets and height_bytes set to the lowest height the greedy runs reached.
 Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options = {});

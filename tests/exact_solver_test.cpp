@@ -218,5 +218,102 @@ TEST(ExactSolver, MiniMallocReadmeExample) {
   EXPECT_TRUE(validate_solution(p, s).ok());
 }
 
+// A rectangle cut recursively (guillotine cuts, offsets on 8-byte steps) into n buffers: a
+// small member of the zero-slack family, whose packing at exactly `capacity` exists.
+AllocationProblem rectangle_cuts(std::uint64_t seed, int n, Bytes capacity, TimePoint span) {
+  Rng rng(seed);
+  struct Piece {
+    TimePoint t0, t1;
+    Bytes y0, y1;
+  };
+  std::vector<Piece> pieces = {{0, span, 0, capacity}};
+  while (int(pieces.size()) < n) {
+    const std::size_t k = rng.below(pieces.size());
+    const Piece p = pieces[k];
+    if (rng.below(2) == 0 && p.t1 - p.t0 >= 2) {
+      const TimePoint t = p.t0 + 1 + TimePoint(rng.below(std::uint64_t(p.t1 - p.t0 - 1)));
+      pieces[k] = {p.t0, t, p.y0, p.y1};
+      pieces.push_back({t, p.t1, p.y0, p.y1});
+    } else if ((p.y1 - p.y0) / 8 >= 2) {
+      const Bytes y = p.y0 + 8 * (1 + Bytes(rng.below(std::uint64_t((p.y1 - p.y0) / 8 - 1))));
+      pieces[k] = {p.t0, p.t1, p.y0, y};
+      pieces.push_back({p.t0, p.t1, y, p.y1});
+    }
+  }
+  AllocationProblem problem;
+  for (const Piece& p : pieces) {
+    problem.buffers.push_back({"b" + std::to_string(problem.buffers.size()), p.y1 - p.y0, 1, p.t0, p.t1, std::nullopt});
+  }
+  return problem;
+}
+
+TEST(ExactSolver, ZeroWasteSearchPacksRectangleCutsAtTheBound) {
+  int solved = 0;
+  const int runs = 2 * kScale;
+  for (int seed = 0; seed < runs; ++seed) {
+    AllocationProblem p = rectangle_cuts(std::uint64_t(seed) + 100, 24 + 4 * seed, 4096, 24);
+    ASSERT_EQ(lower_bound_bytes(p), 4096);
+    p.capacity_bytes = 4096;
+    ExactSolverStats stats;
+    const Solution s = solve_exact(p, node_budget(200'000), &stats);
+    ASSERT_NE(s.status, SolveStatus::not_found) << "seed " << seed << ": a packing exists by construction";
+    if (s.status != SolveStatus::optimal) continue;
+    ++solved;
+    EXPECT_TRUE(validate_solution(p, s).ok());
+    EXPECT_EQ(s.height_bytes, 4096);
+    if (stats.searched) {
+      EXPECT_TRUE(stats.zero_waste);
+    }
+  }
+  EXPECT_GE(solved, runs - 1);
+}
+
+TEST(ExactSolver, ZeroWasteSearchIsDeterministicUnderANodeBudget) {
+  AllocationProblem p = rectangle_cuts(7, 40, 4096, 24);
+  p.capacity_bytes = 4096;
+  ExactSolverStats a, b;
+  const Solution first = solve_exact(p, node_budget(20'000), &a);
+  const Solution second = solve_exact(p, node_budget(20'000), &b);
+  EXPECT_EQ(first.status, second.status);
+  EXPECT_EQ(first.offsets, second.offsets);
+  EXPECT_EQ(a.nodes, b.nodes);
+  EXPECT_EQ(a.backtracks, b.backtracks);
+}
+
+// A small eager-execution-like trace: activations saved by a forward pass and freed in
+// reverse by the backward pass, temporaries in between, sizes from a few classes.
+AllocationProblem trace_like(std::uint64_t seed, int layers) {
+  Rng rng(seed);
+  const Bytes classes[] = {512, 2048, 8192, 65536, 262144};
+  auto size = [&] { return classes[rng.below(5)]; };
+  AllocationProblem problem;
+  auto add = [&](TimePoint first, TimePoint end) {
+    problem.buffers.push_back({"b" + std::to_string(problem.buffers.size()), size(), 1, first, end, std::nullopt});
+  };
+  TimePoint t = 0;
+  std::vector<std::size_t> saved;
+  for (int i = 0; i < layers; ++i) {
+    saved.push_back(problem.buffers.size());
+    add(t, t + 1);  // end set in the backward pass
+    ++t;
+    for (std::uint64_t k = rng.below(3); k > 0; --k, ++t) add(t, t + 1 + TimePoint(rng.below(4)));
+  }
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it, t += 2) {
+    add(t, t + 1 + TimePoint(rng.below(6)));
+    problem.buffers[*it].end_op = t + 1;
+  }
+  return problem;
+}
+
+TEST(ExactSolver, TraceLikeProblemsReachTheBoundUnderANodeBudget) {
+  for (int seed = 0; seed < kScale; ++seed) {
+    const AllocationProblem p = trace_like(std::uint64_t(seed) + 1, 60 + 20 * seed);
+    const Solution s = solve_exact(p, node_budget(50'000));
+    ASSERT_TRUE(s.has_packing());
+    EXPECT_TRUE(validate_solution(p, s).ok());
+    EXPECT_LE(double(s.height_bytes), 1.01 * double(lower_bound_bytes(p))) << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace memplan::planner

@@ -104,6 +104,21 @@ TEST_F(SolveCli, JsonHasTheDocumentedKeys) {
   EXPECT_EQ(j["capacity"], 12);
 }
 
+TEST_F(SolveCli, StatsReportTheSearchAndWhatProvedTheAnswer) {
+  const fs::path in = write("in.csv", kExample);
+  const CliRun j = run("--input " + in.string() + " --json --stats");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json stats = nlohmann::json::parse(j.out)["stats"];
+  for (const char* key : {"nodes", "backtracks", "attempts", "greedy_ms", "setup_ms", "search_ms", "zero_waste", "proof"}) {
+    EXPECT_TRUE(stats.contains(key)) << key << " missing in " << j.out;
+  }
+  EXPECT_EQ(stats["proof"], "greedy");  // the greedy packing meets the lower bound here
+  const CliRun text = run("--input " + in.string() + " --stats");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("backtracks"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("proof         greedy"), std::string::npos) << text.out;
+}
+
 // --budget is the arena budget's name in every command; --capacity, its older name here, still works.
 TEST_F(SolveCli, BudgetAndItsOlderNameCapacityMeanTheSame) {
   const fs::path in = write("in.csv", kExample);

@@ -29,6 +29,7 @@ struct SolveOptions {
   Bytes capacity_bytes = 0;  // --budget (--capacity before): the arena budget
   double time_limit_s = 10.0;
   bool json = false;
+  bool stats = false;
   CLI::Option* capacity_option = nullptr;
 };
 
@@ -82,6 +83,17 @@ int run_solve(const SolveOptions& options) {
     out["solve_ms"] = solve_ms;
     out["greedy_height"] = stats.greedy_height_bytes;
     out["nodes"] = stats.nodes;
+    if (options.stats) {
+      out["stats"] = {{"nodes", stats.nodes},
+                      {"backtracks", stats.backtracks},
+                      {"attempts", stats.attempts},
+                      {"searched", stats.searched},
+                      {"zero_waste", stats.zero_waste},
+                      {"greedy_ms", stats.greedy_ms},
+                      {"setup_ms", stats.setup_ms},
+                      {"search_ms", stats.search_ms},
+                      {"proof", stats.proof}};
+    }
     if (!options.output_path.empty() && solution.has_packing()) out["output"] = options.output_path;
     std::cout << out.dump(2) << "\n";
   } else {
@@ -102,6 +114,17 @@ int run_solve(const SolveOptions& options) {
               << "  time          " << std::fixed << std::setprecision(1) << solve_ms << " ms\n";
     if (!options.output_path.empty() && solution.has_packing()) {
       std::cout << "  output        " << options.output_path << "\n";
+    }
+    if (options.stats) {
+      std::cout << std::setprecision(1) << "  greedy        " << stats.greedy_ms << " ms (height "
+                << stats.greedy_height_bytes << " B)\n"
+                << "  setup         " << stats.setup_ms << " ms\n"
+                << "  search        " << stats.search_ms << " ms" << (stats.zero_waste ? " (zero-waste)" : "")
+                << "\n"
+                << "  nodes         " << stats.nodes << "\n"
+                << "  backtracks    " << stats.backtracks << "\n"
+                << "  attempts      " << stats.attempts << "\n"
+                << "  proof         " << stats.proof << "\n";
     }
   }
   if (!solution.has_packing()) {
@@ -133,6 +156,8 @@ Command add_solve_command(CLI::App& root) {
   app->add_option("--time-limit", options->time_limit_s, "search time limit in seconds (default 10)")
       ->check(positive_finite());
   app->add_flag("--json", options->json, "print one JSON object instead of a table");
+  app->add_flag("--stats", options->stats,
+                "also report the search: nodes, backtracks, time per phase, and what proved the answer");
   return Command{app, [options]() { return run_solve(*options); }};
 }
 
