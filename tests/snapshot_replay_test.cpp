@@ -192,7 +192,7 @@ TEST(MemorySnapshot, RefusesStreamsDirectoriesAndMissingFiles) {
   tiny.max_file_bytes = 100;
   auto s = read_memory_snapshot(fixture("fresh_protocol4.pickle"), tiny);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("larger than"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("at most 100 bytes"), std::string::npos) << s.error().message;
 }
 
 TEST(MemorySnapshot, TruncatedFileIsRefusedAtEveryLength) {

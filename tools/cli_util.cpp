@@ -12,6 +12,7 @@
 #include "memplan/common/byte_size.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/registry.h"
+#include "memplan/runtime/caching_allocator.h"
 #include "memplan/planner/step_size.h"
 
 namespace memplan::tools {
@@ -209,6 +210,15 @@ CLI::Validator whole_number(std::uint64_t max) {
         return {};
       },
       "WHOLE NUMBER");
+}
+
+CLI::Validator alloc_conf() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        auto parsed = runtime::CachingAllocatorOptions::parse(value);
+        return parsed ? std::string() : parsed.error().message;
+      },
+      "KEY:VALUE,...");
 }
 
 CLI::Validator byte_size(bool allow_zero) {

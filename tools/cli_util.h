@@ -34,6 +34,8 @@ CLI::Validator whole_number(std::uint64_t max = UINT64_MAX);
 // Accepts a byte size as parse_byte_size() reads it ("24GiB", "80GB", "4096"); "0" too when
 // `allow_zero`.
 CLI::Validator byte_size(bool allow_zero = false);
+// Caching-allocator options in PYTORCH_CUDA_ALLOC_CONF syntax (compare, replay).
+CLI::Validator alloc_conf();
 
 // Turns a name from an enum's table (common/enum_names.h) into the text CLI11 converts to the
 // enum (its underlying integer), and `unset_name` (when given) into the empty text that leaves a

@@ -277,12 +277,7 @@ Command add_compare_command(CLI::App& root) {
       ->check(byte_size());
   app->add_option("--alloc-conf", flags->alloc_conf,
                   "Caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            auto parsed = runtime::CachingAllocatorOptions::parse(value);
-            return parsed ? std::string() : parsed.error().message;
-          },
-          "KEY:VALUE,..."));
+      ->check(alloc_conf());
   app->add_flag("--json", flags->json, "Print the comparison as JSON");
   app->add_option("--svg", flags->svg, "Write a picture of the three layouts (SVG)");
   app->add_option("--html", flags->html,

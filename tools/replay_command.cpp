@@ -28,7 +28,7 @@ struct ReplayFlags {
   std::string input;
   int device = 0;
   std::string alloc_conf;
-  std::int64_t exact_nodes = 2'000'000;
+  std::int64_t exact_nodes = 20'000;
   int top = 10;
   bool json = false;
   std::string html;
@@ -341,9 +341,10 @@ Command add_replay_command(CLI::App& root) {
   app->add_option("file", flags->input, "the snapshot (.pickle); memplan compare --snapshot output works too")->required();
   app->add_option("--device", flags->device, "which device's trace to replay (default 0)")->check(CLI::Range(0, 1023));
   app->add_option("--alloc-conf", flags->alloc_conf,
-                  "also replay with these allocator options (PYTORCH_CUDA_ALLOC_CONF syntax), e.g. max_split_size_mb:128");
+                  "also replay with these allocator options (PYTORCH_CUDA_ALLOC_CONF syntax), e.g. max_split_size_mb:128")
+      ->check(alloc_conf());
   app->add_option("--exact-nodes", flags->exact_nodes,
-                  "search nodes the static plan's solver may spend (deterministic; default 2000000)")
+                  "search nodes the static plan's solver may spend (deterministic; default 20000: every shared snapshot at its lower bound in seconds)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app->add_option("--top", flags->top, "allocation sites to list (default 10)")->check(CLI::Range(0, 1000));
   app->add_flag("--json", flags->json, "print the replay as JSON");

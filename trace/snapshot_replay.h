@@ -70,7 +70,7 @@ struct SnapshotReplayRequest {
   std::optional<runtime::CachingAllocatorOptions> alloc_conf;
   std::string alloc_conf_text;
   // The static plan's solver budget, in search nodes (deterministic); < 0 = no limit.
-  std::int64_t solver_nodes = 2'000'000;
+  std::int64_t solver_nodes = 20'000;
   int top_sites = 10;
   bool record_timeline = false;  // reserved/allocated after every event, for pictures
 };
