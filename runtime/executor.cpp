@@ -1,5 +1,6 @@
 #include "memplan/runtime/executor.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -281,8 +282,22 @@ Status Executor::check_finite(const Op& op, std::size_t position, bool inputs) c
   return Status::success();
 }
 
+void Executor::set_profiling(bool on) {
+  profiling_ = on;
+  profile_record_ = ProfileRecord{};
+  profile_record_.op_ns.assign(schedule_.size(), 0.0);
+}
+
+StepProfile Executor::profile() const {
+  if (profile_record_.op_ns.size() != schedule_.size()) return StepProfile{};
+  return make_step_profile(graph_, schedule_, profile_record_);
+}
+
 Status Executor::run_step() {
   MEMPLAN_CHECK(setup_done_, "run_step before setup");
+  using Clock = std::chrono::steady_clock;
+  const bool profiling = profiling_;
+  const Clock::time_point step_start = profiling ? Clock::now() : Clock::time_point{};
   const std::int64_t allocations_before = device_.stats().allocations;
   // Another executor on this device (an evaluation graph) may have attached its own workspace.
   if (workspace_ != nullptr) device_.attach_workspace(workspace_, device_.workspace_bytes());
@@ -310,6 +325,9 @@ Status Executor::run_step() {
   std::vector<kernels::TensorRef> refs;
   std::vector<float> nans;
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
+    // An op's time runs from its allocations to its frees: the ops' times and the input copies
+    // above add up to the step.
+    const Clock::time_point op_start = profiling ? Clock::now() : Clock::time_point{};
     for (int b : events_.alloc_before[pos]) {
       if (mode_ != ExecutionMode::planned) {
         Result<void*> ptr = allocate_transient(buffers_[static_cast<std::size_t>(b)].size_bytes);
@@ -342,6 +360,7 @@ Status Executor::run_step() {
                              all.subspan(op.inputs.size(), op.outputs.size()),
                              all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1};
     kernels_[static_cast<std::size_t>(op_index)](call);
+    if (profiling) device_.synchronize();
     if (debug_.finite) {
       if (Status s = check_finite(op, pos, /*inputs=*/false); !s) return s;
     }
@@ -360,8 +379,13 @@ Status Executor::run_step() {
       }
       release(b);
     }
+    if (profiling) profile_record_.op_ns[pos] += std::chrono::duration<double, std::nano>(Clock::now() - op_start).count();
   }
   device_.synchronize();  // the step is over when its kernels are (step times, host reads)
+  if (profiling) {
+    profile_record_.step_ns += std::chrono::duration<double, std::nano>(Clock::now() - step_start).count();
+    ++profile_record_.steps;
+  }
   ++steps_completed_;
   allocations_during_steps_ += device_.stats().allocations - allocations_before;
   return Status::success();

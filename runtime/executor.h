@@ -25,6 +25,7 @@
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/caching_allocator.h"
 #include "memplan/runtime/device.h"
+#include "memplan/runtime/step_profile.h"
 
 namespace memplan::runtime {
 
@@ -106,6 +107,14 @@ class Executor {
   const planner::MemoryPlan& step_plan() const { return plan_; }
   const CachingAllocator* allocator() const { return allocator_.get(); }
 
+  // Per-op timing: off by default (then it costs nothing). Turning it on (or off and on again)
+  // starts a fresh record; every later step adds a clock read per op, and a device synchronise per
+  // op on asynchronous devices so each op's time is its own.
+  void set_profiling(bool on);
+  bool profiling() const { return profiling_; }
+  // Mean per step over the steps run while profiling (steps == 0 before any).
+  StepProfile profile() const;
+
  private:
   struct Slot {
     void* data = nullptr;
@@ -140,6 +149,8 @@ class Executor {
   std::int64_t steps_completed_ = 0;
   std::int64_t allocations_during_steps_ = 0;
   Bytes device_bytes_at_setup_ = 0;
+  bool profiling_ = false;
+  ProfileRecord profile_record_;
 };
 
 }  // namespace memplan::runtime

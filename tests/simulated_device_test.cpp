@@ -5,12 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "memplan/runtime/caching_allocator.h"  // kMiB
 #include "memplan/runtime/simulated_device.h"
 
 namespace memplan::runtime {
 namespace {
-
-constexpr Bytes kMiB = Bytes{1} << 20;
 
 DeviceAddress address_of(void* p) { return reinterpret_cast<DeviceAddress>(p); }
 

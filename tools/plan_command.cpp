@@ -3,10 +3,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "memplan/kernels/kernel.h"
+#include "memplan/kernels/openmp_wait.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
@@ -16,6 +19,9 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"
+#include "tools/profile_report.h"
+#include "memplan/runtime/devices.h"
+#include "memplan/runtime/timed_step.h"
 
 namespace memplan::tools {
 namespace {
@@ -29,6 +35,7 @@ struct PlanFlags {
   double time_limit_s = 0.0;
   bool json = false;
   std::string out;
+  bool profile = false;
   CheckpointFlags checkpoint;
 };
 
@@ -40,6 +47,18 @@ int run_plan(const PlanFlags& flags) {
   }
   planner::PlanRequest request;
   request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
+  // --profile runs the step: it is planned for the device it runs on.
+  std::unique_ptr<runtime::Device> device;
+  if (flags.profile) {
+    auto made = runtime::make_device(flags.device);
+    if (!made) {
+      std::cerr << "memplan plan: --profile runs the step on --device " << kernels::device_kind_name(flags.device)
+                << ": " << made.error().message << "\n";
+      return kExitUsage;
+    }
+    device = std::move(made).value();
+    request.device = runtime::device_profile(*device);
+  }
   request.in_place = !flags.no_in_place;
   request.solver = {flags.exact_nodes, flags.time_limit_s};
   if (flags.schedule) {
@@ -68,6 +87,18 @@ int run_plan(const PlanFlags& flags) {
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
+  std::optional<runtime::StepProfile> profile;
+  if (flags.profile) {
+    auto timed = runtime::time_steps(planned.value(), *device);
+    if (!timed) {
+      std::cerr << "memplan plan: --profile: " << timed.error().message << "\n";
+      return kExitFailure;
+    }
+    profile = timed.value();
+    j["profile"] = profile_json(*profile);
+    j["threads"] = kernels::cpu_threads();
+    j["openmp_wait_policy"] = kernels::openmp_wait_policy();
+  }
   if (!flags.out.empty()) {
     if (Status s = write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {
       std::cerr << "memplan plan: " << s.error().message << "\n";
@@ -83,6 +114,7 @@ int run_plan(const PlanFlags& flags) {
     std::fputs(buffer_table(plan).c_str(), stdout);
     std::printf("\n%s", memory_summary(graph, plan).c_str());
     if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
+    if (profile) std::printf("\n%s", profile_text(*profile).c_str());
     if (!flags.out.empty()) std::printf("\nwrote %s\n", flags.out.c_str());
   }
   return kExitOk;
@@ -113,6 +145,9 @@ Command add_plan_command(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--json", flags->json, "Print the plan as JSON (totals and every buffer)");
   app->add_option("--out", flags->out, "Also write the JSON plan to this file (atomically)");
+  app->add_flag("--profile", flags->profile,
+                "Also run the planned step on --device with random inputs (one warm-up step, then one timed step) "
+                "and show where its time goes: per op kind, share, GFLOP/s, the five slowest ops (JSON: \"profile\")");
   add_checkpoint_options(*app, flags->checkpoint);
   return Command{app, [flags] { return run_plan(*flags); }};
 }

@@ -12,6 +12,7 @@
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/step_size.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/kernels/openmp_wait.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/devices.h"
@@ -21,6 +22,7 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"
+#include "tools/profile_report.h"
 
 namespace memplan::tools {
 namespace {
@@ -49,6 +51,7 @@ struct TrainFlags {
   std::string device_memory;  // empty: as much as the host gives
   bool json = false;
   bool quiet = false;
+  bool profile = false;
   CheckpointFlags checkpoint;
 };
 
@@ -229,7 +232,11 @@ int run_train(const TrainFlags& flags) {
   }
   Progress progress("train", steps, !flags.quiet);
   double recent_ms = 0.0;
+  // The profile leaves out the first step (first touches of the arena, threads starting) unless
+  // it is the only one.
+  if (flags.profile && steps == 1) executor.set_profiling(true);
   auto summary = session.run(steps, [&](const runtime::StepReport& r) {
+    if (flags.profile && r.step == 1 && steps > 1) executor.set_profiling(true);
     recent_ms = recent_ms == 0.0 ? r.step_ms : 0.95 * recent_ms + 0.05 * r.step_ms;
     std::ostringstream detail;
     detail.precision(4);
@@ -304,8 +311,10 @@ int run_train(const TrainFlags& flags) {
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
     out["device_bytes_at_setup"] = executor.device_bytes_at_setup();
     out["threads"] = kernels::cpu_threads();
+    out["openmp_wait_policy"] = kernels::openmp_wait_policy();
     if (checkpoint) out["checkpoint"] = checkpoint_json(*checkpoint);
     if (!flags.save.empty()) out["saved"] = flags.save;
+    if (flags.profile) out["profile"] = profile_json(executor.profile());
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", flags.model.c_str(),
@@ -329,6 +338,7 @@ int run_train(const TrainFlags& flags) {
                 std::string(runtime::mode_name(flags.mode)).c_str());
     if (const planner::MemoryPlan* plan = executor.plan()) std::printf("\n%s", memory_summary(step, *plan).c_str());
     if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
+    if (flags.profile) std::printf("\n%s", profile_text(executor.profile()).c_str());
   }
   return kExitOk;
 }
@@ -405,6 +415,9 @@ Command add_train_command(CLI::App& root) {
       ->check(byte_size());
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
+  app->add_flag("--profile", flags->profile,
+                "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s of "
+                "GEMMs and convolutions, the five slowest ops; with --json every op under \"profile\"");
   add_checkpoint_options(*app, flags->checkpoint);
   return Command{app, [flags, epochs, batch, lr, hidden, gpt_options] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults

@@ -7,6 +7,7 @@
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/vector_math.h"
 #include "memplan/kernels/shared/dropout.h"
 #include "memplan/kernels/shared/pooling.h"
 
@@ -508,12 +509,12 @@ void k_softmax(const KernelCall& c) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     const float max = *std::max_element(xr, xr + valid);
+#pragma omp simd
+    for (std::int64_t j = 0; j < valid; ++j) yr[j] = exp_approx(xr[j] - max);
     double z = 0.0;
-    for (std::int64_t j = 0; j < valid; ++j) {
-      yr[j] = std::exp(xr[j] - max);
-      z += yr[j];
-    }
+    for (std::int64_t j = 0; j < valid; ++j) z += yr[j];
     const float inv = static_cast<float>(1.0 / z);
+#pragma omp simd
     for (std::int64_t j = 0; j < valid; ++j) yr[j] *= inv;
     std::fill(yr + valid, yr + cols, 0.0f);
   }

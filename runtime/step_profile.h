@@ -1,0 +1,58 @@
+// Where a training step's time goes: per-op wall time measured by the executor (opt-in, a clock
+// read per op), summed per op kind, each op's share of the step and, for the ops that do
+// multiply-adds (GEMMs and convolutions), the FLOPs and the rate reached.
+// The executor records; this file turns the record into a report. tools/ renders it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memplan/graph/graph.h"
+
+namespace memplan::runtime {
+
+// Floating-point operations of one op (a multiply-add counts 2); 0 for ops not counted (the
+// memory-bound elementwise, normalisation and reduction ops).
+double op_flops(const graph::Graph& graph, const graph::Op& op);
+
+struct OpTime {
+  int op_index = 0;  // into graph.ops()
+  std::string name;
+  graph::OpKind kind{};
+  double ms = 0.0;     // mean per step
+  double share = 0.0;  // of the mean step time, 0..1
+  double flops = 0.0;  // per step, 0 when not counted
+  double gflops_per_s() const { return ms > 0.0 && flops > 0.0 ? flops / (ms * 1e6) : 0.0; }
+};
+
+struct KindTime {
+  graph::OpKind kind{};
+  int ops = 0;  // ops of this kind in the step
+  double ms = 0.0;
+  double share = 0.0;
+  double flops = 0.0;
+  double gflops_per_s() const { return ms > 0.0 && flops > 0.0 ? flops / (ms * 1e6) : 0.0; }
+};
+
+struct StepProfile {
+  std::int64_t steps = 0;     // steps measured
+  double step_ms = 0.0;       // mean wall time of run_step
+  double ops_ms = 0.0;        // sum of the ops' means
+  double other_ms = 0.0;      // step_ms - ops_ms: copying the inputs in, executor bookkeeping
+  double flops = 0.0;         // per step, counted ops only
+  std::vector<OpTime> ops;    // schedule order; each op's time includes its allocation events
+  std::vector<KindTime> kinds;  // slowest first
+  std::vector<int> slowest;   // up to five indices into `ops`, slowest first
+};
+
+// The raw record the executor keeps while profiling.
+struct ProfileRecord {
+  std::int64_t steps = 0;
+  double step_ns = 0.0;                 // summed over steps
+  std::vector<double> op_ns;            // per schedule position, summed over steps
+};
+
+StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>& schedule, const ProfileRecord& record);
+
+}  // namespace memplan::runtime

@@ -1,0 +1,75 @@
+// Step profile rendering (see profile_report.h).
+#include "tools/profile_report.h"
+
+#include <cstdio>
+#include <string>
+
+namespace memplan::tools {
+namespace {
+
+std::string fixed(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+std::string rate(double gflops_per_s) { return gflops_per_s > 0.0 ? fixed(gflops_per_s, 1) : "-"; }
+
+}  // namespace
+
+std::string profile_text(const runtime::StepProfile& p) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "profile: mean of %lld step%s: %.3f ms per step = ops %.3f ms + inputs and executor %.3f ms; "
+                "%.3f GFLOP per step in GEMMs and convolutions\n\n",
+                static_cast<long long>(p.steps), p.steps == 1 ? "" : "s", p.step_ms, p.ops_ms, p.other_ms,
+                p.flops * 1e-9);
+  out += line;
+  out += "| op kind | ops | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- | --- |\n";
+  for (const runtime::KindTime& k : p.kinds) {
+    out += "| " + std::string(graph::op_name(k.kind)) + " | " + std::to_string(k.ops) + " | " + fixed(k.ms, 3) +
+           " | " + fixed(100.0 * k.share, 1) + "% | " + rate(k.gflops_per_s()) + " |\n";
+  }
+  out += "\nslowest ops:\n\n| op | kind | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- | --- |\n";
+  for (int i : p.slowest) {
+    const runtime::OpTime& t = p.ops[static_cast<std::size_t>(i)];
+    out += "| " + t.name + " | " + std::string(graph::op_name(t.kind)) + " | " + fixed(t.ms, 3) + " | " +
+           fixed(100.0 * t.share, 1) + "% | " + rate(t.gflops_per_s()) + " |\n";
+  }
+  return out;
+}
+
+nlohmann::json profile_json(const runtime::StepProfile& p) {
+  nlohmann::json j;
+  j["steps"] = p.steps;
+  j["step_ms"] = p.step_ms;
+  j["ops_ms"] = p.ops_ms;
+  j["other_ms"] = p.other_ms;
+  j["gflop_per_step"] = p.flops * 1e-9;
+  auto with_rate = [](nlohmann::json& row, double flops, double gflops_per_s) {
+    if (flops <= 0.0) return;
+    row["gflop"] = flops * 1e-9;
+    row["gflops_per_s"] = gflops_per_s;
+  };
+  nlohmann::json kinds = nlohmann::json::array();
+  for (const runtime::KindTime& k : p.kinds) {
+    nlohmann::json row{{"kind", graph::op_name(k.kind)}, {"ops", k.ops}, {"ms", k.ms}, {"share", k.share}};
+    with_rate(row, k.flops, k.gflops_per_s());
+    kinds.push_back(row);
+  }
+  j["kinds"] = kinds;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const runtime::OpTime& t : p.ops) {
+    nlohmann::json row{{"op", t.name}, {"kind", graph::op_name(t.kind)}, {"ms", t.ms}, {"share", t.share}};
+    with_rate(row, t.flops, t.gflops_per_s());
+    ops.push_back(row);
+  }
+  j["ops"] = ops;
+  nlohmann::json slowest = nlohmann::json::array();
+  for (int i : p.slowest) slowest.push_back(p.ops[static_cast<std::size_t>(i)].name);
+  j["slowest"] = slowest;
+  return j;
+}
+
+}  // namespace memplan::tools

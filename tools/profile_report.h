@@ -1,0 +1,16 @@
+// Renderings of a step profile (runtime/step_profile.h) for `train --profile` and
+// `plan --profile`: a table per op kind and the five slowest ops; JSON with every op.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/runtime/step_profile.h"
+
+namespace memplan::tools {
+
+std::string profile_text(const runtime::StepProfile& profile);
+nlohmann::json profile_json(const runtime::StepProfile& profile);
+
+}  // namespace memplan::tools
