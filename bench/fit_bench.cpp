@@ -1,7 +1,8 @@
 // memplan fit at real scale: how long the answer takes (the CLI end to end, as a user runs it),
 // bytes per parameter for mixed-precision AdamW against the ZeRO paper's 16, and GPT activation
-// bytes per layer against Korthikanti et al. 2022's sbh(34 + 5as/h), each difference explained
-// from the tensors the graph really stores for the backward pass.
+// bytes per layer against Korthikanti et al. 2022's sbh(34 + 5as/h) (materialized attention) and,
+// with fused attention, against their selective-recompute sbh * 34 for GPT-2 XL and Llama-2-7B,
+// each difference explained from the tensors the graph really stores for the backward pass.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -54,6 +55,36 @@ void check(bool ok, const std::string& what) {
 }
 
 std::string gib(double bytes) { return fmt(bytes / double(1ull << 30), 3) + " GiB"; }
+
+// The forward tensors of one layer (names starting with `layer`) that the backward pass reads,
+// as "name [shape] dtype" -> bytes, for a training step of the zoo model.
+struct LayerActivations {
+  std::map<std::string, double> bytes;
+  double total = 0;
+};
+
+LayerActivations stored_per_layer(const std::string& model, std::int64_t batch, const models::ZooOptions& options,
+                                  const std::string& layer) {
+  graph::Graph g = models::build_zoo_forward(model, batch, options).value();
+  graph::make_training_step(g, graph::OptimizerConfig{});
+  // A tensor of layer L is stored for the backward pass when a backward op reads its storage.
+  std::vector<bool> read_by_backward(static_cast<std::size_t>(g.num_tensors()), false);
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::backward) continue;
+    for (TensorId t : op.inputs) read_by_backward[static_cast<std::size_t>(g.storage_root(t))] = true;
+  }
+  LayerActivations out;
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::forward || op.outputs.empty()) continue;
+    const TensorId t = op.outputs[0];
+    const graph::TensorDesc& d = g.tensor(t);
+    if (d.is_view() || d.name.rfind(layer, 0) != 0 || !read_by_backward[static_cast<std::size_t>(t)]) continue;
+    out.bytes[d.name.substr(layer.size()) + " " + d.shape.to_string() + " " + std::string(graph::dtype_name(d.dtype))] +=
+        double(d.size_bytes());
+    out.total += double(d.size_bytes());
+  }
+  return out;
+}
 
 }  // namespace
 }  // namespace memplan::bench
@@ -165,26 +196,11 @@ int main() {
   // --- 3. GPT activations per layer vs Korthikanti et al. 2022 ------------------------------
   // s = sequence, b = batch, h = width, a = heads; 16-bit activations as in the paper.
   const std::int64_t s = 1024, b = 8, h = 1600, a = 25;
-  graph::Graph g = models::build_zoo_forward("gpt2-xl", b, {s, 0, graph::DType::bf16}).value();
-  graph::make_training_step(g, graph::OptimizerConfig{});
-  // A tensor of layer L is stored for the backward pass when a backward op reads its storage.
-  std::vector<bool> read_by_backward(static_cast<std::size_t>(g.num_tensors()), false);
-  for (const graph::Op& op : g.ops()) {
-    if (op.phase != graph::Phase::backward) continue;
-    for (TensorId t : op.inputs) read_by_backward[static_cast<std::size_t>(g.storage_root(t))] = true;
-  }
-  const std::string layer = "h.10.";
-  std::map<std::string, double> stored;  // what, bytes
-  double ours = 0;
-  for (const graph::Op& op : g.ops()) {
-    if (op.phase != graph::Phase::forward || op.outputs.empty()) continue;
-    const TensorId t = op.outputs[0];
-    const graph::TensorDesc& d = g.tensor(t);
-    if (d.is_view() || d.name.rfind(layer, 0) != 0 || !read_by_backward[static_cast<std::size_t>(t)]) continue;
-    stored[d.name.substr(layer.size()) + " " + d.shape.to_string() + " " + std::string(graph::dtype_name(d.dtype))] +=
-        double(d.size_bytes());
-    ours += double(d.size_bytes());
-  }
+  models::ZooOptions materialized{s, 0, graph::DType::bf16};
+  materialized.attention = models::AttentionKind::materialized;
+  const LayerActivations mat = stored_per_layer("gpt2-xl", b, materialized, "h.10.");
+  const std::map<std::string, double>& stored = mat.bytes;
+  const double ours = mat.total;
   const double sbh = double(s * b * h);
   const double paper = sbh * (34.0 + 5.0 * double(a) * double(s) / double(h));
   // Our differences, each from a stored tensor: dropout masks hold the keep-scale in the
@@ -212,6 +228,68 @@ int main() {
                {"memplan graph (measured)", fmt(ours, 0), fmt(ours / sbh, 3)}});
   out["korthikanti"] = {{"s", s}, {"b", b}, {"h", h}, {"a", a}, {"paper_bytes", paper}, {"explained_bytes", explained},
                         {"measured_bytes", ours}, {"stored", tensors}};
+
+  // --- 4. fused attention vs Korthikanti et al.'s selective-recompute case sbh * 34 ------------
+  // With fused attention nothing of size a*s^2 is stored (the 5as/h term is gone); what remains
+  // differs from 34 sbh only by the named tensors below.
+  nlohmann::json fused_json = nlohmann::json::array();
+  struct FusedCase {
+    std::string model, layer;
+    std::int64_t s, b, h, a, ffn;
+    bool dropout, swiglu;
+  };
+  for (const FusedCase& c : {FusedCase{"gpt2-xl", "h.10.", 1024, 8, 1600, 25, 6400, true, false},
+                             FusedCase{"llama2-7b", "layers.10.", 4096, 1, 4096, 32, 11008, false, true}}) {
+    models::ZooOptions fused{c.s, 0, graph::DType::bf16};
+    fused.attention = models::AttentionKind::fused;
+    const LayerActivations act = stored_per_layer(c.model, c.b, fused, c.layer);
+    const double sbh_c = double(c.s * c.b * c.h), sb = double(c.s * c.b);
+    const double formula = 34.0 * sbh_c;
+    std::vector<std::pair<std::string, double>> diffs;
+    // FlashAttention keeps the attention output O for the backward's rowwise dot(dO, O); the paper
+    // counts the context only as the output projection's input (the merged copy).
+    diffs.push_back({"+ attention output O, read by attention_backward_dot (attn.fused, 2sbh)", 2.0 * sbh_c});
+    diffs.push_back({"+ log-sum-exp per row, f32 (attn.fused.lse, 4asb)", 4.0 * double(c.a) * sb});
+    if (c.dropout) {
+      diffs.push_back({"+ two residual dropout masks at 2 bytes, the paper 1 (2sbh)", 2.0 * sbh_c});
+      diffs.push_back({"+ two layer-norm f32 (mean, rstd) rows (16sb)", 16.0 * sb});
+    } else {
+      diffs.push_back({"- no dropout: the paper's two residual masks (2sbh)", -2.0 * sbh_c});
+    }
+    if (c.swiglu) {
+      // SwiGLU keeps gate (SiLU's input), SiLU's output, up and their product: four [sb, ffn]
+      // tensors where GPT's MLP keeps two [sb, 4h] (GELU's input and output).
+      diffs.push_back({"+ SwiGLU: gate, act, up, glu [sb, ffn] (8sb*ffn) instead of fc, gelu (16sbh)",
+                       8.0 * sb * double(c.ffn) - 16.0 * sbh_c});
+    }
+    double explained_c = formula;
+    for (const auto& [what, bytes] : diffs) explained_c += bytes;
+    check(act.total == explained_c, c.model + ": fused per-layer activations = 34 sbh + the differences explained");
+    std::printf("\n## %s activations per layer with fused attention (s=%lld b=%lld h=%lld a=%lld, bf16), layer %s\n\n",
+                c.model.c_str(), static_cast<long long>(c.s), static_cast<long long>(c.b), static_cast<long long>(c.h),
+                static_cast<long long>(c.a), c.layer.c_str());
+    rows.clear();
+    nlohmann::json tensors_c = nlohmann::json::array();
+    for (const auto& [what, bytes] : act.bytes) {
+      rows.push_back({what, fmt(bytes / sbh_c, 3)});
+      tensors_c.push_back({{"tensor", what}, {"bytes", bytes}});
+    }
+    print_table({"stored for backward", "bytes / sbh"}, rows);
+    std::puts("");
+    rows = {{"Korthikanti selective recompute sbh * 34", fmt(formula, 0), "34.000"}};
+    nlohmann::json diff_json = nlohmann::json::array();
+    for (const auto& [what, bytes] : diffs) {
+      rows.push_back({what, fmt(bytes, 0), fmt(bytes / sbh_c, 3)});
+      diff_json.push_back({{"difference", what}, {"bytes", bytes}});
+    }
+    rows.push_back({"= explained", fmt(explained_c, 0), fmt(explained_c / sbh_c, 3)});
+    rows.push_back({"memplan graph (measured)", fmt(act.total, 0), fmt(act.total / sbh_c, 3)});
+    print_table({"", "bytes", "bytes / sbh"}, rows);
+    fused_json.push_back({{"model", c.model}, {"layer", c.layer}, {"s", c.s}, {"b", c.b}, {"h", c.h}, {"a", c.a},
+                          {"formula_bytes", formula}, {"differences", diff_json}, {"explained_bytes", explained_c},
+                          {"measured_bytes", act.total}, {"stored", tensors_c}});
+  }
+  out["korthikanti_fused"] = fused_json;
   write_json(std::string(MEMPLAN_SOURCE_DIR) + "/bench/results/fit.json", out);
   return 0;
 }

@@ -262,6 +262,22 @@ OpAttrs slice_attrs(std::int64_t axis, std::int64_t start, std::int64_t length) 
   return attrs;
 }
 
+// FlashAttention's backward: the rowwise dot(dy, y), then one op recomputing the probabilities
+// tile by tile from q, k and the saved log-sum-exp, writing dq, dk and dv side by side along the
+// head dim; slices hand each its part. The log-sum-exp gets no gradient of its own: its paths
+// through q and k are inside attention_backward (attention_lse has no rule and is never reached).
+void grad_attention(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId q = op.inputs[0], k = op.inputs[1], v = op.inputs[2], lse = op.inputs[3];
+  const std::int64_t heads = c.tensor(q).shape[1], kv_heads = c.tensor(k).shape[1];
+  const TensorId delta = c.emit(OpKind::attention_backward_dot, {dy, op.outputs[0]}, {}, c.gname(op.outputs[0]) + ".delta");
+  const TensorId dqkv = c.emit(OpKind::attention_backward, {dy, q, k, v, lse, delta}, op.attrs, c.gname(op.outputs[0]) + ".qkv");
+  if (c.needs_grad(q)) c.accumulate(q, c.emit(OpKind::slice, {dqkv}, slice_attrs(1, 0, heads), c.gname(q)));
+  if (c.needs_grad(k)) c.accumulate(k, c.emit(OpKind::slice, {dqkv}, slice_attrs(1, heads, kv_heads), c.gname(k)));
+  if (c.needs_grad(v)) {
+    c.accumulate(v, c.emit(OpKind::slice, {dqkv}, slice_attrs(1, heads + kv_heads, kv_heads), c.gname(v)));
+  }
+}
+
 void grad_concat(GradContext& c, const Op& op, TensorId dy) {
   const TensorId a = op.inputs[0], b = op.inputs[1];
   const std::int64_t axis = op.attrs.axis;
@@ -299,7 +315,7 @@ void grad_slice(GradContext& c, const Op& op, TensorId dy) {
 // One rule per op kind; nullptr where an op is never differentiated: backward helpers and
 // optimizer updates (not on a path from parameters to the loss), running_stats_update (no
 // output), the statistics ops (their gradient paths are inside batch_norm_backward and
-// layer_norm_backward, so no gradient reaches them), dropout_mask (no inputs) and
+// layer_norm_backward, so no gradient reaches them; attention_lse likewise), dropout_mask (no inputs) and
 // batch_norm_inference (inference graphs have no backward).
 constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   std::array<GradRule, kOpKindCount> rules{};
@@ -333,6 +349,7 @@ constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   set(OpKind::repeat_heads, grad_repeat_heads);
   set(OpKind::concat, grad_concat);
   set(OpKind::slice, grad_slice);
+  set(OpKind::attention, grad_attention);
   return rules;
 }();
 

@@ -2,6 +2,12 @@
 
 namespace memplan::graph {
 
+std::uint64_t dropout_seed(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+  return h;
+}
+
 TensorId Builder::input(const std::string& name, Shape shape, DType dtype) {
   TensorDesc desc;
   desc.name = name;
@@ -172,10 +178,7 @@ TensorId Builder::dropout(TensorId x, float p, const std::string& name) {
   OpAttrs attrs;
   attrs.dropout = p;
   attrs.shape = graph_.tensor(x).shape.dims;
-  // FNV-1a of the name: the mask stream belongs to this op whatever the graph order.
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
-  attrs.seed = h;
+  attrs.seed = dropout_seed(name);
   attrs.dtype = graph_.tensor(x).dtype;
   const TensorId mask = graph_.add_op(OpKind::dropout_mask, {}, std::move(attrs), name + ".mask", Role::activation,
                                       phase_);
@@ -216,6 +219,21 @@ TensorId Builder::slice(TensorId x, std::int64_t axis, std::int64_t start, std::
   attrs.start = start;
   attrs.length = length;
   return unary(OpKind::slice, x, name, std::move(attrs));
+}
+
+}  // namespace memplan::graph
+
+namespace memplan::graph {
+
+TensorId Builder::attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p,
+                            const std::string& name, const std::string& dropout_name) {
+  OpAttrs attrs;
+  attrs.causal = causal;
+  attrs.alpha = scale;
+  attrs.dropout = p;
+  attrs.seed = p > 0.0f ? dropout_seed(dropout_name.empty() ? name + ".drop" : dropout_name) : 0;
+  const TensorId lse = graph_.add_op(OpKind::attention_lse, {q, k}, attrs, name + ".lse", Role::activation, phase_);
+  return graph_.add_op(OpKind::attention, {q, k, v, lse}, std::move(attrs), name, Role::activation, phase_);
 }
 
 }  // namespace memplan::graph

@@ -2,11 +2,16 @@
 // returns its output tensor, so model code reads like the math (see models/mlp.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "memplan/graph/graph.h"
 
 namespace memplan::graph {
+
+// The seed of the dropout stream named `name` (FNV-1a of the name): the mask belongs to the op
+// whatever the graph order.
+std::uint64_t dropout_seed(const std::string& name);
 
 class Builder {
  public:
@@ -63,6 +68,13 @@ class Builder {
   TensorId repeat_heads(TensorId x, std::int64_t repeats, const std::string& name);
   TensorId concat(TensorId a, TensorId b, std::int64_t axis, const std::string& name);
   TensorId slice(TensorId x, std::int64_t axis, std::int64_t start, std::int64_t length, const std::string& name);
+  // Fused attention: softmax(scale q k^T) v with q [B, H, T, D], k and v [B, KH, T, D] (KH divides
+  // H; K/V heads are shared, never repeated in memory). Two ops: `name`.lse [B, H, T] (f32, the
+  // per-row log-sum-exp, saved for backward) and `name` [B, H, T, D]. Dropout p > 0 drops
+  // probabilities with the mask dropout(probs, p, dropout_name) would draw over [B, H, T, T]
+  // (dropout_name defaults to name + ".drop"), recomputed in backward rather than stored.
+  TensorId attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p, const std::string& name,
+                     const std::string& dropout_name = "");
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <sstream>
 
 #include "memplan/common/check.h"
@@ -441,6 +442,67 @@ OutputSpec infer_slice(Inputs in, const OpAttrs& attrs) {
 
 OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1]->shape.cols()}, in[1]->dtype}; }
 
+// --- fused attention ----------------------------------------------------------------------
+
+// q [B, H, T, D], k and v [B, KH, T, D] with KH dividing H, all of one floating dtype.
+void expect_attention_operands(std::string_view op, const TensorDesc& q, const TensorDesc& k, const TensorDesc* v,
+                               const OpAttrs& attrs) {
+  expect_float(op, q);
+  expect_float(op, k);
+  expect_same_dtype(op, q, k);
+  expect_rank(op, q, 4);
+  expect_rank(op, k, 4);
+  if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3]) {
+    fail(op, "keys '" + k.name + "' " + k.shape.to_string() + " must be [B, KH, T, D] like queries '" + q.name +
+                 "' " + q.shape.to_string());
+  }
+  if (q.shape[1] % k.shape[1] != 0) {
+    fail(op, "query heads " + str(q.shape[1]) + " of '" + q.name + "' are not a multiple of the key/value heads " +
+                 str(k.shape[1]) + " of '" + k.name + "'");
+  }
+  if (v != nullptr) {
+    expect_same_dtype(op, q, *v);
+    expect_same_shape(op, k, *v);
+  }
+  if (!(attrs.dropout >= 0.0f && attrs.dropout < 1.0f)) fail(op, "dropout must be in [0, 1)");
+  if (!(attrs.alpha > 0.0f) || !std::isfinite(attrs.alpha)) fail(op, "the score scale alpha must be positive and finite");
+}
+
+Shape rows_of(const TensorDesc& q) { return Shape{q.shape[0], q.shape[1], q.shape[2]}; }
+
+OutputSpec infer_attention_lse(Inputs in, const OpAttrs& attrs) {
+  expect_attention_operands("attention_lse", *in[0], *in[1], nullptr, attrs);
+  return {rows_of(*in[0]), DType::f32};
+}
+
+void expect_row_terms(std::string_view op, const TensorDesc& q, const TensorDesc& t) {
+  if (t.dtype != DType::f32 || t.shape != rows_of(q)) {
+    fail(op, "'" + t.name + "' must be f32 " + rows_of(q).to_string() + ", got " + std::string(dtype_name(t.dtype)) +
+                 " " + t.shape.to_string());
+  }
+}
+
+OutputSpec infer_attention(Inputs in, const OpAttrs& attrs) {
+  expect_attention_operands("attention", *in[0], *in[1], in[2], attrs);
+  expect_row_terms("attention", *in[0], *in[3]);
+  return {in[0]->shape, in[0]->dtype};
+}
+
+OutputSpec infer_attention_backward_dot(Inputs in, const OpAttrs&) {
+  expect_same_shape("attention_backward_dot", *in[0], *in[1]);
+  expect_rank("attention_backward_dot", *in[1], 4);
+  return {rows_of(*in[1]), DType::f32};
+}
+
+OutputSpec infer_attention_backward(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& q = *in[1];
+  expect_attention_operands("attention_backward", q, *in[2], in[3], attrs);
+  expect_same_shape("attention_backward", *in[0], q);
+  expect_row_terms("attention_backward", q, *in[4]);
+  expect_row_terms("attention_backward", q, *in[5]);
+  return {Shape{q.shape[0], q.shape[1] + 2 * in[2]->shape[1], q.shape[2], q.shape[3]}, q.dtype};
+}
+
 // --- FLOPs: multiply-adds count 2; transcendental functions count 1 each -----------------
 
 double numel_of(const TensorDesc* t) { return t ? double(t->shape.numel()) : 0.0; }
@@ -498,9 +560,25 @@ double flops_batched_matmul(Inputs in, const TensorDesc* out) {
 }
 // Softmax: max, subtract, exp, sum, divide per element; its backward: multiply, sum, subtract, multiply.
 double flops_softmax(Inputs, const TensorDesc* out) { return 5.0 * numel_of(out); }
+// Attention: per (query, key) pair, 2D for a score and 2D per further product with a [T, D]
+// operand, plus a few for the softmax. FLOPs see no attrs, so every pair counts (a causal kernel
+// visits about half of them).
+double attention_pairs(const TensorDesc& q) {
+  return double(q.shape[0]) * double(q.shape[1]) * double(q.shape[2]) * double(q.shape[2]);
+}
+double flops_attention_lse(Inputs in, const TensorDesc*) {
+  return attention_pairs(*in[0]) * (2.0 * double(in[0]->shape[3]) + 3.0);
+}
+double flops_attention(Inputs in, const TensorDesc*) {
+  return attention_pairs(*in[0]) * (4.0 * double(in[0]->shape[3]) + 2.0);
+}
+double flops_attention_backward(Inputs in, const TensorDesc*) {
+  return attention_pairs(*in[1]) * (10.0 * double(in[1]->shape[3]) + 6.0);
+}
 double flops_4_per_input0(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
 // Scatter-adds: one add per element scattered.
 double flops_per_input0(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
+double flops_2_per_input0(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[0]); }
 
 // clang-format off
 // One row per OpKind, in enum order; each row states its kind (tests/op_table_test.cpp checks
@@ -540,6 +618,8 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::repeat_heads,                   "repeat_heads",                   1, 0, 1, false, infer_repeat_heads,           flops_zero},
   {OpKind::concat,                         "concat",                         2, 0, 1, false, infer_concat,                 flops_zero},
   {OpKind::slice,                          "slice",                          1, 0, 1, false, infer_slice,                  flops_zero},
+  {OpKind::attention_lse,                  "attention_lse",                  2, 0, 1, false, infer_attention_lse,          flops_attention_lse},
+  {OpKind::attention,                      "attention",                      4, 0, 1, false, infer_attention,              flops_attention},
   {OpKind::relu_backward,                  "relu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::gelu_backward,                  "gelu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_gelu},
   {OpKind::broadcast_scalar,               "broadcast_scalar",               1, 0, 1, false, infer_broadcast_scalar,       flops_per_output},
@@ -563,6 +643,8 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::rms_norm_dgamma,                "rms_norm_dgamma",                2, 0, 1, false, infer_rms_norm_dgamma,        flops_3_per_input},
   {OpKind::silu_backward,                  "silu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_5_per_output},
   {OpKind::repeat_heads_backward,          "repeat_heads_backward",          1, 0, 1, false, infer_repeat_heads_backward,  flops_per_input0},
+  {OpKind::attention_backward_dot,         "attention_backward_dot",         2, 0, 1, false, infer_attention_backward_dot, flops_2_per_input0},
+  {OpKind::attention_backward,             "attention_backward",             6, 0, 1, false, infer_attention_backward,     flops_attention_backward},
   {OpKind::sgd_update,                     "sgd_update",                     1, 1, 0, false, infer_update,                 flops_sgd},
   {OpKind::sgd_momentum_update,            "sgd_momentum_update",            1, 2, 0, false, infer_update,                 flops_sgd},
   {OpKind::adamw_update,                   "adamw_update",                   1, 3, 0, false, infer_update,                 flops_adamw},

@@ -50,6 +50,11 @@ enum class OpKind : std::uint8_t {
   repeat_heads,           // y[B, H*R, ...] = x[B, H, ...] with head h of y = head h/R of x (R = `repeats`)
   concat,                 // y = a and b joined along `axis` (other dims equal)
   slice,                  // y = x[start, start + length) along `axis` (a copy)
+  // fused attention (FlashAttention's algorithm; q [B, H, T, D], k and v [B, KH, T, D] with H a
+  // multiple of KH: query head h reads K/V head h / (H/KH)); `alpha` scales the scores, `causal`
+  // masks j > i, `dropout` (with `seed`) drops probabilities as dropout_mask over [B, H, T, T] would
+  attention_lse,          // lse[B, H, T] (f32) = log sum_j exp(alpha q_i.k_j), key tile by tile   inputs: q, k
+  attention,              // y[B, H, T, D] = dropout(exp(alpha q k^T - lse)) v   inputs: q, k, v, lse
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -74,6 +79,9 @@ enum class OpKind : std::uint8_t {
   rms_norm_dgamma,                 // [D] = sum over rows dy * xhat  inputs: dy, x (norm_eps)
   silu_backward,                   // dx = dy * silu'(x)             inputs: dy, x
   repeat_heads_backward,           // dx[B, H, ...] = sum of the R copies' dy   inputs: dy
+  attention_backward_dot,          // delta[B, H, T] (f32) = rowwise dot(dy, y)  inputs: dy, y (attention's)
+  attention_backward,              // [B, H + 2KH, T, D] = dq, dk, dv along dim 1, probabilities recomputed
+                                   // tile by tile      inputs: dy, q, k, v, lse, delta (attention's attrs)
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -94,7 +102,7 @@ std::string_view phase_name(Phase phase);
 struct OpAttrs {
   bool trans_a = false;
   bool trans_b = false;
-  float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update
+  float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update, attention* (score scale)
   std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar, dropout_mask, backward ops: an
                                    // output shape; conv2d: {OH, OW}
   // convolution and pooling (square windows)
@@ -102,9 +110,9 @@ struct OpAttrs {
   std::int64_t stride = 1;
   std::int64_t padding = 0;
   std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]
-  bool causal = false;             // softmax
-  float dropout = 0.0f;            // dropout_mask: the probability of zeroing an element
-  std::uint64_t seed = 0;          // dropout_mask: fixed per op (from its name), mixed with the step
+  bool causal = false;             // softmax, attention*
+  float dropout = 0.0f;            // dropout_mask, attention*: the probability of zeroing an element
+  std::uint64_t seed = 0;          // dropout_mask, attention*: fixed per op (from its name), mixed with the step
   float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats, rms_norm*
   DType dtype = DType::f32;        // fill, broadcast_scalar, dropout_mask: the output dtype
   std::int64_t axis = 0;           // concat, slice

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memplan/graph/builder.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 namespace {
@@ -45,10 +46,7 @@ class Encoder {
     const TensorId q = heads(linear(x, n + ".query", C, C), n + ".query");
     const TensorId k = heads(linear(x, n + ".key", C, C), n + ".key");
     const TensorId v = heads(linear(x, n + ".value", C, C), n + ".value");
-    TensorId att = b_.batched_matmul(q, k, false, true, n + ".scores");  // [B, NH, T, T]
-    att = b_.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), n + ".scaled");
-    att = b_.dropout(b_.softmax(att, /*causal=*/false, n + ".probs"), e_.dropout, n + ".drop");
-    TensorId y = b_.batched_matmul(att, v, false, false, n + ".values");
+    TensorId y = attention_block(b_, e_.attention, q, k, v, /*causal=*/false, e_.dropout, n);
     y = b_.reshape(b_.permute(y, {0, 2, 1, 3}, n + ".merge"), {graph::checked_mul(B, T), C}, n + ".merged");
     return b_.dropout(linear(y, n + ".output", C, C), e_.dropout, n + ".output.drop");
   }

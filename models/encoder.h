@@ -1,11 +1,12 @@
 // Transformer encoders for planning at real scale: BERT (post-LN, masked-language-model head
 // tied to the word embeddings) and ViT (pre-LN, 16x16 patches as a strided convolution, a class
-// token, a linear classifier on it). Bidirectional attention; scores [B, NH, T, T] materialised.
+// token, a linear classifier on it). Bidirectional attention, fused or materialized (EncoderConfig::attention).
 #pragma once
 
 #include <cstdint>
 
 #include "memplan/graph/graph.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 
@@ -16,6 +17,7 @@ struct EncoderConfig {
   std::int64_t mlp = 3072;   // hidden width of the GELU MLP
   float dropout = 0.1f;      // after attention probabilities and on each residual branch
   graph::DType dtype = graph::DType::f32;
+  AttentionKind attention = AttentionKind::fused;  // models/attention.h
 };
 
 struct BertConfig {

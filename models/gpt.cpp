@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memplan/graph/builder.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 namespace {
@@ -71,11 +72,7 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
     const TensorId qh = split_heads(b.linear(a_in, q.weight, q.bias, n + ".attn.q"), n + ".attn.q");
     const TensorId kh = split_heads(b.linear(a_in, k.weight, k.bias, n + ".attn.k"), n + ".attn.k");
     const TensorId vh = split_heads(b.linear(a_in, v.weight, v.bias, n + ".attn.v"), n + ".attn.v");
-    TensorId att = b.batched_matmul(qh, kh, false, true, n + ".attn.scores");  // [B, NH, T, T]
-    att = b.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), n + ".attn.scaled");
-    att = b.softmax(att, /*causal=*/true, n + ".attn.probs");
-    att = b.dropout(att, p, n + ".attn.drop");
-    TensorId y = b.batched_matmul(att, vh, false, false, n + ".attn.values");  // [B, NH, T, HD]
+    TensorId y = attention_block(b, config.attention, qh, kh, vh, /*causal=*/true, p, n + ".attn");  // [B, NH, T, HD]
     y = b.reshape(b.permute(y, {0, 2, 1, 3}, n + ".attn.merge"), {graph::checked_mul(B, T), C}, n + ".attn.merged");
     const Linear proj = linear_params(n + ".attn.proj", C, C, proj_init);
     y = b.dropout(b.linear(y, proj.weight, proj.bias, n + ".attn.proj"), p, n + ".attn.proj.drop");

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "memplan/graph/graph.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 
@@ -19,6 +20,7 @@ struct GptConfig {
   bool tied_head = true;      // logits = h wte^T (GPT-2) instead of a separate lm_head.weight
   std::int64_t max_positions = 0;  // rows of wpe (GPT-2: 1024); 0 = context. The first T are used.
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: planning only)
+  AttentionKind attention = AttentionKind::fused;  // models/attention.h
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 token ids and "labels" [B*T] i32

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memplan/graph/builder.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 
@@ -46,12 +47,8 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     TensorId k = split_heads(b.matmul(a_in, weight(a + ".k_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".k"), NKV, a + ".k");
     TensorId v = split_heads(b.matmul(a_in, weight(a + ".v_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".v"), NKV, a + ".v");
     q = b.rotary(q, config.rope_base, a + ".q.rope");
-    k = b.repeat_heads(b.rotary(k, config.rope_base, a + ".k.rope"), NH / NKV, a + ".k.repeat");
-    v = b.repeat_heads(v, NH / NKV, a + ".v.repeat");
-    TensorId att = b.batched_matmul(q, k, false, true, a + ".scores");  // [B, NH, T, T]
-    att = b.scale(att, 1.0f / std::sqrt(static_cast<float>(HD)), a + ".scaled");
-    att = b.softmax(att, /*causal=*/true, a + ".probs");
-    TensorId y = b.batched_matmul(att, v, false, false, a + ".values");  // [B, NH, T, HD]
+    k = b.rotary(k, config.rope_base, a + ".k.rope");
+    TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
     y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), C}, a + ".merged");
     y = b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o");
     h = b.add(h, y, n + ".residual1");

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "memplan/graph/graph.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 
@@ -20,13 +21,14 @@ struct LlamaConfig {
   float rope_base = 10000.0f;
   bool tied_head = false;
   graph::DType dtype = graph::DType::f32;
+  AttentionKind attention = AttentionKind::fused;  // models/attention.h
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output
 // "logits" [B*T, V]; loss "loss". Parameter names follow Hugging Face's LlamaForCausalLM
 // (embed_tokens, layers.N.self_attn.{q,k,v,o}_proj, layers.N.mlp.{gate,up,down}_proj,
-// layers.N.{input,post_attention}_layernorm, norm, lm_head). Attention scores [B, NH, T, T] are
-// materialised (no fused attention kernel).
+// layers.N.{input,post_attention}_layernorm, norm, lm_head). Attention per config.attention
+// (fused keeps K/V at NKV heads; materialized repeats them and stores [B, NH, T, T] scores).
 graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch);
 
 }  // namespace memplan::models

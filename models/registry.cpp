@@ -22,6 +22,11 @@ const ModelInfo* find_model(const std::string& name) {
   return nullptr;
 }
 
+bool has_attention(const std::string& name) {
+  return name == "gpt" || name.rfind("gpt2", 0) == 0 || name.rfind("llama", 0) == 0 || name == "bert-base" ||
+         name == "vit-b16";
+}
+
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const ModelInfo& m : model_registry()) names.push_back(m.name);

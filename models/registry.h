@@ -35,6 +35,8 @@ struct ModelInfo {
 };
 
 const std::vector<ModelInfo>& model_registry();
+// Whether the model has attention blocks (--attention applies): gpt and the zoo's transformers.
+bool has_attention(const std::string& name);
 const ModelInfo* find_model(const std::string& name);  // nullptr when unknown
 std::vector<std::string> model_names();                // every model build_forward knows
 std::vector<std::string> trainable_model_names();

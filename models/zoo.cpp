@@ -102,18 +102,21 @@ graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t ba
                                           : gpt2(48, 1600, 25);
     c.context = seq;
     c.dtype = options.dtype;
+    c.attention = options.attention;
     return build_gpt(c, batch);
   }
   if (name == "llama-1b" || name == "llama2-7b") {
     LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
     c.context = seq;
     c.dtype = options.dtype;
+    c.attention = options.attention;
     return build_llama(c, batch);
   }
   if (name == "bert-base") {
     BertConfig c;
     c.seq = seq;
     c.encoder.dtype = options.dtype;
+    c.encoder.attention = options.attention;
     return build_bert(c, batch);
   }
   if (name == "vit-b16") {
@@ -121,6 +124,7 @@ graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t ba
     c.image = image;
     c.encoder.dropout = 0.0f;  // timm's ViT-B/16 default
     c.encoder.dtype = options.dtype;
+    c.encoder.attention = options.attention;
     return build_vit(c, batch);
   }
   ResnetConfig c;

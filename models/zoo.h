@@ -9,6 +9,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
+#include "memplan/models/attention.h"
 
 namespace memplan::models {
 
@@ -16,6 +17,7 @@ struct ZooOptions {
   std::int64_t seq = 0;         // tokens per sequence for language models; 0 = the model's default
   std::int64_t image_size = 0;  // pixels per side for vision models; 0 = the model's default
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: mixed precision)
+  AttentionKind attention = AttentionKind::fused;  // transformers (models/attention.h)
 };
 
 struct ZooModel {

@@ -3,6 +3,8 @@
 #include "memplan/planner/step_size.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <string>
 
 namespace memplan::planner {
@@ -22,6 +24,35 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
   b.runtime_overhead = device.overhead_bytes();
   b.total = device.total_bytes(b.arena);
   return b;
+}
+
+std::vector<NamedBytes> activations_at_peak_by_name(const MemoryPlan& plan) {
+  const OpIndex peak_at = plan.peak_position();
+  std::map<std::string, NamedBytes> groups;
+  for (const PlannedBuffer& b : plan.buffers) {
+    if (b.persistent || b.role == graph::Role::gradient || b.first_op > peak_at || peak_at > b.last_op) continue;
+    // Runs of digits between dots are layer indices: "layers.10.mlp.up" -> "layers.*.mlp.up".
+    std::string key;
+    for (std::size_t i = 0; i < b.name.size();) {
+      const bool at_part = i == 0 || b.name[i - 1] == '.';
+      std::size_t j = i;
+      while (j < b.name.size() && std::isdigit(static_cast<unsigned char>(b.name[j]))) ++j;
+      if (at_part && j > i && (j == b.name.size() || b.name[j] == '.')) {
+        key += '*';
+        i = j;
+      } else {
+        key += b.name[i++];
+      }
+    }
+    NamedBytes& g = groups[key];
+    g.name = key;
+    g.bytes += b.size_bytes;
+    ++g.count;
+  }
+  std::vector<NamedBytes> out;
+  for (auto& [key, g] : groups) out.push_back(std::move(g));
+  std::stable_sort(out.begin(), out.end(), [](const NamedBytes& a, const NamedBytes& b) { return a.bytes > b.bytes; });
+  return out;
 }
 
 namespace {

@@ -30,6 +30,16 @@ struct FitBreakdown {
 
 FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device);
 
+// Activations (and inputs, temporaries) live at the transient peak, grouped by name with layer
+// numbers folded ("h.*.attn.fused.lse" sums that tensor over every layer), largest first: what
+// the activation bytes are made of.
+struct NamedBytes {
+  std::string name;
+  Bytes bytes = 0;
+  int count = 0;  // buffers summed
+};
+std::vector<NamedBytes> activations_at_peak_by_name(const MemoryPlan& plan);
+
 struct FitQuestion {
   StepDescription step;  // a model at the batch asked about
   PlanRequest request;   // device profile, checkpoint strategy, solver budget (its budget is set here)

@@ -261,7 +261,7 @@ Status validate_plan(const MemoryPlan& plan) {
   return Status::success();
 }
 
-std::vector<std::pair<graph::Role, Bytes>> MemoryPlan::peak_by_role() const {
+OpIndex MemoryPlan::peak_position() const {
   // Live transient bytes per position by a sweep over lifetime endpoints (a difference array):
   // linear in ops + buffers, where testing every buffer at every op was quadratic.
   const OpIndex ops = static_cast<OpIndex>(schedule.size());
@@ -280,6 +280,11 @@ std::vector<std::pair<graph::Role, Bytes>> MemoryPlan::peak_by_role() const {
       peak_at = pos;
     }
   }
+  return peak_at;
+}
+
+std::vector<std::pair<graph::Role, Bytes>> MemoryPlan::peak_by_role() const {
+  const OpIndex peak_at = peak_position();
   std::map<graph::Role, Bytes> by_role;
   for (const PlannedBuffer& b : buffers) {
     if (b.persistent) by_role[b.role] += b.size_bytes;

@@ -84,6 +84,8 @@ struct MemoryPlan {
   // Bytes per role at the transient peak (for reports): the sum of live sizes per role at the
   // op where the summed live bytes are largest.
   std::vector<std::pair<graph::Role, Bytes>> peak_by_role() const;
+  // That op's schedule position (the first such position on a tie; 0 for an empty schedule).
+  OpIndex peak_position() const;
 };
 
 // Plans a training step. Fails only if the solver finds no packing (it always finds one

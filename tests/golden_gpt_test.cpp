@@ -17,7 +17,14 @@ namespace {
 
 using testing::expect_close;
 
-TEST(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
+// Both attention forms against the same data (PyTorch's reference computes attention unfused).
+class GoldenGpt : public ::testing::TestWithParam<models::AttentionKind> {};
+
+std::string attention_name(const ::testing::TestParamInfo<models::AttentionKind>& param) {
+  return std::string(models::attention_kind_name(param.param));
+}
+
+TEST_P(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
   std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/gpt_golden.json");
   ASSERT_TRUE(in.good()) << "missing tests/data/gpt_golden.json";
   const nlohmann::json golden = nlohmann::json::parse(in);
@@ -30,6 +37,7 @@ TEST(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
   config.width = c["width"].get<std::int64_t>();
   config.tied_head = c["tied_head"].get<bool>();
   config.dropout = 0.0f;
+  config.attention = GetParam();
   const auto batch = golden["batch"].get<std::int64_t>();
 
   graph::Graph g = models::build_gpt(config, batch, /*training=*/true);
@@ -61,6 +69,10 @@ TEST(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
                  "d loss / d " + name, 1e-5f, 1e-3f);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Attention, GoldenGpt,
+                         ::testing::Values(models::AttentionKind::fused, models::AttentionKind::materialized),
+                         attention_name);
 
 }  // namespace
 }  // namespace memplan

@@ -255,6 +255,15 @@ const std::vector<GradCase>& cases() {
          return b.slice(x, 1, d[3], d[4], "y");
        },
        {{2, 4, 3, 0, 1}, {2, 5, 2, 1, 3}, {1, 3, 2, 1, 2}}},
+      // d = {B, H, KH, T, D, causal}: grouped-query when KH < H; T = 66 spans two key tiles
+      {"attention", OpKind::attention,
+       [](Builder& b, const auto& d) {
+         auto q = b.parameter("q", {d[0], d[1], d[3], d[4]}, no_init());
+         auto k = b.parameter("k", {d[0], d[2], d[3], d[4]}, no_init());
+         auto v = b.parameter("v", {d[0], d[2], d[3], d[4]}, no_init());
+         return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y");
+       },
+       {{2, 2, 2, 5, 3, 1}, {1, 2, 2, 4, 3, 0}, {1, 4, 2, 5, 2, 1}, {2, 3, 1, 3, 2, 0}, {1, 1, 1, 66, 2, 1}}},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy,
        [](Builder& b, const auto& d) {
          auto logits = b.parameter("logits", {d[0], d[1]}, no_init());

@@ -111,6 +111,11 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
                   "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
                   "weights and optimizer state (zoo models; planning only)");
+  add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
+                  "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
+                  "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
+                  "dropout stored)",
+                  "fused");
 }
 
 Result<planner::StepDescription> step_description(const ModelFlags& flags) {
@@ -129,12 +134,17 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
     return Error{"--dtype " + std::string(graph::dtype_name(flags.dtype)) + " is for the zoo models (" + names +
                  "); the trainable models plan in " + std::string(graph::dtype_name(graph::DType::f32))};
   }
+  if (flags.attention && !models::has_attention(flags.model)) {
+    return Error{"--attention applies to transformers (gpt and the zoo's gpt2*, llama*, bert-base, vit-b16), not '" +
+                 flags.model + "'"};
+  }
   models::ModelOptions model;
   model.name = flags.model;
   model.mlp.hidden = flags.hidden;
   if (flags.seq > 0) model.gpt.context = flags.seq;
   if (flags.image_size > 0) model.cnn.image = flags.image_size;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
+  model.zoo.attention = model.gpt.attention = flags.attention.value_or(models::AttentionKind::fused);
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
   const std::int64_t batch = flags.batch > 0 ? flags.batch : info->default_batch;

@@ -17,6 +17,7 @@
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/optimizer.h"
+#include "memplan/models/attention.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/plan_step.h"
 
@@ -101,6 +102,7 @@ struct ModelFlags {
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
+  std::optional<models::AttentionKind> attention;  // unset: fused (transformers only)
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, and with `shapes` --seq, --image-size and --dtype.

@@ -54,6 +54,14 @@ std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, 
          " left after parameters, optimizer state and runtime overhead; try a shorter --seq or a smaller --image-size";
 }
 
+// The largest groups of what the activations at the peak hold (planner::activations_at_peak_by_name):
+// a transformer's are all listed (some 20 per layer), so attention's saved tensors are named.
+std::vector<planner::NamedBytes> top_activation_groups(const planner::FitAnswer& a) {
+  std::vector<planner::NamedBytes> groups = planner::activations_at_peak_by_name(a.planned.plan);
+  if (groups.size() > 24) groups.resize(24);
+  return groups;
+}
+
 int run_fit(const FitFlags& flags) {
   auto step = step_description(flags.model);
   if (!step) {
@@ -114,6 +122,11 @@ int run_fit(const FitFlags& flags) {
     nlohmann::json o = nlohmann::json::array();
     for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
     j["runtime_overheads"] = o;
+    nlohmann::json groups = nlohmann::json::array();
+    for (const planner::NamedBytes& g : top_activation_groups(a)) {
+      groups.push_back({{"tensor", g.name}, {"bytes", g.bytes}, {"buffers", g.count}});
+    }
+    j["activations_at_peak_by_tensor"] = groups;
     if (!a.max_batch.empty()) {
       nlohmann::json per = nlohmann::json::object();
       for (const planner::StrategyMaxBatch& row : a.max_batch) {
@@ -158,6 +171,9 @@ int run_fit(const FitFlags& flags) {
   row("gradients (at the peak)", b.gradients_at_peak);
   row("optimizer state", b.optimizer_state);
   row("activations (at the peak)", b.activations_at_peak);
+  for (const planner::NamedBytes& g : top_activation_groups(a)) {
+    std::printf("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
+  }
   row("workspace (in the arena)", b.workspace);
   row("arena (exact)", b.arena);
   for (const auto& item : a.overheads) row(("+ " + item.what).c_str(), item.bytes);

@@ -16,6 +16,7 @@ struct SampleFlags {
   std::string prompt;
   train::SampleOptions options;
   int threads = 1;
+  models::AttentionKind attention = models::AttentionKind::fused;
 };
 
 int run_sample(const SampleFlags& flags) {
@@ -27,6 +28,7 @@ int run_sample(const SampleFlags& flags) {
     return kExitUsage;
   }
   train::GptSampler& sampler = opened.value();
+  sampler.set_attention(flags.attention);
   auto prompt = sampler.encode(flags.prompt);
   if (!prompt) {
     std::cerr << "memplan sample: " << prompt.error().message << "\n";
@@ -64,6 +66,8 @@ Command add_sample_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--seed", flags->options.seed, "Seed for sampling")->check(whole_number())->capture_default_str();
   app->add_option("--threads", flags->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
+  add_enum_option(*app, "--attention", flags->attention, models::kAttentionKindNames,
+                  "fused (one attention op) or materialized ([1, heads, T, T] scores stored); the text is the same");
   return Command{app, [flags] { return run_sample(*flags); }};
 }
 

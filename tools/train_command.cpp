@@ -389,6 +389,9 @@ Command add_train_command(CLI::App& root) {
           ->capture_default_str(),
       app->add_option("--width", flags->gpt.width, "gpt: residual stream width")->check(positive_integer())->capture_default_str(),
       app->add_option("--dropout", flags->gpt.dropout, "gpt: dropout probability")->check(finite_in_range(0.0, 0.95))->capture_default_str(),
+      add_enum_option(*app, "--attention", flags->gpt.attention, models::kAttentionKindNames,
+                      "gpt: fused (one attention op keeping the output and a log-sum-exp per row) or materialized "
+                      "([B, heads, T, T] scores and probabilities stored)"),
   };
   app->add_option("--save", flags->save,
                   "Write the trained weights (and optimizer state) to this safetensors file when training ends; "

@@ -80,6 +80,8 @@ class GptSampler {
   static Result<GptSampler> open(const std::string& path);
 
   const SavedGpt& saved() const { return saved_; }
+  // How load() builds attention (the weights are the same either way); fused unless set.
+  void set_attention(models::AttentionKind kind) { saved_.config.attention = kind; }
   // The token ids of `prompt`; an Error names the first byte the vocabulary lacks.
   Result<std::vector<std::int32_t>> encode(std::string_view prompt) const;
   // The text of token ids below the vocabulary size.

@@ -1,5 +1,5 @@
 // CUDA implementations of every op that has a CPU kernel but the LLaMA-style ones (RMSNorm, SiLU,
-// rotary, repeat_heads, concat, slice and their backward ops: the zoo plans them, nothing trains
+// rotary, repeat_heads, concat and their backward ops: the zoo plans them, nothing trains
 // them; tests/cuda_kernels_test.cpp keeps that list), registered in the same dispatch table.
 // Each file contributes its entries; kernels run on the context's one stream and take their
 // scratch from the workspace inside the arena.
@@ -19,5 +19,6 @@ KernelEntries elementwise_kernel_entries();  // elementwise.cu
 KernelEntries reduction_kernel_entries();    // reduce.cu
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
+KernelEntries attention_kernel_entries();    // attention.cu (fused attention, slice)
 
 }  // namespace memplan::kernels::cuda

@@ -1,0 +1,31 @@
+// The two forms of the attention block (models/attention.h).
+#include "memplan/models/attention.h"
+
+#include <cmath>
+
+namespace memplan::models {
+
+TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
+                                TensorId v, bool causal, float p, const std::string& prefix) {
+  const graph::Shape& qs = b.graph().tensor(q).shape;
+  if (qs.rank() != 4) throw graph::GraphError("attention: queries must be [B, H, T, D], got " + qs.to_string());
+  const std::int64_t heads = qs[1], head_dim = qs[3];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (kind == AttentionKind::fused) {
+    return b.attention(q, k, v, causal, scale, p, prefix + ".fused", prefix + ".drop");
+  }
+  const std::int64_t kv_heads = b.graph().tensor(k).shape[1];
+  if (kv_heads <= 0 || heads % kv_heads != 0) {
+    throw graph::GraphError("attention: " + std::to_string(heads) + " query heads do not split into " +
+                            std::to_string(kv_heads) + " key/value heads");
+  }
+  k = b.repeat_heads(k, heads / kv_heads, prefix + ".k.repeat");
+  v = b.repeat_heads(v, heads / kv_heads, prefix + ".v.repeat");
+  TensorId att = b.batched_matmul(q, k, false, true, prefix + ".scores");  // [B, H, T, T]
+  att = b.scale(att, scale, prefix + ".scaled");
+  att = b.softmax(att, causal, prefix + ".probs");
+  att = b.dropout(att, p, prefix + ".drop");
+  return b.batched_matmul(att, v, false, false, prefix + ".values");  // [B, H, T, D]
+}
+
+}  // namespace memplan::models

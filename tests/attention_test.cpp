@@ -1,0 +1,193 @@
+// Fused attention against the unfused composition (batched matmul, scale, softmax, dropout,
+// batched matmul, with K/V heads repeated): outputs and gradients of q, k and v agree within float
+// tolerance, causal or not, grouped-query or not, with and without dropout, at sizes that are not
+// multiples of the kernel's tile. Also what the plan keeps: the log-sum-exp, never [T, T] scores.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "memplan/graph/autograd.h"
+#include "memplan/graph/builder.h"
+#include "memplan/models/attention.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
+#include "memplan/planner/liveness.h"
+#include "test_util.h"
+
+namespace memplan {
+namespace {
+
+using graph::Builder;
+using models::AttentionKind;
+
+struct Case {
+  const char* name;
+  std::int64_t batch, heads, kv_heads, t, head_dim;
+  bool causal;
+  float dropout;
+};
+
+struct Result {
+  std::vector<float> y, dq, dk, dv;
+};
+
+// y = attention(q, k, v); loss = sum(y * R); returns y and the gradients of q, k, v.
+Result run(const Case& c, AttentionKind kind) {
+  graph::Graph g;
+  Builder b(g);
+  const graph::InitSpec none{};
+  const TensorId q = b.parameter("q", {c.batch, c.heads, c.t, c.head_dim}, none);
+  const TensorId k = b.parameter("k", {c.batch, c.kv_heads, c.t, c.head_dim}, none);
+  const TensorId v = b.parameter("v", {c.batch, c.kv_heads, c.t, c.head_dim}, none);
+  const TensorId y = models::attention_block(b, kind, q, k, v, c.causal, c.dropout, "attn");
+  const TensorId r = b.input("R", g.tensor(y).shape);
+  g.loss = b.sum(b.mul(y, r, "yR"), "loss");
+  graph::append_backward(g, g.loss);
+  g.retained = {y, g.tensor(q).grad, g.tensor(k).grad, g.tensor(v).grad};
+
+  testing::CpuRun run(g);
+  std::uint64_t seed = 5;
+  for (TensorId p : {q, k, v}) {
+    const auto values = testing::random_values(static_cast<std::size_t>(g.tensor(p).shape.numel()), seed++);
+    run.executor.write_tensor(p, values.data());
+  }
+  const auto weights = testing::random_values(static_cast<std::size_t>(g.tensor(r).shape.numel()), 99);
+  run.executor.set_input(r, weights.data(), g.tensor(r).size_bytes());
+  EXPECT_TRUE(run.executor.run_step().ok());
+  return {testing::read_floats(run.executor, y), testing::read_floats(run.executor, g.tensor(q).grad),
+          testing::read_floats(run.executor, g.tensor(k).grad), testing::read_floats(run.executor, g.tensor(v).grad)};
+}
+
+void expect_close(const std::vector<float>& fused, const std::vector<float>& reference, const std::string& what) {
+  ASSERT_EQ(fused.size(), reference.size()) << what;
+  double max_ref = 0.0;
+  for (float x : reference) max_ref = std::max(max_ref, double(std::abs(x)));
+  ASSERT_GT(max_ref, 0.0) << what << " is all zeros: the comparison would prove nothing";
+  int bad = 0;
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    const double tol = 2e-5 * max_ref + 1e-4 * std::abs(double(reference[i]));
+    if (std::abs(double(fused[i]) - double(reference[i])) > tol && ++bad <= 5) {
+      ADD_FAILURE() << what << "[" << i << "]: fused " << fused[i] << " vs unfused " << reference[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << fused.size() << " elements differ";
+}
+
+class FusedAttention : public ::testing::TestWithParam<Case> {};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& param) { return param.param.name; }
+
+TEST_P(FusedAttention, EqualsTheUnfusedCompositionForwardAndBackward) {
+  const Case& c = GetParam();
+  const Result fused = run(c, AttentionKind::fused);
+  const Result reference = run(c, AttentionKind::materialized);
+  expect_close(fused.y, reference.y, "y");
+  expect_close(fused.dq, reference.dq, "dq");
+  expect_close(fused.dk, reference.dk, "dk");
+  expect_close(fused.dv, reference.dv, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedAttention,
+    ::testing::Values(Case{"causal_one_tile", 2, 2, 2, 7, 4, true, 0.0f},
+                      Case{"causal_odd_tiles", 1, 2, 2, 131, 8, true, 0.0f},
+                      Case{"bidirectional_odd_tiles", 2, 3, 3, 70, 5, false, 0.0f},
+                      Case{"gqa_causal", 1, 4, 2, 67, 8, true, 0.0f},
+                      Case{"multi_query_bidirectional", 2, 4, 1, 65, 6, false, 0.0f},
+                      Case{"dropout_causal", 2, 2, 2, 77, 8, true, 0.3f},
+                      Case{"dropout_gqa_bidirectional", 1, 6, 3, 129, 4, false, 0.2f}),
+    case_name);
+
+// Dropout really drops: the fused output with p > 0 differs from the one without.
+TEST(FusedAttentionDropout, ChangesTheOutput) {
+  const Case c{"d", 1, 2, 2, 20, 4, true, 0.5f};
+  Case no_drop = c;
+  no_drop.dropout = 0.0f;
+  const Result with = run(c, AttentionKind::fused), without = run(no_drop, AttentionKind::fused);
+  double diff = 0.0;
+  for (std::size_t i = 0; i < with.y.size(); ++i) diff += std::abs(with.y[i] - without.y[i]);
+  EXPECT_GT(diff, 1.0);
+}
+
+bool has_square_attention_tensor(const graph::Graph& g, std::int64_t t) {
+  for (const graph::TensorDesc& d : g.tensors()) {
+    const auto& s = d.shape;
+    if (s.rank() == 4 && s[2] == t && s[3] == t) return true;
+  }
+  return false;
+}
+
+// The fused GPT's step keeps one f32 log-sum-exp per (sequence, head, position) from the forward
+// into the backward, and no tensor anywhere has the [T, T] shape of scores; the materialized one
+// does.
+TEST(FusedAttentionPlan, TheLogSumExpIsASavedActivationAndNoScoresExist) {
+  models::GptConfig config;
+  config.context = 48;
+  config.width = 64;
+  config.heads = 4;
+  graph::Graph g = models::build_gpt(config, 3);
+  graph::append_backward(g, g.loss);
+  EXPECT_FALSE(has_square_attention_tensor(g, 48));
+  const TensorId lse = g.find("h.0.attn.fused.lse");
+  ASSERT_NE(lse, kNoTensor);
+  EXPECT_EQ(g.tensor(lse).shape, (graph::Shape{3, 4, 48}));
+  EXPECT_EQ(g.tensor(lse).dtype, graph::DType::f32);
+  EXPECT_EQ(g.tensor(lse).role, graph::Role::activation);
+  bool read_in_backward = false;
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind != graph::OpKind::attention_backward) continue;
+    for (TensorId in : op.inputs) read_in_backward = read_in_backward || in == lse;
+  }
+  EXPECT_TRUE(read_in_backward) << "the backward must read the saved log-sum-exp";
+  // Planned: its buffer lives from its forward op into the backward.
+  const planner::Lifetimes lifetimes = planner::compute_lifetimes(g, planner::default_schedule(g));
+  const int buffer = lifetimes.buffer_of_tensor[static_cast<std::size_t>(lse)];
+  ASSERT_GE(buffer, 0);
+  const auto& interval = lifetimes.buffers[static_cast<std::size_t>(buffer)];
+  EXPECT_EQ(g.ops()[static_cast<std::size_t>(interval.first_op)].phase, graph::Phase::forward);
+  EXPECT_EQ(g.ops()[static_cast<std::size_t>(interval.last_op)].phase, graph::Phase::backward);
+
+  config.attention = AttentionKind::materialized;
+  graph::Graph m = models::build_gpt(config, 3);
+  EXPECT_TRUE(has_square_attention_tensor(m, 48));
+  EXPECT_EQ(m.find("h.0.attn.fused.lse"), kNoTensor);
+}
+
+// Grouped-query attention fused reads K/V at their own head count: nothing is repeated.
+TEST(FusedAttentionPlan, GroupedQueryAttentionRepeatsNoHeads) {
+  models::LlamaConfig c;
+  c.vocab = 50;
+  c.context = 16;
+  c.layers = 1;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 48;
+  const graph::Graph fused = models::build_llama(c, 2);
+  c.attention = AttentionKind::materialized;
+  const graph::Graph materialized = models::build_llama(c, 2);
+  auto repeats = [](const graph::Graph& g) {
+    int n = 0;
+    for (const graph::Op& op : g.ops()) n += op.kind == graph::OpKind::repeat_heads;
+    return n;
+  };
+  EXPECT_EQ(repeats(fused), 0);
+  EXPECT_EQ(repeats(materialized), 2);
+}
+
+TEST(FusedAttentionOp, RejectsHeadsThatDoNotGroup) {
+  graph::Graph g;
+  Builder b(g);
+  const TensorId q = b.input("q", {1, 3, 4, 2});
+  const TensorId k = b.input("k", {1, 2, 4, 2});
+  try {
+    b.attention(q, k, k, true, 1.0f, 0.0f, "attn");
+    FAIL() << "3 query heads over 2 K/V heads must be refused";
+  } catch (const graph::GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace memplan
