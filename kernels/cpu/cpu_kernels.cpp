@@ -209,6 +209,8 @@ std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
   std::vector<std::pair<OpKind, KernelFn>> entries = nn_kernel_entries();
   const auto llm = llm_kernel_entries();
   entries.insert(entries.end(), llm.begin(), llm.end());
+  const auto decode = decode_kernel_entries();
+  entries.insert(entries.end(), decode.begin(), decode.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

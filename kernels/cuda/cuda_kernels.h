@@ -19,5 +19,6 @@ KernelEntries elementwise_kernel_entries();  // elementwise.cu
 KernelEntries reduction_kernel_entries();    // reduce.cu
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
+KernelEntries decode_kernel_entries();       // decode.cu
 
 }  // namespace memplan::kernels::cuda
