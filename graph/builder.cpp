@@ -36,6 +36,51 @@ TensorId Builder::buffer(const std::string& name, Shape shape, InitSpec init) {
   return graph_.add_tensor(std::move(desc));
 }
 
+TensorId Builder::external(const std::string& name, Shape shape, DType dtype) {
+  TensorDesc desc;
+  desc.name = name;
+  desc.shape = std::move(shape);
+  desc.dtype = dtype;
+  desc.role = Role::optimizer_state;  // persistent, never trained
+  desc.external = true;
+  return graph_.add_tensor(std::move(desc));
+}
+
+void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, TensorId positions, TensorId k_cache,
+                             TensorId v_cache, const std::string& name, std::int64_t rotary_head_size,
+                             float rope_base) {
+  // The op's shape inference sees inputs only; the caches it updates are checked here.
+  const TensorDesc& kd = graph_.tensor(k);
+  for (TensorId cache : {k_cache, v_cache}) {
+    const TensorDesc& c = graph_.tensor(cache);
+    if (!c.external || c.shape.rank() != 3 || c.dtype != kd.dtype || kd.shape.rank() != 2 || c.shape[2] != kd.shape[1]) {
+      throw GraphError("kv_cache_write: cache '" + c.name + "' " + c.shape.to_string() +
+                       " must be an external [blocks, block_size, " + (kd.shape.rank() == 2 ? std::to_string(kd.shape[1]) : "?") +
+                       "] tensor of the key's dtype");
+    }
+  }
+  OpAttrs attrs;
+  if (rope_base > 0.0f) {
+    attrs.shape = {rotary_head_size};
+    attrs.rope_base = rope_base;
+  }
+  graph_.add_op(OpKind::kv_cache_write, {k, v, block_table, positions}, std::move(attrs), name, Role::temporary, phase_,
+                {k_cache, v_cache});
+}
+
+TensorId Builder::decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
+                                   TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
+                                   const std::string& name, float rope_base) {
+  OpAttrs attrs;
+  attrs.shape = {heads, kv_heads};
+  if (rope_base > 0.0f) {
+    attrs.shape.push_back(1);
+    attrs.rope_base = rope_base;
+  }
+  return graph_.add_op(OpKind::decode_attention, {q, k, v, k_cache, v_cache, block_table, positions}, std::move(attrs),
+                       name, Role::activation, phase_);
+}
+
 TensorId Builder::unary(OpKind kind, TensorId x, const std::string& name, OpAttrs attrs) {
   return graph_.add_op(kind, {x}, std::move(attrs), name, Role::activation, phase_);
 }

@@ -75,6 +75,17 @@ class Builder {
   // (dropout_name defaults to name + ".drop"), recomputed in backward rather than stored.
   TensorId attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p, const std::string& name,
                      const std::string& dropout_name = "");
+  // Generation with a KV cache (graph/op.h: kv_cache_write, decode_attention). external(): a
+  // persistent tensor the caller binds outside the arena (a cache [blocks, block_size, NKV*HD]).
+  TensorId external(const std::string& name, Shape shape, DType dtype = DType::f32);
+  // With rope_base > 0 keys (heads of rotary_head_size) and queries are rotated by their
+  // position first (rotary embedding, as Builder::rotary), and the cache holds rotated keys.
+  void kv_cache_write(TensorId k, TensorId v, TensorId block_table, TensorId positions, TensorId k_cache,
+                      TensorId v_cache, const std::string& name, std::int64_t rotary_head_size = 0,
+                      float rope_base = 0.0f);
+  TensorId decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
+                            TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
+                            const std::string& name, float rope_base = 0.0f);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

@@ -440,6 +440,65 @@ OutputSpec infer_slice(Inputs in, const OpAttrs& attrs) {
   return {Shape(std::move(dims)), x.dtype};
 }
 
+// The operands generation with a KV cache shares: per-slot k, v [B, KW] (KW = NKV*HD), a block
+// table [B, MB] and positions [B], both i32.
+void expect_kv_slots(std::string_view op, const TensorDesc& k, const TensorDesc& v, const TensorDesc& table,
+                     const TensorDesc& positions) {
+  expect_float(op, k);
+  expect_rank(op, k, 2);
+  expect_same_shape(op, k, v);
+  expect_same_dtype(op, k, v);
+  if (table.dtype != DType::i32 || positions.dtype != DType::i32) fail(op, "block table and positions must be i32");
+  expect_rank(op, table, 2);
+  expect_rank(op, positions, 1);
+  if (table.shape[0] != k.shape[0] || positions.shape[0] != k.shape[0]) {
+    fail(op, "block table " + table.shape.to_string() + " and positions " + positions.shape.to_string() +
+                 " must have one row per slot of '" + k.name + "' " + k.shape.to_string());
+  }
+}
+
+// attrs.shape: {} stores keys as they are; {HD} rotates each head of HD values of the key by its
+// position first (rotary embedding with attrs.rope_base).
+OutputSpec infer_kv_cache_write(Inputs in, const OpAttrs& attrs) {
+  expect_kv_slots("kv_cache_write", *in[0], *in[1], *in[2], *in[3]);
+  if (!attrs.shape.empty() &&
+      (attrs.shape.size() != 1 || attrs.shape[0] <= 0 || attrs.shape[0] % 2 != 0 || in[0]->shape[1] % attrs.shape[0] != 0)) {
+    fail("kv_cache_write", "shape must be {} or {head size} (even, dividing the key's width)");
+  }
+  return {};
+}
+
+OutputSpec infer_decode_attention(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& q = *in[0];
+  const TensorDesc& k = *in[1];
+  expect_kv_slots("decode_attention", k, *in[2], *in[5], *in[6]);
+  expect_float("decode_attention", q);
+  expect_rank("decode_attention", q, 2);
+  expect_same_dtype("decode_attention", q, k);
+  // attrs.shape: {heads, kv_heads}, or {heads, kv_heads, 1} to rotate the query and the slot's own
+  // key by the slot's position first (rotary embedding with attrs.rope_base; the cache holds
+  // rotated keys, kv_cache_write's {HD}).
+  const bool shape_ok = (attrs.shape.size() == 2 || (attrs.shape.size() == 3 && attrs.shape[2] == 1)) &&
+                        attrs.shape[0] > 0 && attrs.shape[1] > 0 && attrs.shape[0] % attrs.shape[1] == 0;
+  if (!shape_ok) fail("decode_attention", "shape must be {heads, kv_heads} or {heads, kv_heads, 1}, kv_heads dividing heads");
+  const std::int64_t nh = attrs.shape[0], nkv = attrs.shape[1];
+  if (q.shape[0] != k.shape[0] || q.shape[1] % nh != 0 || k.shape[1] != q.shape[1] / nh * nkv) {
+    fail("decode_attention", "query '" + q.name + "' " + q.shape.to_string() + " and key '" + k.name + "' " +
+                                 k.shape.to_string() + " do not split into " + str(nh) + " and " + str(nkv) +
+                                 " heads of one size");
+  }
+  for (const TensorDesc* cache : {in[3], in[4]}) {
+    expect_rank("decode_attention", *cache, 3);
+    expect_same_dtype("decode_attention", *cache, k);
+    if (cache->shape[2] != k.shape[1]) {
+      fail("decode_attention", "cache '" + cache->name + "' " + cache->shape.to_string() + " must hold rows of " +
+                                   str(k.shape[1]) + " values");
+    }
+  }
+  expect_same_shape("decode_attention", *in[3], *in[4]);
+  return {q.shape, q.dtype};
+}
+
 OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1]->shape.cols()}, in[1]->dtype}; }
 
 // --- fused attention ----------------------------------------------------------------------
@@ -579,6 +638,12 @@ double flops_4_per_input0(Inputs in, const TensorDesc*) { return 4.0 * numel_of(
 // Scatter-adds: one add per element scattered.
 double flops_per_input0(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
 double flops_2_per_input0(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[0]); }
+// Attention of one query row per slot over a full context (the most a step can do): scores and
+// weighted values, 2 multiply-adds per cached element, plus the softmax.
+double flops_decode_attention(Inputs in, const TensorDesc* out) {
+  const double context = double(in[5]->shape[1]) * double(in[3]->shape[1]);  // MB * block size
+  return 4.0 * numel_of(out) * context + 5.0 * double(in[0]->shape[0]) * context;
+}
 
 // clang-format off
 // One row per OpKind, in enum order; each row states its kind (tests/op_table_test.cpp checks
@@ -620,6 +685,8 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::slice,                          "slice",                          1, 0, 1, false, infer_slice,                  flops_zero},
   {OpKind::attention_lse,                  "attention_lse",                  2, 0, 1, false, infer_attention_lse,          flops_attention_lse},
   {OpKind::attention,                      "attention",                      4, 0, 1, false, infer_attention,              flops_attention},
+  {OpKind::kv_cache_write,                 "kv_cache_write",                 4, 2, 0, false, infer_kv_cache_write,         flops_zero},
+  {OpKind::decode_attention,               "decode_attention",               7, 0, 1, false, infer_decode_attention,       flops_decode_attention},
   {OpKind::relu_backward,                  "relu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::gelu_backward,                  "gelu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_gelu},
   {OpKind::broadcast_scalar,               "broadcast_scalar",               1, 0, 1, false, infer_broadcast_scalar,       flops_per_output},

@@ -55,6 +55,13 @@ enum class OpKind : std::uint8_t {
   // masks j > i, `dropout` (with `seed`) drops probabilities as dropout_mask over [B, H, T, T] would
   attention_lse,          // lse[B, H, T] (f32) = log sum_j exp(alpha q_i.k_j), key tile by tile   inputs: q, k
   attention,              // y[B, H, T, D] = dropout(exp(alpha q k^T - lse)) v   inputs: q, k, v, lse
+  // generation with a KV cache (runtime/serve): one token per sequence slot; a slot whose first
+  // block-table entry is -1 is empty. Caches are [blocks, block_size, NKV*HD], external storage.
+  kv_cache_write,         // updates: k_cache, v_cache;  inputs: k[B, NKV*HD], v, block_table[B, MB] i32, positions[B] i32
+                          // slot b's k, v stored at position positions[b] through its block table
+  decode_attention,       // y[B, NH*HD]  inputs: q[B, NH*HD], k, v, k_cache, v_cache, block_table, positions;
+                          // causal attention of each slot's query over cached positions < positions[b] and
+                          // its own k, v (so it needs no ordering against kv_cache_write); shape = {NH, NKV}
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x

@@ -91,6 +91,10 @@ struct TensorDesc {
   TensorId view_of = kNoTensor;
   InitSpec init;             // parameters and optimizer state only
   TensorId grad = kNoTensor; // parameters: their gradient, once autograd has run
+  // Persistent storage outside the arena that the caller binds (Executor::bind_external): a KV
+  // cache pool, whose size changes with serving load, not with the step. The planner gives it no
+  // buffer.
+  bool external = false;
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

@@ -85,6 +85,32 @@ const ZooModel* find_zoo_model(const std::string& name) {
   return nullptr;
 }
 
+Result<GptConfig> zoo_gpt_config(const std::string& name, const ZooOptions& options) {
+  if (name != "gpt2" && name != "gpt2-medium" && name != "gpt2-large" && name != "gpt2-xl") {
+    return Error{"'" + name + "' is not a GPT-2 zoo model (gpt2, gpt2-medium, gpt2-large, gpt2-xl)"};
+  }
+  GptConfig c = name == "gpt2"          ? gpt2(12, 768, 12)
+                : name == "gpt2-medium" ? gpt2(24, 1024, 16)
+                : name == "gpt2-large"  ? gpt2(36, 1280, 20)
+                                        : gpt2(48, 1600, 25);
+  if (options.seq > c.max_positions) {
+    return Error{name + " has " + std::to_string(c.max_positions) + " learned positions; --seq " +
+                 std::to_string(options.seq) + " is longer"};
+  }
+  if (options.seq > 0) c.context = options.seq;
+  c.dtype = options.dtype;
+  c.dropout = 0.0f;
+  return c;
+}
+
+Result<LlamaConfig> zoo_llama_config(const std::string& name, const ZooOptions& options) {
+  if (name != "llama-1b" && name != "llama2-7b") return Error{"'" + name + "' is not a LLaMA zoo model (llama-1b, llama2-7b)"};
+  LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
+  if (options.seq > 0) c.context = options.seq;
+  c.dtype = options.dtype;
+  return c;
+}
+
 graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t batch, const ZooOptions& options) {
   const ZooModel* model = find_zoo_model(name);
   if (model == nullptr) {

@@ -10,6 +10,8 @@
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
 #include "memplan/models/attention.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
 
 namespace memplan::models {
 
@@ -38,6 +40,13 @@ const ZooModel* find_zoo_model(const std::string& name);  // nullptr when not a 
 // what is wrong (unknown model, a sequence longer than its positions, an image size that does
 // not divide into patches).
 Result<graph::Graph> build_zoo_forward(const std::string& name, std::int64_t batch, const ZooOptions& options);
+// The configuration of a GPT-2 zoo model (gpt2, gpt2-medium, gpt2-large, gpt2-xl) at the
+// options' sequence length and dtype: what the serving planner (serve/serve_plan.h) takes; an
+// Error for any other name.
+Result<GptConfig> zoo_gpt_config(const std::string& name, const ZooOptions& options);
+// The same for the LLaMA-style zoo models (llama-1b, llama2-7b); rotary positions have no limit,
+// so options.seq (when set) is the context.
+Result<LlamaConfig> zoo_llama_config(const std::string& name, const ZooOptions& options);
 // The same, throwing graph::GraphError (graph::SizeError for sizes that cannot be represented).
 graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t batch, const ZooOptions& options);
 

@@ -105,6 +105,7 @@ Lifetimes compute_lifetimes(const Graph& graph, const Schedule& schedule, const 
   for (TensorId t = 0; t < graph.num_tensors(); ++t) {
     const TensorId root = graph.storage_root(t);
     if (last_use[static_cast<std::size_t>(root)] < 0) continue;  // nothing touches it
+    if (graph.tensor(root).external) continue;  // the caller's storage (a KV cache), not the arena's
     const TensorId merged = merges.find(root);
     int& b = buffer_of_root[static_cast<std::size_t>(merged)];
     if (b < 0) {
@@ -124,7 +125,9 @@ Lifetimes compute_lifetimes(const Graph& graph, const Schedule& schedule, const 
   for (OpIndex pos = 0; pos < static_cast<OpIndex>(schedule.size()); ++pos) {
     const Op& op = op_at(pos);
     auto touch = [&](TensorId t, bool writes) {
-      BufferLifetime& buf = lifetimes.buffers[static_cast<std::size_t>(lifetimes.buffer_of_tensor[static_cast<std::size_t>(t)])];
+      const int b = lifetimes.buffer_of_tensor[static_cast<std::size_t>(t)];
+      if (b < 0) return;  // external storage
+      BufferLifetime& buf = lifetimes.buffers[static_cast<std::size_t>(b)];
       if (buf.persistent) return;
       if (buf.first_op < 0) {
         MEMPLAN_CHECK(writes, "'" << graph.tensor(t).name << "' is read at position " << pos

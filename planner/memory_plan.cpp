@@ -72,7 +72,9 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     const graph::Op& op = graph.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])];
     for (const auto* list : {&op.inputs, &op.updates}) {
       for (TensorId t : *list) {
-        const auto b = static_cast<std::size_t>(plan.buffer_of_tensor[static_cast<std::size_t>(t)]);
+        const int index = plan.buffer_of_tensor[static_cast<std::size_t>(t)];
+        if (index < 0) continue;  // external storage (graph::TensorDesc::external)
+        const auto b = static_cast<std::size_t>(index);
         if (plan.buffers[b].persistent && !touched[b]) {
           touched[b] = true;
           plan.buffers[b].first_use = pos;

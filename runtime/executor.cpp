@@ -64,6 +64,7 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
   if (mode_ == ExecutionMode::dynamic) allocator_ = std::make_unique<CachingAllocator>(device_, options.allocator);
   slots_.resize(buffers_.size());
   staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
+  external_.resize(static_cast<std::size_t>(graph_.num_tensors()), nullptr);
 }
 
 Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options)
@@ -104,6 +105,11 @@ void Executor::bind_external(TensorId id, void* device_storage) {
   MEMPLAN_CHECK(!setup_done_, "bind_external after setup");
   MEMPLAN_CHECK(graph::is_persistent(graph_.tensor(id).role),
                 "only persistent tensors can be bound, not '" << graph_.tensor(id).name << "'");
+  if (graph_.tensor(id).external) {
+    MEMPLAN_CHECK(device_storage != nullptr, "binding external tensor '" << graph_.tensor(id).name << "' to nothing");
+    external_[static_cast<std::size_t>(id)] = device_storage;
+    return;
+  }
   const int b = buffer_index(id);
   MEMPLAN_CHECK(b >= 0, "tensor '" << graph_.tensor(id).name << "' is not used by any op");
   slots_[static_cast<std::size_t>(b)] = Slot{device_storage, false};
@@ -115,6 +121,11 @@ Status Executor::setup() {
     if (t.dtype == graph::DType::f16 || t.dtype == graph::DType::bf16) {
       return Error{"'" + t.name + "' is " + std::string(graph::dtype_name(t.dtype)) +
                    ": 16-bit (mixed-precision) graphs are planned only (memplan fit, memplan plan); execution runs f32"};
+    }
+  }
+  for (TensorId id = 0; id < graph_.num_tensors(); ++id) {
+    if (graph_.tensor(id).external && external_[static_cast<std::size_t>(id)] == nullptr) {
+      return Error{"external tensor '" + graph_.tensor(id).name + "' was not bound (Executor::bind_external)"};
     }
   }
   kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
@@ -244,7 +255,8 @@ Status Executor::check_guard(int b, const Op& op) const {
 Status Executor::check_inputs_finite(const Op& op) const {
   for (TensorId id : op.inputs) {
     const TensorDesc& desc = graph_.tensor(id);
-    if (desc.dtype != graph::DType::f32) continue;
+    // An external KV cache holds stale rows beyond each sequence's length by design.
+    if (desc.dtype != graph::DType::f32 || desc.external) continue;
     std::vector<float> values(static_cast<std::size_t>(desc.shape.numel()));
     read_tensor(id, values.data());
     for (std::size_t i = 0; i < values.size(); ++i) {
@@ -265,7 +277,7 @@ Status Executor::check_finite(const Op& op, std::size_t position, bool inputs) c
   for (const std::vector<TensorId>* list : lists) {
     for (TensorId id : *list) {
       const TensorDesc& desc = graph_.tensor(id);
-      if (desc.dtype != graph::DType::f32) continue;
+      if (desc.dtype != graph::DType::f32 || desc.external) continue;  // stale cache rows are expected
       values.resize(static_cast<std::size_t>(desc.shape.numel()));
       read_tensor(id, values.data());
       for (std::size_t i = 0; i < values.size(); ++i) {
@@ -350,7 +362,7 @@ Status Executor::run_step() {
     refs.clear();
     auto push = [&](TensorId id) {
       const TensorDesc& desc = graph_.tensor(id);
-      refs.push_back(kernels::TensorRef{slots_[static_cast<std::size_t>(buffer_index(id))].data, &desc.shape, desc.dtype});
+      refs.push_back(kernels::TensorRef{storage(id), &desc.shape, desc.dtype});
     };
     for (TensorId id : op.inputs) push(id);
     for (TensorId id : op.outputs) push(id);
@@ -367,6 +379,7 @@ Status Executor::run_step() {
     if (debug_.guards && mode_ == ExecutionMode::planned) {
       for (const auto* list : {&op.outputs, &op.updates}) {
         for (TensorId id : *list) {
+          if (graph_.tensor(id).external) continue;  // not in the arena
           if (Status s = check_guard(buffer_index(id), op); !s) return s;
         }
       }
@@ -392,6 +405,7 @@ Status Executor::run_step() {
 }
 
 void* Executor::storage(TensorId id) const {
+  if (graph_.tensor(id).external) return external_[static_cast<std::size_t>(id)];
   const int b = buffer_index(id);
   return b < 0 ? nullptr : slots_[static_cast<std::size_t>(b)].data;
 }

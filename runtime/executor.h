@@ -71,7 +71,8 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // A persistent tensor whose storage another executor owns (an evaluation graph reading the
-  // training graph's weights). Call before setup().
+  // training graph's weights), or an external tensor (graph::TensorDesc::external: a KV cache
+  // pool, which has no place in the arena and must be bound). Call before setup().
   void bind_external(TensorId id, void* device_storage);
 
   // Validates the plan, allocates (the arena, or persistent buffers in naive mode) and checks
@@ -139,6 +140,7 @@ class Executor {
   const std::vector<planner::PlannedBuffer>& buffers_;
   const std::vector<int>& buffer_of_tensor_;
   std::vector<Slot> slots_;                     // per buffer
+  std::vector<void*> external_;                 // per tensor: bound storage of external tensors
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   std::vector<std::vector<std::byte>> staged_;  // per tensor: host data for the next step
   void* arena_ = nullptr;

@@ -46,7 +46,7 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
   std::vector<std::string> storage;
   std::vector<TensorId> ids;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
-    if (!graph::is_persistent(g.tensor(id).role)) continue;
+    if (!graph::is_persistent(g.tensor(id).role) || g.tensor(id).external) continue;
     std::string bytes(static_cast<std::size_t>(g.tensor(id).size_bytes()), '\0');
     executor.read_tensor(id, bytes.data());
     storage.push_back(std::move(bytes));
@@ -147,7 +147,7 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
   std::vector<std::pair<TensorId, const SafetensorsEntry*>> writes;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
     const graph::TensorDesc& t = g.tensor(id);
-    if (!graph::is_persistent(t.role)) continue;
+    if (!graph::is_persistent(t.role) || t.external) continue;  // a KV cache is the caller's, never saved
     const SafetensorsEntry* entry = file.view.find(t.name);
     if (entry == nullptr) {
       if (is_optimizer_state(g, id)) {

@@ -100,7 +100,8 @@ const std::vector<std::string>& bad_values() {
 const std::set<std::string> kFreeText = {
     "train --data", "train --save",   "train --load",      "plan --out",      "compare --svg",
     "compare --html", "compare --trace-json", "compare --snapshot", "solve --input", "solve --output",
-    "sample --load", "sample --prompt", "replay --html", "replay --svg"};
+    "sample --load", "sample --prompt", "replay --html", "replay --svg", "generate --load", "generate --prompts-file",
+    "generate --data"};
 
 // Values in the list above that are fine for some flags: an empty allocator option string is
 // PyTorch's default configuration; 1e23 is a (large) finite number; "[1]" is CLI11's list syntax
@@ -116,7 +117,7 @@ bool legitimately_accepted(const std::string& key, const std::string& value) {
 std::vector<std::string> required_args(const std::string& command, const std::string& sample_file) {
   if (command == "fit") return {"--device-memory", "1GiB"};
   if (command == "solve") return {"--input", "problem.csv"};
-  if (command == "sample") return {"--load", sample_file};
+  if (command == "sample" || command == "generate") return {"--load", sample_file};
   if (command == "replay") return {sample_file};
   return {};
 }

@@ -14,7 +14,7 @@ CliApp::CliApp()
   app_.require_subcommand(1);
   commands_ = {add_train_command(app_),   add_plan_command(app_),  add_fit_command(app_),
                add_compare_command(app_), add_solve_command(app_), add_sample_command(app_),
-               add_replay_command(app_)};
+               add_replay_command(app_), add_generate_command(app_)};
 }
 
 std::optional<int> CliApp::parse(int argc, const char* const* argv) {

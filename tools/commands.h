@@ -21,6 +21,7 @@ Command add_compare_command(CLI::App& root);
 Command add_fit_command(CLI::App& root);
 Command add_sample_command(CLI::App& root);
 Command add_replay_command(CLI::App& root);
+Command add_generate_command(CLI::App& root);
 
 // Exit codes shared by every command.
 inline constexpr int kExitOk = 0;

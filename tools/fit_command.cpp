@@ -10,6 +10,7 @@
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
+#include "memplan/serve/serve_plan.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/memory_report.h"
@@ -27,6 +28,10 @@ struct FitFlags {
   bool json = false;
   CheckpointFlags checkpoint;     // --checkpoint; the arena budget is --device-memory minus the overheads
   bool checkpoint_given = false;  // --checkpoint on the command line: --max-batch searches it alone
+  // --serve: how many sequences generation serves beside the weights (serve/serve_plan.h)
+  bool serve = false;
+  std::optional<graph::DType> kv_dtype;  // default: --dtype
+  std::int64_t block_size = 16;
 };
 
 std::string strategy_name(planner::CheckpointStrategy s) { return std::string(planner::checkpoint_strategy_name(s)); }
@@ -62,7 +67,102 @@ std::vector<planner::NamedBytes> top_activation_groups(const planner::FitAnswer&
   return groups;
 }
 
+Result<planner::DeviceProfile> device_profile_of(const FitFlags& flags);
+
+int run_fit_serve(const FitFlags& flags) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "memplan fit --serve: " << message << "\n";
+    return kExitUsage;
+  };
+  serve::ServeQuestion q;
+  if (flags.model.model == "gpt") {
+    auto step = step_description(flags.model);
+    if (!step) return fail(step.error().message);
+    q.model = step.value().model.gpt;
+    q.model.dropout = 0.0f;
+  } else if (flags.model.model.rfind("llama", 0) == 0) {
+    models::ZooOptions zoo;
+    zoo.dtype = flags.model.dtype;
+    zoo.seq = flags.model.seq;
+    auto config = models::zoo_llama_config(flags.model.model, zoo);
+    if (!config) return fail(config.error().message);
+    q.llama = config.value();
+    q.seq = flags.model.seq;
+  } else {
+    models::ZooOptions zoo;
+    zoo.dtype = flags.model.dtype;
+    auto config = models::zoo_gpt_config(flags.model.model, zoo);
+    if (!config) {
+      return fail(config.error().message +
+                  "; --serve plans the decoders: gpt, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-1b, llama2-7b");
+    }
+    q.model = config.value();
+    q.seq = flags.model.seq;
+  }
+  q.kv_dtype = flags.kv_dtype.value_or(flags.model.dtype);
+  q.block_size = flags.block_size;
+  auto memory = parse_byte_size(flags.device_memory);
+  if (!memory) return fail("--device-memory: " + memory.error().message);
+  q.device_memory = memory.value();
+  auto profile = device_profile_of(flags);
+  if (!profile) return fail(profile.error().message);
+  q.device = profile.value();
+  auto answered = serve::answer_serve(q);
+  if (!answered) return fail(answered.error().message);
+  const serve::ServeAnswer& a = answered.value();
+  if (flags.json) {
+    nlohmann::json j{{"model", flags.model.model}, {"seq", a.seq}, {"dtype", graph::dtype_name(flags.model.dtype)},
+                     {"kv_dtype", graph::dtype_name(q.kv_dtype)}, {"block_size", q.block_size},
+                     {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", q.device_memory},
+                     {"max_sequences", a.max_sequences}, {"kv_blocks", a.kv_blocks}, {"paged_sequences", a.paged_sequences},
+                     {"kv_bytes_per_token", a.kv_bytes_per_token}, {"kv_bytes_per_sequence", a.kv_bytes_per_sequence},
+                     {"kv_block_bytes", a.kv_block_bytes}, {"decode_slots", a.slots}, {"plans_made", a.plans_made}};
+    j["breakdown"] = {{"weights", a.weights_bytes},
+                      {"decode_arena", a.decode_arena_bytes},
+                      {"decode_activations_and_workspace", a.decode_arena_bytes - a.weights_bytes},
+                      {"kv_cache", a.kv_bytes},
+                      {"runtime_overhead", a.runtime_overhead_bytes},
+                      {"total", a.total_bytes}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%s serving sequences of %lld positions, weights %s, KV cache %s, on %s with %s of memory\n\n",
+              flags.model.model.c_str(), static_cast<long long>(a.seq), std::string(graph::dtype_name(flags.model.dtype)).c_str(),
+              std::string(graph::dtype_name(q.kv_dtype)).c_str(), std::string(kernels::device_kind_name(flags.device)).c_str(),
+              format_bytes(q.device_memory).c_str());
+  auto row = [](const std::string& label, Bytes bytes) {
+    std::printf("  %-40s %14s  %16lld B\n", label.c_str(), format_bytes(bytes).c_str(), static_cast<long long>(bytes));
+  };
+  row("weights", a.weights_bytes);
+  row("decode step activations + workspace", a.decode_arena_bytes - a.weights_bytes);
+  row("decode arena (exact, " + std::to_string(a.slots) + " slots)", a.decode_arena_bytes);
+  row("KV cache (" + std::to_string(a.max_sequences) + " x " + std::to_string(a.seq) + " positions)", a.kv_bytes);
+  row("runtime overhead", a.runtime_overhead_bytes);
+  row("total", a.total_bytes);
+  std::printf("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
+              format_bytes(a.kv_bytes_per_sequence).c_str());
+  std::printf("  contiguous: at most %lld concurrent sequences of %lld positions\n", static_cast<long long>(a.max_sequences),
+              static_cast<long long>(a.seq));
+  std::printf("  paged: %lld KV blocks of %lld positions (%s each) beside the same decode step: %lld full-length sequences, "
+              "more when they are shorter\n",
+              static_cast<long long>(a.kv_blocks), static_cast<long long>(q.block_size), format_bytes(a.kv_block_bytes).c_str(),
+              static_cast<long long>(a.paged_sequences));
+  return a.max_sequences > 0 ? kExitOk : kExitFailure;
+}
+
+Result<planner::DeviceProfile> device_profile_of(const FitFlags& flags) {
+  auto profile = planner::documented_device_profile(kernels::device_kind_name(flags.device));
+  if (!profile) return profile.error();
+  if (!flags.overhead.empty()) {
+    Result<Bytes> custom = flags.overhead == "0" ? Result<Bytes>(Bytes{0}) : parse_byte_size(flags.overhead);
+    if (!custom) return Error{"--overhead: " + custom.error().message};
+    profile.value().overheads = {{"runtime overhead (--overhead)", custom.value()}};
+  }
+  return profile;
+}
+
 int run_fit(const FitFlags& flags) {
+  if (flags.serve) return run_fit_serve(flags);
   auto step = step_description(flags.model);
   if (!step) {
     std::cerr << "memplan fit: " << step.error().message << "\n";
@@ -224,6 +324,14 @@ Command add_fit_command(CLI::App& root) {
                 "strategy that reaches it (a plan per point of the optimal strategy's frontier: seconds for "
                 "billion-parameter models)");
   app->add_flag("--json", flags->json, "Print the answer as JSON");
+  app->add_flag("--serve", flags->serve,
+                "Serving instead of training (the GPT and LLaMA decoders): weights, the decode step's arena and a KV cache of --seq "
+                "positions per sequence; the most concurrent sequences (contiguous) and KV blocks (paged) that fit");
+  add_enum_option(*app, "--kv-dtype", flags->kv_dtype, graph::float_dtype_names(), "--serve: the KV cache's dtype", "same")
+      ->default_str("same as --dtype");
+  app->add_option("--block-size", flags->block_size, "--serve: positions per KV block (paged)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
+      ->capture_default_str();
   return Command{app, [flags, app] {
                    flags->checkpoint_given = app->get_option("--checkpoint")->count() > 0;
                    return run_fit(*flags);

@@ -220,6 +220,8 @@ std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
   entries.insert(entries.end(), llm.begin(), llm.end());
   const auto attention = attention_kernel_entries();
   entries.insert(entries.end(), attention.begin(), attention.end());
+  const auto decode = decode_kernel_entries();
+  entries.insert(entries.end(), decode.begin(), decode.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

@@ -56,7 +56,8 @@ void* scratch(std::size_t size_bytes, const char* op) {
 
 KernelEntries kernel_entries() {
   KernelEntries all = elementwise_kernel_entries();
-  for (KernelEntries part : {reduction_kernel_entries(), nn_kernel_entries(), blas_kernel_entries(), attention_kernel_entries()}) {
+  for (KernelEntries part : {reduction_kernel_entries(), nn_kernel_entries(), blas_kernel_entries(),
+                             attention_kernel_entries(), decode_kernel_entries()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;

@@ -20,5 +20,6 @@ KernelEntries reduction_kernel_entries();    // reduce.cu
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
 KernelEntries attention_kernel_entries();    // attention.cu (fused attention, slice)
+KernelEntries decode_kernel_entries();       // decode.cu
 
 }  // namespace memplan::kernels::cuda

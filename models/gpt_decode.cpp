@@ -1,0 +1,136 @@
+// build_gpt_decode: build_gpt's blocks for one token per slot, attention through the KV cache.
+#include "memplan/models/gpt_decode.h"
+
+#include <cmath>
+#include <string>
+
+#include "memplan/graph/builder.h"
+
+namespace memplan::models {
+
+std::string kv_cache_name(std::int64_t layer, bool value) {
+  return "h." + std::to_string(layer) + (value ? ".attn.v_cache" : ".attn.k_cache");
+}
+
+graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape) {
+  const std::int64_t B = shape.slots, T = config.context, C = config.width, NH = config.heads, V = config.vocab;
+  const std::int64_t BS = shape.block_size, NB = shape.pool_blocks;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || V <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
+    throw graph::GraphError("gpt decode: slots, block size, pool blocks, context, width, heads, vocab and layers must be positive");
+  }
+  if (C % NH != 0) {
+    throw graph::GraphError("gpt: width " + std::to_string(C) + " is not divisible by " + std::to_string(NH) + " heads");
+  }
+  const std::int64_t P = config.max_positions > 0 ? config.max_positions : T;
+  if (T > P) {
+    throw graph::GraphError("gpt: sequence length " + std::to_string(T) + " exceeds the " + std::to_string(P) +
+                            " learned positions");
+  }
+  const std::int64_t MB = shape.table_width(T);
+  const graph::DType dt = config.dtype;
+  graph::Graph g;
+  graph::Builder b(g);
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  const graph::InitSpec proj_init{graph::InitSpec::Kind::normal,
+                                  0.02f / std::sqrt(2.0f * static_cast<float>(config.layers))};
+  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  struct Linear {
+    TensorId weight, bias;
+  };
+  auto linear_params = [&](const std::string& name, std::int64_t out, std::int64_t in, graph::InitSpec init) {
+    return Linear{b.parameter(name + ".weight", {out, in}, init, dt), b.parameter(name + ".bias", {out}, zeros, dt)};
+  };
+  auto layer_norm = [&](TensorId x, const std::string& name) {
+    return b.layer_norm(x, b.parameter(name + ".weight", {C}, ones, dt), b.parameter(name + ".bias", {C}, zeros, dt),
+                        name);
+  };
+
+  const TensorId tokens = b.input("tokens", {B}, graph::DType::i32);
+  const TensorId positions = b.input("positions", {B}, graph::DType::i32);
+  const TensorId table = b.input("block_table", {B, MB}, graph::DType::i32);
+  const TensorId wte = b.parameter("wte.weight", {V, C}, w_init, dt);
+  const TensorId wpe = b.parameter("wpe.weight", {P, C}, w_init, dt);
+  // The residual stream [B, C]: token plus position embedding, as build_gpt adds them.
+  TensorId h = b.add(b.embedding(tokens, wte, "tok_emb"), b.embedding(positions, wpe, "pos_emb"), "residual0");
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const std::string n = "h." + std::to_string(l);
+    const TensorId a_in = layer_norm(h, n + ".ln_1");
+    const Linear q = linear_params(n + ".attn.q", C, C, w_init);
+    const Linear k = linear_params(n + ".attn.k", C, C, w_init);
+    const Linear v = linear_params(n + ".attn.v", C, C, w_init);
+    const TensorId qx = b.linear(a_in, q.weight, q.bias, n + ".attn.q");
+    const TensorId kx = b.linear(a_in, k.weight, k.bias, n + ".attn.k");
+    const TensorId vx = b.linear(a_in, v.weight, v.bias, n + ".attn.v");
+    const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, C}, dt);
+    const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, C}, dt);
+    // Attention reads the cache as the step found it (positions before this one) and takes this
+    // position's key and value from kx, vx; the write comes after every read (an update op).
+    TensorId y = b.decode_attention(qx, kx, vx, k_cache, v_cache, table, positions, NH, NH, n + ".attn.values");
+    b.kv_cache_write(kx, vx, table, positions, k_cache, v_cache, n + ".attn.cache_write");
+    const Linear proj = linear_params(n + ".attn.proj", C, C, proj_init);
+    h = b.add(h, b.linear(y, proj.weight, proj.bias, n + ".attn.proj"), n + ".residual1");
+    const Linear fc = linear_params(n + ".mlp.fc", graph::checked_mul(4, C), C, w_init);
+    const Linear out = linear_params(n + ".mlp.proj", C, graph::checked_mul(4, C), proj_init);
+    TensorId m = b.gelu(b.linear(layer_norm(h, n + ".ln_2"), fc.weight, fc.bias, n + ".mlp.fc"), n + ".mlp.gelu");
+    h = b.add(h, b.linear(m, out.weight, out.bias, n + ".mlp.proj"), n + ".residual2");
+  }
+  h = layer_norm(h, "ln_f");
+  const TensorId head = config.tied_head ? wte : b.parameter("lm_head.weight", {V, C}, w_init, dt);
+  g.output = b.matmul(h, head, false, true, "logits");  // [B, V]
+  return g;
+}
+
+graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape) {
+  const std::int64_t B = shape.slots, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
+  const std::int64_t V = config.vocab, F = config.ffn, BS = shape.block_size, NB = shape.pool_blocks;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
+    throw graph::GraphError("llama decode: slots, block size, pool blocks, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
+  }
+  if (C % NH != 0 || NH % NKV != 0 || (C / NH) % 2 != 0) {
+    throw graph::GraphError("llama: width must split into an even head size and heads into kv_heads groups");
+  }
+  const std::int64_t HD = C / NH, KW = graph::checked_mul(NKV, HD), MB = shape.table_width(T);
+  const graph::DType dt = config.dtype;
+  graph::Graph g;
+  graph::Builder b(g);
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    return b.parameter(name + ".weight", {out, in}, w_init, dt);
+  };
+  auto norm = [&](TensorId x, const std::string& name) {
+    return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
+  };
+  const TensorId tokens = b.input("tokens", {B}, graph::DType::i32);
+  const TensorId positions = b.input("positions", {B}, graph::DType::i32);
+  const TensorId table = b.input("block_table", {B, MB}, graph::DType::i32);
+  const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
+  TensorId h = b.embedding(tokens, embed, "residual0");  // [B, C]
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    const std::string n = "layers." + std::to_string(l);
+    const std::string a = n + ".self_attn";
+    const TensorId a_in = norm(h, n + ".input_layernorm");
+    const TensorId q = b.matmul(a_in, weight(a + ".q_proj", C, C), false, true, a + ".q");
+    const TensorId k = b.matmul(a_in, weight(a + ".k_proj", KW, C), false, true, a + ".k");
+    const TensorId v = b.matmul(a_in, weight(a + ".v_proj", KW, C), false, true, a + ".v");
+    const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
+    const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
+    const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
+                                          config.rope_base);
+    b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base);
+    h = b.add(h, b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o"), n + ".residual1");
+    const std::string m = n + ".mlp";
+    const TensorId m_in = norm(h, n + ".post_attention_layernorm");
+    const TensorId gate = b.silu(b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate"), m + ".act");
+    const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
+    const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
+    h = b.add(h, down, n + ".residual2");
+  }
+  h = norm(h, "norm");
+  const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
+  g.output = b.matmul(h, head, false, true, "logits");  // [B, V]
+  return g;
+}
+
+}  // namespace memplan::models

@@ -1,0 +1,39 @@
+// The GPT's decode step for generation with a KV cache: one new token for each of `slots`
+// sequences, attending over keys and values cached in a pool of fixed-size blocks that each slot
+// reaches through its block table. A static graph (planned into an arena like any step); only the
+// caches are external, bound by whoever owns the pool (serve/kv_cache.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "memplan/graph/graph.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
+
+namespace memplan::models {
+
+struct DecodeShape {
+  std::int64_t slots = 1;        // B: sequences advanced per step
+  std::int64_t block_size = 16;  // BS: positions per cache block
+  std::int64_t pool_blocks = 1;  // NB: blocks in the pool, per layer
+  // MB: block-table entries per slot, enough for the model's context.
+  std::int64_t table_width(std::int64_t context) const { return (context + block_size - 1) / block_size; }
+};
+
+// Names of layer `l`'s cache tensors, each [NB, BS, C] (C = the K/V width of one position).
+std::string kv_cache_name(std::int64_t layer, bool value);
+
+// Inputs "tokens" [B] i32, "positions" [B] i32 (the position each slot's token takes), and
+// "block_table" [B, MB] i32 (entry i: the pool block holding positions i*BS .. i*BS+BS-1; -1 in
+// entry 0 marks an empty slot, whose outputs are zero and which writes nothing); output "logits"
+// [B, V]. Parameters are build_gpt's (same names and shapes), so a trained GPT's weights load as
+// they are. Each layer writes its new key and value into its caches at the slot's position.
+graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape);
+
+// The same step for a LLaMA-style decoder (models/llama.h): RMSNorm, rotary positions applied to
+// queries and keys at each slot's position (the cache holds rotated keys), grouped-query K/V heads
+// (caches [NB, BS, NKV*HD]), SwiGLU; parameters named as build_llama names them.
+graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape);
+
+}  // namespace memplan::models

@@ -1,0 +1,53 @@
+// How much serving fits on a device: the weights and the decode step's planned arena (planned by
+// planner::plan_step like any step, forward only) beside a KV cache at its own dtype. Answers the
+// largest number of concurrent sequences of `seq` positions with contiguous caches, and the KV
+// blocks (paged) that fit beside the same decode step. Planning only: nothing is allocated.
+#pragma once
+
+#include <cstdint>
+
+#include "memplan/common/result.h"
+#include "memplan/graph/tensor.h"
+#include <optional>
+
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
+#include "memplan/planner/device_profile.h"
+
+namespace memplan::serve {
+
+struct ServeQuestion {
+  // The decoder: a GPT description, or a LLaMA-style one when `llama` is set (the weights at its dtype).
+  models::GptConfig model;
+  std::optional<models::LlamaConfig> llama;
+  std::int64_t seq = 0;      // positions per sequence, prompt and output (<= the context; 0: the context)
+  graph::DType kv_dtype = graph::DType::f32;
+  std::int64_t block_size = 16;
+  Bytes device_memory = 0;
+  planner::DeviceProfile device;
+};
+
+struct ServeAnswer {
+  std::int64_t seq = 0;
+  Bytes kv_bytes_per_token = 0;     // keys and values of one position, every layer, at kv_dtype
+  Bytes kv_bytes_per_sequence = 0;  // seq positions (contiguous)
+  Bytes kv_block_bytes = 0;
+  // Contiguous: the most sequences whose decode step and caches fit (0: not even one).
+  std::int64_t max_sequences = 0;
+  // The decode step for max_sequences slots (one slot when none fits): weights and arena.
+  std::int64_t slots = 1;
+  Bytes weights_bytes = 0;      // parameters, in the arena's persistent region
+  Bytes decode_arena_bytes = 0;  // the whole arena (weights, activations of one step, workspace)
+  Bytes runtime_overhead_bytes = 0;
+  Bytes kv_bytes = 0;  // max_sequences * kv_bytes_per_sequence
+  // Paged, beside the same decode step: blocks, and sequences of seq positions they hold.
+  std::int64_t kv_blocks = 0;
+  std::int64_t paged_sequences = 0;
+  Bytes total_bytes = 0;  // device total for the contiguous answer
+  std::int64_t plans_made = 0;
+};
+
+// An Error for a description that builds no decode step, or seq / block size out of range.
+Result<ServeAnswer> answer_serve(const ServeQuestion& question);
+
+}  // namespace memplan::serve

@@ -1,0 +1,90 @@
+// `memplan generate` end to end on a small GPT trained for a few steps: contiguous and paged KV
+// caches give the same tokens, no allocation during decode, and the inputs it refuses (exit 2).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+namespace memplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GenerateCli : ::testing::Test {
+  static void SetUpTestSuite() {
+    dir = fs::temp_directory_path() / ("memplan_generate_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 200; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    text.close();
+    weights = (dir / "gpt.safetensors").string();
+    auto r = testing::run_cli("train --model gpt --layers 1 --width 32 --heads 2 --seq 32 --batch 4 --threads 1 --quiet "
+                              "--steps 20 --data " + (dir / "text.txt").string() + " --save " + weights);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
+  static std::string write(const std::string& name, const std::string& bytes) {
+    const fs::path p = dir / name;
+    std::ofstream(p) << bytes;
+    return p.string();
+  }
+  static inline fs::path dir;
+  static inline std::string weights;
+};
+
+TEST_F(GenerateCli, ContiguousAndPagedGiveTheSameTokensWithNoAllocationDuringDecode) {
+  const std::string prompts = write("prompts.txt", "the quick\nthe lazy dog\n\nbrown fox 1\nthe quick\n");
+  const std::string common = "generate --load " + weights + " --prompts-file " + prompts +
+                             " --max-tokens 12 --temperature 0.8 --seed 5 --block-size 4 --max-running 3 --json";
+  auto paged = testing::run_cli(common + " --kv paged --kv-memory 40KiB", false);
+  auto contiguous = testing::run_cli(common + " --kv contiguous --kv-memory 40KiB", false);
+  ASSERT_EQ(paged.exit_code, 0) << paged.output;
+  ASSERT_EQ(contiguous.exit_code, 0) << contiguous.output;
+  const nlohmann::json p = nlohmann::json::parse(paged.output), c = nlohmann::json::parse(contiguous.output);
+  EXPECT_EQ(p.at("requests").get<int>(), 4) << "the blank line is skipped";
+  EXPECT_EQ(p.at("outputs_sha256"), c.at("outputs_sha256"));
+  EXPECT_EQ(p.at("outputs"), c.at("outputs"));
+  EXPECT_EQ(p.at("generated_tokens").get<int>(), 48);
+  EXPECT_EQ(p.at("device_allocations_during_decode").get<int>(), 0);
+  EXPECT_EQ(c.at("device_allocations_during_decode").get<int>(), 0);
+  // 40 KiB of 1 KiB blocks (2 * 1 layer * 32 * 4 B * 4 positions): contiguous holds 5 slabs of 8 blocks.
+  EXPECT_EQ(p.at("kv_blocks").get<int>(), 40);
+  EXPECT_GE(p.at("running_peak").get<int>(), c.at("running_peak").get<int>());
+  for (const char* key : {"tokens_per_s", "kv_waste_ratio", "preemptions"}) EXPECT_TRUE(p.contains(key)) << key;
+  EXPECT_GT(p.at("shared_prefix_tokens").get<int>(), 0) << "the repeated prompt shares its blocks";
+  // Prompts drawn from the validation text.
+  auto drawn = testing::run_cli("generate --load " + weights + " --prompts 6 --data " + (dir / "text.txt").string() +
+                                " --max-tokens 4 --kv-memory 64KiB --block-size 4 --json", false);
+  ASSERT_EQ(drawn.exit_code, 0) << drawn.output;
+  EXPECT_EQ(nlohmann::json::parse(drawn.output).at("generated_tokens").get<int>(), 24);
+}
+
+TEST_F(GenerateCli, RefusesInputsItCannotServeWithExitTwo) {
+  const std::string base = "generate --load " + weights;
+  struct Case {
+    std::string args, message;
+  };
+  const std::string empty = write("empty.txt", "\n\n");
+  const std::string long_prompt = write("long.txt", std::string(33, 'o') + "\n");
+  const std::string ok = write("ok.txt", "the\n");
+  for (const Case& c : std::vector<Case>{
+           {" --prompts-file " + empty, "holds no prompt"},
+           {" --prompts-file " + long_prompt, "more than the model's context of 32"},
+           {" --prompts-file " + ok + " --kv-memory 1000", "holds no block"},
+           {" --prompts-file " + ok + " --block-size 0", "--block-size"},
+           {" --prompts-file " + ok + " --kv contiguous --kv-memory 4KiB", "whole context"},
+           {"", "--prompts-file FILE"},
+           {" --prompts-file " + ok + " --kv sliding", "--kv"}}) {
+    auto r = testing::run_cli(base + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << ": " << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace memplan

@@ -1,0 +1,407 @@
+// Generation with a KV cache: the block managers' bookkeeping worked by hand (lazy blocks, slabs,
+// prefix sharing and copy-on-write, waste), the decode step's plan (the caches outside the arena),
+// cached greedy generation against the full-context model token for token, contiguous and paged
+// caches giving the same tokens under preemption and prefix sharing, zero allocations per step,
+// and the options and requests a generator refuses.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include <cmath>
+
+#include "memplan/models/gpt_decode.h"
+#include "memplan/models/llama.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/devices.h"
+#include "memplan/serve/generator.h"
+#include "memplan/serve/kv_cache.h"
+#include "memplan/train/language_model.h"
+
+namespace memplan::serve {
+namespace {
+
+KvPoolShape pool(std::int64_t blocks, std::int64_t block_size = 4) {
+  KvPoolShape s;
+  s.layers = 2;
+  s.width = 8;
+  s.block_size = block_size;
+  s.blocks = blocks;
+  return s;  // token: 2 * 2 * 8 * 4 = 128 bytes; block of 4: 512 bytes
+}
+
+TEST(KvPoolShape, BytesOfATokenABlockAndThePool) {
+  const KvPoolShape s = pool(10);
+  EXPECT_EQ(s.token_bytes(), 128);
+  EXPECT_EQ(s.block_bytes(), 512);
+  EXPECT_EQ(s.pool_bytes(), 5120);
+  EXPECT_EQ(KvPoolShape::blocks_in(1023, 512), 1);
+  EXPECT_EQ(KvPoolShape::blocks_in(511, 512), 0);
+}
+
+TEST(KvCacheManager, PagedTakesBlocksAsASequenceGrowsAndFreesThemAtTheEnd) {
+  KvCacheManager m(KvLayout::paged, pool(6), /*context=*/16);
+  EXPECT_EQ(m.table_width(), 4);
+  ASSERT_EQ(m.admit(1, {1, 2, 3, 4, 5}), std::optional<std::int64_t>(0));
+  EXPECT_EQ(m.free_blocks(), 6);  // nothing taken until written
+  for (std::int64_t pos = 0; pos < 5; ++pos) {
+    ASSERT_TRUE(m.ensure(1, pos, nullptr));
+    m.filled(1, pos + 1);
+  }
+  EXPECT_EQ(m.free_blocks(), 4);
+  EXPECT_EQ(m.block_table(1), (std::vector<std::int32_t>{0, 1, -1, -1}));
+  EXPECT_EQ(m.reserved_bytes(), 2 * 512);
+  EXPECT_EQ(m.token_bytes(), 5 * 128);
+  m.release(1);
+  EXPECT_EQ(m.free_blocks(), 6);
+  EXPECT_EQ(m.reserved_bytes(), 0);
+}
+
+TEST(KvCacheManager, PagedAdmitsOnlyWhatThePoolCanStillPromise) {
+  KvCacheManager m(KvLayout::paged, pool(3), 16);
+  ASSERT_TRUE(m.admit(1, std::vector<std::int32_t>(8, 1)).has_value());  // promised 2 blocks
+  EXPECT_FALSE(m.admit(2, std::vector<std::int32_t>(5, 2)).has_value());  // needs 2, 1 left unpromised
+  ASSERT_TRUE(m.admit(3, std::vector<std::int32_t>(3, 3)).has_value());  // needs 1
+  ASSERT_TRUE(m.ensure(1, 0, nullptr));
+  ASSERT_TRUE(m.ensure(3, 0, nullptr));
+  ASSERT_TRUE(m.ensure(1, 4, nullptr));
+  EXPECT_EQ(m.free_blocks(), 0);
+  EXPECT_FALSE(m.ensure(3, 4, nullptr)) << "a fourth block does not exist";
+}
+
+TEST(KvCacheManager, ContiguousReservesAWholeContextPerSequence) {
+  KvCacheManager m(KvLayout::contiguous, pool(9), 16);  // slabs of 4 blocks: 2 slabs, 1 block unused
+  EXPECT_EQ(m.slabs(), 2);
+  ASSERT_TRUE(m.admit(1, {1, 2}).has_value());
+  ASSERT_TRUE(m.admit(2, {3}).has_value());
+  EXPECT_FALSE(m.admit(3, {4}).has_value());
+  EXPECT_EQ(m.block_table(2), (std::vector<std::int32_t>{4, 5, 6, 7}));
+  for (std::int64_t pos = 0; pos < 2; ++pos) {
+    ASSERT_TRUE(m.ensure(1, pos, nullptr));
+    m.filled(1, pos + 1);
+  }
+  EXPECT_EQ(m.reserved_bytes(), 8 * 512);
+  EXPECT_EQ(m.token_bytes(), 2 * 128);
+  m.release(1);
+  ASSERT_TRUE(m.admit(3, {4}).has_value());
+  EXPECT_EQ(m.block_table(3), (std::vector<std::int32_t>{0, 1, 2, 3}));
+}
+
+TEST(KvCacheManager, SharesCompletePromptBlocksAndCopiesASharedBlockOnWrite) {
+  runtime::CpuDevice device;
+  KvPool kv = KvPool::allocate(device, pool(8)).value();
+  // Block 0 of layer 0's key cache gets a recognisable value, to see it copied.
+  std::vector<float> marker(4 * 8, 7.0f);
+  device.copy_from_host(kv.cache(0, false), marker.data(), 4 * 8 * sizeof(float));
+  KvCacheManager m(KvLayout::paged, kv.shape(), 16);
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6};
+  ASSERT_EQ(m.admit(1, prompt), std::optional<std::int64_t>(0));
+  for (std::int64_t pos = 0; pos < 6; ++pos) {
+    ASSERT_TRUE(m.ensure(1, pos, &kv));
+    m.filled(1, pos + 1);
+  }
+  // A prompt with the same first block shares it; the partial second block differs.
+  EXPECT_EQ(m.admit(2, {1, 2, 3, 4, 9}), std::optional<std::int64_t>(4));
+  EXPECT_EQ(m.block_table(2)[0], m.block_table(1)[0]);
+  // The same whole prompt shares both blocks but computes its last position itself: a copy.
+  EXPECT_EQ(m.admit(3, prompt), std::optional<std::int64_t>(5));
+  EXPECT_EQ(m.block_table(3)[1], m.block_table(1)[1]);
+  ASSERT_TRUE(m.ensure(3, 5, &kv));
+  EXPECT_NE(m.block_table(3)[1], m.block_table(1)[1]);
+  EXPECT_EQ(m.counters().copy_on_write, 1);
+  EXPECT_EQ(m.counters().shared_prefix_tokens, 9);
+  // Sequence 1's second block (block 1) was copied; block 0 (shared, never written) was not.
+  std::vector<float> copied(4 * 8);
+  const std::int32_t copy = m.block_table(3)[1];
+  device.copy_to_host(copied.data(), static_cast<float*>(kv.cache(0, false)) + copy * 4 * 8, copied.size() * sizeof(float));
+  std::vector<float> original(4 * 8);
+  device.copy_to_host(original.data(), static_cast<float*>(kv.cache(0, false)) + m.block_table(1)[1] * 4 * 8,
+                      original.size() * sizeof(float));
+  EXPECT_EQ(copied, original);
+  // Blocks return when their last holder ends, and keep their prefix until they are taken again.
+  m.release(1);
+  m.release(2);
+  m.release(3);
+  EXPECT_EQ(m.free_blocks(), 8);
+  EXPECT_EQ(m.reserved_bytes(), 0);
+  EXPECT_EQ(m.admit(4, prompt), std::optional<std::int64_t>(5));
+  EXPECT_EQ(m.free_blocks(), 6);
+  m.release(4);
+  // Two sequences that take all 8 blocks overwrite them: the prefix is gone.
+  for (SeqId id : {5, 6}) {
+    ASSERT_TRUE(m.admit(id, std::vector<std::int32_t>(16, static_cast<std::int32_t>(20 + id))).has_value());
+    for (std::int64_t pos = 0; pos < 16; ++pos) {
+      ASSERT_TRUE(m.ensure(id, pos, &kv));
+      m.filled(id, pos + 1);
+    }
+  }
+  EXPECT_EQ(m.free_blocks(), 0);
+  m.release(5);
+  m.release(6);
+  EXPECT_EQ(m.admit(7, prompt), std::optional<std::int64_t>(0));
+}
+
+models::GptConfig small_gpt() {
+  models::GptConfig c;
+  c.vocab = 24;
+  c.context = 40;
+  c.layers = 2;
+  c.heads = 2;
+  c.width = 32;
+  return c;
+}
+
+TEST(DecodeStep, CachesLiveOutsideThePlannedArena) {
+  models::DecodeShape shape;
+  shape.slots = 4;
+  shape.block_size = 8;
+  shape.pool_blocks = 100;
+  const graph::Graph g = models::build_gpt_decode(small_gpt(), shape);
+  runtime::CpuDevice device;
+  auto step = runtime::plan_step_for(planner::StepDescription::of_graph(g), device).value();
+  const TensorId cache = step.graph.find(models::kv_cache_name(1, true));
+  ASSERT_NE(cache, kNoTensor);
+  EXPECT_EQ(step.graph.tensor(cache).shape, (graph::Shape{100, 8, 32}));
+  EXPECT_EQ(step.plan.buffer_of_tensor[static_cast<std::size_t>(cache)], -1);
+  const Bytes caches = 2 * 2 * 100 * 8 * 32 * 4;
+  EXPECT_LT(step.plan.arena_bytes, caches) << "the arena would hold the caches";
+  // An executor refuses to run with a cache left unbound.
+  runtime::Executor executor(step, device);
+  auto s = executor.setup();
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("was not bound"), std::string::npos) << s.error().message;
+}
+
+// Logits of the decode step fed one position per step for one sequence (slot 0, its blocks in
+// reverse order to exercise the table; slot 1 empty), against the full-context graph's logits at
+// every position: the same weights (initialised by name from one seed), the same math up to
+// rounding.
+// The decode step runs on `device` (the CPU when null), the full-context graph on the CPU.
+void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& decode, std::int64_t layers,
+                                std::int64_t kv_width, std::int64_t block_size, std::int64_t vocab,
+                                runtime::Device* decode_device = nullptr) {
+  const std::int64_t T = full.tensor(full.find("x")).shape[1];
+  runtime::CpuDevice cpu;
+  auto full_step = runtime::plan_step_for(planner::StepDescription::of_graph(full), cpu).value();
+  runtime::Executor reference(full_step, cpu);
+  ASSERT_TRUE(reference.setup());
+  reference.initialize_persistent(11);
+  std::vector<std::int32_t> x(static_cast<std::size_t>(T)), labels(static_cast<std::size_t>(T), 0);
+  for (std::int64_t t = 0; t < T; ++t) x[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 7 + 3) % vocab);
+  reference.set_input(full_step.graph.find("x"), x.data(), T * 4);
+  reference.set_input(full_step.graph.find("labels"), labels.data(), T * 4);
+  ASSERT_TRUE(reference.run_step());
+  std::vector<float> expected(static_cast<std::size_t>(T * vocab));
+  reference.read_tensor(full_step.graph.output, expected.data());
+
+  runtime::Device& device = decode_device != nullptr ? *decode_device : cpu;
+  auto step = runtime::plan_step_for(planner::StepDescription::of_graph(decode), device).value();
+  const graph::Graph& g = step.graph;
+  const std::int64_t mb = (T + block_size - 1) / block_size;
+  KvPoolShape ps;
+  ps.layers = layers;
+  ps.width = kv_width;
+  ps.block_size = block_size;
+  ps.blocks = g.tensor(g.find(models::kv_cache_name(0, false))).shape[0];
+  KvPool kv = KvPool::allocate(device, ps).value();
+  runtime::Executor executor(step, device);
+  for (std::int64_t l = 0; l < layers; ++l) {
+    for (bool value : {false, true}) executor.bind_external(g.find(models::kv_cache_name(l, value)), kv.cache(l, value));
+  }
+  ASSERT_TRUE(executor.setup());
+  executor.initialize_persistent(11);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(2 * mb), -1);
+  for (std::int64_t i = 0; i < mb; ++i) table[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(ps.blocks - 1 - i);
+  std::vector<float> logits(static_cast<std::size_t>(2 * vocab));
+  double worst = 0.0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    std::vector<std::int32_t> tokens = {x[static_cast<std::size_t>(t)], 0}, positions = {static_cast<std::int32_t>(t), 0};
+    executor.set_input(g.find("tokens"), tokens.data(), 8);
+    executor.set_input(g.find("positions"), positions.data(), 8);
+    executor.set_input(g.find("block_table"), table.data(), static_cast<Bytes>(table.size() * 4));
+    ASSERT_TRUE(executor.run_step());
+    executor.read_tensor(g.output, logits.data());
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      worst = std::max(worst, double(std::abs(logits[static_cast<std::size_t>(v)] - expected[static_cast<std::size_t>(t * vocab + v)])));
+    }
+  }
+  EXPECT_LT(worst, 1e-4) << "largest logit difference between cached and full-context attention";
+  EXPECT_EQ(executor.device_allocations_during_steps(), 0);
+}
+
+TEST(DecodeStep, GptLogitsEqualTheFullContextModelsAtEveryPosition) {
+  models::GptConfig c = small_gpt();
+  c.context = 12;
+  models::DecodeShape shape;
+  shape.slots = 2;
+  shape.block_size = 4;
+  shape.pool_blocks = 5;
+  expect_decode_matches_full(models::build_gpt(c, 1, false), models::build_gpt_decode(c, shape), c.layers, c.width, 4,
+                             c.vocab);
+}
+
+TEST(DecodeStep, LlamaLogitsWithRotaryAndGroupedHeadsEqualTheFullContextModels) {
+  models::LlamaConfig c;
+  c.vocab = 20;
+  c.context = 10;
+  c.layers = 2;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 48;
+  models::DecodeShape shape;
+  shape.slots = 2;
+  shape.block_size = 4;
+  shape.pool_blocks = 4;
+  expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 2 * 8, 4, c.vocab);
+}
+
+// The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the
+// full-context model on the CPU; runs where a GPU is present. (The LLaMA-style blocks have no
+// CUDA kernels, so the rotary path of the CUDA decode kernels is compiled but not run here.)
+TEST(DecodeStep, CudaKernelsMatchTheFullContextModels) {
+  if (!kernels::built_with_cuda()) GTEST_SKIP() << "memplan was built without CUDA (no nvcc found)";
+  if (!runtime::cuda_device_present()) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA decode kernels need one";
+  auto gpu = runtime::make_device(kernels::DeviceKind::cuda).value();
+  models::GptConfig c = small_gpt();
+  c.context = 12;
+  models::DecodeShape shape;
+  shape.slots = 2;
+  shape.block_size = 4;
+  shape.pool_blocks = 5;
+  expect_decode_matches_full(models::build_gpt(c, 1, false), models::build_gpt_decode(c, shape), c.layers, c.width, 4,
+                             c.vocab, gpu.get());
+}
+
+// Greedy tokens of the full-context model (batch-1 evaluation graph), recomputing everything.
+std::vector<std::int32_t> uncached(const models::GptConfig& c, std::uint64_t seed, const std::vector<std::int32_t>& prompt,
+                                   std::int64_t tokens) {
+  runtime::CpuDevice device;
+  models::ModelOptions model;
+  model.name = "gpt";
+  model.gpt = c;
+  model.training = false;
+  auto step = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device).value();
+  runtime::Executor executor(step, device);
+  EXPECT_TRUE(executor.setup());
+  executor.initialize_persistent(seed);
+  train::SampleOptions options;
+  options.tokens = tokens;
+  options.temperature = 0.0;
+  return train::generate(executor, prompt, options).value();
+}
+
+GenerationReport cached(const models::GptConfig& c, std::uint64_t seed, const std::vector<GenerationRequest>& requests,
+                        GeneratorOptions options) {
+  runtime::CpuDevice device;
+  auto generator = Generator::create(c, device, options);
+  EXPECT_TRUE(generator) << generator.error().message;
+  generator.value()->initialize_weights(seed);
+  auto report = generator.value()->run(requests);
+  EXPECT_TRUE(report) << report.error().message;
+  return report.value();
+}
+
+TEST(Generator, CachedGreedyGenerationEqualsRecomputingTheWholeContext) {
+  const models::GptConfig c = small_gpt();
+  const std::vector<std::vector<std::int32_t>> prompts = {{3}, {5, 1, 7, 2, 2, 9}, {11, 4, 4, 0, 19, 23, 8, 1, 1, 6, 2}};
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) requests.push_back({p, 40 - static_cast<std::int64_t>(p.size())});
+  for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+    GeneratorOptions options;
+    options.layout = layout;
+    options.block_size = 8;
+    options.max_running = 2;
+    options.kv_memory = 3 * 5 * kv_block_bytes(c, 8);
+    const GenerationReport report = cached(c, 42, requests, options);
+    for (std::size_t r = 0; r < prompts.size(); ++r) {
+      EXPECT_EQ(report.outputs[r], uncached(c, 42, prompts[r], requests[r].max_tokens))
+          << kv_layout_name(layout) << ", request " << r;
+    }
+    EXPECT_EQ(report.device_allocations_during_decode, 0);
+  }
+}
+
+TEST(Generator, ContiguousAndPagedGiveTheSameTokensThroughPreemptionAndSharing) {
+  const models::GptConfig c = small_gpt();
+  std::vector<GenerationRequest> requests;
+  const std::vector<std::int32_t> system = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // a common prefix
+  for (std::int32_t r = 0; r < 10; ++r) {
+    std::vector<std::int32_t> prompt = system;
+    for (std::int32_t i = 0; i < r % 4; ++i) prompt.push_back((r * 7 + i) % 24);
+    requests.push_back({prompt, 6 + (r * 5) % 20});
+  }
+  requests.push_back(requests[0]);  // an identical prompt: its last block is copied on write
+  GeneratorOptions options;
+  options.block_size = 4;
+  options.max_running = 8;
+  options.temperature = 0.9;
+  options.seed = 3;
+  options.layout = KvLayout::contiguous;
+  options.kv_memory = 2 * 10 * kv_block_bytes(c, 4);  // two slabs of 10 blocks
+  const GenerationReport contiguous = cached(c, 7, requests, options);
+  options.layout = KvLayout::paged;  // the same 20 blocks, paged
+  const GenerationReport paged = cached(c, 7, requests, options);
+  EXPECT_EQ(paged.outputs_sha256, contiguous.outputs_sha256);
+  EXPECT_EQ(paged.outputs, contiguous.outputs);
+  EXPECT_EQ(contiguous.running_peak, 2);
+  EXPECT_GT(paged.running_peak, contiguous.running_peak);
+  EXPECT_GT(paged.preemptions, 0) << "the pool should run out and preempt";
+  EXPECT_GT(paged.shared_prefix_tokens, 0);
+  EXPECT_EQ(contiguous.preemptions, 0);
+  EXPECT_LT(paged.kv_waste_ratio, contiguous.kv_waste_ratio);
+  EXPECT_EQ(paged.device_allocations_during_decode, 0);
+  EXPECT_EQ(contiguous.device_allocations_during_decode, 0);
+  std::int64_t expected_tokens = 0;
+  for (const auto& r : requests) expected_tokens += r.max_tokens;
+  EXPECT_EQ(paged.generated_tokens, expected_tokens);
+  // One at a time: the repeated prompt finds the first one's blocks (kept after it ended) and
+  // copies its last block before writing its last prompt position.
+  const std::vector<GenerationRequest> repeated = {requests[0], requests[0], requests[1]};
+  options.max_running = 1;
+  options.layout = KvLayout::contiguous;
+  const GenerationReport one_contiguous = cached(c, 7, repeated, options);
+  options.layout = KvLayout::paged;
+  const GenerationReport one_paged = cached(c, 7, repeated, options);
+  EXPECT_EQ(one_paged.outputs, one_contiguous.outputs);
+  EXPECT_EQ(one_paged.copy_on_write, 1);
+  EXPECT_EQ(one_paged.shared_prefix_tokens, static_cast<std::int64_t>(requests[0].prompt.size()) - 1 + 8)
+      << "all but the last position of the repeat, and the common prefix's two full blocks for the third";
+  // Another seed draws other tokens.
+  options.seed = 4;
+  EXPECT_NE(cached(c, 7, requests, options).outputs_sha256, paged.outputs_sha256);
+}
+
+TEST(Generator, RefusesOptionsAndRequestsItCannotServe) {
+  const models::GptConfig c = small_gpt();
+  runtime::CpuDevice device;
+  GeneratorOptions options;
+  options.block_size = 0;
+  options.kv_memory = 1 << 20;
+  auto g = Generator::create(c, device, options);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find("block size"), std::string::npos) << g.error().message;
+  options.block_size = 16;
+  options.kv_memory = kv_block_bytes(c, 16) - 1;
+  g = Generator::create(c, device, options);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find("holds no block"), std::string::npos) << g.error().message;
+  options.layout = KvLayout::contiguous;
+  options.kv_memory = 2 * kv_block_bytes(c, 16);  // a context of 40 needs 3 blocks
+  g = Generator::create(c, device, options);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find("whole context"), std::string::npos) << g.error().message;
+  options.layout = KvLayout::paged;
+  options.kv_memory = 8 * kv_block_bytes(c, 16);
+  g = Generator::create(c, device, options);
+  ASSERT_TRUE(g) << g.error().message;
+  g.value()->initialize_weights(1);
+  auto too_long = g.value()->run({{std::vector<std::int32_t>(41, 1), 4}});
+  ASSERT_FALSE(too_long);
+  EXPECT_NE(too_long.error().message.find("longer than the model's context"), std::string::npos);
+  auto bad_token = g.value()->run({{{1, 24}, 4}});
+  ASSERT_FALSE(bad_token);
+  EXPECT_NE(bad_token.error().message.find("outside the vocabulary"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memplan::serve

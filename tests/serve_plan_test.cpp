@@ -1,0 +1,97 @@
+// fit --serve's planner: KV bytes per position of GPT-2 124M worked by hand, the weights as
+// published, the answer's sequence count exact (it fits, one more does not), the paged blocks
+// filling what the decode step leaves, and the CLI's JSON.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "memplan/models/zoo.h"
+#include "memplan/serve/serve_plan.h"
+
+namespace memplan::serve {
+namespace {
+
+ServeQuestion gpt2_question(Bytes memory) {
+  ServeQuestion q;
+  q.model = models::zoo_gpt_config("gpt2", {}).value();
+  q.seq = 1024;
+  q.kv_dtype = graph::DType::f16;
+  q.block_size = 16;
+  q.device_memory = memory;
+  q.device = planner::documented_device_profile("cpu").value();
+  return q;
+}
+
+TEST(ServePlan, Gpt2KvBytesAndWeightsByHand) {
+  const Bytes memory = Bytes{4} << 30;
+  const ServeAnswer a = answer_serve(gpt2_question(memory)).value();
+  // K and V, 12 layers, 768 values, 2 bytes: 36,864 bytes per position; 36 MiB per 1024 positions.
+  EXPECT_EQ(a.kv_bytes_per_token, 36864);
+  EXPECT_EQ(a.kv_bytes_per_sequence, 37748736);
+  EXPECT_EQ(a.kv_block_bytes, 16 * 36864);
+  // GPT-2 124M: 124,439,808 parameters (tied head), fp32.
+  EXPECT_EQ(a.weights_bytes, Bytes{124439808} * 4);
+  ASSERT_GT(a.max_sequences, 0);
+  EXPECT_EQ(a.kv_bytes, a.max_sequences * 37748736);
+  EXPECT_LE(a.decode_arena_bytes + a.kv_bytes, memory);
+  // One more sequence does not fit: its arena is at least this one's.
+  EXPECT_GT(a.decode_arena_bytes + (a.max_sequences + 1) * 37748736, memory);
+  // (4 GiB - 497,759,232 bytes of weights) / 36 MiB = 100.6: at most 100, a few fewer for activations.
+  EXPECT_GT(a.max_sequences, 90);
+  EXPECT_LE(a.max_sequences, 100);
+  // Paged blocks fill what the same decode step leaves.
+  const Bytes room = memory - a.decode_arena_bytes;
+  EXPECT_LE(a.kv_blocks * a.kv_block_bytes, room);
+  EXPECT_GT((a.kv_blocks + 1) * a.kv_block_bytes, room);
+  EXPECT_EQ(a.paged_sequences, a.kv_blocks / 64);
+  EXPECT_GE(a.paged_sequences, a.max_sequences);
+}
+
+TEST(ServePlan, HalvingTheKvDtypeServesMoreAndTooLittleMemoryServesNone) {
+  ServeQuestion q = gpt2_question(Bytes{2} << 30);
+  const ServeAnswer f16 = answer_serve(q).value();
+  q.kv_dtype = graph::DType::f32;
+  const ServeAnswer f32 = answer_serve(q).value();
+  EXPECT_EQ(f32.kv_bytes_per_token, 2 * f16.kv_bytes_per_token);
+  EXPECT_GT(f16.max_sequences, f32.max_sequences);
+  q.device_memory = Bytes{400} << 20;  // below the fp32 weights
+  const ServeAnswer none = answer_serve(q).value();
+  EXPECT_EQ(none.max_sequences, 0);
+  EXPECT_EQ(none.kv_blocks, 0);
+  q.seq = 2048;
+  EXPECT_FALSE(answer_serve(q));
+}
+
+TEST(ServePlan, LlamaCachesOnlyItsKeyValueHeads) {
+  ServeQuestion q = gpt2_question(Bytes{16} << 30);
+  q.llama = models::zoo_llama_config("llama-1b", {}).value();
+  q.seq = 2048;
+  // Llama 3.2 1B: 16 layers, 8 K/V heads of 64: 2 * 16 * 512 * 2 bytes = 32 KiB per position.
+  const ServeAnswer a = answer_serve(q).value();
+  EXPECT_EQ(a.kv_bytes_per_token, 32768);
+  EXPECT_EQ(a.kv_bytes_per_sequence, 2048 * 32768);
+  EXPECT_GT(a.max_sequences, 0);
+  EXPECT_LE(a.decode_arena_bytes + a.kv_bytes, q.device_memory);
+  EXPECT_GT(a.decode_arena_bytes + a.kv_bytes + a.kv_bytes_per_sequence, q.device_memory);
+  // Llama-2-7B, no grouping: 2 * 32 * 4096 * 2 bytes = 512 KiB per position.
+  q.llama = models::zoo_llama_config("llama2-7b", {}).value();
+  q.seq = 4096;
+  EXPECT_EQ(answer_serve(q).value().kv_bytes_per_token, 524288);
+}
+
+TEST(ServePlan, FitServeCliAnswersInJson) {
+  auto r = testing::run_cli("fit --serve --model gpt2 --seq 512 --kv-dtype bf16 --device cpu --device-memory 2GiB --json",
+                            /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("kv_bytes_per_sequence").get<std::int64_t>(), 512 * 36864);
+  EXPECT_GT(j.at("max_sequences").get<std::int64_t>(), 0);
+  EXPECT_GT(j.at("kv_blocks").get<std::int64_t>(), 0);
+  auto bad = testing::run_cli("fit --serve --model resnet50 --device-memory 2GiB");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("llama-1b"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace memplan::serve
