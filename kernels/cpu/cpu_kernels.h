@@ -19,6 +19,8 @@ std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
+// pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
+std::vector<std::pair<graph::OpKind, KernelFn>> collective_kernel_entries();
 
 // C[M,N] = op(A) op(B), all row-major and contiguous: A stored [M,K] ([K,M] when trans_a), B stored
 // [K,N] ([N,K] when trans_b).
