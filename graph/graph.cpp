@@ -31,7 +31,7 @@ TensorId Graph::add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs,
                        std::string output_name, Role output_role, Phase phase,
                        std::vector<TensorId> updates) {
   const OpInfo& info = op_info(kind);
-  MEMPLAN_CHECK(static_cast<int>(inputs.size()) == info.num_inputs,
+  MEMPLAN_CHECK(info.num_inputs == kVariadic ? !inputs.empty() : static_cast<int>(inputs.size()) == info.num_inputs,
                 info.name << " takes " << info.num_inputs << " inputs, got " << inputs.size());
   MEMPLAN_CHECK(static_cast<int>(updates.size()) == info.num_updates,
                 info.name << " updates " << info.num_updates << " tensors, got " << updates.size());

@@ -499,6 +499,58 @@ OutputSpec infer_decode_attention(Inputs in, const OpAttrs& attrs) {
   return {q.shape, q.dtype};
 }
 
+// Data parallel: flat layouts over `world` ranks (dist/shard.h states the split).
+std::int64_t world_of(std::string_view op, const OpAttrs& attrs) {
+  if (attrs.world < 1) fail(op, "the number of ranks must be at least 1, got " + str(attrs.world));
+  return attrs.world;
+}
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+OutputSpec infer_pack(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("pack", attrs);
+  std::int64_t chunk = 0;
+  for (const TensorDesc* x : in) {
+    expect_float("pack", *x);
+    expect_same_dtype("pack", *in[0], *x);
+    chunk += ceil_div(x->shape.numel(), world);
+  }
+  return {Shape{checked_mul(chunk, world)}, in[0]->dtype};
+}
+
+OutputSpec infer_all_reduce(Inputs in, const OpAttrs& attrs) {
+  world_of("all_reduce", attrs);
+  expect_float("all_reduce", *in[0]);
+  return {in[0]->shape, in[0]->dtype};
+}
+
+OutputSpec infer_reduce_scatter(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("reduce_scatter", attrs);
+  const TensorDesc& x = *in[0];
+  expect_float("reduce_scatter", x);
+  if (x.shape.rank() != 1 || x.shape[0] % world != 0) {
+    fail("reduce_scatter", "'" + x.name + "' " + x.shape.to_string() + " must be flat with a multiple of " + str(world) +
+                               " elements (one chunk per rank)");
+  }
+  return {Shape{x.shape[0] / world}, x.dtype};
+}
+
+OutputSpec infer_all_gather(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("all_gather", attrs);
+  const TensorDesc& x = *in[0];
+  expect_float("all_gather", x);
+  const Shape full = shape_from_attrs("all_gather", attrs);
+  if (x.shape.rank() != 1 || x.shape[0] != ceil_div(full.numel(), world)) {
+    fail("all_gather", "the shard '" + x.name + "' " + x.shape.to_string() + " of " + full.to_string() + " over " +
+                           str(world) + " ranks must be flat with " + str(ceil_div(full.numel(), world)) + " elements");
+  }
+  return {full, x.dtype};
+}
+
+OutputSpec infer_all_gather_into(Inputs, const OpAttrs& attrs) {
+  world_of("all_gather_into", attrs);
+  return {};
+}
+
 OutputSpec infer_rms_norm_dgamma(Inputs in, const OpAttrs&) { return {Shape{in[1]->shape.cols()}, in[1]->dtype}; }
 
 // --- fused attention ----------------------------------------------------------------------
@@ -585,6 +637,8 @@ double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0])
 // Mixed updates also round the master copy into the 16-bit parameter.
 double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[0]); }
 double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
+// Reductions across ranks: one add per element this rank contributes (moving bytes is not a FLOP).
+double flops_collective_sum(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
 // RMSNorm: square-sum 2, scale 2 per element; backward 6 (dx), 3 (dgamma). SiLU: exp, add,
 // divide, multiply; its derivative 5 (dy * s * (1 + x * (1 - s)) given s = sigmoid(x)).
 // Rotary: 2 multiplies and an add per element (angles cached).
@@ -718,6 +772,11 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::sgd_update_mixed,               "sgd_update_mixed",               1, 2, 0, false, infer_update,                 flops_sgd_mixed},
   {OpKind::sgd_momentum_update_mixed,      "sgd_momentum_update_mixed",      1, 3, 0, false, infer_update,                 flops_sgd_mixed},
   {OpKind::adamw_update_mixed,             "adamw_update_mixed",             1, 4, 0, false, infer_update,                 flops_adamw_mixed},
+  {OpKind::pack,                           "pack",                   kVariadic, 0, 1, false, infer_pack,                   flops_zero},
+  {OpKind::all_reduce,                     "all_reduce",                     1, 0, 1, true,  infer_all_reduce,             flops_collective_sum},
+  {OpKind::reduce_scatter,                 "reduce_scatter",                 1, 0, 1, false, infer_reduce_scatter,         flops_collective_sum},
+  {OpKind::all_gather,                     "all_gather",                     1, 0, 1, false, infer_all_gather,             flops_zero},
+  {OpKind::all_gather_into,                "all_gather_into",                0, 1, 0, false, infer_all_gather_into,        flops_zero},
 });
 // clang-format on
 

@@ -98,6 +98,14 @@ enum class OpKind : std::uint8_t {
   sgd_update_mixed,           // updates: param, master;                  inputs: grad
   sgd_momentum_update_mixed,  // updates: param, master, momentum buffer; inputs: grad
   adamw_update_mixed,         // updates: param, master, m, v;            inputs: grad
+  // data parallel (graph/data_parallel.h): collectives over the `world` ranks through the
+  // executor's communicator, and the flat layout they move. Shards follow dist/shard.h.
+  pack,             // flat[world * S] from inputs x_i (any number): chunk r holds rank r's shard of each x_i
+                    // in input order (S = sum of ceil(numel_i / world)), padding zeroed
+  all_reduce,       // y = alpha * sum over ranks of x, in place (a view of x)
+  reduce_scatter,   // y[S] = alpha * sum over ranks of chunk `rank` of x[world * S]
+  all_gather,       // y[shape] = the flat tensor whose shards the ranks hold in x[ceil(numel / world)]
+  all_gather_into,  // updates: x; x = the flat tensor whose shards the ranks hold in place in their x (ZeRO-1/2)
   count_
 };
 
@@ -126,6 +134,12 @@ struct OpAttrs {
   std::int64_t start = 0;          // slice
   std::int64_t length = 0;         // slice
   std::int64_t repeats = 1;        // repeat_heads*
+  std::int64_t world = 1;          // pack, collectives: the number of ranks
+  // Optimizer updates of one rank's shard (ZeRO-1/2): the update reads a gradient and state of
+  // the shard's size and updates elements [shard_offset, + shard_count) of the full parameter;
+  // shard_count < 0: the whole tensor (the default).
+  std::int64_t shard_offset = 0;
+  std::int64_t shard_count = -1;
   float rope_base = 10000.0f;      // rotary
   bool inverse = false;            // rotary
   // optimizer hyper-parameters
@@ -152,10 +166,14 @@ struct OutputSpec {
   DType dtype = DType::f32;
 };
 
+// OpInfo::num_inputs of an op taking one or more inputs (pack).
+inline constexpr int kVariadic = -1;
+
 struct OpInfo {
   OpKind kind;  // the row's key: op_info(kind).kind == kind
   std::string_view name;
-  int num_inputs;   // exact count
+  int num_inputs;   // exact count, or kVariadic
+
   int num_updates;  // exact count
   int num_outputs;  // 1, or 0 for in-place updates
   bool output_is_view;  // the output aliases inputs[0] (no storage of its own)

@@ -34,4 +34,10 @@ std::string_view optimizer_name(OptimizerKind kind);
 // f16) parameter also gets an f32 master copy, and its state is f32 (mixed precision).
 void append_optimizer(Graph& graph, const OptimizerConfig& config);
 
+// One parameter's update as append_optimizer makes it, from gradient `grad`. `state_shape`: the
+// shape of its optimizer state (and master copy), the parameter's when empty; `attrs_base`
+// carries the shard fields of a sharded update (OpAttrs::shard_offset/shard_count).
+void append_update(Graph& graph, TensorId param, TensorId grad, const OptimizerConfig& config,
+                   const Shape& state_shape = {}, const OpAttrs& attrs_base = {});
+
 }  // namespace memplan::graph

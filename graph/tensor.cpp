@@ -44,6 +44,7 @@ std::string_view role_name(Role role) {
     case Role::activation: return "activation";
     case Role::gradient: return "gradient";
     case Role::temporary: return "temporary";
+    case Role::communication: return "communication";
   }
   MEMPLAN_CHECK(false, "unknown role");
 }

@@ -70,7 +70,9 @@ struct Shape {
 
 // Why a tensor exists decides how long it lives: parameters and optimizer state persist across
 // steps; everything else is transient within one step.
-enum class Role : std::uint8_t { parameter, optimizer_state, input, activation, gradient, temporary };
+// communication: buffers collectives fill or read (gradient buckets, reduce-scatter results,
+// parameters gathered under ZeRO-3; graph/data_parallel.h).
+enum class Role : std::uint8_t { parameter, optimizer_state, input, activation, gradient, temporary, communication };
 
 std::string_view role_name(Role role);
 inline bool is_persistent(Role role) { return role == Role::parameter || role == Role::optimizer_state; }
@@ -95,6 +97,12 @@ struct TensorDesc {
   // cache pool, whose size changes with serving load, not with the step. The planner gives it no
   // buffer.
   bool external = false;
+  // Data parallel (graph/data_parallel.h): this persistent tensor is one rank's shard of the
+  // flattened tensor `shard_of`, holding its elements [shard_offset, shard_offset + shard_count)
+  // (the rest is padding, zero), and is initialised as that range of `shard_of` would be.
+  TensorId shard_of = kNoTensor;
+  std::int64_t shard_offset = 0;
+  std::int64_t shard_count = 0;
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

@@ -11,6 +11,10 @@
 #include "memplan/graph/op.h"
 #include "memplan/graph/tensor.h"
 
+namespace memplan::dist {
+class Communicator;
+}
+
 namespace memplan::kernels {
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };
@@ -36,6 +40,9 @@ struct KernelCall {
   std::span<const TensorRef> outputs;
   std::span<const TensorRef> updates;
   std::int64_t step = 1;  // 1-based optimizer step (AdamW's bias correction, dropout masks' stream)
+  // The ranks collectives (all_reduce, reduce_scatter, all_gather*) run over; the executor checks
+  // at setup that a graph with collectives has one of the graph's world size.
+  dist::Communicator* communicator = nullptr;
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -16,6 +16,7 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
       case graph::Role::parameter: b.parameters += bytes; break;
       case graph::Role::optimizer_state: b.optimizer_state += bytes; break;
       case graph::Role::gradient: b.gradients_at_peak += bytes; break;
+      case graph::Role::communication: b.communication_at_peak += bytes; break;
       default: b.activations_at_peak += bytes; break;
     }
   }
@@ -91,8 +92,11 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
     strategies.push_back(request.checkpoint);
   }
   // Batches whose step cannot be represented are not candidates (planner/step_size.h).
-  const std::int64_t batch_limit =
-      strategies.empty() ? 1 : std::max<std::int64_t>(largest_representable_batch(question.step, question.max_batch_limit), 1);
+  // Data parallel: the search runs over the per-rank batch and answers the global one (a
+  // multiple of the rank count).
+  const std::int64_t world = question.step.parallel.active() ? question.step.parallel.world : 1;
+  const std::int64_t batch_limit = strategies.empty() ? 1
+      : std::max<std::int64_t>(largest_representable_batch(question.step, question.max_batch_limit) / world, 1);
   for (CheckpointStrategy strategy : strategies) {
     StrategyMaxBatch row{strategy, 0, 0};
     if (!persistent_too_big) {
@@ -101,14 +105,14 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
       probe.answer_only = true;
       auto fits_at = [&](std::int64_t batch) -> Result<bool> {
         StepDescription step = question.step;
-        step.batch = batch;
+        step.batch = batch * world;
         auto p = plan_step(step, probe);
         if (!p) return p.error();
         return p.value().fits;
       };
       auto search = search_max_batch(fits_at, batch_limit);
       if (!search) return search.error();
-      row.max_batch = search.value().max_batch;
+      row.max_batch = search.value().max_batch * world;
       row.steps_planned = search.value().probes;
       answer.steps_planned += row.steps_planned;
     }
@@ -127,7 +131,7 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
   for (const StrategyMaxBatch& row : answer.max_batch) {
     if (row.max_batch <= 0) continue;
     std::int64_t micro = std::min(row.max_batch, batch);
-    while (batch % micro != 0) --micro;
+    while (batch % micro != 0 || micro % world != 0) --micro;  // micro = world always qualifies
     if (micro > s.micro_batch) {
       s.micro_batch = micro;
       s.checkpoint = row.strategy;
@@ -135,7 +139,9 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
   }
   if (s.micro_batch > 0) s.accumulation_steps = batch / s.micro_batch;
   // No strategy can fit the whole batch when even the least arena of all does not.
-  const bool some_strategy_fits = !persistent_too_big && (!answer.minimum || answer.minimum->arena_bytes <= *request.budget);
+  // (A data-parallel step is not checkpointed: plan_step refuses it.)
+  const bool some_strategy_fits = world == 1 && !persistent_too_big &&
+                                  (!answer.minimum || answer.minimum->arena_bytes <= *request.budget);
   if (some_strategy_fits) {
     for (CheckpointStrategy strategy : kSuggestionOrder) {
       if (strategy == request.checkpoint || strategy == CheckpointStrategy::kNone) continue;

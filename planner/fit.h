@@ -22,6 +22,7 @@ struct FitBreakdown {
   Bytes gradients_at_peak = 0;
   Bytes optimizer_state = 0;
   Bytes activations_at_peak = 0;  // activations, inputs and temporaries live at the peak
+  Bytes communication_at_peak = 0;  // data parallel: buckets and gathered parameters live at the peak
   Bytes workspace = 0;            // kernel workspace inside the arena
   Bytes arena = 0;
   Bytes runtime_overhead = 0;     // outside the arena

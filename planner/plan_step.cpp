@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "memplan/graph/data_parallel.h"
 #include "memplan/graph/training_step.h"
 
 namespace memplan::planner {
@@ -46,16 +47,33 @@ namespace {
 Result<graph::Graph> build_step(const StepDescription& step) {
   if (step.graph) return *step.graph;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
-  auto forward = models::build_forward(step.model, step.batch);
+  const graph::DataParallelConfig& dp = step.parallel;
+  if (dp.active()) {
+    if (step.batch % dp.world != 0) {
+      return Error{"--batch " + std::to_string(step.batch) + " (the global batch) does not divide among " +
+                   std::to_string(dp.world) + " ranks: use a multiple of " + std::to_string(dp.world)};
+    }
+    if (!step.model.training) return Error{"data parallelism applies to training steps"};
+  }
+  auto forward = models::build_forward(step.model, dp.active() ? step.batch / dp.world : step.batch);
   if (!forward) return forward.error();
   graph::Graph g = std::move(forward).value();
-  if (step.model.training) graph::make_training_step(g, step.optimizer);
+  if (step.model.training) {
+    try {
+      graph::make_data_parallel_training_step(g, step.optimizer, dp);
+    } catch (const graph::GraphError& e) {
+      return Error{e.what()};
+    }
+  }
   return g;
 }
 
 }  // namespace
 
 Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request) {
+  if (step.parallel.active() && request.checkpoint != CheckpointStrategy::kNone) {
+    return Error{"activation checkpointing of a data-parallel step is not supported: drop --checkpoint or run one process"};
+  }
   auto built = build_step(step);
   if (!built) return built.error();
   const PlanOptions options = request.plan_options();
@@ -83,8 +101,9 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
     out.plan = std::move(plan).value();
     return out;
   }
-  CheckpointRequest cr{request.checkpoint, request.budget, request.find_minimum_arena && !request.answer_only,
-                       request.answer_only};
+  // The least arena of any strategy would checkpoint a data-parallel step: not asked there.
+  CheckpointRequest cr{request.checkpoint, request.budget,
+                       request.find_minimum_arena && !request.answer_only && !step.parallel.active(), request.answer_only};
   auto outcome = apply_checkpointing(built.value(), cr, options);
   if (!outcome) return outcome.error();
   out.fits = outcome.value().fits;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "memplan/common/result.h"
+#include "memplan/graph/data_parallel.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/models/registry.h"
@@ -26,6 +27,9 @@ struct StepDescription {
   models::ModelOptions model;
   std::int64_t batch = 1;
   graph::OptimizerConfig optimizer;
+  // Data parallel (graph/data_parallel.h): with world > 1 the step is one rank's, `batch` stays
+  // the global batch (it must divide by the world) and the model is built at batch / world.
+  graph::DataParallelConfig parallel;
   // A graph built elsewhere (a test's, an importer's), planned as it is; replaces `model`.
   std::optional<graph::Graph> graph;
 

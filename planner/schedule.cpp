@@ -41,6 +41,7 @@ Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
   std::vector<int> updates;                                     // op index per update position
   std::vector<int> unmet;                                       // per update position
   std::vector<std::vector<int>> dependents(static_cast<std::size_t>(num_ops));  // op -> update positions
+  std::vector<int> last_updater(static_cast<std::size_t>(graph.num_tensors()), -1);  // per storage root
   for (int i = 0; i < num_ops; ++i) {
     const Op& op = graph.ops()[static_cast<std::size_t>(i)];
     if (op.updates.empty()) continue;
@@ -51,9 +52,14 @@ Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
       if (p >= 0) deps.push_back(p);
     }
     for (TensorId t : op.updates) {
-      for (int r : readers[static_cast<std::size_t>(graph.storage_root(t))]) {
+      const auto root = static_cast<std::size_t>(graph.storage_root(t));
+      for (int r : readers[root]) {
         if (r != i) deps.push_back(r);
       }
+      // Several updates of one tensor (a sharded update, then the all-gather of the result) keep
+      // their program order.
+      if (last_updater[root] >= 0) deps.push_back(last_updater[root]);
+      last_updater[root] = i;
     }
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
@@ -108,6 +114,7 @@ Status check_schedule(const Graph& graph, const Schedule& schedule) {
     position[static_cast<std::size_t>(i)] = static_cast<int>(pos);
   }
   const auto readers = readers_of_persistent(graph);
+  std::vector<int> last_updater(static_cast<std::size_t>(graph.num_tensors()), -1);  // per storage root, program order
   for (int i = 0; i < graph.num_ops(); ++i) {
     const Op& op = graph.ops()[static_cast<std::size_t>(i)];
     for (TensorId t : op.inputs) {
@@ -117,7 +124,13 @@ Status check_schedule(const Graph& graph, const Schedule& schedule) {
       }
     }
     for (TensorId t : op.updates) {
-      for (int r : readers[static_cast<std::size_t>(graph.storage_root(t))]) {
+      const auto root = static_cast<std::size_t>(graph.storage_root(t));
+      if (const int prev = last_updater[root]; prev >= 0 && position[static_cast<std::size_t>(prev)] > position[static_cast<std::size_t>(i)]) {
+        return Error{"update '" + op.name + "' runs before '" + graph.ops()[static_cast<std::size_t>(prev)].name +
+                     "', an earlier update of '" + graph.tensor(t).name + "'"};
+      }
+      last_updater[root] = i;
+      for (int r : readers[root]) {
         if (r != i && position[static_cast<std::size_t>(r)] > position[static_cast<std::size_t>(i)]) {
           return Error{"update '" + op.name + "' runs before '" + graph.ops()[static_cast<std::size_t>(r)].name +
                        "', which reads the old '" + graph.tensor(t).name + "'"};

@@ -24,7 +24,8 @@ Result<ScheduleKind> parse_schedule_kind(std::string_view name);
 Schedule make_schedule(const graph::Graph& graph, ScheduleKind kind);
 
 // Checks that every op appears once and runs after the producers of its inputs and, for
-// in-place updates, after every reader of the tensors it updates.
+// in-place updates, after every reader of the tensors it updates and after every earlier (in
+// program order) update of them.
 Status check_schedule(const graph::Graph& graph, const Schedule& schedule);
 
 }  // namespace memplan::planner

@@ -1,6 +1,7 @@
 #include "memplan/runtime/executor.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +56,7 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
       mode_(options.mode),
       debug_(options.debug),
       trust_plan_(options.trust_plan),
+      communicator_(options.communicator),
       plan_(std::move(plan)),
       events_(planner::allocation_events(plan_)),
       schedule_(plan_.schedule),
@@ -136,6 +138,16 @@ Status Executor::setup() {
       return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no kernel on device " + device_.name()};
     }
     kernels_[static_cast<std::size_t>(i)] = fn;
+    if (op.attrs.world > 1 || op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
+        op.kind == graph::OpKind::all_gather || op.kind == graph::OpKind::all_gather_into) {
+      const int world = communicator_ == nullptr ? 1 : communicator_->world_size();
+      if (communicator_ == nullptr || world != op.attrs.world) {
+        return Error{"op '" + op.name + "' is a collective over " + std::to_string(op.attrs.world) +
+                     " ranks but this process runs " + std::to_string(world) +
+                     (communicator_ == nullptr ? " without a communicator" : "") +
+                     ": launch one process per rank (mpirun -np " + std::to_string(op.attrs.world) + ")"};
+      }
+    }
   }
   const Bytes before = device_.stats().bytes_in_use;
   if (mode_ == ExecutionMode::planned) {
@@ -202,16 +214,24 @@ void Executor::initialize_persistent(std::uint64_t seed) {
                                           slots_[b].data < static_cast<std::byte*>(arena_) + plan_.arena_bytes);
     if (!ours) continue;
     const TensorDesc& desc = graph_.tensor(buf.root);
-    // Each tensor's stream depends on the seed and its name only, not on graph order.
-    Rng rng(seed ^ name_hash(desc.name));
-    std::vector<float> values(static_cast<std::size_t>(desc.shape.numel()));
+    // Each tensor's stream depends on the seed and its name only, not on graph order. A rank's
+    // shard of a tensor holds that tensor's values over its range (padding zero), so sharded and
+    // whole runs start from the same weights.
+    const TensorDesc& source = desc.shard_of == kNoTensor ? desc : graph_.tensor(desc.shard_of);
+    Rng rng(seed ^ name_hash(source.name));
+    std::vector<float> values(static_cast<std::size_t>(source.shape.numel()));
     for (float& v : values) {
-      switch (desc.init.kind) {
+      switch (source.init.kind) {
         case graph::InitSpec::Kind::zeros: v = 0.0f; break;
         case graph::InitSpec::Kind::ones: v = 1.0f; break;
-        case graph::InitSpec::Kind::uniform: v = rng.uniform(-desc.init.scale, desc.init.scale); break;
-        case graph::InitSpec::Kind::normal: v = desc.init.scale * rng.normal(); break;
+        case graph::InitSpec::Kind::uniform: v = rng.uniform(-source.init.scale, source.init.scale); break;
+        case graph::InitSpec::Kind::normal: v = source.init.scale * rng.normal(); break;
       }
+    }
+    if (desc.shard_of != kNoTensor) {
+      std::vector<float> shard(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
+      std::copy_n(values.begin() + desc.shard_offset, desc.shard_count, shard.begin());
+      values = std::move(shard);
     }
     device_.copy_from_host(slots_[b].data, values.data(), desc.size_bytes());
   }
@@ -370,7 +390,7 @@ Status Executor::run_step() {
     const std::span<const kernels::TensorRef> all(refs);
     kernels::KernelCall call{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
                              all.subspan(op.inputs.size(), op.outputs.size()),
-                             all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1};
+                             all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1, communicator_};
     kernels_[static_cast<std::size_t>(op_index)](call);
     if (profiling) device_.synchronize();
     if (debug_.finite) {

@@ -18,6 +18,7 @@
 
 #include "memplan/common/enum_names.h"
 #include "memplan/common/result.h"
+#include "memplan/dist/communicator.h"
 #include "memplan/graph/graph.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/planner/allocation_events.h"
@@ -53,6 +54,9 @@ struct ExecutorOptions {
   ExecutionMode mode = ExecutionMode::planned;
   DebugOptions debug;  // guards need a plan made with guard bytes (PlanRequest::guard_bytes)
   CachingAllocatorOptions allocator;  // dynamic mode
+  // The ranks a data-parallel step's collectives run over (dist/communicator.h); a graph with
+  // collectives needs one of its world size. Not owned.
+  dist::Communicator* communicator = nullptr;
   // A test hook: setup() skips validating the plan, so a deliberately wrong plan runs and poison
   // mode can be shown to catch it.
   bool trust_plan = false;
@@ -134,6 +138,7 @@ class Executor {
   ExecutionMode mode_;
   DebugOptions debug_;
   bool trust_plan_ = false;
+  dist::Communicator* communicator_ = nullptr;
   planner::MemoryPlan plan_;  // offsets used in planned mode only
   planner::AllocationEvents events_;
   const planner::Schedule& schedule_;

@@ -6,6 +6,7 @@ set -euo pipefail
 MEMPLAN_PACKAGES=(
   build-essential cmake pkg-config
   libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
 )
 # Only the test suite needs these: a browser to check the HTML reports.

@@ -32,6 +32,11 @@ struct FitFlags {
   bool serve = false;
   std::optional<graph::DType> kv_dtype;  // default: --dtype
   std::int64_t block_size = 16;
+  // Data parallel: one rank's step of --devices ranks (graph/data_parallel.h)
+  int devices = 1;
+  int zero = 0;
+  double bucket_mb = 25.0;
+  int prefetch = 1;
 };
 
 std::string strategy_name(planner::CheckpointStrategy s) { return std::string(planner::checkpoint_strategy_name(s)); }
@@ -175,6 +180,23 @@ int run_fit(const FitFlags& flags) {
   }
   planner::FitQuestion question;
   question.step = step.value();
+  if (flags.devices > 1) {
+    if (flags.checkpoint_given) {
+      std::cerr << "memplan fit: --checkpoint does not apply to a data-parallel step (--devices " << flags.devices
+                << "); drop one of them\n";
+      return kExitUsage;
+    }
+    if (question.step.batch % flags.devices != 0) {
+      std::cerr << "memplan fit: --batch " << question.step.batch << " is the global batch and must divide among "
+                << flags.devices << " devices: use a multiple of " << flags.devices << "\n";
+      return kExitUsage;
+    }
+    question.step.parallel.world = flags.devices;
+    question.step.parallel.rank = 0;  // every rank plans the same arena
+    question.step.parallel.zero = flags.zero;
+    question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
+    question.step.parallel.prefetch = flags.prefetch;
+  }
   question.device_memory = memory.value();
   question.request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
   if (!flags.overhead.empty()) {
@@ -193,7 +215,7 @@ int run_fit(const FitFlags& flags) {
   }
   question.find_minimum_arena = flags.minimum;
   if (flags.max_batch) {
-    question.max_batch_strategies = flags.checkpoint_given
+    question.max_batch_strategies = flags.checkpoint_given || flags.devices > 1
                                         ? std::vector<planner::CheckpointStrategy>{question.request.checkpoint}
                                         : std::vector<planner::CheckpointStrategy>{planner::CheckpointStrategy::kNone,
                                                                                    planner::CheckpointStrategy::kSqrt,
@@ -216,8 +238,15 @@ int run_fit(const FitFlags& flags) {
                      {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", a.headroom_bytes},
                      {"lower_bound_bytes", a.planned.plan.lower_bound_bytes}};
     j["budget_bytes"] = a.device_memory;  // the name before --device-memory, kept for a release
+    if (flags.devices > 1) {
+      j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
+      j["zero"] = flags.zero;
+      j["bucket_mb"] = flags.bucket_mb;
+      if (flags.zero == 3) j["prefetch"] = flags.prefetch;
+    }
     j["breakdown"] = {{"parameters", b.parameters}, {"gradients", b.gradients_at_peak},
                       {"optimizer_state", b.optimizer_state}, {"activations", b.activations_at_peak},
+                      {"communication", b.communication_at_peak},
                       {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
     nlohmann::json o = nlohmann::json::array();
     for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
@@ -264,6 +293,10 @@ int run_fit(const FitFlags& flags) {
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(a.device_memory).c_str(), a.fits ? "FITS" : "DOES NOT FIT");
+  if (flags.devices > 1) {
+    std::printf("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
+                flags.devices, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / flags.devices));
+  }
   auto row = [](const char* label, Bytes bytes) {
     std::printf("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
   };
@@ -274,6 +307,7 @@ int run_fit(const FitFlags& flags) {
   for (const planner::NamedBytes& g : top_activation_groups(a)) {
     std::printf("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
   }
+  if (flags.devices > 1) row("communication (at the peak)", b.communication_at_peak);
   row("workspace (in the arena)", b.workspace);
   row("arena (exact)", b.arena);
   for (const auto& item : a.overheads) row(("+ " + item.what).c_str(), item.bytes);
@@ -331,6 +365,21 @@ Command add_fit_command(CLI::App& root) {
       ->default_str("same as --dtype");
   app->add_option("--block-size", flags->block_size, "--serve: positions per KV block (paged)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
+      ->capture_default_str();
+  app->add_option("--devices", flags->devices,
+                  "Data-parallel devices (ranks): plan one rank's step, --batch being the global batch")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app->add_option("--zero", flags->zero,
+                  "With --devices: ZeRO stage 0 (gradients all-reduced), 1 (optimizer state sharded), 2 (gradients "
+                  "too), 3 (parameters too)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app->add_option("--bucket-mb", flags->bucket_mb, "With --devices: gradient bucket size in MiB")
+      ->check(positive_finite())
+      ->capture_default_str();
+  app->add_option("--prefetch", flags->prefetch, "With --devices and --zero 3: layers whose parameters are gathered ahead")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   return Command{app, [flags, app] {
                    flags->checkpoint_given = app->get_option("--checkpoint")->count() > 0;

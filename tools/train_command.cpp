@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
+#include "memplan/dist/communicator.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/step_size.h"
@@ -53,6 +54,10 @@ struct TrainFlags {
   bool quiet = false;
   bool profile = false;
   CheckpointFlags checkpoint;
+  // Data parallel: one process per rank under mpirun (dist/communicator.h)
+  int zero = 0;
+  double bucket_mb = 25.0;
+  int prefetch = 1;
 };
 
 std::string format_rate(double per_s, bool tokens) {
@@ -111,6 +116,38 @@ std::string out_of_memory_advice(const planner::StepDescription& step,
 
 int run_train(const TrainFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
+  // Under mpirun every process is one rank; alone, a process needs no MPI.
+  auto made_comm = dist::make_cpu_communicator();
+  if (!made_comm) {
+    std::cerr << "memplan train: " << made_comm.error().message << "\n";
+    return kExitFailure;
+  }
+  const std::unique_ptr<dist::Communicator> comm = std::move(made_comm).value();
+  const int world = comm->world_size();
+  const int rank = comm->rank();
+  if (world > 1) {
+    if (flags.batch % world != 0) {
+      std::cerr << "memplan train: --batch " << flags.batch << " is the global batch and must divide among the " << world
+                << " ranks: use a multiple of " << world << "\n";
+      return kExitUsage;
+    }
+    if (flags.device && *flags.device != kernels::DeviceKind::cpu) {
+      std::cerr << "memplan train: several ranks train on the CPU (MPI); drop --device " << kernels::device_kind_name(*flags.device)
+                << " or run one process\n";
+      return kExitUsage;
+    }
+    // Rank 0 saves what every rank holds whole under stage 0; sharded state would need gathering.
+    if (!flags.load.empty() || (!flags.save.empty() && flags.zero != 0)) {
+      std::cerr << "memplan train: with several ranks --save works with --zero 0 only, and --load not at all; run one "
+                   "process to resume\n";
+      return kExitUsage;
+    }
+    if (flags.mode != runtime::ExecutionMode::planned) {
+      std::cerr << "memplan train: several ranks run --mode planned only\n";
+      return kExitUsage;
+    }
+  }
+  const bool quiet = flags.quiet || rank != 0;  // rank 0 reports for the run
   const std::string optimizer_label(graph::optimizer_name(flags.optimizer));
   const std::string device_name = flags.device ? std::string(kernels::device_kind_name(*flags.device)) : "auto";
   Bytes device_capacity = 0;  // 0: unlimited
@@ -130,14 +167,15 @@ int run_train(const TrainFlags& flags) {
   }
 
   // The device first: a missing GPU is reported before any data is read.
-  auto made = runtime::make_device(flags.device ? *flags.device : runtime::auto_device_kind(), device_capacity);
+  const kernels::DeviceKind kind = flags.device ? *flags.device : world > 1 ? kernels::DeviceKind::cpu : runtime::auto_device_kind();
+  auto made = runtime::make_device(kind, device_capacity);
   if (!made) {
     std::cerr << "memplan train: --device " << device_name << ": " << made.error().message << "\n";
     return kExitUsage;
   }
   const std::unique_ptr<runtime::Device> device_owner = std::move(made).value();
   runtime::Device& device = *device_owner;
-  if (!flags.device && !flags.quiet) {
+  if (!flags.device && !quiet) {
     std::fprintf(stderr, "memplan train: --device auto: %s\n",
                  device.kind() == kernels::DeviceKind::cuda ? "a CUDA GPU is present, training on it"
                                                             : "no CUDA GPU present, training on the CPU");
@@ -187,6 +225,12 @@ int run_train(const TrainFlags& flags) {
     std::cerr << "memplan train: " << s.error().message << "\n";
     return kExitUsage;
   }
+  options.parallel.world = world;
+  options.parallel.rank = rank;
+  options.parallel.zero = flags.zero;
+  options.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
+  options.parallel.prefetch = flags.prefetch;
+  options.executor.communicator = comm.get();
   auto planned_session = train::TrainingSession::plan(std::move(data).value(), options, device);
   if (!planned_session) {
     std::cerr << "memplan train: " << planned_session.error().message << "\n";
@@ -212,7 +256,7 @@ int run_train(const TrainFlags& flags) {
       std::cerr << "memplan train: " << loaded.error().message << "\n";
       return kExitUsage;
     }
-    if (!flags.quiet) {
+    if (!quiet) {
       std::fprintf(stderr, "memplan train: loaded %d tensors from %s, resuming after step %lld%s\n",
                    loaded.value().loaded, flags.load.c_str(), static_cast<long long>(loaded.value().step),
                    loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)");
@@ -222,7 +266,7 @@ int run_train(const TrainFlags& flags) {
   const std::int64_t steps_per_epoch = session.steps_per_epoch();
   const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * steps_per_epoch;
   const std::int64_t samples_per_step = session.samples_per_step();
-  if (!flags.quiet) {
+  if (!quiet) {
     const std::string where = device.kind() == kernels::DeviceKind::cpu
                                   ? device.name() + " (" + std::to_string(kernels::cpu_threads()) + " threads)"
                                   : device.name();
@@ -230,7 +274,7 @@ int run_train(const TrainFlags& flags) {
                  flags.model.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
                  static_cast<long long>(flags.batch), optimizer_label.c_str(), flags.lr, where.c_str());
   }
-  Progress progress("train", steps, !flags.quiet);
+  Progress progress("train", steps, !quiet);
   double recent_ms = 0.0;
   // The profile leaves out the first step (first touches of the arena, threads starting) unless
   // it is the only one.
@@ -254,20 +298,37 @@ int run_train(const TrainFlags& flags) {
   const runtime::TrainSummary& s = summary.value();
   progress.finish("");
 
-  auto evaluation = session.evaluate();
-  if (!evaluation) {
-    std::cerr << "memplan train: evaluation failed: " << evaluation.error().message << "\n";
-    return kExitFailure;
+  // Every rank's arena and allocations during steps, gathered on rank 0 (2 numbers per rank).
+  std::vector<std::int64_t> rank_numbers(static_cast<std::size_t>(2 * world));
+  {
+    const planner::MemoryPlan* plan = executor.plan();
+    const std::int64_t mine[2] = {plan != nullptr ? plan->arena_bytes : 0, executor.device_allocations_during_steps()};
+    comm->all_gather_shards(mine, rank_numbers.data(), 2 * world, dist::ElementType::i64);
   }
-  const std::optional<train::Evaluation>& eval = evaluation.value().classifier;
-  const std::optional<train::TextEvaluation>& val = evaluation.value().text;
+  const std::string params_sha256 = session.params_sha256();  // a collective under ZeRO-3
+  if (rank != 0) return kExitOk;  // rank 0 reports for the run
+
+  // Evaluation reads whole parameters: every rank but ZeRO-3's holds them (rank 0 evaluates).
+  train::SessionEvaluation evaluated;
+  if (world == 1 || flags.zero < 3) {
+    auto evaluation = session.evaluate();
+    if (!evaluation) {
+      std::cerr << "memplan train: evaluation failed: " << evaluation.error().message << "\n";
+      return kExitFailure;
+    }
+    evaluated = std::move(evaluation).value();
+  } else if (!quiet) {
+    std::fprintf(stderr, "memplan train: no test evaluation under ZeRO-3 (parameters stay sharded across ranks)\n");
+  }
+  const std::optional<train::Evaluation>& eval = evaluated.classifier;
+  const std::optional<train::TextEvaluation>& val = evaluated.text;
   const std::optional<models::TextDataset>& text = session.data().text;
   if (!flags.save.empty()) {
     if (Status saved = session.save(flags.save); !saved) {
       std::cerr << "memplan train: cannot save: " << saved.error().message << "\n";
       return kExitFailure;
     }
-    if (!flags.quiet) std::fprintf(stderr, "memplan train: saved the weights to %s\n", flags.save.c_str());
+    if (!quiet) std::fprintf(stderr, "memplan train: saved the weights to %s\n", flags.save.c_str());
   }
   const graph::Graph& step = session.planned().graph;
   const models::ModelOptions& trained_model = session.data().model;
@@ -305,7 +366,20 @@ int run_train(const TrainFlags& flags) {
     } else {
       out["samples_per_s"] = samples_per_s;
     }
-    out["params_sha256"] = executor.params_sha256();
+    out["params_sha256"] = params_sha256;
+    if (world > 1) {
+      out["world"] = world;
+      out["zero"] = flags.zero;
+      out["bucket_mb"] = flags.bucket_mb;
+      if (flags.zero == 3) out["prefetch"] = flags.prefetch;
+      nlohmann::json ranks = nlohmann::json::array();
+      for (int r = 0; r < world; ++r) {
+        ranks.push_back({{"rank", r},
+                         {"arena_bytes", rank_numbers[static_cast<std::size_t>(2 * r)]},
+                         {"device_allocations_during_steps", rank_numbers[static_cast<std::size_t>(2 * r + 1)]}});
+      }
+      out["ranks"] = ranks;
+    }
     out["step_time_ms_median"] = s.step_time_ms_median;
     out["train_seconds"] = s.total_seconds;
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
@@ -332,7 +406,12 @@ int run_train(const TrainFlags& flags) {
     }
     std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median,
                 format_rate(samples_per_s, text_model).c_str());
-    std::printf("params sha256    %s\n", executor.params_sha256().c_str());
+    std::printf("params sha256    %s\n", params_sha256.c_str());
+    for (int r = 0; world > 1 && r < world; ++r) {
+      std::printf("rank %d           arena %s, %lld device allocations during steps\n", r,
+                  format_bytes(rank_numbers[static_cast<std::size_t>(2 * r)]).c_str(),
+                  static_cast<long long>(rank_numbers[static_cast<std::size_t>(2 * r + 1)]));
+    }
     std::printf("device allocations during steps: %lld (%s mode)\n",
                 static_cast<long long>(executor.device_allocations_during_steps()),
                 std::string(runtime::mode_name(flags.mode)).c_str());
@@ -422,6 +501,17 @@ Command add_train_command(CLI::App& root) {
                 "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s of "
                 "GEMMs and convolutions, the five slowest ops; with --json every op under \"profile\"");
   add_checkpoint_options(*app, flags->checkpoint);
+  app->add_option("--zero", flags->zero,
+                  "Under mpirun: ZeRO stage 0 (data parallel, gradients all-reduced), 1 (optimizer state sharded), 2 "
+                  "(gradients too), 3 (parameters too)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app->add_option("--bucket-mb", flags->bucket_mb, "Under mpirun: gradient bucket size in MiB (reduced as soon as full)")
+      ->check(positive_finite())
+      ->capture_default_str();
+  app->add_option("--prefetch", flags->prefetch, "Under mpirun with --zero 3: layers whose parameters are gathered ahead")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   return Command{app, [flags, epochs, batch, lr, hidden, gpt_options] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults
     if (resolved.model != "mlp" && hidden->count() > 0) {

@@ -36,8 +36,9 @@ void BatchFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
     y_[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(item)];
   }
   const graph::Graph& g = executor.graph();
-  executor.set_input(g.find("x"), x_.data(), static_cast<Bytes>(x_.size() * sizeof(float)));
-  executor.set_input(g.find("labels"), y_.data(), static_cast<Bytes>(y_.size() * sizeof(std::int32_t)));
+  const std::int64_t rows = batch_ / world_, first_row = rows * rank_;
+  executor.set_input(g.find("x"), x_.data() + first_row * features, static_cast<Bytes>(rows * features) * sizeof(float));
+  executor.set_input(g.find("labels"), y_.data() + first_row, static_cast<Bytes>(rows) * sizeof(std::int32_t));
 }
 
 namespace {

@@ -19,9 +19,13 @@ class BatchFeeder {
   BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed);
   std::int64_t steps_per_epoch() const { return data_.count / batch_; }
   void feed(std::int64_t step_index, runtime::Executor& executor);
+  // Data parallel: the batch is the global one and this feeder gives rank `rank` of `world` its
+  // equal slice of it, in the order a single process would see it.
+  void shard(int rank, int world) { rank_ = rank; world_ = world; }
 
  private:
   void shuffle_for_epoch(std::int64_t epoch);
+  int rank_ = 0, world_ = 1;
   const models::ImageDataset& data_;
   std::int64_t batch_;
   std::uint64_t seed_;

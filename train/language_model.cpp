@@ -21,8 +21,9 @@ std::int64_t TextFeeder::steps_per_epoch() const {
 void TextFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
   models::sample_text_batch(data_.train, batch_, context_, seed_, step_index, x_, labels_);
   const graph::Graph& g = executor.graph();
-  executor.set_input(g.find("x"), x_.data(), static_cast<Bytes>(x_.size() * sizeof(std::int32_t)));
-  executor.set_input(g.find("labels"), labels_.data(), static_cast<Bytes>(labels_.size() * sizeof(std::int32_t)));
+  const std::int64_t count = batch_ / world_ * context_, first = count * rank_;
+  executor.set_input(g.find("x"), x_.data() + first, static_cast<Bytes>(count) * sizeof(std::int32_t));
+  executor.set_input(g.find("labels"), labels_.data() + first, static_cast<Bytes>(count) * sizeof(std::int32_t));
 }
 
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {

@@ -25,8 +25,11 @@ class TextFeeder {
   // Steps that draw as many tokens as the training split holds.
   std::int64_t steps_per_epoch() const;
   void feed(std::int64_t step_index, runtime::Executor& executor);
+  // Data parallel: rank `rank` of `world` gets its equal slice of the global batch's sequences.
+  void shard(int rank, int world) { rank_ = rank; world_ = world; }
 
  private:
+  int rank_ = 0, world_ = 1;
   const models::TextDataset& data_;
   std::int64_t batch_, context_;
   std::uint64_t seed_;

@@ -1,5 +1,10 @@
 #include "memplan/train/session.h"
 
+#include <span>
+#include <vector>
+
+#include "memplan/common/sha256.h"
+#include "memplan/dist/communicator.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/train/saved_run.h"
 
@@ -43,6 +48,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   // and lifetimes. It is made for this device (its workspace inside the arena, guard gaps when
   // guards are checked), so the arena checked against a budget is the arena allocated.
   s->step_ = planner::StepDescription::of_model(s->data_.model, options.batch, options.optimizer);
+  s->step_.parallel = options.parallel;
   s->request_ = options.request;
   s->request_.device = runtime::device_profile(device);
   s->request_.guard_bytes = options.executor.debug.guards ? runtime::kGuardBytes : 0;
@@ -52,8 +58,10 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   if (s->planned_.fits) s->executor_ = std::make_unique<runtime::Executor>(s->planned_, device, options.executor);
   if (s->data_.text) {
     s->text_feeder_.emplace(*s->data_.text, options.batch, s->data_.model.gpt.context, options.seed);
+    s->text_feeder_->shard(options.parallel.rank, options.parallel.world);
   } else {
     s->image_feeder_.emplace(*s->data_.train_images, options.batch, options.seed);
+    s->image_feeder_->shard(options.parallel.rank, options.parallel.world);
   }
   return s;
 }
@@ -109,6 +117,32 @@ Result<SessionEvaluation> TrainingSession::evaluate() const {
     out.classifier = r.value();
   }
   return out;
+}
+
+std::string TrainingSession::params_sha256() const {
+  const graph::Graph& g = executor_->graph();
+  bool sharded = false;
+  for (TensorId p : g.parameters()) sharded = sharded || g.tensor(p).shard_of != kNoTensor;
+  if (!sharded) return executor_->params_sha256();
+  dist::Communicator* comm = options_.executor.communicator;
+  MEMPLAN_CHECK(comm != nullptr, "sharded parameters without a communicator");
+  Sha256 hash;
+  std::vector<float> shard, full;
+  for (TensorId p : g.parameters()) {
+    const graph::TensorDesc& desc = g.tensor(p);
+    if (executor_->storage(p) == nullptr) continue;
+    shard.resize(static_cast<std::size_t>(desc.shape.numel()));
+    executor_->read_tensor(p, shard.data());
+    const std::int64_t numel = desc.shard_of == kNoTensor ? desc.shape.numel() : g.tensor(desc.shard_of).shape.numel();
+    full.resize(static_cast<std::size_t>(numel));
+    if (desc.shard_of == kNoTensor) {
+      full = shard;
+    } else {
+      comm->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
+    }
+    hash.update(std::as_bytes(std::span<const float>(full)));
+  }
+  return hash.finish_hex();
 }
 
 Status TrainingSession::save(const std::string& path) const {

@@ -40,7 +40,10 @@ struct SessionOptions {
   std::int64_t batch = 128;
   graph::OptimizerConfig optimizer;
   std::uint64_t seed = 0;  // initialisation and shuffling
-  runtime::ExecutorOptions executor;
+  runtime::ExecutorOptions executor;  // executor.communicator: the ranks of a data-parallel run
+  // Data parallel (graph/data_parallel.h): world, this process's rank, ZeRO stage, buckets,
+  // prefetch; `batch` is then the global batch, each rank feeding its slice of it.
+  graph::DataParallelConfig parallel;
   // Checkpoint strategy and arena budget; the device profile and guard bytes are set from the
   // device and executor.debug.guards.
   planner::PlanRequest request;
@@ -79,6 +82,11 @@ class TrainingSession {
   // planned on the CPU (the training device's memory limit is for the training step).
   Result<SessionEvaluation> evaluate() const;
   Status save(const std::string& path) const;
+
+  // SHA-256 of every parameter's full bytes in the model's order: Executor::params_sha256 for a
+  // single process, and the same digest of the gathered parameters when ZeRO-3 shards them (a
+  // collective: every rank calls it), so runs at every stage compare.
+  std::string params_sha256() const;
 
  private:
   TrainingSession(RunData data, const SessionOptions& options) : data_(std::move(data)), options_(options) {}

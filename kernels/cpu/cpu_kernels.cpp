@@ -188,28 +188,35 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
 
 // The optimizer updates: the per-element arithmetic of kernels/shared/optimizers.h (PyTorch's
 // single-tensor implementations), which the CUDA kernels share.
+// The parameter elements an update writes: all of them, or one rank's shard (ZeRO-1/2), whose
+// gradient and state are indexed from 0.
+float* updated_params(const KernelCall& c) { return c.updates[0].f32() + (c.attrs->shard_count >= 0 ? c.attrs->shard_offset : 0); }
+std::int64_t updated_count(const KernelCall& c) {
+  return c.attrs->shard_count >= 0 ? c.attrs->shard_count : c.updates[0].numel();
+}
+
 void k_sgd_update(const KernelCall& c) {
-  float* p = c.updates[0].f32();
+  float* p = updated_params(c);
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
+  for_each_index(updated_count(c), [=](std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
 }
 
 void k_sgd_momentum_update(const KernelCall& c) {
-  float* p = c.updates[0].f32();
+  float* p = updated_params(c);
   float* buf = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom); });
+  for_each_index(updated_count(c), [=](std::int64_t i) { sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom); });
 }
 
 void k_adamw_update(const KernelCall& c) {
-  float* p = c.updates[0].f32();
+  float* p = updated_params(c);
   float* m = c.updates[1].f32();
   float* v = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
   const AdamWScalars s = adamw_scalars(*c.attrs, c.step);
-  for_each_index(c.updates[0].numel(), [=](std::int64_t i) { adamw_element(p[i], m[i], v[i], g[i], s); });
+  for_each_index(updated_count(c), [=](std::int64_t i) { adamw_element(p[i], m[i], v[i], g[i], s); });
 }
 
 }  // namespace
@@ -222,6 +229,8 @@ std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
   entries.insert(entries.end(), attention.begin(), attention.end());
   const auto decode = decode_kernel_entries();
   entries.insert(entries.end(), decode.begin(), decode.end());
+  const auto collective = collective_kernel_entries();
+  entries.insert(entries.end(), collective.begin(), collective.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

@@ -23,6 +23,8 @@ std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
 std::vector<std::pair<graph::OpKind, KernelFn>> attention_kernel_entries();
 // KV cache writes and decode attention through a block table (decode_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> decode_kernel_entries();
+// pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
+std::vector<std::pair<graph::OpKind, KernelFn>> collective_kernel_entries();
 
 // C[M,N] = op(A) op(B), all row-major and contiguous: A stored [M,K] ([K,M] when trans_a), B stored
 // [K,N] ([N,K] when trans_b).
