@@ -32,6 +32,8 @@ TEST(VectorMath, ExpWithinTwoUlpsOnItsRange) {
   EXPECT_EQ(exp_approx(0.0f), 1.0f);
   EXPECT_GT(exp_approx(-1000.0f), 0.0f);  // clamped, never NaN
   EXPECT_LT(exp_approx(-1000.0f), 1e-37f);
+  EXPECT_TRUE(std::isnan(exp_approx(std::numeric_limits<float>::quiet_NaN())));  // NaN stays NaN
+  EXPECT_TRUE(std::isnan(erf_approx(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST(VectorMath, ErfWithinThreeUlpsAndExactlyOneInTheTails) {

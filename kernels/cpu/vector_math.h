@@ -28,7 +28,8 @@ inline float exp_approx(float x) {
   constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float t = madd(x, 1.44269504088896341f, kShifter);
   const float n = t - kShifter;
-  const std::int32_t ni = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(kShifter);
+  // n as the low bits of an unsigned difference: no signed overflow even for NaN or infinity.
+  const std::uint32_t ni = std::bit_cast<std::uint32_t>(t) - std::bit_cast<std::uint32_t>(kShifter);
   float r = madd(-n, 0.693145751953125f, x);  // ln 2 in two parts: the first exact in n * hi
   r = madd(-n, 1.42860682030941723e-6f, r);
   float p = 1.0f / 5040.0f;
@@ -39,7 +40,7 @@ inline float exp_approx(float x) {
   p = madd(p, r, 0.5f);
   p = madd(p, r, 1.0f);
   p = madd(p, r, 1.0f);
-  return p * std::bit_cast<float>((ni + 127) << 23);
+  return p * std::bit_cast<float>((ni + 127u) << 23);
 }
 
 // erf(x): x P(x^2) below 1, 1 - e^(-x^2) Q(1/x) from 1 to 4 (erf is 1 in float beyond).
