@@ -58,10 +58,12 @@ enum class OpKind : std::uint8_t {
   // generation with a KV cache (runtime/serve): one token per sequence slot; a slot whose first
   // block-table entry is -1 is empty. Caches are [blocks, block_size, NKV*HD], external storage.
   kv_cache_write,         // updates: k_cache, v_cache;  inputs: k[B, NKV*HD], v, block_table[B, MB] i32, positions[B] i32
-                          // slot b's k, v stored at position positions[b] through its block table
+                          // slot b's k, v stored at position positions[b] through its block table;
+                          // shape = {HD} rotates the key's heads by the position first (rotary)
   decode_attention,       // y[B, NH*HD]  inputs: q[B, NH*HD], k, v, k_cache, v_cache, block_table, positions;
                           // causal attention of each slot's query over cached positions < positions[b] and
-                          // its own k, v (so it needs no ordering against kv_cache_write); shape = {NH, NKV}
+                          // its own k, v (the step's kv_cache_write, an update, runs after it);
+                          // shape = {NH, NKV}, or {NH, NKV, 1} to rotate q and k by the position (rotary)
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x

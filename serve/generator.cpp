@@ -176,6 +176,7 @@ Result<GenerationReport> Generator::run(const std::vector<GenerationRequest>& re
   GenerationReport report;
   report.outputs.resize(requests.size());
   std::int64_t order = 0;
+  double waste_sum = 0.0;  // over steps
   const std::int64_t allocations_before = device_.stats().allocations;
   const auto start = std::chrono::steady_clock::now();
   auto preempt = [&](std::size_t index) {
@@ -233,11 +234,12 @@ Result<GenerationReport> Generator::run(const std::vector<GenerationRequest>& re
     ++report.steps;
 
     for (Running& s : running) manager.filled(s.request, ++s.computed);
-    const Bytes reserved = manager.reserved_bytes();
-    if (reserved > report.kv_reserved_bytes_at_peak) {
+    const Bytes reserved = manager.reserved_bytes(), holding = manager.token_bytes();
+    if (holding > report.kv_token_bytes_at_peak) {
       report.kv_reserved_bytes_at_peak = reserved;
-      report.kv_token_bytes_at_peak = manager.token_bytes();
+      report.kv_token_bytes_at_peak = holding;
     }
+    if (reserved > 0) waste_sum += 1.0 - double(holding) / double(reserved);
     for (std::size_t i = 0; i < running.size();) {
       Running& s = running[i];
       State& st = state[static_cast<std::size_t>(s.request)];
@@ -266,6 +268,7 @@ Result<GenerationReport> Generator::run(const std::vector<GenerationRequest>& re
   report.kv_waste_ratio = report.kv_reserved_bytes_at_peak > 0
                               ? 1.0 - double(report.kv_token_bytes_at_peak) / double(report.kv_reserved_bytes_at_peak)
                               : 0.0;
+  report.kv_waste_ratio_mean = report.steps > 0 ? waste_sum / double(report.steps) : 0.0;
   report.copy_on_write = manager.counters().copy_on_write;
   report.shared_prefix_tokens = manager.counters().shared_prefix_tokens;
   Sha256 hash;

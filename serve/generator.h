@@ -48,10 +48,12 @@ struct GenerationReport {
   std::int64_t preemptions = 0;
   std::int64_t copy_on_write = 0;
   std::int64_t shared_prefix_tokens = 0;
-  // At the step holding the most reserved KV bytes: reserved, holding tokens, and their ratio.
+  // At the peak of KV use (the step whose cache holds the most token bytes, the first such):
+  // bytes reserved by running sequences, bytes holding tokens, and the waste between them.
   Bytes kv_reserved_bytes_at_peak = 0;
   Bytes kv_token_bytes_at_peak = 0;
-  double kv_waste_ratio = 0.0;  // 1 - token bytes / reserved bytes, at that step
+  double kv_waste_ratio = 0.0;       // 1 - token bytes / reserved bytes, at that step
+  double kv_waste_ratio_mean = 0.0;  // the same, averaged over every step
   std::int64_t device_allocations_during_decode = 0;
 };
 

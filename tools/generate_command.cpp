@@ -155,6 +155,7 @@ int run_generate(const GenerateFlags& flags) {
                         {"kv_reserved_bytes_at_peak", r.kv_reserved_bytes_at_peak},
                         {"kv_token_bytes_at_peak", r.kv_token_bytes_at_peak},
                         {"kv_waste_ratio", r.kv_waste_ratio},
+                        {"kv_waste_ratio_mean", r.kv_waste_ratio_mean},
                         {"preemptions", r.preemptions},
                         {"copy_on_write", r.copy_on_write},
                         {"shared_prefix_tokens", r.shared_prefix_tokens},
@@ -185,7 +186,8 @@ int run_generate(const GenerateFlags& flags) {
             << r.preemptions << "; prompt positions shared " << r.shared_prefix_tokens << ", copy-on-write "
             << r.copy_on_write << "\n"
             << "KV at peak: " << format_bytes(r.kv_token_bytes_at_peak) << " holding tokens of "
-            << format_bytes(r.kv_reserved_bytes_at_peak) << " reserved (waste " << r.kv_waste_ratio * 100.0 << "%)\n"
+            << format_bytes(r.kv_reserved_bytes_at_peak) << " reserved (waste " << r.kv_waste_ratio * 100.0
+            << "%; over all steps " << r.kv_waste_ratio_mean * 100.0 << "%)\n"
             << "device allocations during decode: " << r.device_allocations_during_decode << "\n"
             << "outputs sha256: " << r.outputs_sha256 << "\n";
   return kExitOk;
