@@ -46,9 +46,18 @@ namespace {
 Result<graph::Graph> build_step(const StepDescription& step) {
   if (step.graph) return *step.graph;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
-  auto forward = models::build_forward(step.model, step.batch);
-  if (!forward) return forward.error();
-  graph::Graph g = std::move(forward).value();
+  graph::Graph g;
+  if (step.forward) {
+    try {
+      g = step.forward(step.batch);
+    } catch (const graph::GraphError& e) {
+      return Error{e.what()};
+    }
+  } else {
+    auto forward = models::build_forward(step.model, step.batch);
+    if (!forward) return forward.error();
+    g = std::move(forward).value();
+  }
   if (step.model.training) graph::make_training_step(g, step.optimizer);
   return g;
 }

@@ -7,6 +7,7 @@ MEMPLAN_PACKAGES=(
   build-essential cmake pkg-config
   libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
   dataset-fashion-mnist fortunes
+  libonnx-dev libprotobuf-dev
 )
 # Only the test suite needs these: a browser to check the HTML reports.
 MEMPLAN_TEST_PACKAGES=(chromium)
