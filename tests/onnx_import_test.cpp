@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
 
+#include "cli_util.h"
 #include "golden_util.h"
 #include "memplan/graph/autograd.h"
 #include "memplan/graph/training_step.h"
@@ -267,6 +268,56 @@ TEST(OnnxImport, WithInitializersWritesTrainedValuesBack) {
   EXPECT_TRUE(found);
   EXPECT_FALSE(model->with_initializers({{"no.such.tensor", bias}}).ok());
   EXPECT_FALSE(model->with_initializers({{"fc.bias", std::vector<float>(3)}}).ok());
+}
+
+// ---- the CLI -------------------------------------------------------------------------------
+
+TEST(OnnxCli, FitPlanAndCompareTakeAnOnnxFile) {
+  const std::string cnn = fixture("small_cnn.onnx");
+  auto fit = testing::run_cli("fit --onnx " + cnn + " --batch 8 --device-memory 1GiB --json", false);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const auto j = nlohmann::json::parse(fit.output);
+  EXPECT_EQ(j["parameter_count"].get<std::int64_t>(), 770);  // torch's count (small_cnn_golden.json)
+  EXPECT_TRUE(j["fits"].get<bool>());
+  auto plan = testing::run_cli("plan --onnx " + fixture("tiny_gpt.onnx") + " --batch 4 --loss cross_entropy");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("wte.weight"), std::string::npos) << plan.output;
+  auto compare = testing::run_cli("compare --onnx " + cnn + " --batch 8 --device-memory 1GiB");
+  EXPECT_EQ(compare.exit_code, 0) << compare.output;
+}
+
+TEST(OnnxCli, MaxBatchAndCheckpointingWorkOnAnImportedDecoder) {
+  auto r = testing::run_cli("fit --onnx " + fixture("tiny_gpt.onnx") +
+                                " --batch 64 --device cpu --device-memory 600MiB --overhead 0 --max-batch --checkpoint sqrt --json",
+                            false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["max_batch"].get<std::int64_t>(), 64);
+  // Stages were found in the imported graph: sqrt checkpointing recomputes something.
+  EXPECT_GT(j["checkpoint"]["recompute_ops"].get<std::int64_t>(), 0) << r.output;
+  EXPECT_LT(j["checkpoint"]["arena_bytes_with"].get<std::int64_t>(), j["checkpoint"]["arena_bytes_without"].get<std::int64_t>());
+}
+
+TEST(OnnxCli, BadFilesAndFlagsExitWithUsageErrors) {
+  const std::string bad = ::testing::TempDir() + "/memplan_bad.onnx";
+  {
+    std::ofstream out(bad, std::ios::binary);
+    out << "\x0a\xff\xff not protobuf";
+  }
+  auto r = testing::run_cli("fit --onnx " + bad + " --device-memory 1GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("not a valid ONNX model"), std::string::npos) << r.output;
+  auto both = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --model mlp --device-memory 1GiB");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  auto seq = testing::run_cli("fit --onnx " + fixture("tiny_gpt.onnx") + " --seq 16 --device-memory 1GiB");
+  EXPECT_EQ(seq.exit_code, 2) << seq.output;
+  EXPECT_NE(seq.output.find("--seq"), std::string::npos) << seq.output;
+  auto output = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --output nope --device-memory 1GiB");
+  EXPECT_EQ(output.exit_code, 2) << output.output;
+  EXPECT_NE(output.output.find("no value named 'nope'"), std::string::npos) << output.output;
+  auto huge = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --batch 4611686018427387904 --device-memory 1GiB");
+  EXPECT_EQ(huge.exit_code, 2) << huge.output;
+  EXPECT_NE(huge.output.find("--batch"), std::string::npos) << huge.output;
 }
 
 }  // namespace
