@@ -107,6 +107,7 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   app.add_option("--onnx", flags.onnx,
                  "An ONNX model file (torch.onnx.export, opset 13-17) instead of --model: its forward graph, its "
                  "initializers as parameters, --batch as the first dimension of its inputs")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name an ONNX file") : std::string(); }, "FILE"))
       ->excludes(model);
   add_enum_option(app, "--loss", flags.loss, import::kLossKindNames,
                   "With --onnx: cross_entropy (logits [..., classes] against class labels) or mse on the output");
