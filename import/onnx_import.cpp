@@ -306,6 +306,11 @@ class Importer {
   void h_dropout(const onnx::NodeProto&);
   void h_range(const onnx::NodeProto&);
 
+  // A folded value as an integer; a value no int64 holds (NaN, infinite, too large) is refused.
+  std::int64_t to_int(double v) const {
+    if (!(v >= -9.2e18 && v <= 9.2e18)) fail("a constant value " + std::to_string(v) + " does not fit a 64-bit integer");
+    return static_cast<std::int64_t>(v);
+  }
   // Integer/float arithmetic on two constants with numpy broadcasting (shape computations).
   Constant fold_binary(const Constant& a, const Constant& b, const std::function<double(double, double)>& f) const;
   void add_loss();
@@ -356,7 +361,7 @@ std::vector<std::int64_t> Importer::ints_of(int i) const {
   for (std::int64_t k = 0; k < c.numel(); ++k) {
     const double x = c.at(k);
     if (c.is_float && x != std::floor(x)) fail("input '" + node_->input(i) + "' must hold integers");
-    v.push_back(c.is_float ? static_cast<std::int64_t>(x) : c.ints[static_cast<std::size_t>(k)]);
+    v.push_back(c.is_float ? to_int(x) : c.ints[static_cast<std::size_t>(k)]);
   }
   return v;
 }
@@ -437,7 +442,7 @@ Constant Importer::fold_binary(const Constant& a, const Constant& b, const std::
     if (c.is_float) {
       c.floats.push_back(r);
     } else {
-      c.ints.push_back(static_cast<std::int64_t>(r));
+      c.ints.push_back(to_int(r));
     }
   }
   return c;
@@ -892,7 +897,7 @@ void Importer::h_gather(const onnx::NodeProto&) {
     r.dims = idx.dims;
     r.is_float = data.is_float;
     for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      std::int64_t i = static_cast<std::int64_t>(idx.at(k));
+      std::int64_t i = to_int(idx.at(k));
       if (i < 0) i += data.dims[0];
       if (i < 0 || i >= data.dims[0]) fail("index " + std::to_string(i) + " out of range");
       if (data.is_float) {
@@ -909,7 +914,7 @@ void Importer::h_gather(const onnx::NodeProto&) {
     const TensorId x = tensor(0);
     const Shape xs = shape_of(x);
     const std::int64_t axis = axis_of(axis_attr, xs.rank());
-    std::int64_t i = static_cast<std::int64_t>(constant(1).at(0));
+    std::int64_t i = to_int(constant(1).at(0));
     if (i < 0) i += xs[static_cast<int>(axis)];
     if (i < 0 || i >= xs[static_cast<int>(axis)]) fail("index out of range");
     const bool scalar = constant(1).dims.empty();
@@ -1009,6 +1014,9 @@ void Importer::h_constant(const onnx::NodeProto&) {
 void Importer::h_constant_of_shape(const onnx::NodeProto&) {
   Constant c;
   c.dims = ints_of(0);
+  for (std::int64_t d : c.dims) {
+    if (d < 0 || d > (std::int64_t{1} << 24)) fail("a dimension " + std::to_string(d) + " outside [0, 2^24]");
+  }
   double v = 0;
   bool is_float = true;
   if (const auto* a = attr("value")) {
@@ -1023,7 +1031,7 @@ void Importer::h_constant_of_shape(const onnx::NodeProto&) {
   if (is_float) {
     c.floats.assign(static_cast<std::size_t>(n), v);
   } else {
-    c.ints.assign(static_cast<std::size_t>(n), static_cast<std::int64_t>(v));
+    c.ints.assign(static_cast<std::size_t>(n), to_int(v));
   }
   set(0, constant_value(c));
 }
@@ -1032,16 +1040,16 @@ void Importer::h_cast(const onnx::NodeProto&) {
   const std::int64_t to = attr_int("to", 0);
   const bool to_float = to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE || to == onnx::TensorProto::FLOAT16 ||
                         to == onnx::TensorProto::BFLOAT16;
-  const bool to_int = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32 || to == onnx::TensorProto::BOOL;
-  if (!to_float && !to_int) fail("Cast to ONNX type " + std::to_string(to) + " is not supported");
+  const bool to_integer = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32 || to == onnx::TensorProto::BOOL;
+  if (!to_float && !to_integer) fail("Cast to ONNX type " + std::to_string(to) + " is not supported");
   if (is_constant(0) || in(0).kind == Value::Kind::constant) {
     Constant c = constant(0);
     if (to_float && !c.is_float) {
       c.floats.assign(c.ints.begin(), c.ints.end());
       c.ints.clear();
       c.is_float = true;
-    } else if (to_int && c.is_float) {
-      for (double f : c.floats) c.ints.push_back(static_cast<std::int64_t>(f));
+    } else if (to_integer && c.is_float) {
+      for (double f : c.floats) c.ints.push_back(to_int(f));
       c.floats.clear();
       c.is_float = false;
     }
@@ -1086,7 +1094,7 @@ void Importer::h_expand(const onnx::NodeProto&) {
 void Importer::h_equal(const onnx::NodeProto&) {
   Constant c = fold_binary(constant(0), constant(1), [](double a, double b) { return a == b ? 1.0 : 0.0; });
   if (c.is_float) {
-    for (double f : c.floats) c.ints.push_back(static_cast<std::int64_t>(f));
+    for (double f : c.floats) c.ints.push_back(to_int(f));
     c.floats.clear();
     c.is_float = false;
   }
@@ -1100,7 +1108,7 @@ void Importer::h_where(const onnx::NodeProto&) {
   const Constant picked_b = fold_binary(cond, constant(2), [](double c, double b) { return c != 0 ? 0.0 : b; });
   Constant r = fold_binary(picked_a, picked_b, std::plus<>());
   if (!constant(1).is_float && !constant(2).is_float && r.is_float) {
-    for (double f : r.floats) r.ints.push_back(static_cast<std::int64_t>(f));
+    for (double f : r.floats) r.ints.push_back(to_int(f));
     r.floats.clear();
     r.is_float = false;
   }
@@ -1127,12 +1135,12 @@ void Importer::h_range(const onnx::NodeProto&) {
   Constant c;
   c.is_float = constant(0).is_float;
   const double count = std::max(std::ceil((limit - start) / delta), 0.0);
-  if (count > double(std::int64_t{1} << 24)) fail("a range too large to fold");
+  if (!(count <= double(std::int64_t{1} << 24))) fail("a range too large to fold");
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i) {
     if (c.is_float) {
       c.floats.push_back(start + double(i) * delta);
     } else {
-      c.ints.push_back(static_cast<std::int64_t>(start + double(i) * delta));
+      c.ints.push_back(to_int(start + double(i) * delta));
     }
   }
   c.dims = {static_cast<std::int64_t>(count)};
