@@ -58,7 +58,7 @@ const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
       {"byte_size", fuzz_byte_size}, {"minimalloc_csv", fuzz_minimalloc_csv}, {"idx", fuzz_idx},
       {"safetensors", fuzz_safetensors}, {"cli", fuzz_cli}, {"solver", fuzz_solver},
-      {"alloc_conf", fuzz_alloc_conf}, {"text", fuzz_text}, {"snapshot", fuzz_snapshot},
+      {"alloc_conf", fuzz_alloc_conf}, {"text", fuzz_text}, {"snapshot", fuzz_snapshot}, {"onnx", fuzz_onnx},
   };
   return all;
 }

@@ -129,3 +129,10 @@ write("snapshot", "seed-global", b"\x80\x02cos\nsystem\n(S'true'\ntR.")
 write("snapshot", "seed-truncated", snapshot([{"action": "alloc", "addr": 4096, "size": 512}])[:-7])
 write("snapshot", "seed-deep", b"\x80\x02" + b"]" * 3000 + b".")
 
+# ONNX: the committed small CNN fixture (tests/golden/make_onnx_fixtures.py), cut short, and bytes
+# that are no protobuf.
+with open(os.path.join(os.path.dirname(ROOT), "..", "tests", "data", "onnx", "small_cnn.onnx"), "rb") as f:
+    cnn = f.read()
+write("onnx", "seed-small-cnn", cnn)
+write("onnx", "seed-truncated", cnn[: len(cnn) // 2])
+write("onnx", "seed-zeros", b"\0" * 64)

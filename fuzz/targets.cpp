@@ -6,6 +6,7 @@
 #include "memplan/common/byte_size.h"
 #include "memplan/common/check.h"
 #include "memplan/graph/tensor.h"
+#include "memplan/import/onnx_import.h"
 #include "memplan/models/fashion_mnist.h"
 #include "memplan/models/text_dataset.h"
 #include "memplan/planner/allocation_problem.h"
@@ -227,6 +228,21 @@ void fuzz_snapshot(const std::uint8_t* data, std::size_t size) {
   const trace::SnapshotReplay& r = replay.value();
   MEMPLAN_CHECK(r.planned_arena_bytes >= r.live_peak_bytes, "static plan below its lower bound");
   MEMPLAN_CHECK(r.fidelity.placements_matched <= r.fidelity.placements_compared, "more matches than comparisons");
+}
+
+void fuzz_onnx(const std::uint8_t* data, std::size_t size) {
+  auto model = import::OnnxModel::parse(as_text(data, size), "fuzz.onnx");
+  if (!model) return;
+  import::ImportOptions options;
+  options.batch = 2;
+  auto built = model.value()->try_build(options);  // an Error is a refusal; anything else thrown is a bug
+  if (!built) return;
+  const graph::Graph& g = built.value().graph;
+  MEMPLAN_CHECK(g.loss != kNoTensor && g.output != kNoTensor, "an imported graph without a loss or an output");
+  for (const auto& [id, values] : built.value().initial_values) {
+    MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == g.tensor(id).shape.numel(),
+                  "initial values of '" << g.tensor(id).name << "' do not match its shape");
+  }
 }
 
 }  // namespace memplan::fuzz

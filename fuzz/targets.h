@@ -33,5 +33,6 @@ void fuzz_solver(const std::uint8_t* data, std::size_t size);
 void fuzz_alloc_conf(const std::uint8_t* data, std::size_t size);
 void fuzz_text(const std::uint8_t* data, std::size_t size);
 void fuzz_snapshot(const std::uint8_t* data, std::size_t size);
+void fuzz_onnx(const std::uint8_t* data, std::size_t size);
 
 }  // namespace memplan::fuzz

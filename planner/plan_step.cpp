@@ -55,9 +55,19 @@ Result<graph::Graph> build_step(const StepDescription& step) {
     }
     if (!step.model.training) return Error{"data parallelism applies to training steps"};
   }
-  auto forward = models::build_forward(step.model, dp.active() ? step.batch / dp.world : step.batch);
-  if (!forward) return forward.error();
-  graph::Graph g = std::move(forward).value();
+  const std::int64_t rank_batch = dp.active() ? step.batch / dp.world : step.batch;
+  graph::Graph g;
+  if (step.forward) {
+    try {
+      g = step.forward(rank_batch);
+    } catch (const graph::GraphError& e) {
+      return Error{e.what()};
+    }
+  } else {
+    auto forward = models::build_forward(step.model, rank_batch);
+    if (!forward) return forward.error();
+    g = std::move(forward).value();
+  }
   if (step.model.training) {
     try {
       graph::make_data_parallel_training_step(g, step.optimizer, dp);

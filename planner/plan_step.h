@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "memplan/common/result.h"
@@ -32,6 +33,11 @@ struct StepDescription {
   graph::DataParallelConfig parallel;
   // A graph built elsewhere (a test's, an importer's), planned as it is; replaces `model`.
   std::optional<graph::Graph> graph;
+  // A forward graph (with its loss) built at any batch by a source outside the registry (an
+  // ONNX import); replaces `model`'s build, while model.training still decides whether it becomes
+  // a training step, so batch searches work on it. Throws graph::GraphError, graph::SizeError
+  // when the sizes cannot be represented (as models::build_forward_or_throw does).
+  std::function<graph::Graph(std::int64_t batch)> forward;
 
   static StepDescription of_model(models::ModelOptions model, std::int64_t batch, graph::OptimizerConfig optimizer = {});
   static StepDescription of_graph(graph::Graph graph);

@@ -20,7 +20,7 @@ struct Outcome {
 
 Outcome evaluate(const StepDescription& step) {
   try {
-    graph::Graph g = models::build_forward_or_throw(step.model, step.batch);
+    graph::Graph g = step.forward ? step.forward(step.batch) : models::build_forward_or_throw(step.model, step.batch);
     if (step.model.training) graph::make_training_step(g, step.optimizer);
     if (g.num_ops() > kMaxStepOps) {
       return {Fit::too_large, "the step would have " + std::to_string(g.num_ops()) + " ops, more than the planner's " +
@@ -132,6 +132,12 @@ Status check_layer_count(const StepDescription& step) {
 
 Status check_step_size(const StepDescription& step) {
   if (step.graph || step.batch <= 0) return Status::success();
+  if (step.forward) {  // the batch is the one size a user chooses
+    const Outcome given = evaluate(step);
+    if (given.fit != Fit::too_large) return Status::success();
+    return Error{"--batch " + std::to_string(step.batch) + ": the step cannot be represented (" + given.why +
+                 "); the largest value that works is " + std::to_string(largest_representable_batch(step, step.batch))};
+  }
   if (Status s = check_layer_count(step); !s) return s;
   StepDescription work = step;
   std::vector<Knob> knobs = knobs_of(work);

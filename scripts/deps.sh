@@ -8,6 +8,7 @@ MEMPLAN_PACKAGES=(
   libeigen3-dev libgtest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes
+  libonnx-dev libprotobuf-dev
 )
 # Only the test suite needs these: a browser to check the HTML reports.
 MEMPLAN_TEST_PACKAGES=(chromium)

@@ -95,7 +95,7 @@ Status apply_checkpoint_flags(const CheckpointFlags& flags, planner::PlanRequest
 }
 
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes) {
-  app.add_option("--model", flags.model,
+  CLI::Option* model = app.add_option("--model", flags.model,
                  trainable_only ? "Model: one of the trainable reference models"
                                 : "Model: a trainable reference model or a zoo configuration (planning only)")
       ->check(CLI::IsMember(trainable_only ? models::trainable_model_names() : models::model_names()))
@@ -104,6 +104,14 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames,
                   "sgd, momentum or adamw (decides the optimizer state)");
   app.add_option("--hidden", flags.hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
+  app.add_option("--onnx", flags.onnx,
+                 "An ONNX model file (torch.onnx.export, opset 13-17) instead of --model: its forward graph, its "
+                 "initializers as parameters, --batch as the first dimension of its inputs")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name an ONNX file") : std::string(); }, "FILE"))
+      ->excludes(model);
+  add_enum_option(app, "--loss", flags.loss, import::kLossKindNames,
+                  "With --onnx: cross_entropy (logits [..., classes] against class labels) or mse on the output");
+  app.add_option("--output", flags.output, "With --onnx: the graph output the loss reads (default: the first)");
   if (!shapes) return;
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
@@ -118,7 +126,41 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                   "fused");
 }
 
+namespace {
+Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) {
+  if (flags.seq > 0 || flags.image_size > 0) {
+    return Error{"--seq and --image-size do not apply to --onnx: the file fixes every size but the batch"};
+  }
+  if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
+  auto model = import::OnnxModel::load(flags.onnx);
+  if (!model) return Error{"--onnx: " + model.error().message};
+  import::ImportOptions options;
+  options.loss = flags.loss;
+  options.output = flags.output;
+  options.dtype = flags.dtype;
+  options.keep_values = false;  // planning reads shapes only
+  graph::OptimizerConfig optimizer;
+  optimizer.kind = flags.optimizer;
+  planner::StepDescription step = planner::StepDescription::of_model({}, flags.batch > 0 ? flags.batch : 1, optimizer);
+  step.forward = [model = std::move(model).value(), options](std::int64_t batch) {
+    import::ImportOptions at = options;
+    at.batch = batch;
+    return model->build(at).graph;
+  };
+  // An unsupported op or inconsistent shapes are the file's fault: said now, naming the node.
+  try {
+    (void)step.forward(1);
+  } catch (const graph::SizeError&) {
+  } catch (const graph::GraphError& e) {
+    return Error{"--onnx: " + std::string(e.what())};
+  }
+  if (Status s = planner::check_step_size(step); !s) return s.error();
+  return step;
+}
+}  // namespace
+
 Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  if (!flags.onnx.empty()) return onnx_step_description(flags);
   const models::ModelInfo* info = models::find_model(flags.model);
   if (info == nullptr) return Error{"--model: unknown model '" + flags.model + "'"};
   const bool zoo = !info->trainable;

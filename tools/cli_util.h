@@ -18,6 +18,7 @@
 #include "memplan/graph/graph.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/models/attention.h"
+#include "memplan/import/onnx_import.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/plan_step.h"
 
@@ -103,9 +104,15 @@ struct ModelFlags {
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
   std::optional<models::AttentionKind> attention;  // unset: fused (transformers only)
+  // --onnx FILE: the forward graph comes from an ONNX model instead of --model, trained with
+  // --loss on the graph output --output (default: the first).
+  std::string onnx;
+  import::LossKind loss = import::LossKind::cross_entropy;
+  std::string output;
+  std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
-// --hidden, and with `shapes` --seq, --image-size and --dtype.
+// --hidden, --onnx, --loss, --output, and with `shapes` --seq, --image-size and --dtype.
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
 // The step the flags describe; an Error names the flag that cannot work with the model, or that
 // is too large for the step to be represented (planner/step_size.h) and the largest that works.

@@ -149,7 +149,7 @@ int run_compare(const CompareFlags& flags) {
     return step.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;
   };
   nlohmann::json j;
-  j["model"] = flags.model.model;
+  j["model"] = flags.model.display_name();
   j["batch"] = description.value().batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
@@ -194,7 +194,7 @@ int run_compare(const CompareFlags& flags) {
     for (const Variant& v : variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
-    if (!write_output(flags.svg, render_layout_svg(flags.model.model + ", batch " + std::to_string(description.value().batch) +
+    if (!write_output(flags.svg, render_layout_svg(flags.model.display_name() + ", batch " + std::to_string(description.value().batch) +
                                                         ": the same step, three allocators (last step shown)",
                                                     panels))) {
       return kExitFailure;
@@ -226,7 +226,7 @@ int run_compare(const CompareFlags& flags) {
     return kExitOk;
   }
   std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.model.c_str(), static_cast<long long>(description.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
+              flags.model.display_name().c_str(), static_cast<long long>(description.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
               flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(capacity.value())).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",

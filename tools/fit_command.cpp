@@ -231,7 +231,7 @@ int run_fit(const FitFlags& flags) {
   const std::int64_t batch = question.step.batch;
   const std::string suggestion = a.suggestion ? suggestion_text(a, flags, batch) : "";
   if (flags.json) {
-    nlohmann::json j{{"model", flags.model.model}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
+    nlohmann::json j{{"model", flags.model.display_name()}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
                      {"dtype", graph::dtype_name(flags.model.dtype)}, {"checkpoint_strategy", strategy_name(flags.checkpoint.strategy)},
                      {"parameter_count", a.planned.parameter_count()},
                      {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
@@ -287,7 +287,7 @@ int run_fit(const FitFlags& flags) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.model.c_str(),
+  std::printf("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.display_name().c_str(),
               static_cast<long long>(a.planned.parameter_count()), static_cast<long long>(batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(),
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),

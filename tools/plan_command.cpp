@@ -82,7 +82,7 @@ int run_plan(const PlanFlags& flags) {
   const planner::MemoryPlan& plan = planned.value().plan;
   const std::optional<planner::CheckpointOutcome>& checkpoint = planned.value().checkpoint;
   nlohmann::json j = plan_json(graph, plan, true);
-  j["model"] = flags.model.model;
+  j["model"] = flags.model.display_name();
   j["batch"] = step.value().batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
@@ -108,7 +108,7 @@ int run_plan(const PlanFlags& flags) {
   if (flags.json) {
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.model.c_str(),
+    std::printf("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
                 static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(), graph.num_ops(),
                 plan.buffers.size());
     std::fputs(buffer_table(plan).c_str(), stdout);

@@ -1,0 +1,324 @@
+// ONNX import against PyTorch: fixtures exported by tests/golden/make_onnx_fixtures.py (a small
+// CNN and a GPT-2-style decoder) must give torch's parameter count, forward output, loss and
+// gradients for the same batch; planned and naive execution must agree bitwise; hostile files
+// must fail with a message naming the node.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <onnx/onnx_pb.h>
+
+#include "cli_util.h"
+#include "golden_util.h"
+#include "memplan/graph/autograd.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/import/onnx_import.h"
+#include "test_util.h"
+
+namespace memplan {
+namespace {
+
+using import::ImportedGraph;
+using import::OnnxModel;
+
+std::string fixture(const std::string& name) { return std::string(MEMPLAN_TEST_DATA_DIR) + "/onnx/" + name; }
+
+std::shared_ptr<const OnnxModel> load(const std::string& name) {
+  auto m = OnnxModel::load(fixture(name));
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  return m.ok() ? m.value() : nullptr;
+}
+
+void write_initial_values(runtime::Executor& e, const ImportedGraph& imported) {
+  for (const auto& [id, values] : imported.initial_values) {
+    ASSERT_EQ(static_cast<std::int64_t>(values.size()), imported.graph.tensor(id).shape.numel());
+    e.write_tensor(id, values.data());
+  }
+}
+
+void set_golden_inputs(runtime::Executor& e, const ImportedGraph& imported, const nlohmann::json& golden) {
+  const graph::TensorDesc& x = imported.graph.tensor(imported.inputs.at(0));
+  if (x.dtype == graph::DType::i32) {
+    const auto ids = golden["input"].get<std::vector<std::int32_t>>();
+    e.set_input(imported.inputs[0], ids.data(), static_cast<Bytes>(ids.size() * 4));
+  } else {
+    const auto v = golden["input"].get<std::vector<float>>();
+    e.set_input(imported.inputs[0], v.data(), static_cast<Bytes>(v.size() * 4));
+  }
+  const auto labels = golden["labels"].get<std::vector<std::int32_t>>();
+  e.set_input(imported.labels, labels.data(), static_cast<Bytes>(labels.size() * 4));
+}
+
+class OnnxGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
+  const std::string name = GetParam();
+  const nlohmann::json golden = testing::load_golden("onnx/" + name + "_golden.json");
+  auto model = load(name + ".onnx");
+  ASSERT_TRUE(model);
+  import::ImportOptions options;
+  options.batch = golden["input_shape"][0].get<std::int64_t>();
+  ImportedGraph imported = model->build(options);
+  graph::Graph& g = imported.graph;
+
+  std::int64_t params = 0;
+  for (TensorId p : g.parameters()) params += g.tensor(p).shape.numel();
+  EXPECT_EQ(params, golden["parameter_count"].get<std::int64_t>());
+  EXPECT_EQ(g.tensor(g.output).shape.dims, golden["output_shape"].get<std::vector<std::int64_t>>());
+
+  graph::append_backward(g, g.loss);
+  for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);
+  g.retained.push_back(g.output);
+  testing::CpuRun run(g);
+  write_initial_values(run.executor, imported);
+  set_golden_inputs(run.executor, imported, golden);
+  ASSERT_TRUE(run.executor.run_step().ok());
+
+  EXPECT_NEAR(run.executor.read_scalar(g.loss), golden["loss"].get<float>(), 1e-5f);
+  testing::expect_close(testing::read_floats(run.executor, g.output), golden["output"].get<std::vector<float>>(),
+                        "output", 1e-5f, 1e-4f);
+  ASSERT_FALSE(golden["grad"].empty());
+  for (const auto& [pname, grad] : golden["grad"].items()) {
+    const TensorId p = g.find(pname);
+    ASSERT_NE(p, kNoTensor) << pname;
+    testing::expect_close(testing::read_floats(run.executor, g.tensor(p).grad), grad.get<std::vector<float>>(),
+                          "d loss / d " + pname, 1e-5f, 1e-3f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt"));
+
+// Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
+std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
+  auto model = load(name + ".onnx");
+  import::ImportOptions options;
+  options.batch = 2;
+  ImportedGraph imported = model->build(options);
+  graph::OptimizerConfig sgd;
+  sgd.kind = graph::OptimizerKind::sgd;
+  sgd.lr = 0.05f;
+  graph::make_training_step(imported.graph, sgd);
+  testing::CpuRun run(imported.graph, mode);
+  write_initial_values(run.executor, imported);
+  const nlohmann::json golden = testing::load_golden("onnx/" + name + "_golden.json");
+  for (int step = 0; step < 3; ++step) {
+    set_golden_inputs(run.executor, imported, golden);
+    EXPECT_TRUE(run.executor.run_step().ok());
+  }
+  return run.executor.params_sha256();
+}
+
+TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
+  for (const char* name : {"small_cnn", "tiny_gpt"}) {
+    const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
+    EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
+    EXPECT_NE(planned, "");
+  }
+}
+
+TEST(OnnxImport, BatchReplacesTheFirstDimension) {
+  auto model = load("small_cnn.onnx");
+  import::ImportOptions options;
+  options.batch = 37;
+  options.keep_values = false;
+  const ImportedGraph imported = model->build(options);
+  EXPECT_EQ(imported.graph.tensor(imported.inputs[0]).shape, (graph::Shape{37, 1, 12, 12}));
+  EXPECT_EQ(imported.graph.tensor(imported.graph.output).shape, (graph::Shape{37, 10}));
+  EXPECT_TRUE(imported.initial_values.empty());
+  // The decoder's reshapes follow the batch through Shape -> Gather -> Concat.
+  auto gpt = load("tiny_gpt.onnx");
+  const ImportedGraph g = gpt->build(options);
+  EXPECT_EQ(g.graph.tensor(g.graph.output).shape, (graph::Shape{37, 8, 32}));
+}
+
+TEST(OnnxImport, MseLossReadsATargetOfTheOutputsShape) {
+  auto model = load("small_cnn.onnx");
+  import::ImportOptions options;
+  options.batch = 4;
+  options.loss = import::LossKind::mse;
+  const ImportedGraph imported = model->build(options);
+  EXPECT_EQ(imported.graph.tensor(imported.labels).shape, (graph::Shape{4, 10}));
+  EXPECT_EQ(imported.graph.tensor(imported.graph.loss).shape.numel(), 1);
+}
+
+// ---- hostile files ---------------------------------------------------------------------------
+
+onnx::ModelProto tiny_model() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(15);
+  onnx::GraphProto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("batch");
+  tt->mutable_shape()->add_dim()->set_dim_value(4);
+  g->add_output()->set_name("y");
+  return m;
+}
+
+onnx::NodeProto* add_node(onnx::ModelProto& m, const std::string& op, const std::string& name,
+                          std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  onnx::NodeProto* n = m.mutable_graph()->add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (const auto& i : inputs) n->add_input(i);
+  for (const auto& o : outputs) n->add_output(o);
+  return n;
+}
+
+std::string build_error(const onnx::ModelProto& m) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  auto model = OnnxModel::parse(bytes, "hostile.onnx");
+  if (!model) return model.error().message;
+  import::ImportOptions options;
+  options.batch = 2;
+  auto built = model.value()->try_build(options);
+  return built.ok() ? std::string("(imported)") : built.error().message;
+}
+
+TEST(OnnxImport, UnsupportedOpNamesOpNodeOpsetAndWhatIsSupported) {
+  onnx::ModelProto m = tiny_model();
+  add_node(m, "Relu", "first", {"x"}, {"r"});
+  add_node(m, "HardSwish", "the_swish", {"r"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'the_swish' (HardSwish, opset 15)"), std::string::npos) << e;
+  EXPECT_NE(e.find("not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("LayerNormalization"), std::string::npos) << e;  // the list of supported ops
+}
+
+TEST(OnnxImport, ACycleOrAnInputUsedBeforeItIsDefinedNamesTheNode) {
+  onnx::ModelProto cycle = tiny_model();
+  add_node(cycle, "Add", "a", {"x", "b_out"}, {"a_out"});
+  add_node(cycle, "Relu", "b", {"a_out"}, {"b_out"});
+  const std::string e = build_error(cycle);
+  EXPECT_NE(e.find("node 'a' (Add"), std::string::npos) << e;
+  EXPECT_NE(e.find("'b_out' is used before any node defines it"), std::string::npos) << e;
+}
+
+TEST(OnnxImport, ShapesThatDisagreeNameTheNode) {
+  onnx::ModelProto m = tiny_model();
+  add_node(m, "Flatten", "flat", {"x"}, {"f"});
+  auto* shape = add_node(m, "Constant", "shape", {}, {"s"});
+  auto* attr = shape->add_attribute();
+  attr->set_name("value_ints");
+  attr->set_type(onnx::AttributeProto::INTS);
+  attr->add_ints(3);
+  attr->add_ints(3);
+  add_node(m, "Reshape", "bad_reshape", {"f", "s"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'bad_reshape' (Reshape, opset 15): cannot reshape [2, 4] to [3, 3]"), std::string::npos) << e;
+}
+
+TEST(OnnxImport, DimensionsThatOverflowBytesAreRefused) {
+  onnx::ModelProto m = tiny_model();
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(std::int64_t{1} << 40);
+  w->add_dims(std::int64_t{1} << 40);
+  add_node(m, "MatMul", "mm", {"x", "w"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("'w'"), std::string::npos) << e;
+  EXPECT_NE(e.find("overflow"), std::string::npos) << e;
+
+  onnx::ModelProto big = tiny_model();
+  auto* dims = big.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  dims->mutable_dim(1)->set_dim_value(std::int64_t{1} << 59);
+  add_node(big, "Relu", "wide_relu", {"x"}, {"y"});
+  const std::string e2 = build_error(big);
+  EXPECT_NE(e2.find("x"), std::string::npos) << e2;
+  EXPECT_NE(e2, "(imported)");
+}
+
+TEST(OnnxImport, TruncatedOrCorruptFilesAreRefused) {
+  std::ifstream in(fixture("small_cnn.onnx"), std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  ASSERT_GT(bytes.size(), 100u);
+  auto truncated = OnnxModel::parse(std::string_view(bytes).substr(0, bytes.size() / 2), "half.onnx");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.error().message.find("half.onnx: not a valid ONNX model"), std::string::npos) << truncated.error().message;
+  EXPECT_FALSE(OnnxModel::parse("\xff\xff\xff\xff garbage", "junk.onnx").ok());
+  EXPECT_FALSE(OnnxModel::load(fixture("no_such_file.onnx")).ok());
+}
+
+TEST(OnnxImport, WithInitializersWritesTrainedValuesBack) {
+  auto model = load("small_cnn.onnx");
+  const std::vector<float> bias(10, 0.25f);
+  auto bytes = model->with_initializers({{"fc.bias", bias}});
+  ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+  auto reread = OnnxModel::parse(bytes.value(), "rewritten.onnx");
+  ASSERT_TRUE(reread.ok());
+  const ImportedGraph g = reread.value()->build({});
+  bool found = false;
+  for (const auto& [id, values] : g.initial_values) {
+    if (g.graph.tensor(id).name == "fc.bias") {
+      EXPECT_EQ(values, bias);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_FALSE(model->with_initializers({{"no.such.tensor", bias}}).ok());
+  EXPECT_FALSE(model->with_initializers({{"fc.bias", std::vector<float>(3)}}).ok());
+}
+
+// ---- the CLI -------------------------------------------------------------------------------
+
+TEST(OnnxCli, FitPlanAndCompareTakeAnOnnxFile) {
+  const std::string cnn = fixture("small_cnn.onnx");
+  auto fit = testing::run_cli("fit --onnx " + cnn + " --batch 8 --device-memory 1GiB --json", false);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const auto j = nlohmann::json::parse(fit.output);
+  EXPECT_EQ(j["parameter_count"].get<std::int64_t>(), 770);  // torch's count (small_cnn_golden.json)
+  EXPECT_TRUE(j["fits"].get<bool>());
+  auto plan = testing::run_cli("plan --onnx " + fixture("tiny_gpt.onnx") + " --batch 4 --loss cross_entropy");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("wte.weight"), std::string::npos) << plan.output;
+  auto compare = testing::run_cli("compare --onnx " + cnn + " --batch 8 --device-memory 1GiB");
+  EXPECT_EQ(compare.exit_code, 0) << compare.output;
+}
+
+TEST(OnnxCli, MaxBatchAndCheckpointingWorkOnAnImportedDecoder) {
+  auto r = testing::run_cli("fit --onnx " + fixture("tiny_gpt.onnx") +
+                                " --batch 64 --device cpu --device-memory 600MiB --overhead 0 --max-batch --checkpoint sqrt --json",
+                            false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["max_batch"].get<std::int64_t>(), 64);
+  // Stages were found in the imported graph: sqrt checkpointing recomputes something.
+  EXPECT_GT(j["checkpoint"]["recompute_ops"].get<std::int64_t>(), 0) << r.output;
+  EXPECT_LT(j["checkpoint"]["arena_bytes_with"].get<std::int64_t>(), j["checkpoint"]["arena_bytes_without"].get<std::int64_t>());
+}
+
+TEST(OnnxCli, BadFilesAndFlagsExitWithUsageErrors) {
+  const std::string bad = ::testing::TempDir() + "/memplan_bad.onnx";
+  {
+    std::ofstream out(bad, std::ios::binary);
+    out << "\x0a\xff\xff not protobuf";
+  }
+  auto r = testing::run_cli("fit --onnx " + bad + " --device-memory 1GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("not a valid ONNX model"), std::string::npos) << r.output;
+  auto both = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --model mlp --device-memory 1GiB");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  auto seq = testing::run_cli("fit --onnx " + fixture("tiny_gpt.onnx") + " --seq 16 --device-memory 1GiB");
+  EXPECT_EQ(seq.exit_code, 2) << seq.output;
+  EXPECT_NE(seq.output.find("--seq"), std::string::npos) << seq.output;
+  auto output = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --output nope --device-memory 1GiB");
+  EXPECT_EQ(output.exit_code, 2) << output.output;
+  EXPECT_NE(output.output.find("no value named 'nope'"), std::string::npos) << output.output;
+  auto huge = testing::run_cli("fit --onnx " + fixture("small_cnn.onnx") + " --batch 4611686018427387904 --device-memory 1GiB");
+  EXPECT_EQ(huge.exit_code, 2) << huge.output;
+  EXPECT_NE(huge.output.find("--batch"), std::string::npos) << huge.output;
+}
+
+}  // namespace
+}  // namespace memplan
