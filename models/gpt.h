@@ -19,6 +19,7 @@ struct GptConfig {
   bool tied_head = true;      // logits = h wte^T (GPT-2) instead of a separate lm_head.weight
   std::int64_t max_positions = 0;  // rows of wpe (GPT-2: 1024); 0 = context. The first T are used.
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: planning only)
+  std::int64_t mlp = 0;  // hidden width of the MLP (GPT-2's n_inner); 0 = 4 * width
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 token ids and "labels" [B*T] i32

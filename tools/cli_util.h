@@ -101,9 +101,10 @@ struct ModelFlags {
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
+  std::string config;  // --config: a Hugging Face config.json (then `model` is its path, as a label)
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
-// --hidden, and with `shapes` --seq, --image-size and --dtype.
+// --hidden, and with `shapes` --seq, --image-size, --dtype and --config (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
 // The step the flags describe; an Error names the flag that cannot work with the model, or that
 // is too large for the step to be represented (planner/step_size.h) and the largest that works.
