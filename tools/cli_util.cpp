@@ -109,6 +109,8 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                  "A Hugging Face config.json (model_type " + models::supported_model_types() +
                      ") to plan instead of --model; the shipped ones are in models/configs")
       ->excludes("--model")
+      ->check(CLI::Validator([](std::string& path) { return path.empty() ? std::string("a file path is required") : std::string(); },
+                             "PATH"))
       ->each([&flags](const std::string& path) { flags.model = path; });
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
