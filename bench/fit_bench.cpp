@@ -100,7 +100,7 @@ int main() {
     double target_ms;
   };
   // target_ms 0: reported, no target (the search and suggestion plan many batches).
-  const std::vector<TimedCase> timed = {
+  std::vector<TimedCase> timed = {
       {"gpt2-xl b8 s1024 fp32, 192GiB", "--model gpt2-xl --batch 8 --seq 1024 --dtype fp32 --budget 192GiB", 1000},
       {"gpt2-xl b8 s1024 bf16, 141GB", "--model gpt2-xl --batch 8 --seq 1024 --dtype bf16 --budget 141GB", 1000},
       {"gpt2-xl b8 s1024 bf16, 80GiB (no fit: search + suggestion)",
@@ -113,6 +113,11 @@ int main() {
       {"gpt2 --max-batch s256 16GiB (3 strategies)", "--model gpt2 --seq 256 --budget 16GiB --max-batch", 0},
       {"gpt2-xl --max-batch bf16 80GiB (3 strategies)", "--model gpt2-xl --dtype bf16 --budget 80GiB --max-batch", 0},
   };
+  // Every shipped Hugging Face config (models/configs), by its zoo name at its default shape: one
+  // plan each, under a second.
+  for (const models::ZooModel& z : models::zoo_models()) {
+    if (!z.config_file.empty()) timed.push_back({z.name + " (" + z.config_file + "), defaults, fits", "--model " + z.name + " --budget 1000TiB", 1000});
+  }
   // MEMPLAN_BASELINE_CLI=/path/to/an/older/memplan times the same commands with that binary in
   // the same run, for a ratio that the machine's load does not skew (its answers must agree).
   const char* baseline_env = std::getenv("MEMPLAN_BASELINE_CLI");

@@ -78,8 +78,9 @@ graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool trainin
     y = b.dropout(b.linear(y, proj.weight, proj.bias, n + ".attn.proj"), p, n + ".attn.proj.drop");
     h = b.add(h, y, n + ".residual1");
     // MLP
-    const Linear fc = linear_params(n + ".mlp.fc", graph::checked_mul(4, C), C, w_init);
-    const Linear out = linear_params(n + ".mlp.proj", C, graph::checked_mul(4, C), proj_init);
+    const std::int64_t F = config.mlp > 0 ? config.mlp : graph::checked_mul(4, C);
+    const Linear fc = linear_params(n + ".mlp.fc", F, C, w_init);
+    const Linear out = linear_params(n + ".mlp.proj", C, F, proj_init);
     TensorId m = b.gelu(b.linear(layer_norm(h, n + ".ln_2"), fc.weight, fc.bias, n + ".mlp.fc"), n + ".mlp.gelu");
     m = b.dropout(b.linear(m, out.weight, out.bias, n + ".mlp.proj"), p, n + ".mlp.drop");
     h = b.add(h, m, n + ".residual2");

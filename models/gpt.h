@@ -21,6 +21,7 @@ struct GptConfig {
   std::int64_t max_positions = 0;  // rows of wpe (GPT-2: 1024); 0 = context. The first T are used.
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: planning only)
   AttentionKind attention = AttentionKind::fused;  // models/attention.h
+  std::int64_t mlp = 0;  // hidden width of the MLP (GPT-2's n_inner); 0 = 4 * width
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 token ids and "labels" [B*T] i32

@@ -26,6 +26,14 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
     return b.parameter(name + ".weight", {out, in}, w_init, dt);
   };
+  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
+  // x W^T (+ b when `bias`): a projection named as Hugging Face names it.
+  auto project = [&](TensorId x, const std::string& name, std::int64_t out, std::int64_t in, bool bias,
+                     const std::string& op_name) {
+    const TensorId w = weight(name, out, in);
+    if (!bias) return b.matmul(x, w, false, true, op_name);
+    return b.linear(x, w, b.parameter(name + ".bias", {out}, zeros, dt), op_name);
+  };
   auto norm = [&](TensorId x, const std::string& name) {
     return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
   };
@@ -43,14 +51,14 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     const std::string n = "layers." + std::to_string(l);
     const std::string a = n + ".self_attn";
     const TensorId a_in = norm(h, n + ".input_layernorm");
-    TensorId q = split_heads(b.matmul(a_in, weight(a + ".q_proj", graph::checked_mul(NH, HD), C), false, true, a + ".q"), NH, a + ".q");
-    TensorId k = split_heads(b.matmul(a_in, weight(a + ".k_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".k"), NKV, a + ".k");
-    TensorId v = split_heads(b.matmul(a_in, weight(a + ".v_proj", graph::checked_mul(NKV, HD), C), false, true, a + ".v"), NKV, a + ".v");
+    TensorId q = split_heads(project(a_in, a + ".q_proj", graph::checked_mul(NH, HD), C, config.qkv_bias, a + ".q"), NH, a + ".q");
+    TensorId k = split_heads(project(a_in, a + ".k_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".k"), NKV, a + ".k");
+    TensorId v = split_heads(project(a_in, a + ".v_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".v"), NKV, a + ".v");
     q = b.rotary(q, config.rope_base, a + ".q.rope");
     k = b.rotary(k, config.rope_base, a + ".k.rope");
     TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
     y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), C}, a + ".merged");
-    y = b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o");
+    y = project(y, a + ".o_proj", C, C, config.o_bias, a + ".o");
     h = b.add(h, y, n + ".residual1");
     // SwiGLU MLP: down(silu(gate(x)) * up(x))
     const std::string m = n + ".mlp";

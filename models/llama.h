@@ -22,6 +22,8 @@ struct LlamaConfig {
   bool tied_head = false;
   graph::DType dtype = graph::DType::f32;
   AttentionKind attention = AttentionKind::fused;  // models/attention.h
+  bool qkv_bias = false;  // biases on the q, k and v projections (Qwen2; Llama's attention_bias)
+  bool o_bias = false;    // a bias on the output projection (Llama's attention_bias)
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output

@@ -50,6 +50,7 @@ TrainDefaults train_defaults(const std::string& model) {
 }
 
 graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch) {
+  if (options.config) return build_hf_forward(*options.config, batch, options.zoo);
   if (options.name == "mlp") return build_mlp(options.mlp, batch);
   if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
   if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);
@@ -60,7 +61,7 @@ graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t ba
 }
 
 Result<graph::Graph> build_forward(const ModelOptions& options, std::int64_t batch) {
-  if (find_model(options.name) == nullptr) {
+  if (!options.config && find_model(options.name) == nullptr) {
     std::string known;
     for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
     return Error{"unknown model '" + options.name + "' (models: " + known + ")"};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "memplan/graph/graph.h"
 #include "memplan/models/cnn.h"
 #include "memplan/models/gpt.h"
+#include "memplan/models/hf_config.h"
 #include "memplan/models/mlp.h"
 #include "memplan/models/zoo.h"
 
@@ -21,7 +23,10 @@ struct ModelOptions {
   MlpConfig mlp;  // used when name == "mlp"
   CnnConfig cnn;  // used when name == "cnn"
   GptConfig gpt;  // used when name == "gpt"
-  ZooOptions zoo;  // used for the zoo models (sequence length, image size, dtype)
+  ZooOptions zoo;  // used for the zoo models and configs (sequence length, image size, dtype)
+  // A Hugging Face config (--config): when set, it is the model, built with `zoo`'s sizes, and
+  // `name` only labels it.
+  std::optional<HfConfig> config;
   // false builds the evaluation graph (batch norm from running statistics, no dropout).
   bool training = true;
 };

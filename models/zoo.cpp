@@ -1,74 +1,84 @@
 #include "memplan/models/zoo.h"
 
-#include "memplan/models/encoder.h"
-#include "memplan/models/gpt.h"
-#include "memplan/models/llama.h"
+#include <map>
+#include <mutex>
+
+#include "memplan/common/check.h"
+#include "memplan/models/hf_config.h"
 #include "memplan/models/resnet.h"
 
 namespace memplan::models {
 namespace {
 
-GptConfig gpt2(std::int64_t layers, std::int64_t width, std::int64_t heads) {
-  GptConfig c;
-  c.vocab = 50257;
-  c.context = 1024;
-  c.max_positions = 1024;
-  c.layers = layers;
-  c.width = width;
-  c.heads = heads;
-  c.dropout = 0.1f;
-  c.tied_head = true;
-  return c;
-}
+// The zoo's names for the shipped configs. default_seq 0 takes the config's positions. Rotary
+// models whose configs allow far longer contexts (131072 positions) default to a length people
+// train them at: Llama-3.1-8B its pretraining context 8192, Mistral-7B its sliding window 4096,
+// Qwen2.5-7B 4096, Llama-3.2-1B 2048; --seq sets any other.
+struct ZooEntry {
+  const char* name;
+  const char* config_file;
+  const char* title;
+  std::int64_t default_seq;
+  std::int64_t default_batch;
+};
+constexpr ZooEntry kEntries[] = {
+    {"gpt2", "gpt2.json", "GPT-2 124M", 0, 8},
+    {"gpt2-medium", "gpt2-medium.json", "GPT-2 355M", 0, 8},
+    {"gpt2-large", "gpt2-large.json", "GPT-2 774M", 0, 8},
+    {"gpt2-xl", "gpt2-xl.json", "GPT-2 1.5B", 0, 8},
+    {"llama-1b", "llama-3.2-1b.json", "Llama-3.2-1B", 2048, 8},
+    {"llama3.1-8b", "llama-3.1-8b.json", "Llama-3.1-8B", 8192, 8},
+    {"llama2-7b", "llama-2-7b.json", "Llama-2-7B", 0, 8},
+    {"llama2-13b", "llama-2-13b.json", "Llama-2-13B", 0, 8},
+    {"llama2-70b", "llama-2-70b.json", "Llama-2-70B", 0, 8},
+    {"mistral-7b", "mistral-7b-v0.1.json", "Mistral-7B-v0.1", 4096, 8},
+    {"qwen2.5-7b", "qwen2.5-7b.json", "Qwen2.5-7B", 4096, 8},
+    {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
+    {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
+};
 
-// Llama 3.2 1B: grouped-query attention (8 K/V heads), tied embeddings, rope theta 500000.
-LlamaConfig llama_1b() {
-  LlamaConfig c;
-  c.vocab = 128256;
-  c.context = 2048;
-  c.layers = 16;
-  c.width = 2048;
-  c.heads = 32;
-  c.kv_heads = 8;
-  c.ffn = 8192;
-  c.rope_base = 500000.0f;
-  c.tied_head = true;
-  return c;
-}
-
-// Llama 2 7B: multi-head attention, a separate lm_head.
-LlamaConfig llama2_7b() {
-  LlamaConfig c;
-  c.vocab = 32000;
-  c.context = 4096;
-  c.layers = 32;
-  c.width = 4096;
-  c.heads = 32;
-  c.kv_heads = 32;
-  c.ffn = 11008;
-  c.rope_base = 10000.0f;
-  c.tied_head = false;
-  return c;
+// Shipped configs parse once; a shipped config that does not parse is a defect of the build.
+const HfConfig& parsed(const std::string& file) {
+  static std::mutex mutex;
+  static std::map<std::string, HfConfig> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(file);
+  if (it == cache.end()) {
+    Result<HfConfig> c = shipped_config(file);
+    MEMPLAN_CHECK(c.ok(), c.error().message);
+    it = cache.emplace(file, std::move(c).value()).first;
+  }
+  return it->second;
 }
 
 }  // namespace
 
 const std::vector<ZooModel>& zoo_models() {
-  static const std::vector<ZooModel> kModels = {
-      {"gpt2", "GPT-2 124M: 12 layers, width 768, 12 heads, 1024 positions", false, 1024, 1024, 0, 8},
-      {"gpt2-medium", "GPT-2 350M: 24 layers, width 1024, 16 heads", false, 1024, 1024, 0, 8},
-      {"gpt2-large", "GPT-2 774M: 36 layers, width 1280, 20 heads", false, 1024, 1024, 0, 8},
-      {"gpt2-xl", "GPT-2 1.5B: 48 layers, width 1600, 25 heads", false, 1024, 1024, 0, 8},
-      {"llama-1b", "Llama-3.2-1B-style: 16 layers, width 2048, 32 heads, 8 K/V heads, SwiGLU 8192, RMSNorm, rotary",
-       false, 2048, 0, 0, 8},
-      {"llama2-7b", "Llama-2-7B-style: 32 layers, width 4096, 32 heads, SwiGLU 11008, RMSNorm, rotary", false, 4096,
-       0, 0, 8},
-      {"bert-base", "BERT-base with the MLM head: 12 layers, width 768, 12 heads, 512 positions", false, 512, 512, 0,
-       8},
-      {"vit-b16", "ViT-B/16: 16x16 patches, 12 layers, width 768, 12 heads, class token, 1000 classes", true, 0, 0,
-       224, 32},
-      {"resnet50", "ResNet-50: bottlenecks 3-4-6-3, batch norm, 1000 classes", true, 0, 0, 224, 32},
-  };
+  static const std::vector<ZooModel> kModels = [] {
+    std::vector<ZooModel> models;
+    for (const ZooEntry& e : kEntries) {
+      const HfConfig& c = parsed(e.config_file);
+      ZooModel m;
+      m.name = e.name;
+      m.summary = std::string(e.title) + " (" + e.config_file + "): " + c.describe();
+      m.vision = c.vision();
+      m.default_seq = c.vision() ? 0 : (e.default_seq > 0 ? e.default_seq : c.positions);
+      m.max_seq = c.learned_positions ? c.positions : 0;
+      m.default_image = c.image_size;
+      m.image_multiple = c.vision() ? c.patch_size : 1;
+      m.default_batch = e.default_batch;
+      m.config_file = e.config_file;
+      models.push_back(std::move(m));
+    }
+    ZooModel resnet;
+    resnet.name = "resnet50";
+    resnet.summary = "ResNet-50: bottlenecks 3-4-6-3, batch norm, 1000 classes";
+    resnet.vision = true;
+    resnet.default_image = 224;
+    resnet.default_batch = 32;
+    models.push_back(std::move(resnet));
+    return models;
+  }();
   return kModels;
 }
 
@@ -85,14 +95,27 @@ const ZooModel* find_zoo_model(const std::string& name) {
   return nullptr;
 }
 
-Result<GptConfig> zoo_gpt_config(const std::string& name, const ZooOptions& options) {
-  if (name != "gpt2" && name != "gpt2-medium" && name != "gpt2-large" && name != "gpt2-xl") {
-    return Error{"'" + name + "' is not a GPT-2 zoo model (gpt2, gpt2-medium, gpt2-large, gpt2-xl)"};
+namespace {
+// The shipped config of a zoo model of `family`, or an Error naming the zoo's models of it.
+Result<const HfConfig*> zoo_config_of(const std::string& name, HfFamily family, const char* what) {
+  const ZooModel* model = find_zoo_model(name);
+  if (model != nullptr && !model->config_file.empty()) {
+    const HfConfig& c = parsed(model->config_file);
+    if (c.family == family) return &c;
   }
-  GptConfig c = name == "gpt2"          ? gpt2(12, 768, 12)
-                : name == "gpt2-medium" ? gpt2(24, 1024, 16)
-                : name == "gpt2-large"  ? gpt2(36, 1280, 20)
-                                        : gpt2(48, 1600, 25);
+  std::string known;
+  for (const ZooModel& m : zoo_models()) {
+    if (!m.config_file.empty() && parsed(m.config_file).family == family) known += (known.empty() ? "" : ", ") + m.name;
+  }
+  return Error{"'" + name + "' is not a " + what + " zoo model (" + known + ")"};
+}
+}  // namespace
+
+Result<GptConfig> zoo_gpt_config(const std::string& name, const ZooOptions& options) {
+  auto config = zoo_config_of(name, HfFamily::gpt2, "GPT-2");
+  if (!config) return config.error();
+  GptConfig c = config.value()->gpt;
+  c.context = config.value()->positions;
   if (options.seq > c.max_positions) {
     return Error{name + " has " + std::to_string(c.max_positions) + " learned positions; --seq " +
                  std::to_string(options.seq) + " is longer"};
@@ -104,8 +127,11 @@ Result<GptConfig> zoo_gpt_config(const std::string& name, const ZooOptions& opti
 }
 
 Result<LlamaConfig> zoo_llama_config(const std::string& name, const ZooOptions& options) {
-  if (name != "llama-1b" && name != "llama2-7b") return Error{"'" + name + "' is not a LLaMA zoo model (llama-1b, llama2-7b)"};
-  LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
+  auto config = zoo_config_of(name, HfFamily::llama, "LLaMA-family");
+  if (!config) return config.error();
+  LlamaConfig c = config.value()->llama;
+  const ZooModel* model = find_zoo_model(name);
+  c.context = model->default_seq > 0 ? model->default_seq : config.value()->positions;
   if (options.seq > 0) c.context = options.seq;
   c.dtype = options.dtype;
   return c;
@@ -118,43 +144,14 @@ graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t ba
     for (const std::string& n : zoo_model_names()) known += (known.empty() ? "" : ", ") + n;
     throw graph::GraphError("unknown zoo model '" + name + "' (zoo: " + known + ")");
   }
-  const std::int64_t seq = options.seq > 0 ? options.seq : model->default_seq;
-  const std::int64_t image = options.image_size > 0 ? options.image_size : model->default_image;
   if (!graph::is_floating(options.dtype)) throw graph::GraphError("the zoo's dtype must be fp32, bf16 or fp16");
-  if (name.rfind("gpt2", 0) == 0) {
-    GptConfig c = name == "gpt2"          ? gpt2(12, 768, 12)
-                  : name == "gpt2-medium" ? gpt2(24, 1024, 16)
-                  : name == "gpt2-large"  ? gpt2(36, 1280, 20)
-                                          : gpt2(48, 1600, 25);
-    c.context = seq;
-    c.dtype = options.dtype;
-    c.attention = options.attention;
-    return build_gpt(c, batch);
-  }
-  if (name == "llama-1b" || name == "llama2-7b") {
-    LlamaConfig c = name == "llama-1b" ? llama_1b() : llama2_7b();
-    c.context = seq;
-    c.dtype = options.dtype;
-    c.attention = options.attention;
-    return build_llama(c, batch);
-  }
-  if (name == "bert-base") {
-    BertConfig c;
-    c.seq = seq;
-    c.encoder.dtype = options.dtype;
-    c.encoder.attention = options.attention;
-    return build_bert(c, batch);
-  }
-  if (name == "vit-b16") {
-    VitConfig c;
-    c.image = image;
-    c.encoder.dropout = 0.0f;  // timm's ViT-B/16 default
-    c.encoder.dtype = options.dtype;
-    c.encoder.attention = options.attention;
-    return build_vit(c, batch);
+  if (!model->config_file.empty()) {
+    ZooOptions o = options;
+    if (o.seq <= 0) o.seq = model->default_seq;
+    return build_hf_forward(parsed(model->config_file), batch, o);
   }
   ResnetConfig c;
-  c.image = image;
+  c.image = options.image_size > 0 ? options.image_size : model->default_image;
   c.dtype = options.dtype;
   return build_resnet(c, batch);
 }

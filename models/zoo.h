@@ -1,6 +1,7 @@
-// The model zoo: named configurations of published models (GPT-2 124M to 1.5B, LLaMA-style 1B
-// and 7B, BERT-base, ViT-B/16, ResNet-50) whose forward graphs are built for planning (shapes
-// only; `memplan fit` and `memplan plan` use them). They are not trained here.
+// The model zoo: named published models for planning at real scale (shapes only; `memplan fit`,
+// `plan` and `compare` use them; they are not trained here). Each transformer is a Hugging Face
+// config.json shipped with memplan (models/configs, read by models/hf_config.h: one source of
+// truth); ResNet-50 is built in code.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +25,14 @@ struct ZooOptions {
 
 struct ZooModel {
   std::string name;
-  std::string summary;         // e.g. "GPT-2 124M: 12 layers, width 768, 12 heads"
+  std::string summary;         // e.g. "GPT-2 124M (gpt2.json): gpt2: 12 layers, width 768, ..."
   bool vision = false;         // takes --image-size (otherwise --seq)
   std::int64_t default_seq = 0;    // language models
   std::int64_t max_seq = 0;        // learned positions (0: no limit, rotary)
   std::int64_t default_image = 0;  // vision models
   std::int64_t default_batch = 8;
+  std::string config_file;         // the shipped config it is built from ("" for ResNet-50)
+  std::int64_t image_multiple = 1;  // image sizes are multiples of it (ViT's patch)
 };
 
 const std::vector<ZooModel>& zoo_models();

@@ -61,7 +61,18 @@ std::vector<Knob> knobs_of(StepDescription& s) {
   const models::ModelInfo* info = models::find_model(s.model.name);
   std::vector<Knob> knobs = {{"--batch", &s.batch, info ? info->default_batch : 1}};
   models::ModelOptions& m = s.model;
-  if (m.name == "mlp") {
+  if (m.config) {
+    // Without the flag the config's positions / image size are used. The search starts from a
+    // modest value (a config may allow far more positions than can be represented).
+    const std::int64_t patch = m.config->patch_size;
+    if (m.config->vision()) {
+      if (m.zoo.image_size <= 0) m.zoo.image_size = m.config->image_size;
+      knobs.push_back({"--image-size", &m.zoo.image_size, std::min(m.config->image_size, 16 * patch), patch});
+    } else {
+      if (m.zoo.seq <= 0) m.zoo.seq = m.config->positions;
+      knobs.push_back({"--seq", &m.zoo.seq, std::min<std::int64_t>(m.config->positions, 1024)});
+    }
+  } else if (m.name == "mlp") {
     for (std::size_t i = 0; i < m.mlp.hidden.size(); ++i) {
       const std::string which = m.mlp.hidden.size() == 1 ? "" : " (width " + std::to_string(i + 1) + ")";
       knobs.push_back({"--hidden" + which, &m.mlp.hidden[i], 256});
@@ -76,7 +87,7 @@ std::vector<Knob> knobs_of(StepDescription& s) {
   } else if (const models::ZooModel* zoo = models::find_zoo_model(m.name)) {
     if (zoo->vision) {
       if (m.zoo.image_size <= 0) m.zoo.image_size = zoo->default_image;
-      knobs.push_back({"--image-size", &m.zoo.image_size, zoo->default_image, m.name == "vit-b16" ? 16 : 1});
+      knobs.push_back({"--image-size", &m.zoo.image_size, zoo->default_image, zoo->image_multiple});
     } else {
       if (m.zoo.seq <= 0) m.zoo.seq = zoo->default_seq;
       knobs.push_back({"--seq", &m.zoo.seq, zoo->default_seq});
@@ -91,8 +102,39 @@ std::vector<Knob> knobs_of(StepDescription& s) {
 
 // Layer counts decide how large the graph itself is: checked by extrapolating the op count of
 // one and two layers of a tiny model (ops grow linearly with layers), before building any more.
+// A config's layer count, checked the same way on its smallest sizes.
+Status check_config_layer_count(const StepDescription& step) {
+  const models::HfConfig& c = *step.model.config;
+  StepDescription tiny = step;
+  tiny.batch = 1;
+  tiny.model.zoo.seq = 1;
+  tiny.model.zoo.image_size = c.patch_size;
+  models::HfConfig& t = *tiny.model.config;
+  std::int64_t given = 0;
+  std::int64_t* layers = nullptr;
+  switch (c.family) {
+    case models::HfFamily::gpt2: layers = &t.gpt.layers; break;
+    case models::HfFamily::llama: layers = &t.llama.layers; break;
+    case models::HfFamily::bert: layers = &t.bert.encoder.layers; break;
+    case models::HfFamily::vit: layers = &t.vit.encoder.layers; break;
+  }
+  given = *layers;
+  *layers = 1;
+  const Outcome one = evaluate(tiny);
+  *layers = 2;
+  const Outcome two = evaluate(tiny);
+  if (one.fit != Fit::ok || two.fit != Fit::ok) return Status::success();  // plan_step names the problem
+  const std::int64_t per_layer = two.ops - one.ops;
+  const std::int64_t fixed = one.ops - per_layer;
+  if (per_layer <= 0 || given <= (kMaxStepOps - fixed) / per_layer) return Status::success();
+  return Error{"num_hidden_layers " + std::to_string(given) + " (the config's layer count): the step would have more than " +
+               std::to_string(kMaxStepOps) + " ops, the most the planner takes; the largest that works is " +
+               std::to_string((kMaxStepOps - fixed) / per_layer) + " layers"};
+}
+
 Status check_layer_count(const StepDescription& step) {
   const models::ModelOptions& m = step.model;
+  if (m.config) return check_config_layer_count(step);
   if (m.name != "gpt" && m.name != "mlp") return Status::success();
   StepDescription tiny = step;
   tiny.batch = 1;

@@ -101,7 +101,8 @@ const std::set<std::string> kFreeText = {
     "train --data", "train --save",   "train --load",      "plan --out",      "compare --svg",
     "compare --html", "compare --trace-json", "compare --snapshot", "solve --input", "solve --output",
     "sample --load", "sample --prompt", "replay --html", "replay --svg", "generate --load", "generate --prompts-file",
-    "generate --data", "plan --onnx", "fit --onnx", "compare --onnx", "plan --output", "fit --output", "compare --output"};
+    "generate --data", "plan --onnx", "fit --onnx", "compare --onnx", "plan --output", "fit --output", "compare --output",
+    "fit --config", "plan --config", "compare --config"};
 
 // Values in the list above that are fine for some flags: an empty allocator option string is
 // PyTorch's default configuration; 1e23 is a (large) finite number; "[1]" is CLI11's list syntax
@@ -386,6 +387,51 @@ TEST(HostileInput, TextFilesAreRefused) {
   std::printf("hostile inputs tried so far in this process: %d\n", g_cases);
 }
 
+TEST(HostileInput, HuggingFaceConfigsAreRefused) {
+  TempDir tmp;
+  const std::string llama = R"("model_type":"llama","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,)"
+                            R"("num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256)";
+  struct ConfigCase {
+    std::string name;
+    std::string bytes;
+    std::string field;  // named in the message
+  };
+  const std::vector<ConfigCase> cases = {
+      {"empty", "", "not a JSON config"},
+      {"not JSON", "model_type = llama\n", "not a JSON config"},
+      {"truncated", "{" + llama.substr(0, 40), "not a JSON config"},
+      {"deeply nested", std::string(100000, '[') + std::string(100000, ']'), "a JSON object"},
+      {"garbage", std::string("\x7f\x45\x4c\x46\x02\x01\x01\x00", 8) + std::string(300, '\xee'), "not a JSON config"},
+      {"unknown model_type", R"({"model_type":"t5"})", "supported: gpt2, llama, mistral, qwen2, bert, vit"},
+      {"missing field", R"({"model_type":"llama","hidden_size":64})", "num_hidden_layers: missing"},
+      {"wrong type", "{" + llama + R"(,"num_key_value_heads":[2]})", "num_key_value_heads: expected a positive integer"},
+      {"negative size", R"({"model_type":"gpt2","n_embd":-768,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64})", "n_embd"},
+      {"heads not dividing", "{" + llama + R"(,"num_attention_heads":5})", "num_attention_heads 5 does not divide hidden_size 64"},
+      {"bytes overflow", R"({"model_type":"gpt2","n_embd":1024,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":9000000000000000})",
+       "n_positions x n_embd"},
+      {"huge integer", "{" + llama + R"(,"vocab_size":99999999999999999999999})", "vocab_size"},
+      {"NaN", "{" + llama + R"(,"rms_norm_eps":NaN})", "not a JSON config"},
+  };
+  const fs::path svg = tmp.path / "out.svg";
+  for (const ConfigCase& c : cases) {
+    const fs::path input = tmp.path / "config.json";
+    write_file(input, c.bytes);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"fit", "--budget", "80GiB", "--config", input.string()},
+          std::vector<std::string>{"plan", "--config", input.string(), "--out", svg.string()},
+          std::vector<std::string>{"compare", "--steps", "1", "--config", input.string(), "--svg", svg.string()}}) {
+      const ProcessResult r = run_memplan(args);
+      ++g_cases;
+      const std::string what = args[0] + " --config (" + c.name + ")";
+      ASSERT_TRUE(r.exited) << what << " crashed:\n" << r.output;
+      EXPECT_EQ(r.exit_code, 2) << what << ":\n" << r.output;
+      EXPECT_NE(r.output.find(input.string()), std::string::npos) << what << ": the file is not named:\n" << r.output;
+      EXPECT_NE(r.output.find(c.field), std::string::npos) << what << ": '" << c.field << "' is not named:\n" << r.output;
+      EXPECT_FALSE(fs::exists(svg)) << what << " left an output file";
+    }
+  }
+}
+
 // --- endless streams, huge files and sizes that overflow: refused fast, in bounded memory ---
 
 // The bound on a refusal's peak resident size. Sanitizer builds keep their own bookkeeping (ASan's
@@ -488,6 +534,13 @@ TEST(HostileInput, EndlessStreamsAndHugeFilesAreRefusedFastInBoundedMemory) {
                          "--batch", "2", "--steps", "1", "--quiet", "--data", input.string()},
                         input.string(), "train --model gpt --data " + c.name);
   }
+  // Hugging Face configs (fit/plan/compare --config): 16 MiB limit; zeros are not JSON.
+  for (const StreamCase& c : endless_and_huge(80 * kGiB, 8 << 20)) {
+    const fs::path input = tmp.path / "config.json";
+    fs::remove(input);
+    c.make(input);
+    expect_fast_refusal({"fit", "--budget", "80GiB", "--config", input.string()}, input.string(), "fit --config " + c.name);
+  }
   // A folder of text files with a pipe among them: the pipe is skipped (not a regular file).
   const fs::path folder = tmp.path / "texts";
   fs::create_directories(folder);
@@ -572,6 +625,27 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
       {"train", "--model", "gpt", "--steps", "1", "--quiet", "--layers", "1000000000"}, "--layers 1000000000",
       "train --model gpt --layers 1000000000");
   EXPECT_NE(layers.find("the largest that works is"), std::string::npos) << layers;
+}
+
+TEST(HostileInput, ConfigSizesThatCannotBeRepresentedAreRefusedFast) {
+  TempDir tmp;
+  const std::string llama = R"({"model_type":"llama","hidden_size":64,"intermediate_size":160,"num_attention_heads":4,)"
+                            R"("vocab_size":100,)";
+  const fs::path layers = tmp.path / "layers.json";
+  write_file(layers, llama + R"("num_hidden_layers":1000000000,"max_position_embeddings":256})");
+  const std::string out = expect_fast_refusal({"plan", "--config", layers.string()}, "num_hidden_layers 1000000000",
+                                              "plan --config (a billion layers)");
+  EXPECT_NE(out.find("the largest that works is"), std::string::npos) << out;
+  // Rotary positions: no table to overflow, but the default sequence length is the config's.
+  const fs::path positions = tmp.path / "positions.json";
+  write_file(positions, llama + R"("num_hidden_layers":2,"max_position_embeddings":1000000000000})");
+  const std::string seq = expect_fast_refusal({"fit", "--budget", "80GiB", "--config", positions.string()}, "--seq",
+                                              "fit --config (10^12 positions)");
+  EXPECT_GT(largest_in(seq), 0) << seq;
+  EXPECT_NE(seq.find("the config's 1000000000000 positions are the sequence length"), std::string::npos) << seq;
+  const testing::MeasuredRun ok = testing::run_cli_measured(
+      {"plan", "--config", positions.string(), "--seq", std::to_string(largest_in(seq))}, 60.0);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output.substr(0, 2000);
 }
 
 TEST(HostileInput, SavedModelsWhoseConfigCannotBeRepresentedAreRefused) {

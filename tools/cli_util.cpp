@@ -113,6 +113,13 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                   "With --onnx: cross_entropy (logits [..., classes] against class labels) or mse on the output");
   app.add_option("--output", flags.output, "With --onnx: the graph output the loss reads (default: the first)");
   if (!shapes) return;
+  app.add_option("--config", flags.config,
+                 "A Hugging Face config.json (model_type " + models::supported_model_types() +
+                     ") to plan instead of --model; the shipped ones are in models/configs")
+      ->excludes("--model")
+      ->check(CLI::Validator([](std::string& path) { return path.empty() ? std::string("a file path is required") : std::string(); },
+                             "PATH"))
+      ->each([&flags](const std::string& path) { flags.model = path; });
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
       ->check(positive_integer());
@@ -157,10 +164,48 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
   if (Status s = planner::check_step_size(step); !s) return s.error();
   return step;
 }
+
+// The step of a --config model: its sizes checked against the config's family.
+Result<planner::StepDescription> config_step_description(const ModelFlags& flags) {
+  auto config = models::read_hf_config(flags.config);
+  if (!config) return Error{"--config " + config.error().message};
+  const models::HfConfig& c = config.value();
+  if (flags.seq > 0 && c.vision()) return Error{"--seq applies to language models; the config " + flags.config + " is a " + c.model_type};
+  if (flags.image_size > 0 && !c.vision()) {
+    return Error{"--image-size applies to vision models; the config " + flags.config + " is a " + c.model_type};
+  }
+  if (flags.seq > 0 && c.learned_positions && flags.seq > c.positions) {
+    return Error{"--seq " + std::to_string(flags.seq) + " exceeds the " + std::to_string(c.positions) +
+                 " learned positions of " + flags.config};
+  }
+  if (flags.image_size > 0 && flags.image_size % c.patch_size != 0) {
+    return Error{"--image-size " + std::to_string(flags.image_size) + " is not a multiple of the patch size " +
+                 std::to_string(c.patch_size) + " of " + flags.config};
+  }
+  if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
+  models::ModelOptions model;
+  model.name = flags.config;
+  model.config = c;
+  model.zoo = {flags.seq, flags.image_size, flags.dtype};
+  graph::OptimizerConfig optimizer;
+  optimizer.kind = flags.optimizer;
+  const std::int64_t batch = flags.batch > 0 ? flags.batch : (c.vision() ? 32 : 8);
+  planner::StepDescription step = planner::StepDescription::of_model(model, batch, optimizer);
+  if (Status s = planner::check_step_size(step); !s) {
+    std::string message = s.error().message;
+    if (flags.seq == 0 && message.rfind("--seq", 0) == 0) {
+      message += " (without --seq, the config's " + std::to_string(c.positions) + " positions are the sequence length)";
+    }
+    return Error{message};
+  }
+  return step;
+}
+
 }  // namespace
 
 Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   if (!flags.onnx.empty()) return onnx_step_description(flags);
+  if (!flags.config.empty()) return config_step_description(flags);
   const models::ModelInfo* info = models::find_model(flags.model);
   if (info == nullptr) return Error{"--model: unknown model '" + flags.model + "'"};
   const bool zoo = !info->trainable;

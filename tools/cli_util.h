@@ -109,10 +109,12 @@ struct ModelFlags {
   std::string onnx;
   import::LossKind loss = import::LossKind::cross_entropy;
   std::string output;
+  std::string config;  // --config: a Hugging Face config.json (then `model` is its path, as a label)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
-// --hidden, --onnx, --loss, --output, and with `shapes` --seq, --image-size and --dtype.
+// --hidden, --onnx, --loss, --output, and with `shapes` --seq, --image-size, --dtype and --config
+// (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
 // The step the flags describe; an Error names the flag that cannot work with the model, or that
 // is too large for the step to be represented (planner/step_size.h) and the largest that works.

@@ -152,6 +152,7 @@ int run_compare(const CompareFlags& flags) {
   j["model"] = flags.model.display_name();
   j["batch"] = description.value().batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
+  j["dtype"] = graph::dtype_name(flags.model.dtype);
   j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
   j["budget_bytes"] = j["device_memory_bytes"];  // the name before --device-memory, kept for a release
   j["steps"] = flags.steps;
@@ -225,8 +226,9 @@ int run_compare(const CompareFlags& flags) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%s, batch %lld, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.display_name().c_str(), static_cast<long long>(description.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
+  std::printf("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
+              flags.model.display_name().c_str(), static_cast<long long>(description.value().batch),
+              std::string(graph::dtype_name(flags.model.dtype)).c_str(), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
               flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(capacity.value())).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",

@@ -8,6 +8,7 @@
 
 #include "memplan/common/byte_size.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/models/hf_config.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "memplan/serve/serve_plan.h"
@@ -85,23 +86,38 @@ int run_fit_serve(const FitFlags& flags) {
     if (!step) return fail(step.error().message);
     q.model = step.value().model.gpt;
     q.model.dropout = 0.0f;
-  } else if (flags.model.model.rfind("llama", 0) == 0) {
-    models::ZooOptions zoo;
-    zoo.dtype = flags.model.dtype;
-    zoo.seq = flags.model.seq;
-    auto config = models::zoo_llama_config(flags.model.model, zoo);
-    if (!config) return fail(config.error().message);
-    q.llama = config.value();
-    q.seq = flags.model.seq;
+  } else if (!flags.model.config.empty()) {
+    auto config = models::read_hf_config(flags.model.config);
+    if (!config) return fail("--config " + config.error().message);
+    const models::HfConfig& c = config.value();
+    const std::int64_t seq = flags.model.seq > 0 ? flags.model.seq : c.positions;
+    if (c.family == models::HfFamily::llama) {
+      q.llama = c.llama;
+      q.llama->context = seq;
+      q.llama->dtype = flags.model.dtype;
+    } else if (c.family == models::HfFamily::gpt2) {
+      q.model = c.gpt;
+      q.model.context = seq;
+      q.model.dtype = flags.model.dtype;
+      q.model.dropout = 0.0f;
+    } else {
+      return fail("--serve plans decoder models; " + flags.model.config + " is a " + c.model_type);
+    }
+    q.seq = seq;
   } else {
     models::ZooOptions zoo;
     zoo.dtype = flags.model.dtype;
-    auto config = models::zoo_gpt_config(flags.model.model, zoo);
-    if (!config) {
-      return fail(config.error().message +
-                  "; --serve plans the decoders: gpt, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-1b, llama2-7b");
+    zoo.seq = flags.model.seq;
+    if (auto llama = models::zoo_llama_config(flags.model.model, zoo)) {
+      q.llama = llama.value();
+    } else {
+      auto config = models::zoo_gpt_config(flags.model.model, zoo);
+      if (!config) {
+        return fail("--serve plans the decoder models: gpt and the zoo's GPT-2 and LLaMA-family models (" +
+                    llama.error().message + "; " + config.error().message + ")");
+      }
+      q.model = config.value();
     }
-    q.model = config.value();
     q.seq = flags.model.seq;
   }
   q.kv_dtype = flags.kv_dtype.value_or(flags.model.dtype);

@@ -1,7 +1,10 @@
 #include "tools/layout_svg.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "tools/memory_report.h"
@@ -10,6 +13,8 @@ namespace memplan::tools {
 namespace {
 
 const char* kColors[] = {"#8da0cb", "#fc8d62", "#66c2a5", "#e78ac3", "#dddddd"};
+// Rectangles shorter than this (in pixels) are pooled rather than drawn one by one.
+constexpr double kMinRectPx = 1.0;
 
 }  // namespace
 
@@ -28,7 +33,7 @@ std::string xml_escape(const std::string& text) {
 }
 
 std::string render_layout_svg(const std::string& title, const std::vector<LayoutPanel>& panels) {
-  constexpr double kPanelW = 520, kPanelH = 560, kMarginL = 70, kMarginT = 60, kGap = 40, kMarginB = 50;
+  constexpr double kPanelW = 520, kPanelH = 560, kMarginL = 70, kMarginT = 60, kGap = 40, kMarginB = 70;
   Bytes y_max = 1;
   for (const LayoutPanel& p : panels) {
     for (const LayoutRect& r : p.rects) y_max = std::max(y_max, r.hi);
@@ -53,14 +58,92 @@ std::string render_layout_svg(const std::string& title, const std::vector<Layout
     std::snprintf(buf, sizeof(buf), "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#444\"/>\n",
                   x0, kMarginT, kPanelW, kPanelH);
     svg << buf;
+    // Tensors under a pixel tall are pooled into cells of kCellW x kCellH pixels: each cell is
+    // drawn once, as opaque as the share of it they cover, in the colour covering most of it,
+    // and its tooltip counts them. Larger tensors are drawn one by one.
+    constexpr double kCellW = 4, kCellH = 2;
+    const int cols = static_cast<int>(kPanelW / kCellW), rows = static_cast<int>(kPanelH / kCellH);
+    struct Cell {
+      double area[5] = {0, 0, 0, 0, 0};  // covered pixel area per colour
+      int count = 0;
+      Bytes bytes = 0;
+    };
+    std::map<int, Cell> cells;  // row * cols + col
+    std::int64_t pooled = 0;
     for (const LayoutRect& r : p.rects) {
       const double y_top = y_of(r.hi), y_bottom = y_of(r.lo);
+      if (y_bottom - y_top < kMinRectPx) {
+        ++pooled;
+        const double x_a = x_of(r.t0) - x0, x_b = std::max(x_of(r.t1) - x0, x_a + 0.5);
+        const double y_a = y_top - kMarginT, y_b = std::max(y_bottom - kMarginT, y_a + 1e-9);
+        const int c0 = std::clamp(static_cast<int>(x_a / kCellW), 0, cols - 1);
+        const int c1 = std::clamp(static_cast<int>(x_b / kCellW), 0, cols - 1);
+        const int r0 = std::clamp(static_cast<int>(y_a / kCellH), 0, rows - 1);
+        const int r1 = std::clamp(static_cast<int>(y_b / kCellH), 0, rows - 1);
+        for (int row = r0; row <= r1; ++row) {
+          for (int col = c0; col <= c1; ++col) {
+            const double w = std::min(x_b, (col + 1) * kCellW) - std::max(x_a, col * kCellW);
+            const double h = std::min(y_b, (row + 1) * kCellH) - std::max(y_a, row * kCellH);
+            Cell& cell = cells[row * cols + col];
+            if (w > 0 && h > 0) cell.area[std::clamp(r.color, 0, 4)] += w * h;
+            if (row == r0 && col == c0) {
+              ++cell.count;
+              cell.bytes += r.hi - r.lo;
+            }
+          }
+        }
+        continue;
+      }
       std::snprintf(buf, sizeof(buf),
                     "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\" stroke=\"#333\" "
                     "stroke-width=\"0.2\"><title>",
                     x_of(r.t0), y_top, std::max(0.5, x_of(r.t1) - x_of(r.t0)), std::max(0.5, y_bottom - y_top),
                     kColors[std::clamp(r.color, 0, 4)]);
       svg << buf << xml_escape(r.label) << "</title></rect>\n";
+    }
+    // Cells drawn as runs: neighbours in a row with the same colour and opacity (in steps of
+    // 0.05) become one rectangle whose tooltip counts the tensors of all of them.
+    struct Run {
+      int row = -1, col0 = 0, col1 = 0, color = 0, opacity_step = 0, count = 0;
+      Bytes bytes = 0;
+    } run;
+    auto flush = [&] {
+      if (run.row < 0) return;
+      std::snprintf(buf, sizeof(buf),
+                    "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\" fill-opacity=\"%.2f\">",
+                    x0 + run.col0 * kCellW, kMarginT + run.row * kCellH, (run.col1 - run.col0 + 1) * kCellW, kCellH,
+                    kColors[run.color], run.opacity_step * 0.05);
+      svg << buf;
+      if (run.count > 0) {
+        svg << "<title>" << run.count << (run.count == 1 ? " tensor" : " tensors") << " under a pixel tall starting here ("
+            << xml_escape(format_bytes(run.bytes)) << ")</title>";
+      }
+      svg << "</rect>\n";
+      run.row = -1;
+    };
+    for (const auto& [index, cell] : cells) {
+      double covered = 0;
+      int color = 0;
+      for (int c = 0; c < 5; ++c) {
+        covered += cell.area[c];
+        if (cell.area[c] > cell.area[color]) color = c;
+      }
+      const int step = static_cast<int>(std::lround(std::clamp(covered / (kCellW * kCellH), 0.15, 1.0) / 0.05));
+      const int row = index / cols, col = index % cols;
+      if (run.row != row || run.col1 + 1 != col || run.color != color || run.opacity_step != step) {
+        flush();
+        run = Run{row, col, col, color, step, 0, 0};
+      }
+      run.col1 = col;
+      run.count += cell.count;
+      run.bytes += cell.bytes;
+    }
+    flush();
+    if (pooled > 0) {
+      std::snprintf(buf, sizeof(buf), "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#555\">", x0,
+                    kMarginT + kPanelH + 36);
+      svg << buf << pooled << " of " << p.rects.size() << " rectangles under a pixel tall, pooled into "
+          << kCellW << "x" << kCellH << " px cells (opacity: the share they cover)</text>\n";
     }
     for (const LayoutLine& l : p.lines) {
       std::snprintf(buf, sizeof(buf),

@@ -1,6 +1,9 @@
 // Pictures of memory layouts: address (vertical) against time in ops (horizontal), one rectangle
 // per live tensor, panels side by side on one byte scale so a static plan and a dynamic
 // allocator's layout of the same step can be compared at a glance. Plain SVG, no dependencies.
+// Graphs with thousands of tensors stay readable: tensors under a pixel tall are pooled into
+// small cells drawn as opaque as the share of the cell they cover (each tensor counted once, in
+// the cell where it starts), so the picture keeps every byte where it lives.
 #pragma once
 
 #include <string>

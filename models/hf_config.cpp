@@ -1,0 +1,472 @@
+#include "memplan/models/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/common/input_file.h"
+
+namespace memplan::models {
+namespace {
+
+using nlohmann::json;
+
+constexpr Bytes kMaxConfigBytes = Bytes{16} << 20;  // real configs are a few KiB (id2label included)
+
+struct TypeRow {
+  const char* model_type;
+  HfFamily family;
+};
+constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},       {"llama", HfFamily::llama}, {"mistral", HfFamily::llama},
+                                   {"qwen2", HfFamily::llama},     {"bert", HfFamily::bert},   {"vit", HfFamily::vit}};
+
+std::string kind_of(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a fractional number";
+    default: return "a number";
+  }
+}
+
+// The fields of one config object, read with errors that name the file and the field. Every
+// getter records the first error and returns a harmless value, so a family's reader stays a flat
+// list of fields; ok() is checked once at the end.
+class Fields {
+ public:
+  Fields(const json& object, std::string source) : j_(object), source_(std::move(source)) {}
+
+  bool ok() const { return !error_; }
+  const Error& error() const { return *error_; }
+  void fail(const std::string& field, const std::string& message) {
+    if (!error_) error_ = Error{source_ + ": " + field + ": " + message};
+  }
+  void fail(const std::string& message) {
+    if (!error_) error_ = Error{source_ + ": " + message};
+  }
+
+  // The value of the first present (non-null) name among `names` (aliases of one field, e.g.
+  // n_embd and hidden_size); two present names with different values are an error.
+  const json* find(std::initializer_list<const char*> names, std::string* which) {
+    const json* found = nullptr;
+    for (const char* name : names) {
+      auto it = j_.find(name);
+      if (it == j_.end() || it->is_null()) continue;
+      if (found == nullptr) {
+        found = &*it;
+        *which = name;
+      } else if (*found != *it) {
+        fail(*which + " " + found->dump() + " and " + name + " " + it->dump() +
+             " name the same field with different values; give one");
+      }
+    }
+    return found;
+  }
+
+  // A size: a JSON integer >= 1. Missing: `fallback`, or an error when there is none.
+  std::int64_t size(std::initializer_list<const char*> names, std::optional<std::int64_t> fallback = std::nullopt) {
+    std::string which = *names.begin();
+    const json* v = find(names, &which);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      std::string alts;
+      for (const char* n : names) alts += std::string(alts.empty() ? "" : " or ") + n;
+      fail(alts, "missing (a positive integer is required)");
+      return 1;
+    }
+    if (v->is_number_unsigned()) {
+      if (v->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        fail(which, v->dump() + " is too large for a size");
+        return 1;
+      }
+    } else if (!v->is_number_integer()) {
+      fail(which, "expected a positive integer, got " + kind_of(*v) + " " + v->dump().substr(0, 40));
+      return 1;
+    }
+    const std::int64_t n = v->get<std::int64_t>();
+    if (n < 1) {
+      fail(which, "must be a positive integer, got " + std::to_string(n));
+      return 1;
+    }
+    return n;
+  }
+
+  bool boolean(const char* name, bool fallback) {
+    auto it = j_.find(name);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) {
+      fail(name, "expected true or false, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      return fallback;
+    }
+    return it->get<bool>();
+  }
+
+  // A finite number in [lo, hi] (a probability, an epsilon, rope theta).
+  double number(const char* name, double fallback, double lo, double hi) {
+    auto it = j_.find(name);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_number()) {
+      fail(name, "expected a number, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      return fallback;
+    }
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < lo || v > hi) {
+      char range[96];
+      std::snprintf(range, sizeof range, "must be a number in [%g, %g], got ", lo, hi);
+      fail(name, range + it->dump());
+      return fallback;
+    }
+    return v;
+  }
+
+  // A string, "" when absent.
+  std::string text(const char* name) {
+    auto it = j_.find(name);
+    if (it == j_.end() || it->is_null()) return {};
+    if (!it->is_string()) {
+      fail(name, "expected a string, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      return {};
+    }
+    return it->get<std::string>();
+  }
+
+  // Present with a type that changes no tensor (rope_scaling, sliding_window): only checked.
+  void expect_object_or_absent(const char* name) {
+    auto it = j_.find(name);
+    if (it != j_.end() && !it->is_null() && !it->is_object()) fail(name, "expected an object, got " + kind_of(*it));
+  }
+
+ private:
+  const json& j_;
+  std::string source_;
+  std::optional<Error> error_;
+};
+
+// Dropout rates: memplan applies one rate per model; the largest of the config's rates decides
+// whether masks are stored (their value does not change memory).
+float dropout(Fields& f, std::initializer_list<const char*> names, double fallback) {
+  double p = 0.0;
+  for (const char* name : names) {
+    const double v = f.number(name, fallback, 0.0, 1.0);
+    if (v >= 1.0) f.fail(name, "dropout probabilities must be below 1");
+    p = std::max(p, v);
+  }
+  return static_cast<float>(p);
+}
+
+// Each weight the config implies must be representable: a product of sizes, in elements of at
+// most 4 bytes, within graph::kMaxTensorBytes. Checked on the named fields before anything is built.
+void check_weight(Fields& f, const std::string& what, std::initializer_list<std::int64_t> factors) {
+  if (!f.ok()) return;
+  std::int64_t room = graph::kMaxTensorBytes / 4;  // elements left; every factor is >= 1
+  std::string dims;
+  for (std::int64_t factor : factors) {
+    dims += (dims.empty() ? "" : " x ") + std::to_string(factor);
+    room = factor > room ? -1 : room / factor;
+    if (room < 0) break;
+  }
+  if (room < 0) {
+    f.fail(what + " (" + dims + "): the weight would hold more than 2^60 bytes, more than one tensor may; "
+           "the sizes cannot be represented");
+  }
+}
+
+void check_heads(Fields& f, std::int64_t width, std::int64_t heads, const char* width_name) {
+  if (f.ok() && width % heads != 0) {
+    f.fail(std::string("num_attention_heads ") + std::to_string(heads) + " does not divide " + width_name + " " +
+           std::to_string(width) + " (each head takes width / heads channels)");
+  }
+}
+
+void read_torch_dtype(Fields& f, HfConfig& c) {
+  // transformers writes torch_dtype, and dtype since 4.56.
+  c.torch_dtype = f.text("torch_dtype");
+  if (c.torch_dtype.empty()) c.torch_dtype = f.text("dtype");
+  if (!c.torch_dtype.empty() && c.torch_dtype != "float32" && c.torch_dtype != "float16" &&
+      c.torch_dtype != "bfloat16" && c.torch_dtype != "auto") {
+    f.fail("torch_dtype", "'" + c.torch_dtype + "' is not one of float32, float16, bfloat16, auto");
+  }
+}
+
+void read_gpt2(Fields& f, HfConfig& c) {
+  GptConfig& g = c.gpt;
+  // GPT2Config's attribute_map: hidden_size, num_hidden_layers, num_attention_heads and
+  // max_position_embeddings are other names for its own fields.
+  g.width = f.size({"n_embd", "hidden_size"});
+  g.layers = f.size({"n_layer", "num_hidden_layers"});
+  g.heads = f.size({"n_head", "num_attention_heads"});
+  g.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"n_positions", "max_position_embeddings", "n_ctx"});
+  g.max_positions = c.positions;
+  g.context = c.positions;
+  c.learned_positions = true;
+  g.mlp = f.size({"n_inner"}, std::int64_t{0});  // null in GPT-2's configs: 4 * n_embd
+  g.tied_head = f.boolean("tie_word_embeddings", true);
+  g.dropout = dropout(f, {"resid_pdrop", "embd_pdrop", "attn_pdrop"}, 0.1);
+  f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
+  f.text("activation_function");
+  check_heads(f, g.width, g.heads, "n_embd");
+  check_weight(f, "vocab_size x n_embd", {g.vocab, g.width});
+  check_weight(f, "n_positions x n_embd", {c.positions, g.width});
+  if (g.mlp > 0) {
+    check_weight(f, "n_inner x n_embd", {g.mlp, g.width});
+  } else {
+    check_weight(f, "4 n_embd x n_embd (n_inner null)", {4, g.width, g.width});
+  }
+}
+
+void read_llama(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  l.kv_heads = f.size({"num_key_value_heads"}, l.heads);  // absent: multi-head attention
+  l.ffn = f.size({"intermediate_size"});
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"});
+  l.context = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", false);
+  l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
+  f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  f.text("hidden_act");
+  f.expect_object_or_absent("rope_scaling");  // longer contexts: positions, not memory
+  // mistral's sliding window (and qwen2's, when use_sliding_window) masks scores that are still
+  // computed in full here: a mask, not a change in memory.
+  f.size({"sliding_window"}, std::int64_t{0});
+  f.boolean("use_sliding_window", false);
+  const bool attention_bias = f.boolean("attention_bias", false);
+  if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "true is not supported: memplan's SwiGLU MLP has no biases");
+  // Qwen2's attention always has q, k and v biases (and none on o_proj); Llama's attention_bias
+  // puts one on all four.
+  l.qkv_bias = c.model_type == "qwen2" || attention_bias;
+  l.o_bias = attention_bias;
+  check_heads(f, l.width, l.heads, "hidden_size");
+  if (f.ok() && l.heads % l.kv_heads != 0) {
+    f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
+           std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
+  }
+  if (f.ok() && (l.width / l.heads) % 2 != 0) {
+    f.fail("hidden_size / num_attention_heads = " + std::to_string(l.width / l.heads) +
+           " is odd; rotary positions need an even head size");
+  }
+  const std::int64_t head_dim = f.size({"head_dim"}, std::int64_t{0});
+  if (f.ok() && head_dim != 0 && head_dim != l.width / l.heads) {
+    f.fail("head_dim", std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
+                           std::to_string(l.width / l.heads) + "; memplan's llama takes head_dim = hidden_size / heads");
+  }
+  check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
+  check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});
+  check_weight(f, "hidden_size x hidden_size", {l.width, l.width});
+}
+
+void read_encoder(Fields& f, EncoderConfig& e) {
+  e.width = f.size({"hidden_size"});
+  e.layers = f.size({"num_hidden_layers"});
+  e.heads = f.size({"num_attention_heads"});
+  e.mlp = f.size({"intermediate_size"});
+  f.number("layer_norm_eps", 1e-12, 0.0, 1.0);
+  f.text("hidden_act");
+  check_heads(f, e.width, e.heads, "hidden_size");
+  check_weight(f, "intermediate_size x hidden_size", {e.mlp, e.width});
+  check_weight(f, "hidden_size x hidden_size", {e.width, e.width});
+}
+
+void read_bert(Fields& f, HfConfig& c) {
+  BertConfig& b = c.bert;
+  read_encoder(f, b.encoder);
+  b.encoder.dropout = dropout(f, {"hidden_dropout_prob", "attention_probs_dropout_prob"}, 0.1);
+  b.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"});
+  b.max_positions = c.positions;
+  b.seq = c.positions;
+  c.learned_positions = true;
+  b.token_types = f.size({"type_vocab_size"}, std::int64_t{2});
+  if (!f.boolean("tie_word_embeddings", true)) {
+    f.fail("tie_word_embeddings", "false is not supported: memplan's BERT decodes with the word embeddings");
+  }
+  const std::string position_type = f.text("position_embedding_type");
+  if (!position_type.empty() && position_type != "absolute") {
+    f.fail("position_embedding_type", "'" + position_type + "' is not supported (only \"absolute\")");
+  }
+  check_weight(f, "vocab_size x hidden_size", {b.vocab, b.encoder.width});
+  check_weight(f, "max_position_embeddings x hidden_size", {c.positions, b.encoder.width});
+  check_weight(f, "type_vocab_size x hidden_size", {b.token_types, b.encoder.width});
+}
+
+void read_vit(Fields& f, const json& j, HfConfig& c) {
+  VitConfig& v = c.vit;
+  read_encoder(f, v.encoder);
+  v.encoder.dropout = dropout(f, {"hidden_dropout_prob", "attention_probs_dropout_prob"}, 0.0);
+  c.image_size = f.size({"image_size"});
+  c.patch_size = f.size({"patch_size"});
+  v.image = c.image_size;
+  v.patch = c.patch_size;
+  v.channels = f.size({"num_channels"}, std::int64_t{3});
+  if (!f.boolean("qkv_bias", true)) f.fail("qkv_bias", "false is not supported: memplan's ViT has q, k, v biases");
+  // The classifier's classes: num_labels, or as many as id2label names; PretrainedConfig's
+  // default is 2.
+  std::int64_t labels = 2;
+  if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
+    if (!it->is_object() || it->empty()) {
+      f.fail("id2label", "expected a non-empty object of class names, got " + kind_of(*it));
+    } else {
+      labels = static_cast<std::int64_t>(it->size());
+    }
+  }
+  const std::int64_t num_labels = f.size({"num_labels"}, labels);
+  if (f.ok() && j.contains("id2label") && j.contains("num_labels") && !j["id2label"].is_null() && num_labels != labels) {
+    f.fail("num_labels " + std::to_string(num_labels) + " differs from the " + std::to_string(labels) +
+           " classes id2label names");
+  }
+  v.classes = num_labels;
+  if (f.ok() && c.image_size % c.patch_size != 0) {
+    f.fail("image_size " + std::to_string(c.image_size) + " is not a multiple of patch_size " +
+           std::to_string(c.patch_size));
+  }
+  check_weight(f, "hidden_size x num_channels x patch_size^2", {v.encoder.width, v.channels, c.patch_size, c.patch_size});
+  check_weight(f, "num_labels x hidden_size", {v.classes, v.encoder.width});
+  // One image (num_channels x image_size^2 values) and the position table ((image_size /
+  // patch_size)^2 + 1 rows) must be representable too.
+  check_weight(f, "num_channels x image_size^2 (one image)", {v.channels, c.image_size, c.image_size});
+  const std::int64_t side = c.image_size / c.patch_size;
+  if (f.ok()) check_weight(f, "(image_size / patch_size)^2 + 1 positions x hidden_size", {side * side + 1, v.encoder.width});
+}
+
+std::string family_name(HfFamily f) {
+  switch (f) {
+    case HfFamily::gpt2: return "gpt2";
+    case HfFamily::llama: return "llama";
+    case HfFamily::bert: return "bert";
+    case HfFamily::vit: return "vit";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string supported_model_types() {
+  std::string s;
+  for (const TypeRow& row : kModelTypes) s += (s.empty() ? "" : ", ") + std::string(row.model_type);
+  return s;
+}
+
+std::string HfConfig::describe() const {
+  auto s = [](std::int64_t v) { return std::to_string(v); };
+  switch (family) {
+    case HfFamily::gpt2:
+      return model_type + ": " + s(gpt.layers) + " layers, width " + s(gpt.width) + ", " + s(gpt.heads) + " heads, MLP " +
+             s(gpt.mlp > 0 ? gpt.mlp : 4 * gpt.width) + ", vocab " + s(gpt.vocab) + ", " + s(positions) + " positions" +
+             (gpt.tied_head ? "" : ", untied lm_head");
+    case HfFamily::llama:
+      return model_type + ": " + s(llama.layers) + " layers, width " + s(llama.width) + ", " + s(llama.heads) +
+             " heads" + (llama.kv_heads != llama.heads ? " (" + s(llama.kv_heads) + " K/V)" : "") + ", SwiGLU " +
+             s(llama.ffn) + ", vocab " + s(llama.vocab) + ", rotary" + (llama.tied_head ? ", tied embeddings" : "") +
+             (llama.qkv_bias ? ", q/k/v biases" : "");
+    case HfFamily::bert:
+      return model_type + " (masked-LM head): " + s(bert.encoder.layers) + " layers, width " + s(bert.encoder.width) +
+             ", " + s(bert.encoder.heads) + " heads, MLP " + s(bert.encoder.mlp) + ", vocab " + s(bert.vocab) + ", " +
+             s(positions) + " positions";
+    case HfFamily::vit:
+      return model_type + ": " + s(patch_size) + "x" + s(patch_size) + " patches of " + s(image_size) + "x" +
+             s(image_size) + ", " + s(vit.encoder.layers) + " layers, width " + s(vit.encoder.width) + ", " +
+             s(vit.encoder.heads) + " heads, MLP " + s(vit.encoder.mlp) + ", " + s(vit.classes) + " classes";
+  }
+  return model_type;
+}
+
+Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return Error{source + ": not a JSON config (" + std::string(e.what()) + ")"};
+  }
+  if (!j.is_object()) return Error{source + ": a config.json holds a JSON object, got " + kind_of(j)};
+  HfConfig c;
+  Fields f(j, source);
+  auto type = j.find("model_type");
+  if (type == j.end() || type->is_null()) {
+    return Error{source + ": model_type: missing (supported: " + supported_model_types() + ")"};
+  }
+  if (!type->is_string()) {
+    return Error{source + ": model_type: expected a string, got " + kind_of(*type) + " (supported: " +
+                 supported_model_types() + ")"};
+  }
+  c.model_type = type->get<std::string>();
+  const TypeRow* row = nullptr;
+  for (const TypeRow& r : kModelTypes) {
+    if (c.model_type == r.model_type) row = &r;
+  }
+  if (row == nullptr) {
+    return Error{source + ": model_type '" + c.model_type.substr(0, 60) + "' is not supported (supported: " +
+                 supported_model_types() + ")"};
+  }
+  c.family = row->family;
+  read_torch_dtype(f, c);
+  switch (c.family) {
+    case HfFamily::gpt2: read_gpt2(f, c); break;
+    case HfFamily::llama: read_llama(f, c); break;
+    case HfFamily::bert: read_bert(f, c); break;
+    case HfFamily::vit: read_vit(f, j, c); break;
+  }
+  if (!f.ok()) return f.error();
+  return c;
+}
+
+Result<HfConfig> read_hf_config(const std::string& path) {
+  auto text = read_regular_file(path, kMaxConfigBytes, "Hugging Face config.json");
+  if (!text) return text.error();
+  return parse_hf_config(text.value(), path);
+}
+
+graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options) {
+  if (!graph::is_floating(options.dtype)) throw graph::GraphError("a config's dtype must be fp32, bf16 or fp16");
+  const std::int64_t seq = options.seq > 0 ? options.seq : config.positions;
+  switch (config.family) {
+    case HfFamily::gpt2: {
+      GptConfig c = config.gpt;
+      c.context = seq;
+      c.dtype = options.dtype;
+      c.attention = options.attention;
+      return build_gpt(c, batch);
+    }
+    case HfFamily::llama: {
+      LlamaConfig c = config.llama;
+      c.context = seq;
+      c.dtype = options.dtype;
+      c.attention = options.attention;
+      return build_llama(c, batch);
+    }
+    case HfFamily::bert: {
+      BertConfig c = config.bert;
+      c.seq = seq;
+      c.encoder.dtype = options.dtype;
+      c.encoder.attention = options.attention;
+      return build_bert(c, batch);
+    }
+    case HfFamily::vit: {
+      VitConfig c = config.vit;
+      c.image = options.image_size > 0 ? options.image_size : config.image_size;
+      c.encoder.dtype = options.dtype;
+      c.encoder.attention = options.attention;
+      return build_vit(c, batch);
+    }
+  }
+  throw graph::GraphError("config of an unknown family " + family_name(config.family));
+}
+
+Result<HfConfig> shipped_config(std::string_view file) {
+  for (const ShippedConfig& s : shipped_configs()) {
+    if (s.file == file) return parse_hf_config(s.text, "models/configs/" + std::string(file));
+  }
+  return Error{"no shipped config named '" + std::string(file) + "'"};
+}
+
+}  // namespace memplan::models

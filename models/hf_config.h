@@ -1,0 +1,77 @@
+// Hugging Face transformers `config.json` files read onto memplan's model builders: the families
+// gpt2, llama (and mistral and qwen2, which share its layout), bert and vit, from the fields
+// those configs carry. Architecture only: no weights, no tokenizer, and not a general
+// PretrainedConfig (fields that change no tensor are checked for their type and otherwise left).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
+#include "memplan/models/encoder.h"
+#include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
+#include "memplan/models/zoo.h"
+
+namespace memplan::models {
+
+// The builder a config maps onto. mistral and qwen2 are llama's layout (grouped-query attention,
+// RMSNorm, SwiGLU, rotary positions); mistral's sliding window is a mask over the same scores and
+// qwen2 adds biases to the q, k and v projections.
+enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit };
+
+// "gpt2, llama, mistral, qwen2, bert, vit": the model_type values the reader takes.
+std::string supported_model_types();
+
+struct HfConfig {
+  std::string model_type;  // as written in the file
+  HfFamily family = HfFamily::gpt2;
+  // The builder configuration of `family` (the others stay at their defaults). Sequence length,
+  // image size and dtype are the builder's defaults until build_hf_forward applies ZooOptions.
+  GptConfig gpt;
+  LlamaConfig llama;
+  BertConfig bert;
+  VitConfig vit;
+  // Language models: the positions the model was made for (n_positions, max_position_embeddings),
+  // the sequence length when none is asked for. Learned position tables (gpt2, bert) also cap it.
+  std::int64_t positions = 0;
+  bool learned_positions = false;
+  std::int64_t image_size = 0;  // vit: the default image size; 0 for language models
+  std::int64_t patch_size = 0;  // vit: image sizes are multiples of it
+  // torch_dtype (or dtype) as written, "" when absent. It is the dtype the weights are stored in;
+  // like from_pretrained without torch_dtype="auto", planning uses --dtype (fp32 by default).
+  std::string torch_dtype;
+
+  bool vision() const { return family == HfFamily::vit; }
+  // "llama: 32 layers, width 4096, 32 heads (8 K/V), SwiGLU 14336, vocab 128256, rotary"
+  std::string describe() const;
+};
+
+// Reads the text of a config.json. Errors name `source` and the field: a missing or mistyped
+// field, a negative or zero size, heads that do not divide the width, sizes whose parameter bytes
+// cannot be represented (a weight over graph::kMaxTensorBytes), an unknown model_type (the
+// message lists the supported ones), text that is not JSON.
+Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& source);
+// The same for a file (a regular file of at most 16 MiB, read through common/input_file.h).
+Result<HfConfig> read_hf_config(const std::string& path);
+
+// The forward graph (with loss and output) for `batch` samples. options.seq / image_size of 0
+// take the config's positions / image size; options.dtype sets parameters and activations.
+// Throws graph::GraphError (graph::SizeError for sizes that cannot be represented), as the
+// builders do.
+graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options);
+
+// The config files shipped with memplan (models/configs/*.json), embedded into the library at
+// build time so an installed memplan needs no data files. Sorted by file name.
+struct ShippedConfig {
+  std::string_view file;  // "llama-2-7b.json"
+  std::string_view text;
+};
+const std::vector<ShippedConfig>& shipped_configs();
+// A shipped config by file name, parsed; an Error when there is none of that name.
+Result<HfConfig> shipped_config(std::string_view file);
+
+}  // namespace memplan::models

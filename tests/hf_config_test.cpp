@@ -1,0 +1,337 @@
+// Hugging Face config.json reading (models/hf_config.h): the shipped configs against the published
+// parameter counts, how each family's fields map onto the builders (GQA, qwen2's biases,
+// untied heads, GPT-2's n_inner, aliases), `--config` through fit/plan/compare, and the errors
+// a defective config gets (each naming the field).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/models/hf_config.h"
+#include "memplan/models/zoo.h"
+#include "memplan/planner/plan_step.h"
+
+namespace memplan {
+namespace {
+
+namespace fs = std::filesystem;
+using models::HfConfig;
+using testing::run_cli;
+
+std::int64_t parameter_count(const graph::Graph& g) {
+  std::int64_t n = 0;
+  for (TensorId p : g.parameters()) n += g.tensor(p).shape.numel();
+  return n;
+}
+
+graph::Graph build(const HfConfig& c, std::int64_t seq = 16) {
+  models::ZooOptions o;
+  if (!c.vision()) o.seq = seq;
+  return models::build_hf_forward(c, 1, o);
+}
+
+HfConfig parse(const std::string& text) {
+  auto c = models::parse_hf_config(text, "config.json");
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+  return c.ok() ? c.value() : HfConfig{};
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string shipped_text(const std::string& file) {
+  for (const models::ShippedConfig& s : models::shipped_configs()) {
+    if (s.file == file) return std::string(s.text);
+  }
+  ADD_FAILURE() << "no shipped " << file;
+  return "{}";
+}
+
+TEST(HfConfig, EveryFileInModelsConfigsIsEmbeddedVerbatim) {
+  std::set<std::string> on_disk;
+  for (const auto& entry : fs::directory_iterator(MEMPLAN_CONFIG_DIR)) {
+    if (entry.path().extension() == ".json") on_disk.insert(entry.path().filename().string());
+  }
+  std::set<std::string> embedded;
+  for (const models::ShippedConfig& s : models::shipped_configs()) {
+    embedded.insert(std::string(s.file));
+    EXPECT_EQ(std::string(s.text), read_text(fs::path(MEMPLAN_CONFIG_DIR) / std::string(s.file))) << s.file;
+  }
+  EXPECT_EQ(embedded, on_disk);
+  EXPECT_GE(embedded.size(), 13u);
+}
+
+// The published parameter counts. Sources: Hugging Face model cards / `model.num_parameters()`
+// of the reference checkpoints (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, BertForMaskedLM, ViTForImageClassification), which count a tied lm_head
+// once (it is the embedding): GPT-2 124,439,808 / 354,823,168 / 774,030,080 / 1,557,611,200
+// (Radford et al. round these to 117M/345M/762M/1542M, counting differently); Llama-3.2-1B
+// 1,235,814,400 (tied); Llama-3.1-8B 8,030,261,248; Llama-2 7B 6,738,415,616, 13B
+// 13,015,864,320, 70B 68,976,648,192; Mistral-7B-v0.1 7,241,732,096; Qwen2.5-7B 7,615,616,512
+// (its card: "7.61B"); bert-base-uncased with the MLM head 109,514,298 (BertModel with its pooler:
+// 109,482,240); google/vit-base-patch16-224 86,567,656 (timm's vit_base_patch16_224: the same).
+const std::map<std::string, std::int64_t>& published_counts() {
+  static const std::map<std::string, std::int64_t> counts = {
+      {"gpt2.json", 124'439'808},
+      {"gpt2-medium.json", 354'823'168},
+      {"gpt2-large.json", 774'030'080},
+      {"gpt2-xl.json", 1'557'611'200},
+      {"llama-3.2-1b.json", 1'235'814'400},
+      {"llama-3.1-8b.json", 8'030'261'248},
+      {"llama-2-7b.json", 6'738'415'616},
+      {"llama-2-13b.json", 13'015'864'320},
+      {"llama-2-70b.json", 68'976'648'192},
+      {"mistral-7b-v0.1.json", 7'241'732'096},
+      {"qwen2.5-7b.json", 7'615'616'512},
+      {"bert-base-uncased.json", 109'514'298},
+      {"vit-base-patch16-224.json", 86'567'656},
+  };
+  return counts;
+}
+
+TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
+  ASSERT_EQ(published_counts().size(), models::shipped_configs().size()) << "a shipped config without a published count";
+  for (const auto& [file, count] : published_counts()) {
+    auto c = models::shipped_config(file);
+    ASSERT_TRUE(c.ok()) << file << ": " << c.error().message;
+    EXPECT_EQ(parameter_count(build(c.value())), count) << file;
+  }
+}
+
+TEST(HfConfig, EveryShippedConfigIsReachableByAZooName) {
+  std::set<std::string> reachable;
+  for (const models::ZooModel& m : models::zoo_models()) {
+    if (!m.config_file.empty()) reachable.insert(m.config_file);
+  }
+  for (const models::ShippedConfig& s : models::shipped_configs()) EXPECT_TRUE(reachable.count(std::string(s.file))) << s.file;
+}
+
+TEST(HfConfig, GroupedQueryAttentionKeepsKvProjectionsSmall) {
+  const HfConfig c = models::shipped_config("llama-2-70b.json").value();
+  EXPECT_EQ(c.llama.heads, 64);
+  EXPECT_EQ(c.llama.kv_heads, 8);
+  const graph::Graph g = build(c);
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  // head size 128: q 64 heads x 128, k and v 8 heads x 128.
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{8192, 8192}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{1024, 8192}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.v_proj.weight"), (graph::Shape{1024, 8192}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (graph::Shape{32000, 8192}));
+}
+
+TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
+  const graph::Graph g = build(models::shipped_config("qwen2.5-7b.json").value());
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{3584}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.bias"), (graph::Shape{512}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.v_proj.bias"), (graph::Shape{512}));
+  EXPECT_EQ(shapes.count("layers.0.self_attn.o_proj.bias"), 0u);
+  // The same layout read as llama: no biases, 28 layers x (3584 + 2 x 512) fewer parameters.
+  auto j = nlohmann::json::parse(shipped_text("qwen2.5-7b.json"));
+  j["model_type"] = "llama";
+  EXPECT_EQ(parameter_count(g) - parameter_count(build(parse(j.dump()))), 28 * (3584 + 2 * 512));
+  // Llama's attention_bias puts a bias on all four projections.
+  j["attention_bias"] = true;
+  EXPECT_EQ(parameter_count(g) - parameter_count(build(parse(j.dump()))), -28 * 3584);
+}
+
+planner::MemoryPlan plan_of(const HfConfig& c, std::int64_t batch, std::int64_t seq) {
+  models::ModelOptions m;
+  m.name = "config";
+  m.config = c;
+  m.zoo.seq = seq;
+  auto planned = planner::plan_step(planner::StepDescription::of_model(m, batch), planner::PlanRequest{});
+  EXPECT_TRUE(planned.ok()) << (planned.ok() ? "" : planned.error().message);
+  return planned.ok() ? planned.value().plan : planner::MemoryPlan{};
+}
+
+TEST(HfConfig, MistralsSlidingWindowIsAMaskNotMemory) {
+  // A small mistral: the same step with and without its sliding window, and read as llama.
+  const std::string base = R"({"model_type":"mistral","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,
+    "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,"max_position_embeddings":256)";
+  const auto with_window = plan_of(parse(base + R"(,"sliding_window":8})"), 2, 32);
+  const auto without = plan_of(parse(base + R"(,"sliding_window":null})"), 2, 32);
+  auto as_llama = nlohmann::json::parse(base + "}");
+  as_llama["model_type"] = "llama";
+  const auto llama = plan_of(parse(as_llama.dump()), 2, 32);
+  EXPECT_GT(with_window.arena_bytes, 0);
+  EXPECT_EQ(with_window.arena_bytes, without.arena_bytes);
+  EXPECT_EQ(with_window.arena_bytes, llama.arena_bytes);
+}
+
+TEST(HfConfig, Gpt2FieldsAliasesAndDefaults) {
+  const std::string small = R"({"model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64)";
+  const HfConfig c = parse(small + "}");
+  EXPECT_EQ(c.gpt.mlp, 0);  // 4 * n_embd
+  EXPECT_TRUE(c.gpt.tied_head);
+  EXPECT_FLOAT_EQ(c.gpt.dropout, 0.1f);  // GPT2Config's defaults
+  EXPECT_EQ(c.positions, 64);
+  const std::int64_t base = parameter_count(build(c));
+  // n_inner 64 instead of 128: two 32x64 fewer in each of two layers, and 64 fewer biases.
+  EXPECT_EQ(base - parameter_count(build(parse(small + R"(,"n_inner":64})"))), 2 * (2 * 32 * 64 + 64));
+  // An untied head adds vocab x n_embd.
+  EXPECT_EQ(parameter_count(build(parse(small + R"(,"tie_word_embeddings":false})"))) - base, 50 * 32);
+  // GPT2Config's attribute_map: hidden_size is n_embd; the same value twice is fine.
+  EXPECT_EQ(parameter_count(build(parse(small + R"(,"hidden_size":32})"))), base);
+  auto clash = models::parse_hf_config(small + R"(,"hidden_size":48})", "c.json");
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.error().message.find("n_embd 32 and hidden_size 48"), std::string::npos) << clash.error().message;
+  // Zero dropout everywhere: no dropout ops.
+  const graph::Graph no_drop =
+      build(parse(small + R"(,"resid_pdrop":0.0,"embd_pdrop":0,"attn_pdrop":0.0})"));
+  for (const graph::Op& op : no_drop.ops()) EXPECT_NE(op.kind, graph::OpKind::dropout_mask) << op.name;
+}
+
+TEST(HfConfig, TorchDtypeIsReadButPlanningUsesTheAskedDtype) {
+  const HfConfig c = models::shipped_config("llama-2-7b.json").value();
+  EXPECT_EQ(c.torch_dtype, "float16");
+  const graph::Graph g = build(c);
+  EXPECT_EQ(g.tensor(g.parameters().front()).dtype, graph::DType::f32);
+  models::ZooOptions o{8, 0, graph::DType::bf16};
+  const graph::Graph b = models::build_hf_forward(c, 1, o);
+  EXPECT_EQ(b.tensor(b.parameters().front()).dtype, graph::DType::bf16);
+}
+
+struct BadConfig {
+  std::string name;
+  std::string json;
+  std::string expect;  // in the message
+};
+
+std::vector<BadConfig> bad_configs() {
+  const std::string llama = R"("model_type":"llama","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256)";
+  const std::string gpt2 = R"("model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64)";
+  const std::string vit = R"("model_type":"vit","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"patch_size":16)";
+  return {
+      {"not JSON", "{\"model_type\": \"llama\",", "not a JSON config"},
+      {"empty", "", "not a JSON config"},
+      {"an array", "[1, 2]", "a JSON object"},
+      {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, bert, vit)"},
+      {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
+      {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
+      {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},
+      {"missing n_positions", R"({"model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"vocab_size":50})",
+       "n_positions or max_position_embeddings or n_ctx: missing"},
+      {"string size", "{" + llama + R"(,"num_key_value_heads":"2"})", "num_key_value_heads: expected a positive integer, got a string"},
+      {"fractional size", R"({"model_type":"gpt2","n_embd":32.5,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64})",
+       "n_embd: expected a positive integer, got a fractional number"},
+      {"bool size", R"({"model_type":"bert","hidden_size":true})", "hidden_size: expected a positive integer, got a boolean"},
+      {"negative size", R"({"model_type":"llama","hidden_size":-4096})", "hidden_size: must be a positive integer, got -4096"},
+      {"zero layers", R"({"model_type":"gpt2","n_embd":32,"n_layer":0,"n_head":4,"vocab_size":50,"n_positions":64})",
+       "n_layer: must be a positive integer, got 0"},
+      {"size past int64", R"({"model_type":"llama","hidden_size":18446744073709551615})", "hidden_size: 18446744073709551615 is too large"},
+      {"size as 1e30", R"({"model_type":"llama","hidden_size":1e30})", "hidden_size: expected a positive integer, got a fractional number"},
+      {"heads do not divide", R"({"model_type":"gpt2","n_embd":30,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64})",
+       "num_attention_heads 4 does not divide n_embd 30"},
+      {"kv heads do not divide", "{" + llama + R"(,"num_key_value_heads":3})", "num_key_value_heads 3 does not divide num_attention_heads 4"},
+      {"odd head size", R"({"model_type":"llama","hidden_size":60,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
+       "rotary positions need an even head size"},
+      {"head_dim differs", "{" + llama + R"(,"head_dim":32})", "head_dim: 32 differs from hidden_size / num_attention_heads = 16"},
+      {"bytes overflow", R"({"model_type":"llama","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":2,"num_attention_heads":32,"vocab_size":4000000000000000,"max_position_embeddings":4096})",
+       "vocab_size x hidden_size (4000000000000000 x 4096): the weight would hold more than 2^60 bytes"},
+      {"square overflow", R"({"model_type":"bert","hidden_size":3000000000,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"vocab_size":2,"max_position_embeddings":2})",
+       "hidden_size x hidden_size (3000000000 x 3000000000)"},
+      {"image overflow", "{" + vit + R"(,"image_size":1600000000})", "num_channels x image_size^2 (one image)"},
+      {"image not a multiple of the patch", "{" + vit + R"(,"image_size":100})", "image_size 100 is not a multiple of patch_size 16"},
+      {"id2label not an object", "{" + vit + R"(,"image_size":32,"id2label":[1,2]})", "id2label: expected a non-empty object"},
+      {"num_labels vs id2label", "{" + vit + R"(,"image_size":32,"num_labels":3,"id2label":{"0":"a","1":"b"}})",
+       "num_labels 3 differs from the 2 classes id2label names"},
+      {"dropout NaN-like", "{" + gpt2 + R"(,"resid_pdrop":"0.1"})", "resid_pdrop: expected a number, got a string"},
+      {"dropout of 1", "{" + gpt2 + R"(,"attn_pdrop":1.0})", "dropout probabilities must be below 1"},
+      {"negative dropout", "{" + gpt2 + R"(,"embd_pdrop":-0.5})", "embd_pdrop: must be a number in [0, 1]"},
+      {"tie not a bool", "{" + llama + R"(,"tie_word_embeddings":"yes"})", "tie_word_embeddings: expected true or false, got a string"},
+      {"bad torch_dtype", "{" + llama + R"(,"torch_dtype":"float8"})", "torch_dtype: 'float8' is not one of float32, float16, bfloat16"},
+      {"rope_theta negative", "{" + llama + R"(,"rope_theta":-1})", "rope_theta: must be a number in"},
+      {"rope_scaling a string", "{" + llama + R"(,"rope_scaling":"linear"})", "rope_scaling: expected an object"},
+      {"mlp_bias", "{" + llama + R"(,"mlp_bias":true})", "mlp_bias: true is not supported"},
+      {"sliding window negative", R"({"model_type":"mistral","sliding_window":-1,"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
+       "sliding_window: must be a positive integer, got -1"},
+  };
+}
+
+TEST(HfConfig, DefectiveConfigsAreErrorsNamingTheField) {
+  for (const BadConfig& c : bad_configs()) {
+    auto parsed = models::parse_hf_config(c.json, "dir/config.json");
+    ASSERT_FALSE(parsed.ok()) << c.name;
+    const std::string& m = parsed.error().message;
+    EXPECT_EQ(m.rfind("dir/config.json: ", 0), 0u) << c.name << ": " << m;
+    EXPECT_NE(m.find(c.expect), std::string::npos) << c.name << ": " << m;
+  }
+}
+
+// --- through the CLI ---------------------------------------------------------------------
+
+std::string config_path(const std::string& file) { return (fs::path(MEMPLAN_CONFIG_DIR) / file).string(); }
+
+nlohmann::json json_of(const std::string& args) {
+  const auto r = run_cli(args + " --json", false);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json{};
+}
+
+TEST(HfConfigCli, ConfigAndZooNameGiveTheSameAnswer) {
+  for (const auto& [config, name] : {std::pair{"gpt2.json", "gpt2"}, std::pair{"llama-2-7b.json", "llama2-7b"},
+                                     std::pair{"vit-base-patch16-224.json", "vit-b16"}}) {
+    const bool vision = std::string(name) == "vit-b16";
+    const std::string shape = vision ? "" : " --seq 128";  // ViT at its 224 pixels: the published count
+    const auto by_config = json_of("fit --config " + config_path(config) + shape + " --batch 2 --budget 80GiB");
+    const auto by_name = json_of("fit --model " + std::string(name) + shape + " --batch 2 --budget 80GiB");
+    ASSERT_TRUE(by_config.contains("arena_bytes")) << config;
+    EXPECT_EQ(by_config["arena_bytes"], by_name["arena_bytes"]) << config;
+    EXPECT_EQ(by_config["parameter_count"], by_name["parameter_count"]) << config;
+    EXPECT_EQ(by_config["parameter_count"].get<std::int64_t>(), published_counts().at(config)) << config;
+    EXPECT_EQ(by_config["model"].get<std::string>(), config_path(config));
+  }
+}
+
+TEST(HfConfigCli, PlanAndCompareTakeAConfig) {
+  const std::string small = config_path("gpt2.json") + " --seq 32 --batch 1";
+  const auto plan = json_of("plan --config " + small);
+  ASSERT_TRUE(plan.contains("arena_bytes"));
+  const auto compare = json_of("compare --steps 1 --config " + small);
+  ASSERT_TRUE(compare.contains("planned_arena_bytes"));
+  EXPECT_EQ(plan["arena_bytes"], compare["planned_arena_bytes"]);
+  // The same replay as the zoo name's.
+  const auto by_name = json_of("compare --steps 1 --model gpt2 --seq 32 --batch 1");
+  EXPECT_GT(compare["caching"]["reserved_peak_bytes"].get<Bytes>(), 0);
+  EXPECT_EQ(compare["caching"]["reserved_peak_bytes"], by_name["caching"]["reserved_peak_bytes"]);
+  EXPECT_EQ(compare["expandable"]["reserved_peak_bytes"], by_name["expandable"]["reserved_peak_bytes"]);
+}
+
+TEST(HfConfigCli, FlagsThatDoNotFitTheConfigAreUsageErrors) {
+  struct Case {
+    std::string args;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"fit --budget 1GiB --config " + config_path("gpt2.json") + " --model gpt2", "excludes"},
+      {"fit --budget 1GiB --config " + config_path("gpt2.json") + " --seq 2048", "exceeds the 1024 learned positions"},
+      {"fit --budget 1GiB --config " + config_path("gpt2.json") + " --image-size 224", "--image-size applies to vision models"},
+      {"plan --config " + config_path("vit-base-patch16-224.json") + " --seq 16", "--seq applies to language models"},
+      {"plan --config " + config_path("vit-base-patch16-224.json") + " --image-size 100", "not a multiple of the patch size 16"},
+      {"plan --config " + config_path("llama-2-7b.json") + " --dtype i32", "--dtype"},
+      {"compare --config /nonexistent/config.json", "/nonexistent/config.json"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace memplan

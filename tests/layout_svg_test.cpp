@@ -1,0 +1,57 @@
+// The layout picture (tools/layout_svg.h) for graphs with thousands of tensors: tensors under a
+// pixel tall are pooled into cells whose tooltips count every one of them once; larger tensors
+// keep their own rectangle and label.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include "tools/layout_svg.h"
+
+namespace memplan {
+namespace {
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(LayoutSvg, TinyTensorsArePooledAndEveryOneIsCounted) {
+  tools::LayoutPanel panel;
+  panel.title = "many tensors";
+  panel.t_max = 1000;
+  const Bytes big = Bytes{1} << 30;
+  // Three large tensors stacked at the bottom, then 20,000 tiny ones (64 KiB in a 3 GiB+ panel:
+  // far under a pixel) over time.
+  for (int i = 0; i < 3; ++i) panel.rects.push_back({0, 1000, i * big, (i + 1) * big, "big" + std::to_string(i), 0});
+  const Bytes tiny = Bytes{64} << 10;
+  for (int i = 0; i < 20000; ++i) {
+    const Bytes lo = 3 * big + (i % 500) * tiny;
+    panel.rects.push_back({double(i % 1000), double(i % 1000 + 2), lo, lo + tiny, "tiny", 1});
+  }
+  const std::string svg = tools::render_layout_svg("t", {panel});
+  for (int i = 0; i < 3; ++i) EXPECT_NE(svg.find("<title>big" + std::to_string(i) + "</title>"), std::string::npos);
+  EXPECT_EQ(svg.find("<title>tiny</title>"), std::string::npos) << "tiny tensors are not drawn one by one";
+  // Far fewer rectangles than tensors; the cells' tooltips add up to every tiny tensor.
+  EXPECT_LT(count_of(svg, "<rect "), 20000u / 2);
+  std::int64_t counted = 0;
+  const std::regex title("<title>([0-9]+) tensors? under a pixel tall");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), title); it != std::sregex_iterator(); ++it) {
+    counted += std::stoll((*it)[1].str());
+  }
+  EXPECT_EQ(counted, 20000);
+  EXPECT_NE(svg.find("20000 of 20003 rectangles under a pixel tall"), std::string::npos);
+}
+
+TEST(LayoutSvg, SmallGraphsAreDrawnTensorByTensor) {
+  tools::LayoutPanel panel;
+  panel.t_max = 10;
+  for (int i = 0; i < 20; ++i) panel.rects.push_back({0, 10, i * 100, (i + 1) * 100, "t" + std::to_string(i), 1});
+  const std::string svg = tools::render_layout_svg("t", {panel});
+  for (int i = 0; i < 20; ++i) EXPECT_NE(svg.find("<title>t" + std::to_string(i) + "</title>"), std::string::npos) << i;
+  EXPECT_EQ(svg.find("under a pixel tall"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memplan
