@@ -38,7 +38,10 @@ PlanOptions PlanRequest::plan_options() const {
 
 std::int64_t PlannedStep::parameter_count() const {
   std::int64_t n = 0;
-  for (TensorId p : graph.parameters()) n += graph.tensor(p).shape.numel();
+  for (TensorId p : graph.parameters()) {
+    const graph::TensorDesc& t = graph.tensor(p);
+    n += t.shard_of == kNoTensor ? t.shape.numel() : graph.tensor(t.shard_of).shape.numel();  // a ZeRO-3 shard: the model's tensor
+  }
   return n;
 }
 

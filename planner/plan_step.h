@@ -73,7 +73,7 @@ struct PlannedStep {
   bool fits = true;          // plan.arena_bytes <= budget (true without one)
   bool runnable = true;      // false only for answer_only steps that do not fit
   std::int64_t steps_planned = 1;  // graphs planned to reach this answer (checkpoint candidates excluded)
-  std::int64_t parameter_count() const;
+  std::int64_t parameter_count() const;  // the model's (a sharded parameter counts whole)
 };
 
 // Builds the step (unless given), applies checkpointing for the request's strategy and budget,

@@ -138,7 +138,7 @@ Status Executor::setup() {
       return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no kernel on device " + device_.name()};
     }
     kernels_[static_cast<std::size_t>(i)] = fn;
-    if (op.attrs.world > 1 || op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
+    if (op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
         op.kind == graph::OpKind::all_gather || op.kind == graph::OpKind::all_gather_into) {
       const int world = communicator_ == nullptr ? 1 : communicator_->world_size();
       if (communicator_ == nullptr || world != op.attrs.world) {

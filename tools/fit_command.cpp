@@ -393,6 +393,7 @@ Command add_fit_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--bucket-mb", flags->bucket_mb, "With --devices: gradient bucket size in MiB")
       ->check(positive_finite())
+      ->check(CLI::Range(1.0 / 1024.0, 1024.0 * 1024.0))
       ->capture_default_str();
   app->add_option("--prefetch", flags->prefetch, "With --devices and --zero 3: layers whose parameters are gathered ahead")
       ->check(CLI::Range(0, 1024))

@@ -37,6 +37,7 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   const Bytes activations = role_bytes(by_role, graph::Role::activation) + role_bytes(by_role, graph::Role::input);
   const Bytes gradients = role_bytes(by_role, graph::Role::gradient);
   const Bytes temporaries = role_bytes(by_role, graph::Role::temporary);
+  const Bytes communication = role_bytes(by_role, graph::Role::communication);
   auto row = [&out](const char* label, const std::string& value) {
     char line[160];
     std::snprintf(line, sizeof(line), "  %-34s %s\n", label, value.c_str());
@@ -49,6 +50,9 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   row("activations + inputs at peak", format_bytes(activations));
   row("gradients at peak", format_bytes(gradients));
   row("temporaries at peak", format_bytes(temporaries));
+  bool collectives = false;  // a data-parallel step: its buffers have a line even when none is live at the peak
+  for (const planner::PlannedBuffer& b : plan.buffers) collectives = collectives || b.role == graph::Role::communication;
+  if (collectives) row("communication at peak", format_bytes(communication));
   row("workspace", format_bytes(0) + " (no op needs one on the CPU)");
   row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
   row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");

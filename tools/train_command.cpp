@@ -508,6 +508,7 @@ Command add_train_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--bucket-mb", flags->bucket_mb, "Under mpirun: gradient bucket size in MiB (reduced as soon as full)")
       ->check(positive_finite())
+      ->check(CLI::Range(1.0 / 1024.0, 1024.0 * 1024.0))
       ->capture_default_str();
   app->add_option("--prefetch", flags->prefetch, "Under mpirun with --zero 3: layers whose parameters are gathered ahead")
       ->check(CLI::Range(0, 1024))
