@@ -102,7 +102,7 @@ struct ModelFlags {
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
-  std::optional<models::AttentionKind> attention;  // unset: fused (transformers only)
+  std::optional<models::AttentionKind> attention;  // unset (auto): fused; given: transformers only
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, and with `shapes` --seq, --image-size and --dtype.
