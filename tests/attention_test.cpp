@@ -7,12 +7,15 @@
 #include <cmath>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "memplan/graph/autograd.h"
 #include "memplan/graph/builder.h"
 #include "memplan/models/attention.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/llama.h"
 #include "memplan/planner/liveness.h"
+#include "cli_util.h"
 #include "test_util.h"
 
 namespace memplan {
@@ -187,6 +190,37 @@ TEST(FusedAttentionOp, RejectsHeadsThatDoNotGroup) {
   } catch (const graph::GraphError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple"), std::string::npos) << e.what();
   }
+}
+
+// --attention on the CLI: fit names the log-sum-exp among the activations at the peak and plans
+// far fewer activation bytes fused than materialized; the flag is refused where it cannot apply.
+TEST(AttentionFlag, FitPlansLessFusedAndNamesTheLogSumExp) {
+  const std::string args = "fit --model llama2-7b --dtype bf16 --seq 2048 --batch 1 --device-memory 80GiB --json";
+  const auto fused = testing::run_cli(args, /*merge_stderr=*/false);
+  const auto materialized = testing::run_cli(args + " --attention materialized", /*merge_stderr=*/false);
+  ASSERT_EQ(fused.exit_code, 0) << fused.output;
+  ASSERT_EQ(materialized.exit_code, 0) << materialized.output;
+  const auto f = nlohmann::json::parse(fused.output), m = nlohmann::json::parse(materialized.output);
+  const auto fused_act = f["breakdown"]["activations"].get<std::int64_t>();
+  const auto mat_act = m["breakdown"]["activations"].get<std::int64_t>();
+  // At 2048 tokens the [B, 32, T, T] probabilities are 8 GiB of the materialized 17.5 GiB.
+  EXPECT_LT(3 * fused_act, 2 * mat_act) << "fused " << fused_act << " B, materialized " << mat_act << " B";
+  bool lse = false, probs = false;
+  for (const auto& g : f["activations_at_peak_by_tensor"]) lse = lse || g["tensor"] == "layers.*.self_attn.fused.lse";
+  for (const auto& g : m["activations_at_peak_by_tensor"]) probs = probs || g["tensor"] == "layers.*.self_attn.probs";
+  EXPECT_TRUE(lse) << f["activations_at_peak_by_tensor"].dump();
+  EXPECT_TRUE(probs) << m["activations_at_peak_by_tensor"].dump();
+}
+
+TEST(AttentionFlag, RefusedWhereItCannotApply) {
+  const auto mlp = testing::run_cli("plan --model mlp --attention fused");
+  EXPECT_EQ(mlp.exit_code, 2) << mlp.output;
+  EXPECT_NE(mlp.output.find("--attention applies to transformers"), std::string::npos) << mlp.output;
+  const auto bogus = testing::run_cli("plan --model gpt --attention flash");
+  EXPECT_EQ(bogus.exit_code, 2) << bogus.output;
+  EXPECT_NE(bogus.output.find("materialized"), std::string::npos) << bogus.output;
+  const auto ok = testing::run_cli("plan --model gpt --batch 2 --attention materialized --time-limit 0");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
 }  // namespace

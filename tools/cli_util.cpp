@@ -129,8 +129,8 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
                   "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
-                  "dropout stored)",
-                  "fused");
+                  "dropout stored); auto (the default) is fused",
+                  "auto");
 }
 
 namespace {

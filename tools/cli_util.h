@@ -103,7 +103,7 @@ struct ModelFlags {
   std::int64_t seq = 0;         // 0: the model's default
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
-  std::optional<models::AttentionKind> attention;  // unset: fused (transformers only)
+  std::optional<models::AttentionKind> attention;  // unset (auto): fused; given: transformers only
   // --onnx FILE: the forward graph comes from an ONNX model instead of --model, trained with
   // --loss on the graph output --output (default: the first).
   std::string onnx;

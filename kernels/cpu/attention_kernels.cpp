@@ -18,9 +18,9 @@ namespace {
 
 using graph::OpKind;
 
-// Rows and columns of one score tile: 64 x 64 floats (16 KiB) keeps q, k, v tiles and the scores
-// of one thread in L1/L2 for the head sizes transformers use.
-constexpr std::int64_t kTile = 64;
+// Rows and columns of one score tile: 128 x 128 floats (64 KiB; three on a thread's stack) keeps the
+// scores of one thread in L2, and GEMMs of this size run near Eigen's peak on the CPU.
+constexpr std::int64_t kTile = 128;
 
 struct AttentionDims {
   std::int64_t batch, heads, kv_heads, t, d, group;  // group = heads / kv_heads query heads per K/V head
@@ -30,16 +30,19 @@ AttentionDims dims_of(const graph::Shape& q, const graph::Shape& k) {
   return {q[0], q[1], k[1], q[2], q[3], q[1] / k[1]};
 }
 
-// exp(x) for a row, written so the compiler vectorises it: 2^(x log2 e) as 2^n (the exponent
-// bits) times a degree-6 polynomial for 2^f, |f| <= 1/2 (relative error below 2e-7). n is
-// rounded with the 1.5 * 2^23 trick (no libm call). Inputs below -87 give 0 (masked -inf
-// included); NaN stays NaN.
+// exp(x) for a row of x <= 0 (scores minus their row's max or log-sum-exp), branch-free so the
+// compiler vectorises it: 2^(x log2 e) as 2^n (the exponent bits) times a degree-6 polynomial for
+// 2^f, |f| <= 1/2 (relative error below 2e-7); n is rounded with the 1.5 * 2^23 trick. Inputs
+// below -86.6 give 2^-125 (no denormals); NaN stays NaN.
+// (kernels/CMakeLists.txt compiles this file with -fno-trapping-math: otherwise GCC keeps the
+// selects as branches and the loop scalar.)
 void exp_row(float* x, std::int64_t n) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float y = std::max(-126.0f, std::min(88.0f, v) * 1.44269504088896341f);  // NaN: any finite y; passed through below
+    const float t = v * 1.44269504088896341f;
+    const float y = t > -125.0f ? (t < 0.0f ? t : 0.0f) : -125.0f;  // value selects: no branch
     const float r = (y + kRound) - kRound;
     const float f = y - r;
     float p = 1.5403530393381606e-4f;
@@ -49,9 +52,14 @@ void exp_row(float* x, std::int64_t n) {
     p = p * f + 2.4022650695910071e-1f;
     p = p * f + 6.9314718055994531e-1f;
     p = p * f + 1.0f;
-    const float scale = std::bit_cast<float>(static_cast<std::int32_t>(r + 127.0f) << 23);
-    x[i] = v < -87.0f ? 0.0f : (v == v ? p * scale : v);
+    const float scale = std::bit_cast<float>((static_cast<std::int32_t>(r) + 127) << 23);
+    x[i] = p * scale + (v - v);  // v - v: 0, or NaN for NaN
   }
+}
+
+// Columns of row r of a tile at (i0, j0) a causal mask lets through: j0 + c <= i0 + r.
+std::int64_t visible(std::int64_t i0, std::int64_t r, std::int64_t j0, std::int64_t cols, bool causal) {
+  return causal ? std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, cols) : cols;
 }
 
 // s[r][c] (row stride kTile) = alpha * q_(i0+r) . k_(j0+c), or -inf where causal masks j > i.
@@ -63,7 +71,7 @@ void score_tile(const float* q, const float* k, const AttentionDims& d, std::int
   for (std::int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * kTile;
     // Columns c with j0 + c > i0 + r are masked.
-    const std::int64_t valid = causal ? std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, cols) : cols;
+    const std::int64_t valid = visible(i0, r, j0, cols, causal);
     for (std::int64_t c = 0; c < valid; ++c) sr[c] *= alpha;
     for (std::int64_t c = valid; c < cols; ++c) sr[c] = kMasked;
   }
@@ -76,11 +84,14 @@ std::int64_t key_end(const AttentionDims& d, std::int64_t i0, std::int64_t rows,
 }
 
 // p[r][c] = exp(s[r][c] - lse_r): the probabilities of a tile, masked ones 0.
-void probabilities(float* s, const float* lse, std::int64_t rows, std::int64_t cols) {
+void probabilities(float* s, const float* lse, std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
+                   bool causal) {
   for (std::int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * kTile;
-    for (std::int64_t c = 0; c < cols; ++c) sr[c] -= lse[r];
-    exp_row(sr, cols);
+    const std::int64_t valid = visible(i0, r, j0, cols, causal);
+    for (std::int64_t c = 0; c < valid; ++c) sr[c] -= lse[r];
+    exp_row(sr, valid);
+    std::fill(sr + valid, sr + cols, 0.0f);
   }
 }
 
@@ -123,10 +134,11 @@ void k_attention_lse(const KernelCall& c) {
           const float tile_max = *std::max_element(sr, sr + cols);
           const float new_max = std::max(m[r], tile_max);
           if (new_max == -std::numeric_limits<float>::infinity()) continue;  // every column masked so far
-          for (std::int64_t col = 0; col < cols; ++col) sr[col] -= new_max;
-          exp_row(sr, cols);
+          const std::int64_t valid = visible(i0, r, j0, cols, causal);
+          for (std::int64_t col = 0; col < valid; ++col) sr[col] -= new_max;
+          exp_row(sr, valid);
           float sum = 0.0f;
-          for (std::int64_t col = 0; col < cols; ++col) sum += sr[col];
+          for (std::int64_t col = 0; col < valid; ++col) sum += sr[col];
           l[r] = l[r] * std::exp(m[r] - new_max) + sum;
           m[r] = new_max;
         }
@@ -160,7 +172,7 @@ void k_attention(const KernelCall& c) {
       for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
         const std::int64_t cols = std::min(kTile, d.t - j0);
         score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, s);
-        probabilities(s, lse + bh * d.t + i0, rows, cols);
+        probabilities(s, lse + bh * d.t + i0, i0, rows, j0, cols, causal);
         if (drop > 0.0f) apply_dropout(s, s, stream, drop, bh, d, i0, rows, j0, cols);
         gemm_accumulate_strided(false, false, rows, d.d, cols, s, kTile, vh + j0 * d.d, d.d, yh + i0 * d.d, d.d);
       }
@@ -221,7 +233,7 @@ void k_attention_backward(const KernelCall& c) {
         for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
           const std::int64_t cols = std::min(kTile, d.t - j0);
           score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, p);
-          probabilities(p, lse_i, rows, cols);
+          probabilities(p, lse_i, i0, rows, j0, cols, causal);
           const float* kept = p;  // the probabilities after dropout: what multiplied v
           if (drop > 0.0f) {
             apply_dropout(p, pd, stream, drop, bh, d, i0, rows, j0, cols);
