@@ -574,7 +574,8 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
       {{"plan", "--model", "gpt2", "--batch", "9223372036854775807"}, "--batch"},
       {{"plan", "--model", "llama-1b", "--seq", "100000000000"}, "--seq"},
       {{"compare", "--model", "llama-1b", "--seq", "100000000000"}, "--seq"},
-      {{"plan", "--model", "vit-b16", "--image-size", "1600000"}, "--image-size", 16},
+      // materialized: the [B, heads, T, T] scores are what overflows (fused attention holds none)
+      {{"plan", "--model", "vit-b16", "--attention", "materialized", "--image-size", "1600000"}, "--image-size", 16},
       {{"fit", "--model", "resnet50", "--budget", "80GiB", "--image-size", "4000000000"}, "--image-size"},
       {{"compare", "--model", "cnn", "--image-size", "9000000000"}, "--image-size"},
       {{"plan", "--model", "mlp", "--hidden", "10000000000000000"}, "--hidden"},
@@ -590,6 +591,7 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
     EXPECT_EQ(largest % c.granule, 0) << what;
     // The answer is exact: that value plans, the next one does not.
     std::vector<std::string> at = {"plan", "--model", c.args[2], c.flag, std::to_string(largest)};
+    if (c.args[3] == "--attention") at.insert(at.begin() + 3, {c.args[3], c.args[4]});
     const testing::MeasuredRun ok = testing::run_cli_measured(at, 60.0);
     EXPECT_EQ(ok.exit_code, 0) << "plan at the largest value " << largest << ":\n" << ok.output.substr(0, 2000);
     at.back() = std::to_string(largest + c.granule);
@@ -610,7 +612,7 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
   // train checks before it reads any data; layer counts before it builds anything large.
   const std::vector<SizeCase> trained = {
       {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--width", "4000000000000"}, "--width", 4},
-      {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--seq", "1000000000000"}, "--seq"},
+      {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--attention", "materialized", "--seq", "1000000000000"}, "--seq"},  // [T, T] scores overflow
       {{"train", "--model", "gpt", "--steps", "1", "--quiet", "--batch", "1000000000000000000"}, "--batch"},
       {{"train", "--model", "mlp", "--steps", "1", "--quiet", "--batch", "1000000000000000000"}, "--batch"},
       {{"train", "--model", "mlp", "--steps", "1", "--quiet", "--hidden", "100000000000,100000000000"}, "--hidden"},

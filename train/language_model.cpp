@@ -209,6 +209,7 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   models::ModelOptions sizes;
   sizes.name = "gpt";
   sizes.gpt = saved.config;
+  sizes.gpt.attention = models::AttentionKind::materialized;  // the larger form: sample may pick either
   sizes.training = false;
   if (Status s = planner::check_step_size(planner::StepDescription::of_model(sizes, 1)); !s) {
     return Error{source + ": metadata memplan.config describes a model that cannot be represented: " + s.error().message};
