@@ -23,8 +23,9 @@ const ModelInfo* find_model(const std::string& name) {
 }
 
 bool has_attention(const std::string& name) {
-  return name == "gpt" || name.rfind("gpt2", 0) == 0 || name.rfind("llama", 0) == 0 || name == "bert-base" ||
-         name == "vit-b16";
+  if (name == "gpt") return true;
+  const ZooModel* zoo = find_zoo_model(name);
+  return zoo != nullptr && !zoo->config_file.empty();  // every shipped config is a transformer
 }
 
 std::vector<std::string> model_names() {

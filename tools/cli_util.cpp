@@ -138,6 +138,7 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
   if (flags.seq > 0 || flags.image_size > 0) {
     return Error{"--seq and --image-size do not apply to --onnx: the file fixes every size but the batch"};
   }
+  if (flags.attention) return Error{"--attention does not apply to --onnx: the file's own attention ops are imported as they are"};
   if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
   auto model = import::OnnxModel::load(flags.onnx);
   if (!model) return Error{"--onnx: " + model.error().message};
@@ -187,6 +188,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   model.name = flags.config;
   model.config = c;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
+  model.zoo.attention = flags.attention.value_or(models::AttentionKind::fused);  // every config is a transformer
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
   const std::int64_t batch = flags.batch > 0 ? flags.batch : (c.vision() ? 32 : 8);
@@ -222,7 +224,7 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
                  "); the trainable models plan in " + std::string(graph::dtype_name(graph::DType::f32))};
   }
   if (flags.attention && !models::has_attention(flags.model)) {
-    return Error{"--attention applies to transformers (gpt and the zoo's gpt2*, llama*, bert-base, vit-b16), not '" +
+    return Error{"--attention applies to transformers (gpt, the zoo's models but resnet50, and --config), not '" +
                  flags.model + "'"};
   }
   models::ModelOptions model;
