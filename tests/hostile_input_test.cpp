@@ -638,13 +638,15 @@ TEST(HostileInput, ConfigSizesThatCannotBeRepresentedAreRefusedFast) {
   const std::string out = expect_fast_refusal({"plan", "--config", layers.string()}, "num_hidden_layers 1000000000",
                                               "plan --config (a billion layers)");
   EXPECT_NE(out.find("the largest that works is"), std::string::npos) << out;
-  // Rotary positions: no table to overflow, but the default sequence length is the config's.
+  // Rotary positions: no table to overflow, but the default sequence length is the config's; 10^17
+  // positions overflow even the tensors that grow linearly with it (fused attention stores no
+  // [T, T] scores).
   const fs::path positions = tmp.path / "positions.json";
-  write_file(positions, llama + R"("num_hidden_layers":2,"max_position_embeddings":1000000000000})");
+  write_file(positions, llama + R"("num_hidden_layers":2,"max_position_embeddings":100000000000000000})");
   const std::string seq = expect_fast_refusal({"fit", "--budget", "80GiB", "--config", positions.string()}, "--seq",
-                                              "fit --config (10^12 positions)");
+                                              "fit --config (10^17 positions)");
   EXPECT_GT(largest_in(seq), 0) << seq;
-  EXPECT_NE(seq.find("the config's 1000000000000 positions are the sequence length"), std::string::npos) << seq;
+  EXPECT_NE(seq.find("the config's 100000000000000000 positions are the sequence length"), std::string::npos) << seq;
   const testing::MeasuredRun ok = testing::run_cli_measured(
       {"plan", "--config", positions.string(), "--seq", std::to_string(largest_in(seq))}, 60.0);
   EXPECT_EQ(ok.exit_code, 0) << ok.output.substr(0, 2000);
@@ -654,7 +656,7 @@ TEST(HostileInput, SavedModelsWhoseConfigCannotBeRepresentedAreRefused) {
   TempDir tmp;
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"layers", R"({\"vocab\":2,\"context\":8,\"layers\":1000000000,\"heads\":1,\"width\":8,\"tied_head\":true})"},
-      {"context", R"({\"vocab\":2,\"context\":1000000000000000,\"layers\":1,\"heads\":1,\"width\":8,\"tied_head\":true})"},
+      {"context", R"({\"vocab\":2,\"context\":1000000000000000000,\"layers\":1,\"heads\":1,\"width\":8,\"tied_head\":true})"},
       {"width", R"({\"vocab\":2,\"context\":8,\"layers\":1,\"heads\":1,\"width\":100000000000,\"tied_head\":true})"},
   };
   for (const auto& [name, config] : configs) {

@@ -53,12 +53,12 @@ TEST(StepSize, EachDimensionIsNamed) {
     std::string flag;
     std::function<void(models::ModelOptions&)> set;
   } cases[] = {
-      {"gpt", "--seq", [](models::ModelOptions& m) { m.gpt.context = std::int64_t{1} << 40; }},
+      {"gpt", "--seq", [](models::ModelOptions& m) { m.gpt.context = std::int64_t{1} << 58; }},
       {"gpt", "--width", [](models::ModelOptions& m) { m.gpt.width = std::int64_t{1} << 40; }},
       {"mlp", "--hidden", [](models::ModelOptions& m) { m.mlp.hidden = {std::int64_t{1} << 62}; }},
       {"cnn", "--image-size", [](models::ModelOptions& m) { m.cnn.image = std::int64_t{1} << 40; }},
       {"vit-b16", "--image-size", [](models::ModelOptions& m) { m.zoo.image_size = std::int64_t{1} << 40; }},
-      {"llama-1b", "--seq", [](models::ModelOptions& m) { m.zoo.seq = std::int64_t{1} << 40; }},
+      {"llama-1b", "--seq", [](models::ModelOptions& m) { m.zoo.seq = std::int64_t{1} << 58; }},
   };
   for (const auto& c : cases) {
     StepDescription step = model_step(c.model, 4);
