@@ -93,5 +93,30 @@ TEST(ServePlan, FitServeCliAnswersInJson) {
   EXPECT_NE(bad.output.find("llama-1b"), std::string::npos) << bad.output;
 }
 
+
+// A Hugging Face config serves as its zoo name does; Mistral-7B's grouped K/V heads by hand:
+// keys and values, 32 layers, 8 K/V heads of 128 values, 2 bytes each = 131,072 bytes a position.
+TEST(ServePlan, FitServeReadsConfigsAndEveryLlamaFamilyModel) {
+  const std::string config = std::string(MEMPLAN_CONFIG_DIR) + "/llama-3.2-1b.json";
+  auto by_config = testing::run_cli("fit --serve --config " + config + " --seq 512 --dtype bf16 --device cpu --device-memory 8GiB --json",
+                                    /*merge_stderr=*/false);
+  auto by_name = testing::run_cli("fit --serve --model llama-1b --seq 512 --dtype bf16 --device cpu --device-memory 8GiB --json",
+                                  /*merge_stderr=*/false);
+  ASSERT_EQ(by_config.exit_code, 0) << by_config.output;
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.output;
+  const nlohmann::json a = nlohmann::json::parse(by_config.output);
+  const nlohmann::json b = nlohmann::json::parse(by_name.output);
+  EXPECT_EQ(a.at("max_sequences"), b.at("max_sequences"));
+  EXPECT_EQ(a.at("kv_blocks"), b.at("kv_blocks"));
+  auto mistral = testing::run_cli("fit --serve --model mistral-7b --seq 1024 --dtype bf16 --device-memory 80GiB --json",
+                                  /*merge_stderr=*/false);
+  ASSERT_EQ(mistral.exit_code, 0) << mistral.output;
+  EXPECT_EQ(nlohmann::json::parse(mistral.output).at("kv_bytes_per_token").get<std::int64_t>(), 131072);
+  auto encoder = testing::run_cli("fit --serve --config " + std::string(MEMPLAN_CONFIG_DIR) +
+                                  "/bert-base-uncased.json --device-memory 8GiB");
+  EXPECT_EQ(encoder.exit_code, 2);
+  EXPECT_NE(encoder.output.find("decoder"), std::string::npos) << encoder.output;
+}
+
 }  // namespace
 }  // namespace memplan::serve

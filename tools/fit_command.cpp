@@ -202,6 +202,9 @@ int run_fit(const FitFlags& flags) {
                 << "); drop one of them\n";
       return kExitUsage;
     }
+    // Without --batch, the model's default batch need not divide among the devices: the first
+    // global batch is then one sample per device (what --max-batch starts from anyway).
+    if (flags.model.batch == 0 && question.step.batch % flags.devices != 0) question.step.batch = flags.devices;
     if (question.step.batch % flags.devices != 0) {
       std::cerr << "memplan fit: --batch " << question.step.batch << " is the global batch and must divide among "
                 << flags.devices << " devices: use a multiple of " << flags.devices << "\n";
