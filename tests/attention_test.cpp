@@ -31,12 +31,12 @@ struct Case {
   float dropout;
 };
 
-struct Result {
+struct AttentionRun {
   std::vector<float> y, dq, dk, dv;
 };
 
 // y = attention(q, k, v); loss = sum(y * R); returns y and the gradients of q, k, v.
-Result run(const Case& c, AttentionKind kind) {
+AttentionRun run(const Case& c, AttentionKind kind) {
   graph::Graph g;
   Builder b(g);
   const graph::InitSpec none{};
@@ -83,8 +83,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& param) { return para
 
 TEST_P(FusedAttention, EqualsTheUnfusedCompositionForwardAndBackward) {
   const Case& c = GetParam();
-  const Result fused = run(c, AttentionKind::fused);
-  const Result reference = run(c, AttentionKind::materialized);
+  const AttentionRun fused = run(c, AttentionKind::fused);
+  const AttentionRun reference = run(c, AttentionKind::materialized);
   expect_close(fused.y, reference.y, "y");
   expect_close(fused.dq, reference.dq, "dq");
   expect_close(fused.dk, reference.dk, "dk");
@@ -107,7 +107,7 @@ TEST(FusedAttentionDropout, ChangesTheOutput) {
   const Case c{"d", 1, 2, 2, 20, 4, true, 0.5f};
   Case no_drop = c;
   no_drop.dropout = 0.0f;
-  const Result with = run(c, AttentionKind::fused), without = run(no_drop, AttentionKind::fused);
+  const AttentionRun with = run(c, AttentionKind::fused), without = run(no_drop, AttentionKind::fused);
   double diff = 0.0;
   for (std::size_t i = 0; i < with.y.size(); ++i) diff += std::abs(with.y[i] - without.y[i]);
   EXPECT_GT(diff, 1.0);
