@@ -98,6 +98,68 @@ std::map<TensorId, TensorId> shard_parameters(Graph& g, const std::vector<Tensor
   return shard_of;
 }
 
+// Synchronised batch norm: the statistics of each batch_norm cover the global batch, as one
+// process's would. Forward: the ranks' means are averaged (equal shares of the batch), each rank
+// measures its deviation about that mean and those are averaged. Backward: batch_norm_backward's
+// sums over the batch (dgamma, dbeta) are averaged over ranks; divided by the local count, the
+// kernel then sees the global sums over the global count, scaled as each rank's loss gradient is.
+// The parameter gradients themselves stay local and are reduced with the other gradients.
+void synchronise_batch_norm(Graph& g, const DataParallelConfig& config, int original_ops, Placement& placement) {
+  const float mean = 1.0f / static_cast<float>(config.world);
+  std::map<TensorId, std::vector<std::pair<int, int>>> readers;  // statistics -> (op, slot)
+  for (int i = 0; i < original_ops; ++i) {
+    const Op& op = g.ops()[static_cast<std::size_t>(i)];
+    for (int slot = 0; slot < static_cast<int>(op.inputs.size()); ++slot) {
+      const TensorId t = op.inputs[static_cast<std::size_t>(slot)];
+      const int p = g.producer(t);
+      if (p >= 0 && g.ops()[static_cast<std::size_t>(p)].kind == OpKind::batch_norm_stats) readers[t].emplace_back(i, slot);
+    }
+  }
+  for (const auto& [stats, uses] : readers) {
+    const int at = g.producer(stats);
+    const TensorId x = g.ops()[static_cast<std::size_t>(at)].inputs[0];
+    const std::string& name = g.tensor(stats).name;
+    const TensorId shared_mean =
+        g.add_op(OpKind::all_reduce, {stats}, collective(config, mean), name + ".mean_over_ranks", Role::activation, Phase::forward);
+    const TensorId local = g.add_op(OpKind::batch_norm_centered_stats, {x, shared_mean}, {}, name + ".about_shared_mean",
+                                    Role::activation, Phase::forward);
+    const TensorId global =
+        g.add_op(OpKind::all_reduce, {local}, collective(config, mean), name + ".over_ranks", Role::activation, Phase::forward);
+    for (TensorId t : {shared_mean, local, global}) placement.after[static_cast<std::size_t>(at)].push_back(g.producer(t));
+    const TensorDesc& xd = g.tensor(x);
+    const double count = double(xd.shape.numel() / xd.shape[1]) * config.world;  // elements per channel, all ranks
+    for (const auto& [op, slot] : uses) {
+      g.replace_input(op, slot, global);
+      if (g.ops()[static_cast<std::size_t>(op)].kind == OpKind::running_stats_update) {
+        g.set_alpha(op, count > 1 ? float(count / (count - 1)) : 1.0f);
+      }
+    }
+  }
+  for (int i = 0; i < original_ops; ++i) {
+    const Op op = g.ops()[static_cast<std::size_t>(i)];
+    if (op.kind != OpKind::batch_norm_backward) continue;
+    const TensorId dgamma = op.inputs[4], dbeta = op.inputs[5];
+    const std::int64_t channels = g.tensor(dgamma).shape.numel();
+    const TensorId packed = g.add_op(OpKind::pack, {dgamma, dbeta}, {}, op.name + ".batch_sums", Role::communication,
+                                     Phase::backward);
+    const TensorId summed = g.add_op(OpKind::all_reduce, {packed}, collective(config, mean), op.name + ".batch_sums.over_ranks",
+                                     Role::communication, Phase::backward);
+    std::vector<int> added = {g.producer(packed), g.producer(summed)};
+    for (int slot : {4, 5}) {
+      OpAttrs cut;
+      cut.axis = 0;
+      cut.start = slot == 4 ? 0 : channels;
+      cut.length = channels;
+      const TensorId part = g.add_op(OpKind::slice, {summed}, cut, g.tensor(op.inputs[static_cast<std::size_t>(slot)]).name + ".over_ranks",
+                                     Role::temporary, Phase::backward);
+      added.push_back(g.producer(part));
+      g.replace_input(i, slot, part);
+    }
+    auto& before = placement.before[static_cast<std::size_t>(i)];
+    before.insert(before.end(), added.begin(), added.end());
+  }
+}
+
 }  // namespace
 
 void make_data_parallel_training_step(Graph& g, const OptimizerConfig& optimizer, const DataParallelConfig& config) {
@@ -120,6 +182,7 @@ void make_data_parallel_training_step(Graph& g, const OptimizerConfig& optimizer
   placement.before.resize(static_cast<std::size_t>(original_ops));
   placement.after.resize(static_cast<std::size_t>(original_ops));
   const float mean = 1.0f / static_cast<float>(config.world);
+  synchronise_batch_norm(g, config, original_ops, placement);
 
   // The loss every rank reports: the mean of the ranks' losses (each the mean over an equal
   // share of the global batch), computed after the backward seed read the local one.

@@ -112,6 +112,11 @@ void Graph::replace_input(int op_index, int slot, TensorId tensor) {
   op.inputs[static_cast<std::size_t>(slot)] = tensor;
 }
 
+void Graph::set_alpha(int op_index, float alpha) {
+  MEMPLAN_CHECK(op_index >= 0 && op_index < num_ops(), "no op " << op_index);
+  ops_[static_cast<std::size_t>(op_index)].attrs.alpha = alpha;
+}
+
 void Graph::reorder_ops(const std::vector<int>& order) {
   MEMPLAN_CHECK(static_cast<int>(order.size()) == num_ops(), "order names " << order.size() << " of " << num_ops() << " ops");
   std::vector<bool> seen(ops_.size(), false);

@@ -40,6 +40,9 @@ class Graph {
   // Graph rewrites for passes such as activation checkpointing (before anything runs):
   // point input `slot` of op `op_index` at another tensor of the same shape and dtype.
   void replace_input(int op_index, int slot, TensorId tensor);
+  // A scale factor of op `op_index` (OpAttrs::alpha), which no shape depends on: e.g. the
+  // unbiasing factor of running statistics once they cover every rank's samples.
+  void set_alpha(int op_index, float alpha);
   // Puts the ops in a new program order: order[i] is the current index of the op to run i-th
   // (a permutation of all ops). Producer indices follow; dependences are the caller's to keep.
   void reorder_ops(const std::vector<int>& order);

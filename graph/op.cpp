@@ -236,6 +236,16 @@ OutputSpec infer_batch_norm_stats(Inputs in, const OpAttrs&) {
   return {Shape{2, in[0]->shape[1]}, DType::f32};
 }
 
+// Synchronised batch norm's second pass: the deviation about a mean shared by every rank.
+OutputSpec infer_batch_norm_centered_stats(Inputs in, const OpAttrs&) {
+  expect_channels("batch_norm_centered_stats", *in[0]);
+  const std::int64_t c = in[0]->shape[1];
+  if (in[1]->shape != Shape{2, c}) {
+    fail("batch_norm_centered_stats", "statistics '" + in[1]->name + "' must be [2, " + str(c) + "]");
+  }
+  return {Shape{2, c}, DType::f32};
+}
+
 OutputSpec infer_batch_norm(Inputs in, const OpAttrs&) {
   const TensorDesc& x = *in[0];
   expect_channels("batch_norm", x);
@@ -721,6 +731,7 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::avg_pool2d,                     "avg_pool2d",                     1, 0, 1, false, infer_avg_pool,               flops_pool_window},
   {OpKind::global_avg_pool,                "global_avg_pool",                1, 0, 1, false, infer_global_avg_pool,        flops_per_input},
   {OpKind::batch_norm_stats,               "batch_norm_stats",               1, 0, 1, false, infer_batch_norm_stats,       flops_3_per_input},
+  {OpKind::batch_norm_centered_stats,      "batch_norm_centered_stats",      2, 0, 1, false, infer_batch_norm_centered_stats, flops_3_per_input},
   {OpKind::batch_norm,                     "batch_norm",                     4, 0, 1, false, infer_batch_norm,             flops_4_per_output},
   {OpKind::batch_norm_inference,           "batch_norm_inference",           5, 0, 1, false, infer_batch_norm_inference,   flops_4_per_output},
   {OpKind::running_stats_update,           "running_stats_update",           1, 2, 0, false, infer_update,                 flops_running_stats},

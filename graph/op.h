@@ -33,6 +33,7 @@ enum class OpKind : std::uint8_t {
   avg_pool2d,             // y[N, C, OH, OW] = mean over each K*K window (no padding)
   global_avg_pool,        // y[N, C] = mean over H, W of x[N, C, H, W]
   batch_norm_stats,       // stats[2, C] = (mean, biased variance) over all dims but 1 of x[N, C, ...]
+  batch_norm_centered_stats,  // stats[2, C] = (m, mean of (x - m)^2) with m = row 0 of inputs[1]   inputs: x, stats
   batch_norm,             // y = (x - mean) / sqrt(var + eps) * gamma + beta   inputs: x, stats, gamma, beta
   batch_norm_inference,   // the same with running statistics   inputs: x, running_mean, running_var, gamma, beta
   running_stats_update,   // updates: running_mean, running_var;  inputs: stats (momentum; alpha = M/(M-1))

@@ -31,7 +31,11 @@ std::vector<NamedBytes> activations_at_peak_by_name(const MemoryPlan& plan) {
   const OpIndex peak_at = plan.peak_position();
   std::map<std::string, NamedBytes> groups;
   for (const PlannedBuffer& b : plan.buffers) {
-    if (b.persistent || b.role == graph::Role::gradient || b.first_op > peak_at || peak_at > b.last_op) continue;
+    // The roles fit_breakdown counts as activations: not state, gradients or communication.
+    if (b.persistent || b.role == graph::Role::gradient || b.role == graph::Role::communication || b.first_op > peak_at ||
+        peak_at > b.last_op) {
+      continue;
+    }
     // Runs of digits between dots are layer indices: "layers.10.mlp.up" -> "layers.*.mlp.up".
     std::string key;
     for (std::size_t i = 0; i < b.name.size();) {

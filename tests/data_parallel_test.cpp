@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "memplan/dist/shard.h"
 #include "memplan/graph/data_parallel.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/validator.h"
 #include "memplan/runtime/devices.h"
@@ -84,6 +86,85 @@ TEST(Collectives, PackLaysShardsOutRankMajorWithZeroPadding) {
   std::vector<float> out(8);
   exec.read_tensor(packed, out.data());
   EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 6, 4, 5, 0, 7}));
+}
+
+// Synchronised batch norm's second pass: about the true mean it gives batch_norm_stats' variance;
+// about a mean off by d, the variance plus d^2 (sum (x - m - d)^2 / M = var + d^2).
+TEST(SynchronisedBatchNorm, CentredStatisticsAreTheVarianceAboutTheGivenMean) {
+  graph::Graph g;
+  graph::TensorDesc x{"x", graph::Shape{3, 2, 4}}, centre{"centre", graph::Shape{2, 2}};
+  x.role = centre.role = graph::Role::input;
+  const TensorId xi = g.add_tensor(x), ci = g.add_tensor(centre);
+  const TensorId plain = g.add_op(OpKind::batch_norm_stats, {xi}, {}, "plain", graph::Role::activation, graph::Phase::forward);
+  const TensorId about = g.add_op(OpKind::batch_norm_centered_stats, {xi, ci}, {}, "about", graph::Role::activation,
+                                  graph::Phase::forward);
+  g.retained = {plain, about};
+  runtime::CpuDevice device;
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_graph(g), device);
+  ASSERT_TRUE(planned) << planned.error().message;
+  runtime::Executor exec(planned.value(), device);
+  ASSERT_TRUE(exec.setup());
+  std::vector<float> xv(24);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float((i * 7) % 11) - 3.0f;
+  // Channel means by hand: channel c holds x[n, c, 0..3] for n = 0..2.
+  double sum[2] = {0, 0}, sq[2] = {0, 0};
+  for (int n = 0; n < 3; ++n) {
+    for (int c = 0; c < 2; ++c) {
+      for (int s = 0; s < 4; ++s) sum[c] += xv[std::size_t(n * 8 + c * 4 + s)];
+    }
+  }
+  const double mean[2] = {sum[0] / 12, sum[1] / 12};
+  for (int n = 0; n < 3; ++n) {
+    for (int c = 0; c < 2; ++c) {
+      for (int s = 0; s < 4; ++s) sq[c] += std::pow(xv[std::size_t(n * 8 + c * 4 + s)] - mean[c], 2);
+    }
+  }
+  const float d = 0.5f;
+  const std::vector<float> cv = {float(mean[0]) + d, float(mean[1]) - d, 123.0f, -7.0f};  // row 1 is ignored
+  exec.set_input(xi, xv.data(), 96);
+  exec.set_input(ci, cv.data(), 16);
+  ASSERT_TRUE(exec.run_step());
+  std::vector<float> p(4), a(4);
+  exec.read_tensor(plain, p.data());
+  exec.read_tensor(about, a.data());
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(p[std::size_t(c)], mean[c], 1e-6);
+    EXPECT_NEAR(p[std::size_t(2 + c)], sq[c] / 12, 1e-5);
+    EXPECT_EQ(a[std::size_t(c)], cv[std::size_t(c)]) << "row 0 is the given mean";
+    EXPECT_NEAR(a[std::size_t(2 + c)], sq[c] / 12 + double(d) * d, 1e-5);
+  }
+}
+
+TEST(SynchronisedBatchNorm, EveryBatchNormOfARankGraphReadsStatisticsOverAllRanks) {
+  models::ModelOptions model;
+  model.name = "cnn";
+  planner::StepDescription step = planner::StepDescription::of_model(model, 8);
+  step.parallel.world = 2;
+  step.parallel.rank = 1;
+  auto planned = planner::plan_step(step, planner::PlanRequest{});
+  ASSERT_TRUE(planned) << planned.error().message;
+  const graph::Graph& g = planned.value().graph;
+  int norms = 0, backwards = 0;
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind == OpKind::batch_norm || op.kind == OpKind::batch_norm_dgamma || op.kind == OpKind::batch_norm_backward ||
+        op.kind == OpKind::running_stats_update) {
+      const TensorId stats = op.inputs[op.kind == OpKind::batch_norm ? 1 : op.kind == OpKind::running_stats_update ? 0 : 2];
+      const graph::Op& producer = g.ops()[std::size_t(g.producer(stats))];
+      EXPECT_EQ(producer.kind, OpKind::all_reduce) << op.name << " reads " << g.tensor(stats).name;
+      norms += op.kind == OpKind::batch_norm;
+    }
+    if (op.kind == OpKind::batch_norm_backward) {
+      ++backwards;
+      for (int slot : {4, 5}) {
+        const graph::Op& sum = g.ops()[std::size_t(g.producer(op.inputs[std::size_t(slot)]))];
+        ASSERT_EQ(sum.kind, OpKind::slice) << op.name;
+        EXPECT_EQ(g.ops()[std::size_t(g.producer(sum.inputs[0]))].kind, OpKind::all_reduce) << op.name;
+      }
+    }
+  }
+  EXPECT_GT(norms, 2);
+  EXPECT_GT(backwards, 2);
+  EXPECT_TRUE(planner::validate_plan(planned.value().plan));
 }
 
 int count_ops(const graph::Graph& g, OpKind kind) {
@@ -164,6 +245,22 @@ TEST_P(ZeroStage, ShardedStagesHoldAQuarterOfTheStateOnFourRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroStage, ::testing::Values(0, 1, 2, 3));
+
+// fit's named list of activations adds up to its activations line: gathered parameters and
+// buckets are on the communication line only.
+TEST_P(ZeroStage, TheNamedActivationsAddUpToTheActivationLine) {
+  auto planned = planner::plan_step(mlp_step(4, GetParam()), planner::PlanRequest{});
+  ASSERT_TRUE(planned) << planned.error().message;
+  const planner::MemoryPlan& plan = planned.value().plan;
+  const planner::FitBreakdown b = planner::fit_breakdown(plan, planner::PlanRequest{}.device);
+  Bytes named = 0;
+  for (const planner::NamedBytes& n : planner::activations_at_peak_by_name(plan)) {
+    named += n.bytes;
+    EXPECT_EQ(n.name.find("gathered"), std::string::npos) << n.name;
+    EXPECT_EQ(n.name.find("bucket"), std::string::npos) << n.name;
+  }
+  EXPECT_EQ(named, b.activations_at_peak);
+}
 
 TEST(DataParallel, SmallBucketsMeanMoreCollectives) {
   auto one = planner::plan_step(mlp_step(2, 0), planner::PlanRequest{});

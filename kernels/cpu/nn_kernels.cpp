@@ -272,6 +272,27 @@ void k_batch_norm_stats(const KernelCall& c) {
   }
 }
 
+// The mean comes from the input (every rank's, averaged); the deviation about it is this rank's,
+// accumulated in double as in k_batch_norm_stats.
+void k_batch_norm_centered_stats(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  const float* centre = c.inputs[1].f32();
+  float* stats = c.outputs[0].f32();
+  const double count = double(d.n * d.s);
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+    const double mean = centre[ch];
+    double sq = 0.0;
+    for (std::int64_t n = 0; n < d.n; ++n) {
+      const float* p = x + (n * d.c + ch) * d.s;
+      for (std::int64_t i = 0; i < d.s; ++i) sq += (p[i] - mean) * (p[i] - mean);
+    }
+    stats[ch] = centre[ch];
+    stats[d.c + ch] = static_cast<float>(sq / count);
+  }
+}
+
 // y = x * scale[c] + shift[c] with scale = gamma * rstd, shift = beta - mean * scale.
 void normalize_channels(const Nc& d, const float* x, const float* mean, const float* var, const float* gamma,
                         const float* beta, float eps, float* y) {
@@ -594,6 +615,7 @@ std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
       {OpKind::avg_pool2d, k_avg_pool2d},
       {OpKind::global_avg_pool, k_global_avg_pool},
       {OpKind::batch_norm_stats, k_batch_norm_stats},
+      {OpKind::batch_norm_centered_stats, k_batch_norm_centered_stats},
       {OpKind::batch_norm, k_batch_norm},
       {OpKind::batch_norm_inference, k_batch_norm_inference},
       {OpKind::running_stats_update, k_running_stats_update},

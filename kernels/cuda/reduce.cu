@@ -288,6 +288,30 @@ void k_batch_norm_stats(const KernelCall& c) {
   check_launch("batch_norm_stats");
 }
 
+// Synchronised batch norm's second pass: row 1 = mean of (x - m)^2 about the given row 0.
+__global__ void batch_norm_centered_stats_kernel(const float* x, const float* centre, Nc d, float* stats) {
+  const std::int64_t ch = blockIdx.x;
+  const std::int64_t count = d.n * d.s;
+  const double mean = centre[ch];
+  double sq = 0.0;
+  for (std::int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const double v = x[((k / d.s) * d.c + ch) * d.s + k % d.s] - mean;
+    sq += v * v;
+  }
+  const double var = block_sum(sq) / double(count);
+  if (threadIdx.x == 0) {
+    stats[ch] = centre[ch];
+    stats[d.c + ch] = static_cast<float>(var);
+  }
+}
+
+void k_batch_norm_centered_stats(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  batch_norm_centered_stats_kernel<<<static_cast<unsigned>(d.c), kReduceThreads, 0, stream()>>>(
+      c.inputs[0].f32(), c.inputs[1].f32(), d, c.outputs[0].f32());
+  check_launch("batch_norm_centered_stats");
+}
+
 // y[plane] = mean over the plane's S elements.
 __global__ void global_avg_pool_kernel(const float* x, std::int64_t s, float* y) {
   const float* p = x + blockIdx.x * s;
@@ -321,6 +345,7 @@ KernelEntries reduction_kernel_entries() {
       {OpKind::channel_sum, k_channel_sum},
       {OpKind::batch_norm_dgamma, k_batch_norm_dgamma},
       {OpKind::batch_norm_stats, k_batch_norm_stats},
+      {OpKind::batch_norm_centered_stats, k_batch_norm_centered_stats},
       {OpKind::global_avg_pool, k_global_avg_pool},
   };
 }
