@@ -57,6 +57,23 @@ void exp_row(float* x, std::int64_t n) {
   }
 }
 
+// The largest of n floats and the sum of n floats, as vector reductions: lanes in a fixed order
+// fixed at compile time, so the result does not depend on the thread count (a scalar loop here
+// ran one dependent add or compare per column and cost as much as the tile's GEMM).
+float row_max(const float* x, std::int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (std::int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+float row_sum(const float* x, std::int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t i = 0; i < n; ++i) sum += x[i];
+  return sum;
+}
+
 // Columns of row r of a tile at (i0, j0) a causal mask lets through: j0 + c <= i0 + r.
 std::int64_t visible(std::int64_t i0, std::int64_t r, std::int64_t j0, std::int64_t cols, bool causal) {
   return causal ? std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, cols) : cols;
@@ -131,15 +148,13 @@ void k_attention_lse(const KernelCall& c) {
         score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, s);
         for (std::int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kTile;
-          const float tile_max = *std::max_element(sr, sr + cols);
+          const float tile_max = row_max(sr, cols);
           const float new_max = std::max(m[r], tile_max);
           if (new_max == -std::numeric_limits<float>::infinity()) continue;  // every column masked so far
           const std::int64_t valid = visible(i0, r, j0, cols, causal);
           for (std::int64_t col = 0; col < valid; ++col) sr[col] -= new_max;
           exp_row(sr, valid);
-          float sum = 0.0f;
-          for (std::int64_t col = 0; col < valid; ++col) sum += sr[col];
-          l[r] = l[r] * std::exp(m[r] - new_max) + sum;
+          l[r] = l[r] * std::exp(m[r] - new_max) + row_sum(sr, valid);
           m[r] = new_max;
         }
       }
