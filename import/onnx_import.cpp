@@ -490,7 +490,7 @@ void Importer::h_batch_norm(const onnx::NodeProto& n) {
   }
   // ONNX: running = running * momentum + batch * (1 - momentum); memplan's momentum is the batch's share.
   const float momentum = 1.0f - attr_float("momentum", 0.9f);
-  set_tensor(0, builder_.batch_norm(x, gamma, beta, mean, var, /*training=*/true, out_name(), momentum, attr_float("epsilon", 1e-5f)));
+  set_tensor(0, builder_.batch_norm(x, gamma, beta, mean, var, options_.training, out_name(), momentum, attr_float("epsilon", 1e-5f)));
   for (int i = 1; i < n.output_size(); ++i) {
     if (!n.output(i).empty()) set_tensor(i, i == 1 ? mean : var);  // the updated running statistics
   }
@@ -1125,8 +1125,9 @@ void Importer::h_dropout(const onnx::NodeProto&) {
   // Opset 12+: inference unless training_mode says otherwise; memplan trains what it imports, so
   // an exported Dropout keeps its ratio either way (documented in docs/onnx_import.md).
   if (ratio < 0 || ratio >= 1) fail("ratio " + std::to_string(ratio) + " is outside [0, 1)");
-  set_tensor(0, builder_.dropout(tensor(0), static_cast<float>(ratio), out_name()));
   set(1, pending(Value::Kind::unavailable, kNoTensor));  // the mask: an error only if something reads it
+  if (!options_.training) return set(0, in(0));  // evaluation: the identity
+  set_tensor(0, builder_.dropout(tensor(0), static_cast<float>(ratio), out_name()));
 }
 
 void Importer::h_range(const onnx::NodeProto&) {
