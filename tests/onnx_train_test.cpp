@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,9 +37,39 @@ fs::path scratch(const std::string& name) {
   return dir / name;
 }
 
+// A small dataset in Fashion-MNIST's IDX format (28 x 28 images, 10 classes: 256 training and 64
+// test images of scrambled pixels) for tests about plumbing, not accuracy: reading 70,000 images
+// and evaluating 10,000 would take most of their time.
+void write_be32(std::ofstream& f, std::uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  f.write(reinterpret_cast<const char*>(b), 4);
+}
+
+const std::string& small_images() {
+  static const std::string dir = [] {
+    const fs::path d = scratch("fashion_mnist");
+    fs::create_directories(d);
+    for (const auto& [prefix, count] : {std::pair<const char*, std::uint32_t>{"train", 256}, {"t10k", 64}}) {
+      std::ofstream images(d / (std::string(prefix) + "-images-idx3-ubyte"), std::ios::binary);
+      write_be32(images, 0x00000803);
+      write_be32(images, count);
+      write_be32(images, 28);
+      write_be32(images, 28);
+      for (std::uint32_t i = 0; i < count * 28 * 28; ++i) images.put(static_cast<char>((i * 2654435761u) >> 24));
+      std::ofstream labels(d / (std::string(prefix) + "-labels-idx1-ubyte"), std::ios::binary);
+      write_be32(labels, 0x00000801);
+      write_be32(labels, count);
+      for (std::uint32_t i = 0; i < count; ++i) labels.put(static_cast<char>(i % 10));
+    }
+    return d.string();
+  }();
+  return dir;
+}
+
 std::unique_ptr<train::TrainingSession> planned_session(const std::string& file, import::LossKind loss, float lr,
-                                                       runtime::Device& device) {
-  auto data = train::load_onnx_run_data(file, loss, "", "", /*batch=*/16);
+                                                       const std::string& images, runtime::Device& device) {
+  auto data = train::load_onnx_run_data(file, loss, "", images, /*batch=*/16);
   EXPECT_TRUE(data.ok()) << data.error().message;
   train::SessionOptions options;
   options.batch = 16;
@@ -105,7 +137,7 @@ std::vector<float> forward_output(const import::OnnxModel& model,
 TEST(OnnxTrain, StartsFromTheInitializersAndExportsWhatItTrained) {
   runtime::CpuDevice device;
   const std::string file = onnx_fixture("fmnist_cnn.onnx");
-  auto session = planned_session(file, import::LossKind::cross_entropy, 1e-2f, device);
+  auto session = planned_session(file, import::LossKind::cross_entropy, 1e-2f, small_images(), device);
   const train::OnnxRun& run = *session->data().onnx;
   ASSERT_FALSE(run.initial.empty());
   // The step starts from the file's weights, not from the seed's.
@@ -135,12 +167,12 @@ TEST(OnnxTrain, StartsFromTheInitializersAndExportsWhatItTrained) {
   // ... and not what the untrained file computes.
   std::map<std::string, std::vector<float>> initial(run.initial.begin(), run.initial.end());
   EXPECT_NE(forward_output(*run.model, [&](const std::string& name) { return initial.at(name); }), trained);
-  fs::remove_all(out.parent_path());
+  fs::remove(out);
 }
 
 TEST(OnnxTrain, MseOnFlatImagesFeedsOneHotTargets) {
   runtime::CpuDevice device;
-  auto session = planned_session(onnx_fixture("fmnist_mlp.onnx"), import::LossKind::mse, 1e-3f, device);
+  auto session = planned_session(onnx_fixture("fmnist_mlp.onnx"), import::LossKind::mse, 1e-3f, "", device);  // Fashion-MNIST
   EXPECT_TRUE(session->data().onnx->io.one_hot);
   auto summary = session->run(300, {});
   ASSERT_TRUE(summary.ok());
@@ -154,7 +186,8 @@ TEST(OnnxTrain, MseOnFlatImagesFeedsOneHotTargets) {
 
 TEST(OnnxTrainCli, TrainsSavesUnderOnnxNamesAndAgreesAcrossModes) {
   const fs::path saved = scratch("run.safetensors"), exported = scratch("cli.onnx");
-  const std::string base = "train --onnx " + onnx_fixture("fmnist_cnn.onnx") + " --steps 4 --batch 16 --seed 1 --json --quiet";
+  const std::string base = "train --onnx " + onnx_fixture("fmnist_cnn.onnx") + " --data " + small_images() +
+                           " --steps 4 --batch 16 --seed 1 --json --quiet";
   auto planned = testing::run_cli(base + " --save " + saved.string() + " --export-onnx " + exported.string(), false);
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
   const auto a = nlohmann::json::parse(planned.output);
@@ -182,10 +215,13 @@ TEST(OnnxTrainCli, TrainsSavesUnderOnnxNamesAndAgreesAcrossModes) {
     EXPECT_TRUE(names.count(imported.graph.tensor(id).name)) << imported.graph.tensor(id).name;
   }
   // The exported file trains again (and resumes from the trained weights).
-  auto again = testing::run_cli("train --onnx " + exported.string() + " --steps 1 --batch 16 --json --quiet", false);
+  auto again = testing::run_cli("train --onnx " + exported.string() + " --data " + small_images() +
+                                     " --steps 1 --batch 16 --json --quiet",
+                                 false);
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_GT(nlohmann::json::parse(again.output)["test_accuracy"].get<double>(), 0.0);
-  fs::remove_all(saved.parent_path());
+  EXPECT_TRUE(nlohmann::json::parse(again.output).contains("test_accuracy"));
+  fs::remove(saved);
+  fs::remove(exported);
 }
 
 TEST(OnnxTrainCli, BadFilesPathsAndFlagsAreUsageErrors) {
@@ -212,7 +248,6 @@ TEST(OnnxTrainCli, BadFilesPathsAndFlagsAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace
