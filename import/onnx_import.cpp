@@ -1,7 +1,8 @@
 // ONNX ModelProto -> memplan forward graph. One handler per ONNX op type in one table; a node's
 // operands are Values: graph tensors, constants (folded on the host: Shape arithmetic, Constant
 // nodes, integer initializers), or a few recognised pending forms (a transposed 2-D parameter,
-// GELU's Erf decomposition, an additive causal mask) that become one memplan op at their consumer.
+// GELU's Erf decomposition, an additive causal mask, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/
+// Div decomposition) that become one memplan op at their consumer.
 #include "memplan/import/onnx_import.h"
 
 #include <algorithm>
@@ -48,13 +49,21 @@ struct Constant {
 };
 
 struct Value {
-  enum class Kind { tensor, constant, initializer, transposed, gelu_scaled, gelu_erf, gelu_erf1, gelu_half, causal, unavailable };
+  enum class Kind {
+    tensor, constant, initializer, transposed, gelu_scaled, gelu_erf, gelu_erf1, gelu_half, causal, unavailable,
+    // LayerNormalization as opsets before 17 export it, step by step over the last axis of x (id):
+    // mean(x), x - mean, (x - mean)^2, its mean (the variance), + eps, sqrt, (x - mean) / that,
+    // times gamma; + beta makes the layer_norm op.
+    ln_mean, ln_centered, ln_squared, ln_variance, ln_variance_eps, ln_std, ln_normalized, ln_scaled
+  };
   Kind kind = Kind::tensor;
   TensorId id = kNoTensor;  // tensor, transposed (the parameter), gelu_*/causal (their x)
   Constant constant;        // constant, initializer (its values)
   std::string name;         // initializer: its ONNX name
   const onnx::TensorProto* proto = nullptr;  // initializer: its values, read when first needed
   bool loaded = true;                        // constant.floats/ints hold the values
+  float eps = 0.0f;                          // ln_variance_eps and later: the epsilon
+  TensorId gamma = kNoTensor;                // ln_scaled: the scale
 };
 
 Value constant_value(Constant c) {
@@ -273,6 +282,9 @@ class Importer {
   void h_conv(const onnx::NodeProto&);
   void h_batch_norm(const onnx::NodeProto&);
   void h_relu(const onnx::NodeProto&);
+  void h_sigmoid(const onnx::NodeProto&);
+  void h_tanh(const onnx::NodeProto&);
+  void h_clip(const onnx::NodeProto&);
   void h_max_pool(const onnx::NodeProto&);
   void h_average_pool(const onnx::NodeProto&);
   void h_global_average_pool(const onnx::NodeProto&);
@@ -305,6 +317,19 @@ class Importer {
   void h_expand(const onnx::NodeProto&);
   void h_dropout(const onnx::NodeProto&);
   void h_range(const onnx::NodeProto&);
+  void h_reduce_mean(const onnx::NodeProto&);
+  void h_pow(const onnx::NodeProto&);
+  void h_sqrt(const onnx::NodeProto&);
+  // The next step of LayerNormalization's decomposition when in(i) is at step `from` over x.
+  bool ln_step(int i, Value::Kind from, TensorId x = kNoTensor) const {
+    const Value& v = in(i);
+    return v.kind == from && (x == kNoTensor || v.id == x);
+  }
+  Value ln_value(Value::Kind kind, const Value& from) const {
+    Value v = from;
+    v.kind = kind;
+    return v;
+  }
 
   // A folded value as an integer; a value no int64 holds (NaN, infinite, too large) is refused.
   std::int64_t to_int(double v) const {
@@ -406,6 +431,17 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
            "outside it; memplan imports Erf only within that pattern");
     case Value::Kind::unavailable:
       fail("'" + input_name + "' is an output memplan does not compute (Dropout's mask)");
+    case Value::Kind::ln_mean:
+    case Value::Kind::ln_centered:
+    case Value::Kind::ln_squared:
+    case Value::Kind::ln_variance:
+    case Value::Kind::ln_variance_eps:
+    case Value::Kind::ln_std:
+    case Value::Kind::ln_normalized:
+    case Value::Kind::ln_scaled:
+      fail("'" + input_name + "' is part of LayerNormalization's decomposition (ReduceMean, Sub, Pow, ReduceMean, Add, "
+           "Sqrt, Div, Mul by the scale, Add of the bias, over the last axis) but is used outside it; memplan imports "
+           "these ops only within that pattern (or export with opset 17 for one LayerNormalization node)");
     case Value::Kind::causal:
       fail("'" + input_name + "' adds a causal mask but is not read by a Softmax over its last axis; memplan imports "
            "an additive mask only as a causal softmax");
@@ -455,13 +491,20 @@ void Importer::h_conv(const onnx::NodeProto&) {
   const TensorId w = tensor(1);
   const Shape xs = shape_of(x), ws = shape_of(w);
   if (xs.rank() != 4 || ws.rank() != 4) fail("memplan imports 2-D convolutions of [N, C, H, W] inputs, got input " + xs.to_string() + " and weight " + ws.to_string());
-  if (attr_int("group", 1) != 1) fail("grouped convolution (group " + std::to_string(attr_int("group", 1)) + ") is not supported yet");
+  const std::int64_t groups = attr_int("group", 1);
+  if (groups < 1 || xs[1] % groups != 0 || ws[0] % groups != 0) {
+    fail("group " + std::to_string(groups) + " must divide the input's " + std::to_string(xs[1]) + " and the weight's " +
+         std::to_string(ws[0]) + " channels");
+  }
   for (std::int64_t d : attr_ints("dilations")) {
     if (d != 1) fail("dilated convolution is not supported yet");
   }
   if (const auto* pad = attr("auto_pad"); pad && pad->s() != "NOTSET") fail("auto_pad " + pad->s() + " is not supported; export explicit pads");
   if (ws[2] != ws[3]) fail("memplan's convolution takes square kernels, got " + ws.to_string());
-  if (ws[1] != xs[1]) fail("the weight " + ws.to_string() + " expects " + std::to_string(ws[1]) + " input channels, the input " + xs.to_string() + " has " + std::to_string(xs[1]));
+  if (ws[1] * groups != xs[1]) {
+    fail("the weight " + ws.to_string() + " in " + std::to_string(groups) + " group(s) expects " + std::to_string(ws[1] * groups) +
+         " input channels, the input " + xs.to_string() + " has " + std::to_string(xs[1]));
+  }
   const auto strides = attr_ints("strides");
   const auto pads = attr_ints("pads");
   const std::int64_t stride = strides.empty() ? 1 : strides[0];
@@ -470,12 +513,15 @@ void Importer::h_conv(const onnx::NodeProto&) {
   if (!pads.empty() && (pads.size() != 4 || std::any_of(pads.begin(), pads.end(), [&](std::int64_t p) { return p != padding; }))) {
     fail("memplan's convolution takes the same padding on every side");
   }
-  if (!has_in(2)) return set_tensor(0, builder_.conv2d(x, w, stride, padding, out_name()));
+  auto conv = [&](const std::string& name) {
+    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name) : builder_.grouped_conv2d(x, w, stride, padding, groups, name);
+  };
+  if (!has_in(2)) return set_tensor(0, conv(out_name()));
   // A per-channel bias: memplan's bias_add adds along the last dim, so the output goes
   // channels-last for it and back (two copies; docs/onnx_import.md notes the cost).
   const TensorId b = tensor(2);
   if (shape_of(b) != Shape{ws[0]}) fail("the bias must be [" + std::to_string(ws[0]) + "], got " + shape_of(b).to_string());
-  const TensorId y = builder_.conv2d(x, w, stride, padding, out_name() + ".conv");
+  const TensorId y = conv(out_name() + ".conv");
   const TensorId last = builder_.permute(y, {0, 2, 3, 1}, out_name() + ".nhwc");
   const TensorId biased = builder_.bias_add(last, b, out_name() + ".biased");
   set_tensor(0, builder_.permute(biased, {0, 3, 1, 2}, out_name()));
@@ -497,6 +543,20 @@ void Importer::h_batch_norm(const onnx::NodeProto& n) {
 }
 
 void Importer::h_relu(const onnx::NodeProto&) { set_tensor(0, builder_.relu(tensor(0), out_name())); }
+void Importer::h_sigmoid(const onnx::NodeProto&) { set_tensor(0, builder_.sigmoid(tensor(0), out_name())); }
+void Importer::h_tanh(const onnx::NodeProto&) { set_tensor(0, builder_.tanh(tensor(0), out_name())); }
+
+// Clip's bounds: constant inputs 1 and 2 (opset 11+) or the min/max attributes (earlier); a bound
+// left out is open.
+void Importer::h_clip(const onnx::NodeProto&) {
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  if (const auto* a = attr("min")) lo = a->f();
+  if (const auto* a = attr("max")) hi = a->f();
+  if (has_in(1) && !is_scalar_constant(1, &lo)) fail("the min bound must be a constant scalar");
+  if (has_in(2) && !is_scalar_constant(2, &hi)) fail("the max bound must be a constant scalar");
+  if (std::isnan(lo) || std::isnan(hi) || lo > hi) fail("the bounds [" + std::to_string(lo) + ", " + std::to_string(hi) + "] are not a range");
+  set_tensor(0, builder_.clip(tensor(0), static_cast<float>(lo), static_cast<float>(hi), out_name()));
+}
 
 void Importer::h_max_pool(const onnx::NodeProto& n) {
   const TensorId x = tensor(0);
@@ -603,6 +663,20 @@ bool is_causal_mask(const Constant& c, std::int64_t t) {
 void Importer::h_add(const onnx::NodeProto& n) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::plus<>())));
   double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (ln_step(i, Value::Kind::ln_variance) && is_scalar_constant(1 - i, &s)) {
+      Value v = ln_value(Value::Kind::ln_variance_eps, in(i));
+      v.eps = static_cast<float>(s);
+      return set(0, v);
+    }
+    if (ln_step(i, Value::Kind::ln_scaled) && in(1 - i).kind == Value::Kind::initializer) {
+      const Value v = in(i);
+      const TensorId beta = tensor(1 - i);
+      const std::int64_t d = shape_of(v.id).cols();
+      if (shape_of(beta) != Shape{d}) fail("the bias of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + shape_of(beta).to_string());
+      return set_tensor(0, builder_.layer_norm(v.id, v.gamma, beta, out_name(), v.eps));
+    }
+  }
   // GELU's decomposition: erf(x / sqrt 2) + 1.
   for (int i = 0; i < 2; ++i) {
     if (in(i).kind == Value::Kind::gelu_erf && is_scalar_constant(1 - i, &s) && s == 1.0) {
@@ -640,6 +714,9 @@ void Importer::h_add(const onnx::NodeProto& n) {
 
 void Importer::h_sub(const onnx::NodeProto&) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::minus<>())));
+  if (in(0).kind == Value::Kind::tensor && ln_step(1, Value::Kind::ln_mean, in(0).id)) {
+    return set(0, ln_value(Value::Kind::ln_centered, in(1)));
+  }
   const TensorId a = tensor(0), b = tensor(1);
   if (shape_of(a) != shape_of(b)) fail("memplan subtracts tensors of equal shape, got " + shape_of(a).to_string() + " and " + shape_of(b).to_string());
   set_tensor(0, builder_.add(a, builder_.scale(b, -1.0f, out_name() + ".negated"), out_name()));
@@ -648,6 +725,15 @@ void Importer::h_sub(const onnx::NodeProto&) {
 void Importer::h_mul(const onnx::NodeProto&) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::multiplies<>())));
   double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (ln_step(i, Value::Kind::ln_normalized) && in(1 - i).kind == Value::Kind::initializer) {
+      Value v = ln_value(Value::Kind::ln_scaled, in(i));
+      v.gamma = tensor(1 - i);
+      const std::int64_t d = shape_of(v.id).cols();
+      if (shape_of(v.gamma) != Shape{d}) fail("the scale of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + shape_of(v.gamma).to_string());
+      return set(0, v);
+    }
+  }
   for (int i = 0; i < 2; ++i) {
     const Value& v = in(i);
     // GELU's decomposition: x * (1 + erf(x / sqrt 2)), then times 0.5.
@@ -677,6 +763,9 @@ void Importer::h_div(const onnx::NodeProto&) {
                      if (y == 0) fail("division by zero in a constant");
                      return ints ? std::floor(x / y) : x / y;
                    })));
+  }
+  if (ln_step(0, Value::Kind::ln_centered) && ln_step(1, Value::Kind::ln_std, in(0).id)) {
+    return set(0, ln_value(Value::Kind::ln_normalized, in(1)));
   }
   double s = 0;
   if (!is_scalar_constant(1, &s) || s == 0) fail("memplan divides a tensor by a non-zero scalar constant only");
@@ -1130,6 +1219,45 @@ void Importer::h_dropout(const onnx::NodeProto&) {
   set_tensor(0, builder_.dropout(tensor(0), static_cast<float>(ratio), out_name()));
 }
 
+// ReduceMean: the mean and variance of LayerNormalization's decomposition (over the last axis,
+// kept), or a global average pool (over H and W of [N, C, H, W]).
+void Importer::h_reduce_mean(const onnx::NodeProto&) {
+  std::vector<std::int64_t> axes = attr_ints("axes");
+  if (has_in(1)) axes = ints_of(1);  // opset 18: an input
+  const bool keep = attr_int("keepdims", 1) != 0;
+  const Value& v = in(0);
+  const int rank = v.kind == Value::Kind::tensor || v.kind == Value::Kind::ln_squared ? shape_of(v.id).rank() : -1;
+  if (rank < 0) fail("memplan reduces graph tensors only");
+  for (std::int64_t& a : axes) a = axis_of(a, rank);
+  std::sort(axes.begin(), axes.end());
+  if (keep && axes == std::vector<std::int64_t>{rank - 1}) {
+    if (v.kind == Value::Kind::tensor) return set(0, ln_value(Value::Kind::ln_mean, v));
+    return set(0, ln_value(Value::Kind::ln_variance, v));
+  }
+  if (v.kind == Value::Kind::tensor && rank == 4 && axes == std::vector<std::int64_t>{2, 3}) {
+    const TensorId pooled = builder_.global_avg_pool(v.id, out_name() + (keep ? ".pooled" : ""));
+    if (!keep) return set_tensor(0, pooled);
+    const Shape xs = shape_of(v.id);
+    return set_tensor(0, builder_.reshape(pooled, Shape{xs[0], xs[1], 1, 1}, out_name()));
+  }
+  fail("memplan imports ReduceMean over the last axis with keepdims within LayerNormalization's decomposition, or "
+       "over axes [2, 3] of a [N, C, H, W] tensor (a global average pool)");
+}
+
+// Pow: (x - mean)^2 of LayerNormalization's decomposition, or any tensor squared.
+void Importer::h_pow(const onnx::NodeProto&) {
+  double p = 0;
+  if (!is_scalar_constant(1, &p) || p != 2.0) fail("memplan imports Pow with the constant exponent 2 only");
+  if (ln_step(0, Value::Kind::ln_centered)) return set(0, ln_value(Value::Kind::ln_squared, in(0)));
+  const TensorId x = tensor(0);
+  set_tensor(0, builder_.mul(x, x, out_name()));
+}
+
+void Importer::h_sqrt(const onnx::NodeProto&) {
+  if (ln_step(0, Value::Kind::ln_variance_eps)) return set(0, ln_value(Value::Kind::ln_std, in(0)));
+  fail("memplan imports Sqrt only within LayerNormalization's decomposition (the square root of variance + eps)");
+}
+
 void Importer::h_range(const onnx::NodeProto&) {
   const double start = constant(0).at(0), limit = constant(1).at(0), delta = constant(2).at(0);
   if (delta == 0) fail("delta 0");
@@ -1173,13 +1301,19 @@ const std::map<std::string, Importer::Handler>& Importer::handlers() {
       {"MatMul", &Importer::h_matmul},
       {"MaxPool", &Importer::h_max_pool},
       {"Mul", &Importer::h_mul},
+      {"Pow", &Importer::h_pow},
       {"Range", &Importer::h_range},
+      {"ReduceMean", &Importer::h_reduce_mean},
       {"Relu", &Importer::h_relu},
+      {"Sigmoid", &Importer::h_sigmoid},
+      {"Tanh", &Importer::h_tanh},
+      {"Clip", &Importer::h_clip},
       {"Reshape", &Importer::h_reshape},
       {"Shape", &Importer::h_shape},
       {"Slice", &Importer::h_slice},
       {"Softmax", &Importer::h_softmax},
       {"Split", &Importer::h_split},
+      {"Sqrt", &Importer::h_sqrt},
       {"Squeeze", &Importer::h_squeeze},
       {"Sub", &Importer::h_sub},
       {"Transpose", &Importer::h_transpose},

@@ -90,7 +90,7 @@ TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"));
 
 // Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
 std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
@@ -113,7 +113,7 @@ std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
 }
 
 TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
-  for (const char* name : {"small_cnn", "tiny_gpt"}) {
+  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"}) {
     const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
     EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
     EXPECT_NE(planned, "");
@@ -235,6 +235,47 @@ TEST(OnnxImport, DimensionsThatOverflowBytesAreRefused) {
   const std::string e2 = build_error(big);
   EXPECT_NE(e2.find("x"), std::string::npos) << e2;
   EXPECT_NE(e2, "(imported)");
+}
+
+TEST(OnnxImport, PartsOfTheLayerNormPatternUsedElsewhereNameTheNode) {
+  onnx::ModelProto m = tiny_model();
+  auto* mean = add_node(m, "ReduceMean", "mean", {"x"}, {"mu"});
+  auto* axes = mean->add_attribute();
+  axes->set_name("axes");
+  axes->set_type(onnx::AttributeProto::INTS);
+  axes->add_ints(-1);
+  add_node(m, "Relu", "uses_the_mean", {"mu"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'uses_the_mean' (Relu, opset 15)"), std::string::npos) << e;
+  EXPECT_NE(e.find("LayerNormalization's decomposition"), std::string::npos) << e;
+
+  onnx::ModelProto sqrt = tiny_model();
+  add_node(sqrt, "Sqrt", "plain_sqrt", {"x"}, {"y"});
+  EXPECT_NE(build_error(sqrt).find("node 'plain_sqrt' (Sqrt, opset 15): memplan imports Sqrt only within"), std::string::npos)
+      << build_error(sqrt);
+}
+
+TEST(OnnxImport, ClipBoundsMustBeConstantAndConvGroupsMustDivide) {
+  onnx::ModelProto clip = tiny_model();
+  add_node(clip, "Clip", "clip_by_tensor", {"x", "x"}, {"y"});
+  EXPECT_NE(build_error(clip).find("node 'clip_by_tensor' (Clip, opset 15): the min bound must be a constant"), std::string::npos)
+      << build_error(clip);
+
+  onnx::ModelProto conv = tiny_model();
+  auto* dims = conv.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(5);  // x [B, 4, 5, 5]
+  auto* w = conv.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : {6, 1, 3, 3}) w->add_dims(d);
+  for (int i = 0; i < 54; ++i) w->add_float_data(0.0f);
+  auto* node = add_node(conv, "Conv", "odd_groups", {"x", "w"}, {"y"});
+  auto* group = node->add_attribute();
+  group->set_name("group");
+  group->set_type(onnx::AttributeProto::INT);
+  group->set_i(3);  // does not divide 4 input channels
+  const std::string e = build_error(conv);
+  EXPECT_NE(e.find("node 'odd_groups' (Conv, opset 15): group 3 must divide"), std::string::npos) << e;
 }
 
 TEST(OnnxImport, TruncatedOrCorruptFilesAreRefused) {

@@ -6,7 +6,8 @@ a fixed input, written as JSON next to the .onnx files (NAME_golden.json).
 Usage: python3 tests/golden/make_onnx_fixtures.py OUT_DIR [--large | --resnet18]
   OUT_DIR    where to write (tests/data/onnx for the committed fixtures)
   --large    instead export full-size torchvision ResNet-50 (224x224) and ViT-B/16 (224x224) for
-             measurements (hundreds of MB: write them to /tmp, never commit them), and ResNet-18
+             measurements (hundreds of MB: write them to /tmp, never commit them), ResNet-18 and
+             MobileNetV2 (224x224)
   --resnet18 only torchvision's ResNet-18 with a 1-channel stem and 10 classes for Fashion-MNIST
              (resnet18_fmnist.onnx, 45 MB: `memplan train --onnx` trains it)
 """
@@ -199,6 +200,7 @@ def main():
         vit = torchvision.models.vit_b_16()
         export(vit, torch.randn(2, 3, 224, 224), os.path.join(out_dir, "vit_b_16.onnx"), 17)
         export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
+        export(torchvision.models.mobilenet_v2(), torch.randn(2, 3, 224, 224), os.path.join(out_dir, "mobilenet_v2.onnx"), 15)
         return
     if "--resnet18" in sys.argv:
         export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
