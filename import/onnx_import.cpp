@@ -6,15 +6,20 @@
 #include "memplan/import/onnx_import.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <memory>
+#include <string_view>
+#include <vector>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
+
+#include <sys/mman.h>
 
 #include <onnx/onnx_pb.h>
 
@@ -61,6 +66,7 @@ struct Value {
   Constant constant;        // constant, initializer (its values)
   std::string name;         // initializer: its ONNX name
   const onnx::TensorProto* proto = nullptr;  // initializer: its values, read when first needed
+  std::string_view raw;                      // initializer: its raw_data bytes (in the file)
   bool loaded = true;                        // constant.floats/ints hold the values
   float eps = 0.0f;                          // ln_variance_eps and later: the epsilon
   TensorId gamma = kNoTensor;                // ln_scaled: the scale
@@ -86,7 +92,9 @@ std::string node_label(const onnx::NodeProto& node, std::int64_t opset) {
 }
 
 // `with_data` false reads a float tensor's dims and checks its size, leaving its values unread.
-Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = true) {
+// `raw` is the tensor's raw_data: t.raw_data(), or the bytes in the file of an initializer whose
+// raw_data the loader left out of the parsed message (OnnxModel::Impl::raw).
+Result<Constant> read_tensor_proto(const onnx::TensorProto& t, std::string_view raw, bool with_data = true) {
   Constant c;
   for (std::int64_t d : t.dims()) {
     if (d < 0) return Error{"tensor '" + t.name() + "' has a negative dimension " + std::to_string(d)};
@@ -102,7 +110,6 @@ Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = 
     return Error{"tensor '" + t.name() + "' keeps its data in an external file, which memplan does not read; "
                  "export with the weights inside the .onnx file"};
   }
-  const std::string& raw = t.raw_data();
   auto size_error = [&](std::size_t have) {
     return Error{"tensor '" + t.name() + "' declares " + std::to_string(n) + " elements but holds " + std::to_string(have)};
   };
@@ -176,12 +183,11 @@ Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = 
 }
 
 // A float tensor's values (its size checked by read_tensor_proto).
-std::vector<float> float_values(const onnx::TensorProto& t) {
+std::vector<float> float_values(const onnx::TensorProto& t, std::string_view raw) {
   if (t.data_type() != onnx::TensorProto::FLOAT) {
-    auto c = read_tensor_proto(t);
+    auto c = read_tensor_proto(t, raw);
     return c ? std::vector<float>(c.value().floats.begin(), c.value().floats.end()) : std::vector<float>{};
   }
-  const std::string& raw = t.raw_data();
   if (raw.empty()) return {t.float_data().begin(), t.float_data().end()};
   std::vector<float> v(raw.size() / 4);
   std::memcpy(v.data(), raw.data(), v.size() * 4);
@@ -202,7 +208,144 @@ struct OnnxModel::Impl {
   onnx::ModelProto model;
   std::string source;
   std::int64_t opset = 0;
+  // When not empty: initializer i's raw_data is raw[i], bytes of the file held by `storage`, and
+  // left out of `model` (protobuf would copy every weight; an import reads them only if asked).
+  std::vector<std::string_view> raw;
+  std::shared_ptr<const void> storage;
+  std::string_view raw_of(int initializer) const {
+    return raw.empty() ? std::string_view(model.graph().initializer(initializer).raw_data())
+                       : raw[static_cast<std::size_t>(initializer)];
+  }
 };
+
+namespace {
+
+// The protobuf wire format, as far as leaving the initializers' raw_data out of a parse needs it:
+// ModelProto.graph (field 7) -> GraphProto.initializer (field 5) -> TensorProto.raw_data (field 9).
+struct WireField {
+  std::uint64_t number = 0;
+  int type = 0;
+  std::string_view payload;  // length-delimited fields
+  std::string_view whole;    // tag and value as in the input
+};
+
+bool read_varint(std::string_view& in, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (in.empty()) return false;
+    const auto b = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    v |= std::uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// The next field of `in`, or false at the end or on anything this reader does not take
+// (malformed bytes, groups): the caller then lets protobuf parse everything and say what is wrong.
+bool next_field(std::string_view& in, WireField& f) {
+  const char* start = in.data();
+  std::uint64_t tag = 0;
+  if (!read_varint(in, tag)) return false;
+  f.number = tag >> 3;
+  f.type = static_cast<int>(tag & 7);
+  std::uint64_t v = 0;
+  switch (f.type) {
+    case 0:
+      if (!read_varint(in, v)) return false;
+      break;
+    case 1:
+    case 5: {
+      const std::size_t n = f.type == 1 ? 8 : 4;
+      if (in.size() < n) return false;
+      in.remove_prefix(n);
+      break;
+    }
+    case 2:
+      if (!read_varint(in, v) || v > in.size()) return false;
+      f.payload = in.substr(0, static_cast<std::size_t>(v));
+      in.remove_prefix(static_cast<std::size_t>(v));
+      break;
+    default:
+      return false;
+  }
+  f.whole = std::string_view(start, static_cast<std::size_t>(in.data() - start));
+  return true;
+}
+
+void put_message(std::string& out, std::uint64_t number, std::string_view body) {
+  put_varint(out, number << 3 | 2);
+  put_varint(out, body.size());
+  out.append(body);
+}
+
+// Copies a message, rewriting the length-delimited fields numbered `field` with `inner`.
+template <typename Inner>
+bool rewrite(std::string_view in, std::uint64_t field, std::string& out, Inner inner) {
+  WireField f;
+  while (!in.empty()) {
+    if (!next_field(in, f)) return false;
+    if (f.number == field && f.type == 2) {
+      std::string body;
+      if (!inner(f.payload, body)) return false;
+      put_message(out, field, body);
+    } else {
+      out.append(f.whole);
+    }
+  }
+  return true;
+}
+
+// `bytes` without the raw_data of the graph's initializers, which go to `raw` in order (an empty
+// view for an initializer without raw_data). False: let protobuf parse `bytes` itself.
+bool strip_initializer_data(std::string_view bytes, std::string& stripped, std::vector<std::string_view>& raw) {
+  return rewrite(bytes, 7, stripped, [&](std::string_view graph, std::string& graph_out) {
+    return rewrite(graph, 5, graph_out, [&](std::string_view tensor, std::string& tensor_out) {
+      std::string_view data;
+      WireField f;
+      while (!tensor.empty()) {
+        if (!next_field(tensor, f)) return false;
+        if (f.number == 9 && f.type == 2) {
+          data = f.payload;  // the last occurrence wins, as in protobuf
+        } else {
+          tensor_out.append(f.whole);
+        }
+      }
+      raw.push_back(data);
+      return true;
+    });
+  });
+}
+
+// Parses `bytes` (kept alive by `storage`) with the initializers' data left in place.
+Result<std::unique_ptr<OnnxModel::Impl>> parse_model(std::string_view bytes, std::shared_ptr<const void> storage,
+                                                     const std::string& source) {
+  auto impl = std::make_unique<OnnxModel::Impl>();
+  const Error corrupt{source + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
+  if (bytes.size() > static_cast<std::size_t>(kMaxOnnxBytes)) return corrupt;
+  std::string stripped;
+  std::vector<std::string_view> raw;
+  if (strip_initializer_data(bytes, stripped, raw) &&
+      impl->model.ParseFromArray(stripped.data(), static_cast<int>(stripped.size())) &&
+      impl->model.graph().initializer_size() == static_cast<int>(raw.size())) {
+    impl->raw = std::move(raw);
+    impl->storage = std::move(storage);
+    return impl;
+  }
+  impl->model.Clear();
+  if (!impl->model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return corrupt;
+  return impl;
+}
+
+}  // namespace
 
 namespace {
 
@@ -356,7 +499,7 @@ const Value& Importer::loaded(int i) const {
   if (v.kind == Value::Kind::initializer && !v.loaded) {
     // Read on first use as a constant; the map owns the value, so filling it in is invisible to callers.
     Value& m = const_cast<Value&>(v);
-    auto c = read_tensor_proto(*v.proto);
+    auto c = read_tensor_proto(*v.proto, v.raw);
     if (!c) fail(c.error().message);
     m.constant = std::move(c).value();
     m.loaded = true;
@@ -409,7 +552,7 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
       const bool buffer = buffer_names_.count(v.name) > 0;
       const TensorId id = buffer ? builder_.buffer(v.name, Shape(v.constant.dims), {})
                                  : builder_.parameter(v.name, Shape(v.constant.dims), {}, options_.dtype);
-      if (options_.keep_values) out_.initial_values.emplace_back(id, float_values(*v.proto));
+      if (options_.keep_values) out_.initial_values.emplace_back(id, float_values(*v.proto, v.raw));
       materialized_.emplace(v.name, id);
       return id;
     }
@@ -1080,7 +1223,7 @@ void Importer::h_shape(const onnx::NodeProto&) {
 void Importer::h_constant(const onnx::NodeProto&) {
   Constant c;
   if (const auto* a = attr("value")) {
-    auto r = read_tensor_proto(a->t());
+    auto r = read_tensor_proto(a->t(), a->t().raw_data());
     if (!r) fail(r.error().message);
     c = std::move(r).value();
   } else if (const auto* f = attr("value_float")) {
@@ -1109,7 +1252,7 @@ void Importer::h_constant_of_shape(const onnx::NodeProto&) {
   double v = 0;
   bool is_float = true;
   if (const auto* a = attr("value")) {
-    auto r = read_tensor_proto(a->t());
+    auto r = read_tensor_proto(a->t(), a->t().raw_data());
     if (!r || r.value().numel() != 1) fail("value must be a one-element tensor");
     v = r.value().at(0);
     is_float = r.value().is_float;
@@ -1332,13 +1475,15 @@ ImportedGraph Importer::run() {
       for (int i = 3; i < std::min(n.input_size(), 5); ++i) buffer_names_.insert(n.input(i));
     }
   }
-  for (const auto& t : g.initializer()) {
-    auto c = read_tensor_proto(t, /*with_data=*/false);
+  for (int i = 0; i < g.initializer_size(); ++i) {
+    const onnx::TensorProto& t = g.initializer(i);
+    auto c = read_tensor_proto(t, impl_.raw_of(i), /*with_data=*/false);
     if (!c) throw GraphError(impl_.source + ": initializer: " + c.error().message);
     Value v;
     v.kind = c.value().is_float ? Value::Kind::initializer : Value::Kind::constant;
     v.name = t.name();
     v.proto = &t;
+    v.raw = impl_.raw_of(i);
     v.loaded = !c.value().is_float || c.value().numel() == 0;
     v.constant = std::move(c).value();
     if (!values_.emplace(t.name(), std::move(v)).second) throw GraphError(impl_.source + ": initializer '" + t.name() + "' is defined twice");
@@ -1445,25 +1590,26 @@ std::int64_t OnnxModel::opset() const { return impl_->opset; }
 const std::string& OnnxModel::source() const { return impl_->source; }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::load(const std::string& path) {
-  // InputFile refuses what is not a regular file or is too large; protobuf then reads the file
-  // straight into the message (one copy of the weights, not two: a ViT-B is 350 MB).
+  // InputFile refuses what is not a regular file or is too large. The file is mapped, not read:
+  // protobuf parses it without the initializers' data, which stays in the mapping (in the page
+  // cache) until an import asks for the values; planning never does (a ViT-B is 350 MB of them).
   auto file = InputFile::open(path, kMaxOnnxBytes, "ONNX model");
   if (!file) return file.error();
-  std::ifstream in(path, std::ios::binary);
-  auto impl = std::make_unique<Impl>();
-  if (!in || !impl->model.ParseFromIstream(&in)) {
-    return Error{path + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
-  }
-  return finish(std::move(impl), path);
+  const auto size = static_cast<std::size_t>(file.value().size());
+  if (size == 0) return parse(std::string_view(), path);
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.value().fd(), 0);
+  if (mapped == MAP_FAILED) return Error{path + ": cannot map the file into memory: " + std::strerror(errno)};
+  std::shared_ptr<const void> storage(mapped, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  auto impl = parse_model(std::string_view(static_cast<const char*>(mapped), size), storage, path);
+  if (!impl) return impl.error();
+  return finish(std::move(impl).value(), path);
 }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::parse(std::string_view bytes, const std::string& source) {
-  auto impl = std::make_unique<Impl>();
-  if (bytes.size() > static_cast<std::size_t>(kMaxOnnxBytes) ||
-      !impl->model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Error{source + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
-  }
-  return finish(std::move(impl), source);
+  auto copy = std::make_shared<const std::string>(bytes);  // the initializers' data stays in it
+  auto impl = parse_model(*copy, copy, source);
+  if (!impl) return impl.error();
+  return finish(std::move(impl).value(), source);
 }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::finish(std::unique_ptr<Impl> impl, const std::string& source) {
@@ -1491,9 +1637,15 @@ Result<std::string> OnnxModel::with_initializers(const std::vector<std::pair<std
   std::map<std::string, const std::vector<float>*> by_name;
   for (const auto& [name, v] : values) by_name[name] = &v;
   std::size_t replaced = 0;
-  for (auto& t : *copy.mutable_graph()->mutable_initializer()) {
+  for (int i = 0; i < copy.graph().initializer_size(); ++i) {
+    onnx::TensorProto& t = *copy.mutable_graph()->mutable_initializer(i);
     auto it = by_name.find(t.name());
-    if (it == by_name.end()) continue;
+    if (it == by_name.end()) {
+      if (!impl_->raw.empty() && !impl_->raw[static_cast<std::size_t>(i)].empty()) {
+        t.set_raw_data(std::string(impl_->raw[static_cast<std::size_t>(i)]));  // the file's values, unchanged
+      }
+      continue;
+    }
     if (t.data_type() != onnx::TensorProto::FLOAT) return Error{"initializer '" + t.name() + "' is not float"};
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) n *= d;

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
@@ -278,6 +282,42 @@ TEST(OnnxImport, ClipBoundsMustBeConstantAndConvGroupsMustDivide) {
   EXPECT_NE(e.find("node 'odd_groups' (Conv, opset 15): group 3 must divide"), std::string::npos) << e;
 }
 
+// The loader leaves the initializers' data out of the parsed message and reads it from the file
+// when asked: the values equal protobuf's own parse of the whole file, for raw_data and for
+// float_data initializers alike.
+TEST(OnnxImport, InitializerValuesEqualProtobufsParseOfTheWholeFile) {
+  std::ifstream in(fixture("tiny_mobilenet.onnx"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  onnx::ModelProto whole;
+  ASSERT_TRUE(whole.ParseFromString(bytes));
+  // One initializer moved to float_data, so both encodings are read.
+  onnx::TensorProto* first = whole.mutable_graph()->mutable_initializer(0);
+  std::vector<float> first_values(first->raw_data().size() / 4);
+  std::memcpy(first_values.data(), first->raw_data().data(), first->raw_data().size());
+  first->clear_raw_data();
+  for (float v : first_values) first->add_float_data(v);
+  std::string rewritten;
+  ASSERT_TRUE(whole.SerializeToString(&rewritten));
+  auto model = OnnxModel::parse(rewritten, "mixed.onnx");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const ImportedGraph g = model.value()->build({});
+  std::map<std::string, const onnx::TensorProto*> by_name;
+  for (const auto& t : whole.graph().initializer()) by_name[t.name()] = &t;
+  std::size_t compared = 0;
+  for (const auto& [id, values] : g.initial_values) {
+    const onnx::TensorProto& t = *by_name.at(g.graph.tensor(id).name);
+    std::vector<float> expected(t.float_data().begin(), t.float_data().end());
+    if (!t.raw_data().empty()) {
+      expected.resize(t.raw_data().size() / 4);
+      std::memcpy(expected.data(), t.raw_data().data(), t.raw_data().size());
+    }
+    EXPECT_EQ(values, expected) << g.graph.tensor(id).name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, by_name.size());
+  EXPECT_EQ(compared, static_cast<std::size_t>(whole.graph().initializer_size()));
+}
+
 TEST(OnnxImport, TruncatedOrCorruptFilesAreRefused) {
   std::ifstream in(fixture("small_cnn.onnx"), std::ios::binary);
   std::stringstream ss;
@@ -307,6 +347,17 @@ TEST(OnnxImport, WithInitializersWritesTrainedValuesBack) {
     }
   }
   EXPECT_TRUE(found);
+  // Every other initializer keeps the file's values (the loader holds them outside the parsed
+  // message, and the rewrite puts them back).
+  const ImportedGraph before = model->build({});
+  ASSERT_EQ(before.initial_values.size(), g.initial_values.size());
+  for (std::size_t i = 0; i < g.initial_values.size(); ++i) {
+    const std::string& name = g.graph.tensor(g.initial_values[i].first).name;
+    ASSERT_EQ(name, before.graph.tensor(before.initial_values[i].first).name);
+    if (name != "fc.bias") {
+      EXPECT_EQ(g.initial_values[i].second, before.initial_values[i].second) << name;
+    }
+  }
   EXPECT_FALSE(model->with_initializers({{"no.such.tensor", bias}}).ok());
   EXPECT_FALSE(model->with_initializers({{"fc.bias", std::vector<float>(3)}}).ok());
 }

@@ -476,7 +476,9 @@ Command add_train_command(CLI::App& root) {
       app->add_option("--output", flags->output, "With --onnx: the graph output the loss reads (default: the first)"),
       app->add_option("--export-onnx", flags->export_onnx,
                       "With --onnx: write a copy of the model with the trained weights (parameters and batch-norm "
-                      "statistics) to this .onnx file when training ends"),
+                      "statistics) to this .onnx file when training ends")
+          ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name the .onnx file to write") : std::string(); },
+                                 "FILE")),
   };
   auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 5; gpt counts steps: 3000)")
                      ->check(positive_integer());
