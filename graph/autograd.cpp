@@ -173,6 +173,32 @@ void grad_conv2d(GradContext& c, const Op& op, TensorId dy) {
   if (c.needs_grad(cols)) c.accumulate(cols, c.emit(OpKind::conv2d_backward_cols, {dy, w}, {}, c.gname(cols)));
 }
 
+void grad_grouped_conv2d(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0], w = op.inputs[1];
+  if (c.needs_grad(w)) {
+    c.accumulate(w, c.emit(OpKind::grouped_conv2d_backward_weight, {dy, x}, with_shape(op.attrs, c.tensor(w).shape),
+                           c.gname(w)));
+  }
+  if (c.needs_grad(x)) {
+    c.accumulate(x, c.emit(OpKind::grouped_conv2d_backward_input, {dy, w}, with_shape(op.attrs, c.tensor(x).shape),
+                           c.gname(x)));
+  }
+}
+
+// sigmoid' = y (1 - y), tanh' = 1 - y^2: both from the output, so x need not stay alive.
+void grad_sigmoid(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::sigmoid_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+void grad_tanh(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::tanh_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
+}
+
+// The gradient passes where x is strictly inside the range (PyTorch's hardtanh_backward).
+void grad_clip(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::clip_backward, {dy, op.inputs[0]}, op.attrs, c.gname(op.inputs[0])));
+}
+
 void grad_max_pool2d(GradContext& c, const Op& op, TensorId dy) {
   const TensorId x = op.inputs[0];
   c.accumulate(x, c.emit(OpKind::max_pool2d_backward, {dy, x}, op.attrs, c.gname(x)));
@@ -345,6 +371,10 @@ constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   set(OpKind::permute, grad_permute);
   set(OpKind::rms_norm, grad_rms_norm);
   set(OpKind::silu, grad_silu);
+  set(OpKind::sigmoid, grad_sigmoid);
+  set(OpKind::tanh, grad_tanh);
+  set(OpKind::clip, grad_clip);
+  set(OpKind::grouped_conv2d, grad_grouped_conv2d);
   set(OpKind::rotary, grad_rotary);
   set(OpKind::repeat_heads, grad_repeat_heads);
   set(OpKind::concat, grad_concat);

@@ -90,6 +90,29 @@ TensorId Builder::binary(OpKind kind, TensorId a, TensorId b, const std::string&
   return graph_.add_op(kind, {a, b}, std::move(attrs), name, Role::activation, phase_);
 }
 
+TensorId Builder::sigmoid(TensorId x, const std::string& name) { return unary(OpKind::sigmoid, x, name); }
+TensorId Builder::tanh(TensorId x, const std::string& name) { return unary(OpKind::tanh, x, name); }
+TensorId Builder::clip(TensorId x, float lo, float hi, const std::string& name) {
+  OpAttrs attrs;
+  attrs.clip_min = lo;
+  attrs.clip_max = hi;
+  return unary(OpKind::clip, x, name, std::move(attrs));
+}
+
+TensorId Builder::grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, std::int64_t groups,
+                                 const std::string& name) {
+  const Shape& ws = graph_.tensor(w).shape;
+  if (ws.rank() != 4 || ws[2] != ws[3]) {
+    throw GraphError("grouped_conv2d '" + name + "': weight must be [Cout, Cin / groups, K, K], got " + ws.to_string());
+  }
+  OpAttrs attrs;
+  attrs.kernel = ws[2];
+  attrs.stride = stride;
+  attrs.padding = padding;
+  attrs.groups = groups;
+  return binary(OpKind::grouped_conv2d, x, w, name, std::move(attrs));
+}
+
 TensorId Builder::linear(TensorId x, TensorId weight, TensorId bias, const std::string& name) {
   TensorId xw = matmul(x, weight, false, true, name + ".matmul");
   return bias_add(xw, bias, name);

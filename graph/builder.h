@@ -62,6 +62,14 @@ class Builder {
   // RMSNorm over the last dim with gamma [D] (LLaMA); no statistics tensor: backward recomputes them.
   TensorId rms_norm(TensorId x, TensorId gamma, const std::string& name, float eps = 1e-5f);
   TensorId silu(TensorId x, const std::string& name);
+  TensorId sigmoid(TensorId x, const std::string& name);
+  TensorId tanh(TensorId x, const std::string& name);
+  // min(max(x, lo), hi); an infinite bound leaves that side open (ReLU6: 0, 6).
+  TensorId clip(TensorId x, float lo, float hi, const std::string& name);
+  // Convolution of x [N, C, H, W] with w [Cout, C / groups, K, K] in `groups` channel groups
+  // (groups == C == Cout: depthwise); no im2col columns are stored.
+  TensorId grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, std::int64_t groups,
+                          const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
   TensorId rotary(TensorId x, float base, const std::string& name);
   // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.

@@ -202,6 +202,31 @@ OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
   return {Shape{cols.shape[0], w.shape[0], a.shape[0], a.shape[1]}, cols.dtype};
 }
 
+OutputSpec infer_grouped_conv2d(Inputs in, const OpAttrs& a) {
+  const TensorDesc& x = *in[0];
+  const TensorDesc& w = *in[1];
+  expect_float("grouped_conv2d", x);
+  expect_float("grouped_conv2d", w);
+  expect_rank("grouped_conv2d", x, 4);
+  expect_rank("grouped_conv2d", w, 4);
+  if (a.groups < 1 || x.shape[1] % a.groups != 0 || w.shape[0] % a.groups != 0) {
+    fail("grouped_conv2d", "groups " + str(a.groups) + " must divide the input channels of '" + x.name + "' " +
+                               x.shape.to_string() + " and the output channels of '" + w.name + "' " + w.shape.to_string());
+  }
+  if (w.shape[1] != x.shape[1] / a.groups || w.shape[2] != a.kernel || w.shape[3] != a.kernel) {
+    fail("grouped_conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " must be [Cout, " +
+                               str(x.shape[1] / a.groups) + ", " + str(a.kernel) + ", " + str(a.kernel) + "]");
+  }
+  const std::int64_t oh = window_out("grouped_conv2d", x.shape[2], a), ow = window_out("grouped_conv2d", x.shape[3], a);
+  return {Shape{x.shape[0], w.shape[0], oh, ow}, x.dtype};
+}
+
+OutputSpec infer_clip(Inputs in, const OpAttrs& a) {
+  expect_float("clip", *in[0]);
+  if (!(a.clip_min <= a.clip_max)) fail("clip", "clip_min " + std::to_string(a.clip_min) + " exceeds clip_max " + std::to_string(a.clip_max));
+  return {in[0]->shape, in[0]->dtype};
+}
+
 OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
   expect_float("pool", x);
@@ -665,6 +690,17 @@ double flops_conv2d_backward_weight(Inputs in, const TensorDesc*) {
 double flops_conv2d_backward_cols(Inputs in, const TensorDesc*) {
   return 2.0 * numel_of(in[0]) * double(in[1]->shape.numel() / in[1]->shape[0]);  // dy, w [Cout,CKK]
 }
+// Grouped convolution: 2 * (C/groups * K * K) per output element, and per element of either gradient.
+double flops_grouped_conv2d(Inputs in, const TensorDesc* out) {
+  return 2.0 * numel_of(out) * double(in[1]->shape.numel() / in[1]->shape[0]);  // w [Cout, C/g, K, K]
+}
+double flops_grouped_conv2d_backward_input(Inputs in, const TensorDesc*) {
+  return 2.0 * numel_of(in[0]) * double(in[1]->shape.numel() / in[1]->shape[0]);  // dy, w
+}
+double flops_grouped_conv2d_backward_weight(Inputs in, const TensorDesc* out) {
+  return 2.0 * numel_of(in[0]) * double(out->shape.numel() / out->shape[0]);  // dy, dw
+}
+
 // Pooling: one compare or add per input element (exact when stride == kernel; overlapping
 // windows revisit elements); the backward one add per input-gradient element.
 double flops_pool_window(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
@@ -752,6 +788,10 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::attention,                      "attention",                      4, 0, 1, false, infer_attention,              flops_attention},
   {OpKind::kv_cache_write,                 "kv_cache_write",                 4, 2, 0, false, infer_kv_cache_write,         flops_zero},
   {OpKind::decode_attention,               "decode_attention",               7, 0, 1, false, infer_decode_attention,       flops_decode_attention},
+  {OpKind::sigmoid,                        "sigmoid",                        1, 0, 1, false, infer_unary,                  flops_4_per_output},
+  {OpKind::tanh,                           "tanh",                           1, 0, 1, false, infer_unary,                  flops_4_per_output},
+  {OpKind::clip,                           "clip",                           1, 0, 1, false, infer_clip,                   flops_per_output},
+  {OpKind::grouped_conv2d,                 "grouped_conv2d",                 2, 0, 1, false, infer_grouped_conv2d,         flops_grouped_conv2d},
   {OpKind::relu_backward,                  "relu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::gelu_backward,                  "gelu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_gelu},
   {OpKind::broadcast_scalar,               "broadcast_scalar",               1, 0, 1, false, infer_broadcast_scalar,       flops_per_output},
@@ -777,6 +817,11 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::repeat_heads_backward,          "repeat_heads_backward",          1, 0, 1, false, infer_repeat_heads_backward,  flops_per_input0},
   {OpKind::attention_backward_dot,         "attention_backward_dot",         2, 0, 1, false, infer_attention_backward_dot, flops_2_per_input0},
   {OpKind::attention_backward,             "attention_backward",             6, 0, 1, false, infer_attention_backward,     flops_attention_backward},
+  {OpKind::sigmoid_backward,               "sigmoid_backward",               2, 0, 1, false, infer_backward_like_second,   flops_3_per_output},
+  {OpKind::tanh_backward,                  "tanh_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_3_per_output},
+  {OpKind::clip_backward,                  "clip_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
+  {OpKind::grouped_conv2d_backward_input,  "grouped_conv2d_backward_input",  2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_input},
+  {OpKind::grouped_conv2d_backward_weight, "grouped_conv2d_backward_weight", 2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_weight},
   {OpKind::sgd_update,                     "sgd_update",                     1, 1, 0, false, infer_update,                 flops_sgd},
   {OpKind::sgd_momentum_update,            "sgd_momentum_update",            1, 2, 0, false, infer_update,                 flops_sgd},
   {OpKind::adamw_update,                   "adamw_update",                   1, 3, 0, false, infer_update,                 flops_adamw},

@@ -65,6 +65,12 @@ enum class OpKind : std::uint8_t {
                           // causal attention of each slot's query over cached positions < positions[b] and
                           // its own k, v (the step's kv_cache_write, an update, runs after it);
                           // shape = {NH, NKV}, or {NH, NKV, 1} to rotate q and k by the position (rotary)
+  // activations and convolutions of imported mobile nets (import/onnx_import.cpp)
+  sigmoid,                // y = 1 / (1 + exp(-x))
+  tanh,                   // y = tanh(x)
+  clip,                   // y = min(max(x, clip_min), clip_max)  (ReLU6: 0, 6)
+  grouped_conv2d,         // y[N, Cout, OH, OW]  inputs: x[N, C, H, W], w[Cout, C/groups, K, K]; output channel
+                          // co reads the input channels of its group (groups = C: depthwise)
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -92,6 +98,11 @@ enum class OpKind : std::uint8_t {
   attention_backward_dot,          // delta[B, H, T] (f32) = rowwise dot(dy, y)  inputs: dy, y (attention's)
   attention_backward,              // [B, H + 2KH, T, D] = dq, dk, dv along dim 1, probabilities recomputed
                                    // tile by tile      inputs: dy, q, k, v, lse, delta (attention's attrs)
+  sigmoid_backward,                // dx = dy * y * (1 - y)          inputs: dy, y
+  tanh_backward,                   // dx = dy * (1 - y * y)          inputs: dy, y
+  clip_backward,                   // dx = dy where clip_min < x < clip_max, else 0   inputs: dy, x
+  grouped_conv2d_backward_input,   // dx[N, C, H, W]                 inputs: dy, w; shape = x dims
+  grouped_conv2d_backward_weight,  // dw[Cout, C/groups, K, K]       inputs: dy, x; shape = w dims
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -127,6 +138,9 @@ struct OpAttrs {
   std::int64_t kernel = 1;
   std::int64_t stride = 1;
   std::int64_t padding = 0;
+  std::int64_t groups = 1;         // grouped_conv2d*: channel groups (C and Cout divide by it)
+  float clip_min = 0.0f;           // clip, clip_backward: the range (infinite for an open side)
+  float clip_max = 0.0f;
   std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]
   bool causal = false;             // softmax, attention*
   float dropout = 0.0f;            // dropout_mask, attention*: the probability of zeroing an element

@@ -1,19 +1,25 @@
 // ONNX ModelProto -> memplan forward graph. One handler per ONNX op type in one table; a node's
 // operands are Values: graph tensors, constants (folded on the host: Shape arithmetic, Constant
 // nodes, integer initializers), or a few recognised pending forms (a transposed 2-D parameter,
-// GELU's Erf decomposition, an additive causal mask) that become one memplan op at their consumer.
+// GELU's Erf decomposition, an additive causal mask, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/
+// Div decomposition) that become one memplan op at their consumer.
 #include "memplan/import/onnx_import.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <memory>
+#include <string_view>
+#include <vector>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
+
+#include <sys/mman.h>
 
 #include <onnx/onnx_pb.h>
 
@@ -48,13 +54,22 @@ struct Constant {
 };
 
 struct Value {
-  enum class Kind { tensor, constant, initializer, transposed, gelu_scaled, gelu_erf, gelu_erf1, gelu_half, causal, unavailable };
+  enum class Kind {
+    tensor, constant, initializer, transposed, gelu_scaled, gelu_erf, gelu_erf1, gelu_half, causal, unavailable,
+    // LayerNormalization as opsets before 17 export it, step by step over the last axis of x (id):
+    // mean(x), x - mean, (x - mean)^2, its mean (the variance), + eps, sqrt, (x - mean) / that,
+    // times gamma; + beta makes the layer_norm op.
+    ln_mean, ln_centered, ln_squared, ln_variance, ln_variance_eps, ln_std, ln_normalized, ln_scaled
+  };
   Kind kind = Kind::tensor;
   TensorId id = kNoTensor;  // tensor, transposed (the parameter), gelu_*/causal (their x)
   Constant constant;        // constant, initializer (its values)
   std::string name;         // initializer: its ONNX name
   const onnx::TensorProto* proto = nullptr;  // initializer: its values, read when first needed
+  std::string_view raw;                      // initializer: its raw_data bytes (in the file)
   bool loaded = true;                        // constant.floats/ints hold the values
+  float eps = 0.0f;                          // ln_variance_eps and later: the epsilon
+  TensorId gamma = kNoTensor;                // ln_scaled: the scale
 };
 
 Value constant_value(Constant c) {
@@ -77,7 +92,9 @@ std::string node_label(const onnx::NodeProto& node, std::int64_t opset) {
 }
 
 // `with_data` false reads a float tensor's dims and checks its size, leaving its values unread.
-Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = true) {
+// `raw` is the tensor's raw_data: t.raw_data(), or the bytes in the file of an initializer whose
+// raw_data the loader left out of the parsed message (OnnxModel::Impl::raw).
+Result<Constant> read_tensor_proto(const onnx::TensorProto& t, std::string_view raw, bool with_data = true) {
   Constant c;
   for (std::int64_t d : t.dims()) {
     if (d < 0) return Error{"tensor '" + t.name() + "' has a negative dimension " + std::to_string(d)};
@@ -93,7 +110,6 @@ Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = 
     return Error{"tensor '" + t.name() + "' keeps its data in an external file, which memplan does not read; "
                  "export with the weights inside the .onnx file"};
   }
-  const std::string& raw = t.raw_data();
   auto size_error = [&](std::size_t have) {
     return Error{"tensor '" + t.name() + "' declares " + std::to_string(n) + " elements but holds " + std::to_string(have)};
   };
@@ -167,12 +183,11 @@ Result<Constant> read_tensor_proto(const onnx::TensorProto& t, bool with_data = 
 }
 
 // A float tensor's values (its size checked by read_tensor_proto).
-std::vector<float> float_values(const onnx::TensorProto& t) {
+std::vector<float> float_values(const onnx::TensorProto& t, std::string_view raw) {
   if (t.data_type() != onnx::TensorProto::FLOAT) {
-    auto c = read_tensor_proto(t);
+    auto c = read_tensor_proto(t, raw);
     return c ? std::vector<float>(c.value().floats.begin(), c.value().floats.end()) : std::vector<float>{};
   }
-  const std::string& raw = t.raw_data();
   if (raw.empty()) return {t.float_data().begin(), t.float_data().end()};
   std::vector<float> v(raw.size() / 4);
   std::memcpy(v.data(), raw.data(), v.size() * 4);
@@ -193,7 +208,144 @@ struct OnnxModel::Impl {
   onnx::ModelProto model;
   std::string source;
   std::int64_t opset = 0;
+  // When not empty: initializer i's raw_data is raw[i], bytes of the file held by `storage`, and
+  // left out of `model` (protobuf would copy every weight; an import reads them only if asked).
+  std::vector<std::string_view> raw;
+  std::shared_ptr<const void> storage;
+  std::string_view raw_of(int initializer) const {
+    return raw.empty() ? std::string_view(model.graph().initializer(initializer).raw_data())
+                       : raw[static_cast<std::size_t>(initializer)];
+  }
 };
+
+namespace {
+
+// The protobuf wire format, as far as leaving the initializers' raw_data out of a parse needs it:
+// ModelProto.graph (field 7) -> GraphProto.initializer (field 5) -> TensorProto.raw_data (field 9).
+struct WireField {
+  std::uint64_t number = 0;
+  int type = 0;
+  std::string_view payload;  // length-delimited fields
+  std::string_view whole;    // tag and value as in the input
+};
+
+bool read_varint(std::string_view& in, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (in.empty()) return false;
+    const auto b = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    v |= std::uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// The next field of `in`, or false at the end or on anything this reader does not take
+// (malformed bytes, groups): the caller then lets protobuf parse everything and say what is wrong.
+bool next_field(std::string_view& in, WireField& f) {
+  const char* start = in.data();
+  std::uint64_t tag = 0;
+  if (!read_varint(in, tag)) return false;
+  f.number = tag >> 3;
+  f.type = static_cast<int>(tag & 7);
+  std::uint64_t v = 0;
+  switch (f.type) {
+    case 0:
+      if (!read_varint(in, v)) return false;
+      break;
+    case 1:
+    case 5: {
+      const std::size_t n = f.type == 1 ? 8 : 4;
+      if (in.size() < n) return false;
+      in.remove_prefix(n);
+      break;
+    }
+    case 2:
+      if (!read_varint(in, v) || v > in.size()) return false;
+      f.payload = in.substr(0, static_cast<std::size_t>(v));
+      in.remove_prefix(static_cast<std::size_t>(v));
+      break;
+    default:
+      return false;
+  }
+  f.whole = std::string_view(start, static_cast<std::size_t>(in.data() - start));
+  return true;
+}
+
+void put_message(std::string& out, std::uint64_t number, std::string_view body) {
+  put_varint(out, number << 3 | 2);
+  put_varint(out, body.size());
+  out.append(body);
+}
+
+// Copies a message, rewriting the length-delimited fields numbered `field` with `inner`.
+template <typename Inner>
+bool rewrite(std::string_view in, std::uint64_t field, std::string& out, Inner inner) {
+  WireField f;
+  while (!in.empty()) {
+    if (!next_field(in, f)) return false;
+    if (f.number == field && f.type == 2) {
+      std::string body;
+      if (!inner(f.payload, body)) return false;
+      put_message(out, field, body);
+    } else {
+      out.append(f.whole);
+    }
+  }
+  return true;
+}
+
+// `bytes` without the raw_data of the graph's initializers, which go to `raw` in order (an empty
+// view for an initializer without raw_data). False: let protobuf parse `bytes` itself.
+bool strip_initializer_data(std::string_view bytes, std::string& stripped, std::vector<std::string_view>& raw) {
+  return rewrite(bytes, 7, stripped, [&](std::string_view graph, std::string& graph_out) {
+    return rewrite(graph, 5, graph_out, [&](std::string_view tensor, std::string& tensor_out) {
+      std::string_view data;
+      WireField f;
+      while (!tensor.empty()) {
+        if (!next_field(tensor, f)) return false;
+        if (f.number == 9 && f.type == 2) {
+          data = f.payload;  // the last occurrence wins, as in protobuf
+        } else {
+          tensor_out.append(f.whole);
+        }
+      }
+      raw.push_back(data);
+      return true;
+    });
+  });
+}
+
+// Parses `bytes` (kept alive by `storage`) with the initializers' data left in place.
+Result<std::unique_ptr<OnnxModel::Impl>> parse_model(std::string_view bytes, std::shared_ptr<const void> storage,
+                                                     const std::string& source) {
+  auto impl = std::make_unique<OnnxModel::Impl>();
+  const Error corrupt{source + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
+  if (bytes.size() > static_cast<std::size_t>(kMaxOnnxBytes)) return corrupt;
+  std::string stripped;
+  std::vector<std::string_view> raw;
+  if (strip_initializer_data(bytes, stripped, raw) &&
+      impl->model.ParseFromArray(stripped.data(), static_cast<int>(stripped.size())) &&
+      impl->model.graph().initializer_size() == static_cast<int>(raw.size())) {
+    impl->raw = std::move(raw);
+    impl->storage = std::move(storage);
+    return impl;
+  }
+  impl->model.Clear();
+  if (!impl->model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return corrupt;
+  return impl;
+}
+
+}  // namespace
 
 namespace {
 
@@ -273,6 +425,9 @@ class Importer {
   void h_conv(const onnx::NodeProto&);
   void h_batch_norm(const onnx::NodeProto&);
   void h_relu(const onnx::NodeProto&);
+  void h_sigmoid(const onnx::NodeProto&);
+  void h_tanh(const onnx::NodeProto&);
+  void h_clip(const onnx::NodeProto&);
   void h_max_pool(const onnx::NodeProto&);
   void h_average_pool(const onnx::NodeProto&);
   void h_global_average_pool(const onnx::NodeProto&);
@@ -305,6 +460,19 @@ class Importer {
   void h_expand(const onnx::NodeProto&);
   void h_dropout(const onnx::NodeProto&);
   void h_range(const onnx::NodeProto&);
+  void h_reduce_mean(const onnx::NodeProto&);
+  void h_pow(const onnx::NodeProto&);
+  void h_sqrt(const onnx::NodeProto&);
+  // The next step of LayerNormalization's decomposition when in(i) is at step `from` over x.
+  bool ln_step(int i, Value::Kind from, TensorId x = kNoTensor) const {
+    const Value& v = in(i);
+    return v.kind == from && (x == kNoTensor || v.id == x);
+  }
+  Value ln_value(Value::Kind kind, const Value& from) const {
+    Value v = from;
+    v.kind = kind;
+    return v;
+  }
 
   // A folded value as an integer; a value no int64 holds (NaN, infinite, too large) is refused.
   std::int64_t to_int(double v) const {
@@ -331,7 +499,7 @@ const Value& Importer::loaded(int i) const {
   if (v.kind == Value::Kind::initializer && !v.loaded) {
     // Read on first use as a constant; the map owns the value, so filling it in is invisible to callers.
     Value& m = const_cast<Value&>(v);
-    auto c = read_tensor_proto(*v.proto);
+    auto c = read_tensor_proto(*v.proto, v.raw);
     if (!c) fail(c.error().message);
     m.constant = std::move(c).value();
     m.loaded = true;
@@ -384,7 +552,7 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
       const bool buffer = buffer_names_.count(v.name) > 0;
       const TensorId id = buffer ? builder_.buffer(v.name, Shape(v.constant.dims), {})
                                  : builder_.parameter(v.name, Shape(v.constant.dims), {}, options_.dtype);
-      if (options_.keep_values) out_.initial_values.emplace_back(id, float_values(*v.proto));
+      if (options_.keep_values) out_.initial_values.emplace_back(id, float_values(*v.proto, v.raw));
       materialized_.emplace(v.name, id);
       return id;
     }
@@ -406,6 +574,17 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
            "outside it; memplan imports Erf only within that pattern");
     case Value::Kind::unavailable:
       fail("'" + input_name + "' is an output memplan does not compute (Dropout's mask)");
+    case Value::Kind::ln_mean:
+    case Value::Kind::ln_centered:
+    case Value::Kind::ln_squared:
+    case Value::Kind::ln_variance:
+    case Value::Kind::ln_variance_eps:
+    case Value::Kind::ln_std:
+    case Value::Kind::ln_normalized:
+    case Value::Kind::ln_scaled:
+      fail("'" + input_name + "' is part of LayerNormalization's decomposition (ReduceMean, Sub, Pow, ReduceMean, Add, "
+           "Sqrt, Div, Mul by the scale, Add of the bias, over the last axis) but is used outside it; memplan imports "
+           "these ops only within that pattern (or export with opset 17 for one LayerNormalization node)");
     case Value::Kind::causal:
       fail("'" + input_name + "' adds a causal mask but is not read by a Softmax over its last axis; memplan imports "
            "an additive mask only as a causal softmax");
@@ -455,13 +634,20 @@ void Importer::h_conv(const onnx::NodeProto&) {
   const TensorId w = tensor(1);
   const Shape xs = shape_of(x), ws = shape_of(w);
   if (xs.rank() != 4 || ws.rank() != 4) fail("memplan imports 2-D convolutions of [N, C, H, W] inputs, got input " + xs.to_string() + " and weight " + ws.to_string());
-  if (attr_int("group", 1) != 1) fail("grouped convolution (group " + std::to_string(attr_int("group", 1)) + ") is not supported yet");
+  const std::int64_t groups = attr_int("group", 1);
+  if (groups < 1 || xs[1] % groups != 0 || ws[0] % groups != 0) {
+    fail("group " + std::to_string(groups) + " must divide the input's " + std::to_string(xs[1]) + " and the weight's " +
+         std::to_string(ws[0]) + " channels");
+  }
   for (std::int64_t d : attr_ints("dilations")) {
     if (d != 1) fail("dilated convolution is not supported yet");
   }
   if (const auto* pad = attr("auto_pad"); pad && pad->s() != "NOTSET") fail("auto_pad " + pad->s() + " is not supported; export explicit pads");
   if (ws[2] != ws[3]) fail("memplan's convolution takes square kernels, got " + ws.to_string());
-  if (ws[1] != xs[1]) fail("the weight " + ws.to_string() + " expects " + std::to_string(ws[1]) + " input channels, the input " + xs.to_string() + " has " + std::to_string(xs[1]));
+  if (ws[1] * groups != xs[1]) {
+    fail("the weight " + ws.to_string() + " in " + std::to_string(groups) + " group(s) expects " + std::to_string(ws[1] * groups) +
+         " input channels, the input " + xs.to_string() + " has " + std::to_string(xs[1]));
+  }
   const auto strides = attr_ints("strides");
   const auto pads = attr_ints("pads");
   const std::int64_t stride = strides.empty() ? 1 : strides[0];
@@ -470,12 +656,15 @@ void Importer::h_conv(const onnx::NodeProto&) {
   if (!pads.empty() && (pads.size() != 4 || std::any_of(pads.begin(), pads.end(), [&](std::int64_t p) { return p != padding; }))) {
     fail("memplan's convolution takes the same padding on every side");
   }
-  if (!has_in(2)) return set_tensor(0, builder_.conv2d(x, w, stride, padding, out_name()));
+  auto conv = [&](const std::string& name) {
+    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name) : builder_.grouped_conv2d(x, w, stride, padding, groups, name);
+  };
+  if (!has_in(2)) return set_tensor(0, conv(out_name()));
   // A per-channel bias: memplan's bias_add adds along the last dim, so the output goes
   // channels-last for it and back (two copies; docs/onnx_import.md notes the cost).
   const TensorId b = tensor(2);
   if (shape_of(b) != Shape{ws[0]}) fail("the bias must be [" + std::to_string(ws[0]) + "], got " + shape_of(b).to_string());
-  const TensorId y = builder_.conv2d(x, w, stride, padding, out_name() + ".conv");
+  const TensorId y = conv(out_name() + ".conv");
   const TensorId last = builder_.permute(y, {0, 2, 3, 1}, out_name() + ".nhwc");
   const TensorId biased = builder_.bias_add(last, b, out_name() + ".biased");
   set_tensor(0, builder_.permute(biased, {0, 3, 1, 2}, out_name()));
@@ -490,13 +679,27 @@ void Importer::h_batch_norm(const onnx::NodeProto& n) {
   }
   // ONNX: running = running * momentum + batch * (1 - momentum); memplan's momentum is the batch's share.
   const float momentum = 1.0f - attr_float("momentum", 0.9f);
-  set_tensor(0, builder_.batch_norm(x, gamma, beta, mean, var, /*training=*/true, out_name(), momentum, attr_float("epsilon", 1e-5f)));
+  set_tensor(0, builder_.batch_norm(x, gamma, beta, mean, var, options_.training, out_name(), momentum, attr_float("epsilon", 1e-5f)));
   for (int i = 1; i < n.output_size(); ++i) {
     if (!n.output(i).empty()) set_tensor(i, i == 1 ? mean : var);  // the updated running statistics
   }
 }
 
 void Importer::h_relu(const onnx::NodeProto&) { set_tensor(0, builder_.relu(tensor(0), out_name())); }
+void Importer::h_sigmoid(const onnx::NodeProto&) { set_tensor(0, builder_.sigmoid(tensor(0), out_name())); }
+void Importer::h_tanh(const onnx::NodeProto&) { set_tensor(0, builder_.tanh(tensor(0), out_name())); }
+
+// Clip's bounds: constant inputs 1 and 2 (opset 11+) or the min/max attributes (earlier); a bound
+// left out is open.
+void Importer::h_clip(const onnx::NodeProto&) {
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  if (const auto* a = attr("min")) lo = a->f();
+  if (const auto* a = attr("max")) hi = a->f();
+  if (has_in(1) && !is_scalar_constant(1, &lo)) fail("the min bound must be a constant scalar");
+  if (has_in(2) && !is_scalar_constant(2, &hi)) fail("the max bound must be a constant scalar");
+  if (std::isnan(lo) || std::isnan(hi) || lo > hi) fail("the bounds [" + std::to_string(lo) + ", " + std::to_string(hi) + "] are not a range");
+  set_tensor(0, builder_.clip(tensor(0), static_cast<float>(lo), static_cast<float>(hi), out_name()));
+}
 
 void Importer::h_max_pool(const onnx::NodeProto& n) {
   const TensorId x = tensor(0);
@@ -603,6 +806,20 @@ bool is_causal_mask(const Constant& c, std::int64_t t) {
 void Importer::h_add(const onnx::NodeProto& n) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::plus<>())));
   double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (ln_step(i, Value::Kind::ln_variance) && is_scalar_constant(1 - i, &s)) {
+      Value v = ln_value(Value::Kind::ln_variance_eps, in(i));
+      v.eps = static_cast<float>(s);
+      return set(0, v);
+    }
+    if (ln_step(i, Value::Kind::ln_scaled) && in(1 - i).kind == Value::Kind::initializer) {
+      const Value v = in(i);
+      const TensorId beta = tensor(1 - i);
+      const std::int64_t d = shape_of(v.id).cols();
+      if (shape_of(beta) != Shape{d}) fail("the bias of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + shape_of(beta).to_string());
+      return set_tensor(0, builder_.layer_norm(v.id, v.gamma, beta, out_name(), v.eps));
+    }
+  }
   // GELU's decomposition: erf(x / sqrt 2) + 1.
   for (int i = 0; i < 2; ++i) {
     if (in(i).kind == Value::Kind::gelu_erf && is_scalar_constant(1 - i, &s) && s == 1.0) {
@@ -640,6 +857,9 @@ void Importer::h_add(const onnx::NodeProto& n) {
 
 void Importer::h_sub(const onnx::NodeProto&) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::minus<>())));
+  if (in(0).kind == Value::Kind::tensor && ln_step(1, Value::Kind::ln_mean, in(0).id)) {
+    return set(0, ln_value(Value::Kind::ln_centered, in(1)));
+  }
   const TensorId a = tensor(0), b = tensor(1);
   if (shape_of(a) != shape_of(b)) fail("memplan subtracts tensors of equal shape, got " + shape_of(a).to_string() + " and " + shape_of(b).to_string());
   set_tensor(0, builder_.add(a, builder_.scale(b, -1.0f, out_name() + ".negated"), out_name()));
@@ -648,6 +868,15 @@ void Importer::h_sub(const onnx::NodeProto&) {
 void Importer::h_mul(const onnx::NodeProto&) {
   if (is_constant(0) && is_constant(1)) return set(0, constant_value(fold_binary(constant(0), constant(1), std::multiplies<>())));
   double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (ln_step(i, Value::Kind::ln_normalized) && in(1 - i).kind == Value::Kind::initializer) {
+      Value v = ln_value(Value::Kind::ln_scaled, in(i));
+      v.gamma = tensor(1 - i);
+      const std::int64_t d = shape_of(v.id).cols();
+      if (shape_of(v.gamma) != Shape{d}) fail("the scale of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + shape_of(v.gamma).to_string());
+      return set(0, v);
+    }
+  }
   for (int i = 0; i < 2; ++i) {
     const Value& v = in(i);
     // GELU's decomposition: x * (1 + erf(x / sqrt 2)), then times 0.5.
@@ -677,6 +906,9 @@ void Importer::h_div(const onnx::NodeProto&) {
                      if (y == 0) fail("division by zero in a constant");
                      return ints ? std::floor(x / y) : x / y;
                    })));
+  }
+  if (ln_step(0, Value::Kind::ln_centered) && ln_step(1, Value::Kind::ln_std, in(0).id)) {
+    return set(0, ln_value(Value::Kind::ln_normalized, in(1)));
   }
   double s = 0;
   if (!is_scalar_constant(1, &s) || s == 0) fail("memplan divides a tensor by a non-zero scalar constant only");
@@ -991,7 +1223,7 @@ void Importer::h_shape(const onnx::NodeProto&) {
 void Importer::h_constant(const onnx::NodeProto&) {
   Constant c;
   if (const auto* a = attr("value")) {
-    auto r = read_tensor_proto(a->t());
+    auto r = read_tensor_proto(a->t(), a->t().raw_data());
     if (!r) fail(r.error().message);
     c = std::move(r).value();
   } else if (const auto* f = attr("value_float")) {
@@ -1020,7 +1252,7 @@ void Importer::h_constant_of_shape(const onnx::NodeProto&) {
   double v = 0;
   bool is_float = true;
   if (const auto* a = attr("value")) {
-    auto r = read_tensor_proto(a->t());
+    auto r = read_tensor_proto(a->t(), a->t().raw_data());
     if (!r || r.value().numel() != 1) fail("value must be a one-element tensor");
     v = r.value().at(0);
     is_float = r.value().is_float;
@@ -1125,8 +1357,48 @@ void Importer::h_dropout(const onnx::NodeProto&) {
   // Opset 12+: inference unless training_mode says otherwise; memplan trains what it imports, so
   // an exported Dropout keeps its ratio either way (documented in docs/onnx_import.md).
   if (ratio < 0 || ratio >= 1) fail("ratio " + std::to_string(ratio) + " is outside [0, 1)");
-  set_tensor(0, builder_.dropout(tensor(0), static_cast<float>(ratio), out_name()));
   set(1, pending(Value::Kind::unavailable, kNoTensor));  // the mask: an error only if something reads it
+  if (!options_.training) return set(0, in(0));  // evaluation: the identity
+  set_tensor(0, builder_.dropout(tensor(0), static_cast<float>(ratio), out_name()));
+}
+
+// ReduceMean: the mean and variance of LayerNormalization's decomposition (over the last axis,
+// kept), or a global average pool (over H and W of [N, C, H, W]).
+void Importer::h_reduce_mean(const onnx::NodeProto&) {
+  std::vector<std::int64_t> axes = attr_ints("axes");
+  if (has_in(1)) axes = ints_of(1);  // opset 18: an input
+  const bool keep = attr_int("keepdims", 1) != 0;
+  const Value& v = in(0);
+  const int rank = v.kind == Value::Kind::tensor || v.kind == Value::Kind::ln_squared ? shape_of(v.id).rank() : -1;
+  if (rank < 0) fail("memplan reduces graph tensors only");
+  for (std::int64_t& a : axes) a = axis_of(a, rank);
+  std::sort(axes.begin(), axes.end());
+  if (keep && axes == std::vector<std::int64_t>{rank - 1}) {
+    if (v.kind == Value::Kind::tensor) return set(0, ln_value(Value::Kind::ln_mean, v));
+    return set(0, ln_value(Value::Kind::ln_variance, v));
+  }
+  if (v.kind == Value::Kind::tensor && rank == 4 && axes == std::vector<std::int64_t>{2, 3}) {
+    const TensorId pooled = builder_.global_avg_pool(v.id, out_name() + (keep ? ".pooled" : ""));
+    if (!keep) return set_tensor(0, pooled);
+    const Shape xs = shape_of(v.id);
+    return set_tensor(0, builder_.reshape(pooled, Shape{xs[0], xs[1], 1, 1}, out_name()));
+  }
+  fail("memplan imports ReduceMean over the last axis with keepdims within LayerNormalization's decomposition, or "
+       "over axes [2, 3] of a [N, C, H, W] tensor (a global average pool)");
+}
+
+// Pow: (x - mean)^2 of LayerNormalization's decomposition, or any tensor squared.
+void Importer::h_pow(const onnx::NodeProto&) {
+  double p = 0;
+  if (!is_scalar_constant(1, &p) || p != 2.0) fail("memplan imports Pow with the constant exponent 2 only");
+  if (ln_step(0, Value::Kind::ln_centered)) return set(0, ln_value(Value::Kind::ln_squared, in(0)));
+  const TensorId x = tensor(0);
+  set_tensor(0, builder_.mul(x, x, out_name()));
+}
+
+void Importer::h_sqrt(const onnx::NodeProto&) {
+  if (ln_step(0, Value::Kind::ln_variance_eps)) return set(0, ln_value(Value::Kind::ln_std, in(0)));
+  fail("memplan imports Sqrt only within LayerNormalization's decomposition (the square root of variance + eps)");
 }
 
 void Importer::h_range(const onnx::NodeProto&) {
@@ -1172,13 +1444,19 @@ const std::map<std::string, Importer::Handler>& Importer::handlers() {
       {"MatMul", &Importer::h_matmul},
       {"MaxPool", &Importer::h_max_pool},
       {"Mul", &Importer::h_mul},
+      {"Pow", &Importer::h_pow},
       {"Range", &Importer::h_range},
+      {"ReduceMean", &Importer::h_reduce_mean},
       {"Relu", &Importer::h_relu},
+      {"Sigmoid", &Importer::h_sigmoid},
+      {"Tanh", &Importer::h_tanh},
+      {"Clip", &Importer::h_clip},
       {"Reshape", &Importer::h_reshape},
       {"Shape", &Importer::h_shape},
       {"Slice", &Importer::h_slice},
       {"Softmax", &Importer::h_softmax},
       {"Split", &Importer::h_split},
+      {"Sqrt", &Importer::h_sqrt},
       {"Squeeze", &Importer::h_squeeze},
       {"Sub", &Importer::h_sub},
       {"Transpose", &Importer::h_transpose},
@@ -1197,13 +1475,15 @@ ImportedGraph Importer::run() {
       for (int i = 3; i < std::min(n.input_size(), 5); ++i) buffer_names_.insert(n.input(i));
     }
   }
-  for (const auto& t : g.initializer()) {
-    auto c = read_tensor_proto(t, /*with_data=*/false);
+  for (int i = 0; i < g.initializer_size(); ++i) {
+    const onnx::TensorProto& t = g.initializer(i);
+    auto c = read_tensor_proto(t, impl_.raw_of(i), /*with_data=*/false);
     if (!c) throw GraphError(impl_.source + ": initializer: " + c.error().message);
     Value v;
     v.kind = c.value().is_float ? Value::Kind::initializer : Value::Kind::constant;
     v.name = t.name();
     v.proto = &t;
+    v.raw = impl_.raw_of(i);
     v.loaded = !c.value().is_float || c.value().numel() == 0;
     v.constant = std::move(c).value();
     if (!values_.emplace(t.name(), std::move(v)).second) throw GraphError(impl_.source + ": initializer '" + t.name() + "' is defined twice");
@@ -1310,25 +1590,26 @@ std::int64_t OnnxModel::opset() const { return impl_->opset; }
 const std::string& OnnxModel::source() const { return impl_->source; }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::load(const std::string& path) {
-  // InputFile refuses what is not a regular file or is too large; protobuf then reads the file
-  // straight into the message (one copy of the weights, not two: a ViT-B is 350 MB).
+  // InputFile refuses what is not a regular file or is too large. The file is mapped, not read:
+  // protobuf parses it without the initializers' data, which stays in the mapping (in the page
+  // cache) until an import asks for the values; planning never does (a ViT-B is 350 MB of them).
   auto file = InputFile::open(path, kMaxOnnxBytes, "ONNX model");
   if (!file) return file.error();
-  std::ifstream in(path, std::ios::binary);
-  auto impl = std::make_unique<Impl>();
-  if (!in || !impl->model.ParseFromIstream(&in)) {
-    return Error{path + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
-  }
-  return finish(std::move(impl), path);
+  const auto size = static_cast<std::size_t>(file.value().size());
+  if (size == 0) return parse(std::string_view(), path);
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.value().fd(), 0);
+  if (mapped == MAP_FAILED) return Error{path + ": cannot map the file into memory: " + std::strerror(errno)};
+  std::shared_ptr<const void> storage(mapped, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  auto impl = parse_model(std::string_view(static_cast<const char*>(mapped), size), storage, path);
+  if (!impl) return impl.error();
+  return finish(std::move(impl).value(), path);
 }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::parse(std::string_view bytes, const std::string& source) {
-  auto impl = std::make_unique<Impl>();
-  if (bytes.size() > static_cast<std::size_t>(kMaxOnnxBytes) ||
-      !impl->model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Error{source + ": not a valid ONNX model (the protobuf does not parse: a truncated or corrupt file?)"};
-  }
-  return finish(std::move(impl), source);
+  auto copy = std::make_shared<const std::string>(bytes);  // the initializers' data stays in it
+  auto impl = parse_model(*copy, copy, source);
+  if (!impl) return impl.error();
+  return finish(std::move(impl).value(), source);
 }
 
 Result<std::shared_ptr<const OnnxModel>> OnnxModel::finish(std::unique_ptr<Impl> impl, const std::string& source) {
@@ -1356,9 +1637,15 @@ Result<std::string> OnnxModel::with_initializers(const std::vector<std::pair<std
   std::map<std::string, const std::vector<float>*> by_name;
   for (const auto& [name, v] : values) by_name[name] = &v;
   std::size_t replaced = 0;
-  for (auto& t : *copy.mutable_graph()->mutable_initializer()) {
+  for (int i = 0; i < copy.graph().initializer_size(); ++i) {
+    onnx::TensorProto& t = *copy.mutable_graph()->mutable_initializer(i);
     auto it = by_name.find(t.name());
-    if (it == by_name.end()) continue;
+    if (it == by_name.end()) {
+      if (!impl_->raw.empty() && !impl_->raw[static_cast<std::size_t>(i)].empty()) {
+        t.set_raw_data(std::string(impl_->raw[static_cast<std::size_t>(i)]));  // the file's values, unchanged
+      }
+      continue;
+    }
     if (t.data_type() != onnx::TensorProto::FLOAT) return Error{"initializer '" + t.name() + "' is not float"};
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) n *= d;

@@ -29,6 +29,9 @@ struct ImportOptions {
   std::string output;                  // the graph output the loss reads; empty: the first one
   graph::DType dtype = graph::DType::f32;  // of parameters, inputs and activations (16-bit: planning only)
   bool keep_values = true;  // copy the initializers' values into ImportedGraph::initial_values (not for planning)
+  // false: the graph as evaluation runs it (batch normalization reads its running statistics,
+  // Dropout passes its input through), for test accuracy after training.
+  bool training = true;
 };
 
 // A forward graph built from an ONNX model, with what training needs beside it.

@@ -26,6 +26,12 @@ bool may_run_in_place(const Op& op, int input_index) {
     case OpKind::bias_add:
     case OpKind::relu_backward:
     case OpKind::gelu_backward:
+    case OpKind::sigmoid:
+    case OpKind::tanh:
+    case OpKind::clip:
+    case OpKind::sigmoid_backward:
+    case OpKind::tanh_backward:
+    case OpKind::clip_backward:
       return input_index == 0;
     default:
       return false;

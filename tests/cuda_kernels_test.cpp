@@ -174,6 +174,25 @@ graph::Graph pooling_step() {
   return g;
 }
 
+// The ops of imported mobile nets: depthwise and grouped convolution, clip (ReLU6), sigmoid, tanh.
+graph::Graph mobile_step() {
+  graph::Graph g;
+  graph::Builder b(g);
+  const TensorId x = b.input("x", {2, 4, 7, 7});
+  const TensorId dw = b.parameter("dw", {4, 1, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
+  const TensorId gw = b.parameter("gw", {6, 2, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
+  const TensorId d = b.clip(b.grouped_conv2d(x, dw, 1, 1, 4, "depthwise"), 0.0f, 6.0f, "relu6");
+  const TensorId c = b.grouped_conv2d(d, gw, 2, 1, 2, "grouped");  // [2, 6, 4, 4]
+  const TensorId s = b.mul(b.sigmoid(c, "gate"), b.tanh(c, "squash"), "gated");
+  g.output = b.sum(s, "total");
+  g.loss = b.mean(s, "loss");
+  graph::OptimizerConfig opt;
+  opt.kind = graph::OptimizerKind::sgd;
+  opt.lr = 0.1f;
+  graph::make_training_step(g, opt);
+  return g;
+}
+
 std::vector<graph::Graph> reference_graphs() {
   std::vector<graph::Graph> graphs;
   graphs.push_back(training_step("mlp", 16, graph::OptimizerKind::adamw));
@@ -182,6 +201,7 @@ std::vector<graph::Graph> reference_graphs() {
   graphs.push_back(training_step("gpt", 2, graph::OptimizerKind::adamw));
   graphs.push_back(models::build_forward(small("cnn", false), 3).value());
   graphs.push_back(pooling_step());
+  graphs.push_back(mobile_step());
   return graphs;
 }
 
@@ -194,6 +214,9 @@ double tolerance(OpKind kind) {
     case OpKind::conv2d:
     case OpKind::conv2d_backward_cols:
     case OpKind::conv2d_backward_weight:
+    case OpKind::grouped_conv2d:
+    case OpKind::grouped_conv2d_backward_input:
+    case OpKind::grouped_conv2d_backward_weight:
     case OpKind::sum:
     case OpKind::mean:
     case OpKind::reduce_rows:

@@ -117,6 +117,24 @@ const std::vector<GradCase>& cases() {
       {"gelu", OpKind::gelu,
        [](Builder& b, const auto& d) { return b.gelu(b.parameter("x", Shape(d), no_init()), "y"); },
        {{7}, {3, 4}}},
+      {"sigmoid", OpKind::sigmoid,
+       [](Builder& b, const auto& d) { return b.sigmoid(b.parameter("x", Shape(d), no_init()), "y"); },
+       {{7}, {3, 4}}},
+      {"tanh", OpKind::tanh,
+       [](Builder& b, const auto& d) { return b.tanh(b.parameter("x", Shape(d), no_init()), "y"); },
+       {{7}, {3, 4}}},
+      // Both bounds inside the inputs' range, so both the passing and the clipped sides are checked.
+      {"clip", OpKind::clip,
+       [](Builder& b, const auto& d) { return b.clip(b.parameter("x", Shape(d), no_init()), 0.0f, 0.5f, "y"); },
+       {{7}, {3, 4}}, 2e-2f, true},
+      // d = {N, C, H, W, Cout, K, stride, padding, groups}: depthwise, grouped with a stride, 1x1
+      {"grouped_conv2d", OpKind::grouped_conv2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto w = b.parameter("w", {d[4], d[1] / d[8], d[5], d[5]}, no_init());
+         return b.grouped_conv2d(x, w, d[6], d[7], d[8], "y");
+       },
+       {{2, 4, 5, 5, 4, 3, 1, 1, 4}, {1, 4, 6, 6, 6, 3, 2, 1, 2}, {2, 2, 4, 4, 4, 1, 1, 0, 2}}, 3e-2f},
       {"reshape", OpKind::reshape,
        [](Builder& b, const auto& d) {
          auto x = b.parameter("x", {d[0], d[1]}, no_init());

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
@@ -90,7 +94,7 @@ TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"));
 
 // Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
 std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
@@ -113,7 +117,7 @@ std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
 }
 
 TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
-  for (const char* name : {"small_cnn", "tiny_gpt"}) {
+  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"}) {
     const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
     EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
     EXPECT_NE(planned, "");
@@ -237,6 +241,83 @@ TEST(OnnxImport, DimensionsThatOverflowBytesAreRefused) {
   EXPECT_NE(e2, "(imported)");
 }
 
+TEST(OnnxImport, PartsOfTheLayerNormPatternUsedElsewhereNameTheNode) {
+  onnx::ModelProto m = tiny_model();
+  auto* mean = add_node(m, "ReduceMean", "mean", {"x"}, {"mu"});
+  auto* axes = mean->add_attribute();
+  axes->set_name("axes");
+  axes->set_type(onnx::AttributeProto::INTS);
+  axes->add_ints(-1);
+  add_node(m, "Relu", "uses_the_mean", {"mu"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'uses_the_mean' (Relu, opset 15)"), std::string::npos) << e;
+  EXPECT_NE(e.find("LayerNormalization's decomposition"), std::string::npos) << e;
+
+  onnx::ModelProto sqrt = tiny_model();
+  add_node(sqrt, "Sqrt", "plain_sqrt", {"x"}, {"y"});
+  EXPECT_NE(build_error(sqrt).find("node 'plain_sqrt' (Sqrt, opset 15): memplan imports Sqrt only within"), std::string::npos)
+      << build_error(sqrt);
+}
+
+TEST(OnnxImport, ClipBoundsMustBeConstantAndConvGroupsMustDivide) {
+  onnx::ModelProto clip = tiny_model();
+  add_node(clip, "Clip", "clip_by_tensor", {"x", "x"}, {"y"});
+  EXPECT_NE(build_error(clip).find("node 'clip_by_tensor' (Clip, opset 15): the min bound must be a constant"), std::string::npos)
+      << build_error(clip);
+
+  onnx::ModelProto conv = tiny_model();
+  auto* dims = conv.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(5);  // x [B, 4, 5, 5]
+  auto* w = conv.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : {6, 1, 3, 3}) w->add_dims(d);
+  for (int i = 0; i < 54; ++i) w->add_float_data(0.0f);
+  auto* node = add_node(conv, "Conv", "odd_groups", {"x", "w"}, {"y"});
+  auto* group = node->add_attribute();
+  group->set_name("group");
+  group->set_type(onnx::AttributeProto::INT);
+  group->set_i(3);  // does not divide 4 input channels
+  const std::string e = build_error(conv);
+  EXPECT_NE(e.find("node 'odd_groups' (Conv, opset 15): group 3 must divide"), std::string::npos) << e;
+}
+
+// The loader leaves the initializers' data out of the parsed message and reads it from the file
+// when asked: the values equal protobuf's own parse of the whole file, for raw_data and for
+// float_data initializers alike.
+TEST(OnnxImport, InitializerValuesEqualProtobufsParseOfTheWholeFile) {
+  std::ifstream in(fixture("tiny_mobilenet.onnx"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  onnx::ModelProto whole;
+  ASSERT_TRUE(whole.ParseFromString(bytes));
+  // One initializer moved to float_data, so both encodings are read.
+  onnx::TensorProto* first = whole.mutable_graph()->mutable_initializer(0);
+  std::vector<float> first_values(first->raw_data().size() / 4);
+  std::memcpy(first_values.data(), first->raw_data().data(), first->raw_data().size());
+  first->clear_raw_data();
+  for (float v : first_values) first->add_float_data(v);
+  std::string rewritten;
+  ASSERT_TRUE(whole.SerializeToString(&rewritten));
+  auto model = OnnxModel::parse(rewritten, "mixed.onnx");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const ImportedGraph g = model.value()->build({});
+  std::map<std::string, const onnx::TensorProto*> by_name;
+  for (const auto& t : whole.graph().initializer()) by_name[t.name()] = &t;
+  std::size_t compared = 0;
+  for (const auto& [id, values] : g.initial_values) {
+    const onnx::TensorProto& t = *by_name.at(g.graph.tensor(id).name);
+    std::vector<float> expected(t.float_data().begin(), t.float_data().end());
+    if (!t.raw_data().empty()) {
+      expected.resize(t.raw_data().size() / 4);
+      std::memcpy(expected.data(), t.raw_data().data(), t.raw_data().size());
+    }
+    EXPECT_EQ(values, expected) << g.graph.tensor(id).name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, by_name.size());
+  EXPECT_EQ(compared, static_cast<std::size_t>(whole.graph().initializer_size()));
+}
+
 TEST(OnnxImport, TruncatedOrCorruptFilesAreRefused) {
   std::ifstream in(fixture("small_cnn.onnx"), std::ios::binary);
   std::stringstream ss;
@@ -266,6 +347,17 @@ TEST(OnnxImport, WithInitializersWritesTrainedValuesBack) {
     }
   }
   EXPECT_TRUE(found);
+  // Every other initializer keeps the file's values (the loader holds them outside the parsed
+  // message, and the rewrite puts them back).
+  const ImportedGraph before = model->build({});
+  ASSERT_EQ(before.initial_values.size(), g.initial_values.size());
+  for (std::size_t i = 0; i < g.initial_values.size(); ++i) {
+    const std::string& name = g.graph.tensor(g.initial_values[i].first).name;
+    ASSERT_EQ(name, before.graph.tensor(before.initial_values[i].first).name);
+    if (name != "fc.bias") {
+      EXPECT_EQ(g.initial_values[i].second, before.initial_values[i].second) << name;
+    }
+  }
   EXPECT_FALSE(model->with_initializers({{"no.such.tensor", bias}}).ok());
   EXPECT_FALSE(model->with_initializers({{"fc.bias", std::vector<float>(3)}}).ok());
 }

@@ -1,6 +1,7 @@
 // memplan train: build the training step for a reference model, run it on real data, report.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -45,6 +46,11 @@ struct TrainFlags {
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
   std::string save, load;
+  // An ONNX classifier instead of --model (train/session.h: load_onnx_run_data).
+  std::string onnx;
+  import::LossKind loss = import::LossKind::cross_entropy;
+  std::string output;
+  std::string export_onnx;  // the trained weights written back into a copy of the file
   int threads = 0;
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   std::optional<kernels::DeviceKind> device;  // empty: auto (cuda when present, else cpu)
@@ -114,8 +120,27 @@ std::string out_of_memory_advice(const planner::StepDescription& step,
   return out.str();
 }
 
+// --export-onnx is written when training ends: a folder that cannot take it is said up front.
+Status check_export_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return Error{"--export-onnx " + path + " is a folder; name the .onnx file to write"};
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    return Error{"--export-onnx " + path + ": the folder " + parent.string() + " does not exist; create it or name a file in an existing folder"};
+  }
+  return Status::success();
+}
+
 int run_train(const TrainFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
+  const std::string model_label = flags.onnx.empty() ? flags.model : flags.onnx;
+  if (!flags.export_onnx.empty()) {
+    if (Status s = check_export_path(flags.export_onnx); !s) {
+      std::cerr << "memplan train: " << s.error().message << "\n";
+      return kExitUsage;
+    }
+  }
   // Under mpirun every process is one rank; alone, a process needs no MPI.
   auto made_comm = dist::make_cpu_communicator();
   if (!made_comm) {
@@ -184,7 +209,7 @@ int run_train(const TrainFlags& flags) {
   model.name = flags.model;
   model.mlp.hidden = flags.hidden;
   model.gpt = flags.gpt;
-  {
+  if (flags.onnx.empty()) {
     // Sizes are checked before any data is read; the text's vocabulary is at most 256 bytes.
     planner::StepDescription sizes = planner::StepDescription::of_model(model, flags.batch);
     sizes.optimizer.kind = flags.optimizer;
@@ -201,7 +226,8 @@ int run_train(const TrainFlags& flags) {
       return kExitUsage;
     }
   }
-  auto data = train::load_run_data(model, flags.data, flags.batch);
+  auto data = flags.onnx.empty() ? train::load_run_data(model, flags.data, flags.batch)
+                                 : train::load_onnx_run_data(flags.onnx, flags.loss, flags.output, flags.data, flags.batch);
   if (!data) {
     std::cerr << "memplan train: " << data.error().message << "\n";
     return kExitUsage;
@@ -271,7 +297,7 @@ int run_train(const TrainFlags& flags) {
                                   ? device.name() + " (" + std::to_string(kernels::cpu_threads()) + " threads)"
                                   : device.name();
     std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s\n",
-                 flags.model.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
+                 model_label.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
                  static_cast<long long>(flags.batch), optimizer_label.c_str(), flags.lr, where.c_str());
   }
   Progress progress("train", steps, !quiet);
@@ -330,13 +356,20 @@ int run_train(const TrainFlags& flags) {
     }
     if (!quiet) std::fprintf(stderr, "memplan train: saved the weights to %s\n", flags.save.c_str());
   }
+  if (!flags.export_onnx.empty()) {
+    if (Status exported = session.export_onnx(flags.export_onnx); !exported) {
+      std::cerr << "memplan train: cannot export the ONNX model: " << exported.error().message << "\n";
+      return kExitFailure;
+    }
+    if (!quiet) std::fprintf(stderr, "memplan train: wrote the trained model to %s\n", flags.export_onnx.c_str());
+  }
   const graph::Graph& step = session.planned().graph;
   const models::ModelOptions& trained_model = session.data().model;
   const double samples_per_s = double(samples_per_step) * 1000.0 / s.step_time_ms_median;
   const double epochs_done = double(s.steps) / double(steps_per_epoch);
   if (flags.json) {
     nlohmann::json out;
-    out["model"] = flags.model;
+    out["model"] = model_label;
     out["device"] = device.name();
     out["mode"] = runtime::mode_name(flags.mode);
     if (const planner::MemoryPlan* plan = executor.plan()) {
@@ -388,10 +421,11 @@ int run_train(const TrainFlags& flags) {
     out["openmp_wait_policy"] = kernels::openmp_wait_policy();
     if (checkpoint) out["checkpoint"] = checkpoint_json(*checkpoint);
     if (!flags.save.empty()) out["saved"] = flags.save;
+    if (!flags.export_onnx.empty()) out["exported_onnx"] = flags.export_onnx;
     if (flags.profile) out["profile"] = profile_json(executor.profile());
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", flags.model.c_str(),
+    std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", model_label.c_str(),
                 optimizer_label.c_str(), flags.lr, static_cast<long long>(flags.batch),
                 static_cast<unsigned long long>(flags.seed));
     std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), epochs_done,
@@ -428,9 +462,24 @@ Command add_train_command(CLI::App& root) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* app = root.add_subcommand(
       "train", "Train a reference model on real data (default: the MLP on Fashion-MNIST).");
-  app->add_option("--model", flags->model, "Model to train")
-      ->check(CLI::IsMember(models::trainable_model_names()))
-      ->capture_default_str();
+  CLI::Option* model_option = app->add_option("--model", flags->model, "Model to train")
+                                  ->check(CLI::IsMember(models::trainable_model_names()))
+                                  ->capture_default_str();
+  CLI::Option* onnx = app->add_option("--onnx", flags->onnx,
+                  "Train an ONNX classifier (torch.onnx.export, opset 13-17) instead of --model, on Fashion-MNIST: "
+                  "one float input of [B, 1, 28, 28] or [B, 784], its initializers as the starting weights")
+      ->check(CLI::ExistingFile)
+      ->excludes(model_option);
+  std::vector<CLI::Option*> onnx_options = {
+      add_enum_option(*app, "--loss", flags->loss, import::kLossKindNames,
+                      "With --onnx: cross_entropy (logits [B, C] against the class) or mse (scores [B, 10] against one-hot targets)"),
+      app->add_option("--output", flags->output, "With --onnx: the graph output the loss reads (default: the first)"),
+      app->add_option("--export-onnx", flags->export_onnx,
+                      "With --onnx: write a copy of the model with the trained weights (parameters and batch-norm "
+                      "statistics) to this .onnx file when training ends")
+          ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name the .onnx file to write") : std::string(); },
+                                 "FILE")),
+  };
   auto* epochs = app->add_option("--epochs", flags->epochs, "Passes over the training set (default per model: mlp 5, cnn 5; gpt counts steps: 3000)")
                      ->check(positive_integer());
   app->add_option("--steps", flags->steps, "Number of steps (instead of --epochs)")
@@ -513,15 +562,30 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--prefetch", flags->prefetch, "Under mpirun with --zero 3: layers whose parameters are gathered ahead")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  return Command{app, [flags, epochs, batch, lr, hidden, gpt_options] {
+  return Command{app, [flags, epochs, batch, lr, hidden, gpt_options, onnx, onnx_options] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults
+    if (onnx->count() > 0) {
+      resolved.model = "cnn";  // an imported classifier takes the CNN's defaults (epochs, batch, lr)
+      if (hidden->count() > 0) {
+        std::cerr << "memplan train: --hidden sets the MLP's widths; it does not apply to --onnx (the file fixes the model)\n";
+        return kExitUsage;
+      }
+    } else {
+      for (const CLI::Option* option : onnx_options) {
+        if (option->count() > 0) {
+          std::cerr << "memplan train: " << option->get_name() << " applies to --onnx models only\n";
+          return kExitUsage;
+        }
+      }
+    }
     if (resolved.model != "mlp" && hidden->count() > 0) {
       std::cerr << "memplan train: --hidden sets the MLP's widths; it does not apply to --model " << resolved.model << "\n";
       return kExitUsage;
     }
     for (const CLI::Option* option : gpt_options) {
       if (resolved.model != "gpt" && option->count() > 0) {
-        std::cerr << "memplan train: " << option->get_name() << " applies to --model gpt, not " << resolved.model << "\n";
+        std::cerr << "memplan train: " << option->get_name() << " applies to --model gpt, not "
+                  << (onnx->count() > 0 ? "--onnx" : resolved.model) << "\n";
         return kExitUsage;
       }
     }

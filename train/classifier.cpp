@@ -2,14 +2,23 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "memplan/common/rng.h"
 #include "memplan/runtime/devices.h"
 
 namespace memplan::train {
 
-BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed)
-    : data_(data), batch_(batch), seed_(seed) {
+std::vector<float> one_hot_rows(const std::int32_t* labels, std::int64_t count, std::int64_t classes) {
+  std::vector<float> rows(static_cast<std::size_t>(count * classes), 0.0f);
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (labels[i] >= 0 && labels[i] < classes) rows[static_cast<std::size_t>(i * classes + labels[i])] = 1.0f;
+  }
+  return rows;
+}
+
+BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed, ClassifierIo io)
+    : data_(data), batch_(batch), seed_(seed), io_(std::move(io)) {
   order_.resize(static_cast<std::size_t>(data.count));
   x_.resize(static_cast<std::size_t>(batch * data.features()));
   y_.resize(static_cast<std::size_t>(batch));
@@ -37,19 +46,23 @@ void BatchFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
   }
   const graph::Graph& g = executor.graph();
   const std::int64_t rows = batch_ / world_, first_row = rows * rank_;
-  executor.set_input(g.find("x"), x_.data() + first_row * features, static_cast<Bytes>(rows * features) * sizeof(float));
-  executor.set_input(g.find("labels"), y_.data() + first_row, static_cast<Bytes>(rows) * sizeof(std::int32_t));
+  executor.set_input(g.find(io_.input), x_.data() + first_row * features, static_cast<Bytes>(rows * features) * sizeof(float));
+  if (io_.one_hot) {
+    one_hot_ = one_hot_rows(y_.data() + first_row, rows, io_.classes);
+    executor.set_input(g.find(io_.labels), one_hot_.data(), static_cast<Bytes>(one_hot_.size()) * sizeof(float));
+  } else {
+    executor.set_input(g.find(io_.labels), y_.data() + first_row, static_cast<Bytes>(rows) * sizeof(std::int32_t));
+  }
 }
 
 namespace {
 
 // Evaluates items [first, first + batch) with a forward graph of exactly that batch.
-Status evaluate_range(const models::ModelOptions& model, const runtime::Executor& trained,
-                      const models::ImageDataset& data, runtime::Device& device, std::int64_t batch,
-                      std::int64_t first, std::int64_t count, std::int64_t& correct, double& loss_sum) {
-  models::ModelOptions eval_model = model;
-  eval_model.training = false;  // running statistics, no dropout
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(eval_model, batch), device);
+Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)>& eval_step, const ClassifierIo& io,
+                      const runtime::Executor& trained, const models::ImageDataset& data, runtime::Device& device,
+                      std::int64_t batch, std::int64_t first, std::int64_t count, std::int64_t& correct,
+                      double& loss_sum) {
+  auto planned = runtime::plan_step_for(eval_step(batch), device);
   if (!planned) return planned.error();
   const graph::Graph& g = planned.value().graph;
   runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
@@ -65,10 +78,15 @@ Status evaluate_range(const models::ModelOptions& model, const runtime::Executor
   const std::int64_t classes = g.tensor(g.output).shape[1];
   std::vector<float> logits(static_cast<std::size_t>(batch * classes));
   for (std::int64_t start = first; start < first + count; start += batch) {
-    exec.set_input(g.find("x"), &data.images[static_cast<std::size_t>(start * features)],
+    exec.set_input(g.find(io.input), &data.images[static_cast<std::size_t>(start * features)],
                    batch * features * static_cast<Bytes>(sizeof(float)));
-    exec.set_input(g.find("labels"), &data.labels[static_cast<std::size_t>(start)],
-                   batch * static_cast<Bytes>(sizeof(std::int32_t)));
+    if (io.one_hot) {
+      const std::vector<float> target = one_hot_rows(&data.labels[static_cast<std::size_t>(start)], batch, io.classes);
+      exec.set_input(g.find(io.labels), target.data(), static_cast<Bytes>(target.size()) * sizeof(float));
+    } else {
+      exec.set_input(g.find(io.labels), &data.labels[static_cast<std::size_t>(start)],
+                     batch * static_cast<Bytes>(sizeof(std::int32_t)));
+    }
     if (Status s = exec.run_step(); !s) return s;
     exec.read_tensor(g.output, logits.data());
     loss_sum += double(exec.read_scalar(g.loss)) * double(batch);
@@ -86,16 +104,26 @@ Status evaluate_range(const models::ModelOptions& model, const runtime::Executor
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
                                        const models::ImageDataset& data, runtime::Device& device) {
+  models::ModelOptions eval_model = model;
+  eval_model.training = false;  // running statistics, no dropout
+  return evaluate_classifier(
+      [&eval_model](std::int64_t batch) { return planner::StepDescription::of_model(eval_model, batch); }, ClassifierIo{},
+      trained, data, device);
+}
+
+Result<Evaluation> evaluate_classifier(const std::function<planner::StepDescription(std::int64_t batch)>& eval_step,
+                                       const ClassifierIo& io, const runtime::Executor& trained,
+                                       const models::ImageDataset& data, runtime::Device& device) {
   const std::int64_t batch = std::min<std::int64_t>(1000, data.count);
   const std::int64_t full = data.count / batch * batch;
   std::int64_t correct = 0;
   double loss_sum = 0.0;
-  if (Status s = evaluate_range(model, trained, data, device, batch, 0, full, correct, loss_sum); !s) {
+  if (Status s = evaluate_range(eval_step, io, trained, data, device, batch, 0, full, correct, loss_sum); !s) {
     return s.error();
   }
   if (full < data.count) {
     const std::int64_t tail = data.count - full;
-    if (Status s = evaluate_range(model, trained, data, device, tail, full, tail, correct, loss_sum); !s) {
+    if (Status s = evaluate_range(eval_step, io, trained, data, device, tail, full, tail, correct, loss_sum); !s) {
       return s.error();
     }
   }

@@ -3,20 +3,33 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "memplan/common/result.h"
 #include "memplan/models/fashion_mnist.h"
 #include "memplan/models/registry.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/executor.h"
 
 namespace memplan::train {
+
+// The names a classifier's graph gives its image input and its labels, and how labels are fed:
+// i32 class indices [batch], or (one_hot) f32 rows [batch, classes] holding 1 at the class, the
+// target of an mean-squared-error loss.
+struct ClassifierIo {
+  std::string input = "x";
+  std::string labels = "labels";
+  bool one_hot = false;
+  std::int64_t classes = 0;  // one_hot: the width of a target row
+};
 
 // Feeds batches of a dataset in an order reshuffled every epoch from the seed (Fisher-Yates on
 // a platform-independent RNG, so a seed means the same order everywhere).
 class BatchFeeder {
  public:
-  BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed);
+  BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed, ClassifierIo io = {});
   std::int64_t steps_per_epoch() const { return data_.count / batch_; }
   void feed(std::int64_t step_index, runtime::Executor& executor);
   // Data parallel: the batch is the global one and this feeder gives rank `rank` of `world` its
@@ -33,7 +46,12 @@ class BatchFeeder {
   std::vector<std::int64_t> order_;
   std::vector<float> x_;
   std::vector<std::int32_t> y_;
+  ClassifierIo io_;
+  std::vector<float> one_hot_;
 };
+
+// Labels [count] as one-hot rows [count, classes] (labels outside [0, classes) give a zero row).
+std::vector<float> one_hot_rows(const std::int32_t* labels, std::int64_t count, std::int64_t classes);
 
 struct Evaluation {
   double accuracy = 0.0;
@@ -43,6 +61,13 @@ struct Evaluation {
 // Runs the model's forward graph over the whole dataset with the parameters of `trained`.
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
+                                       const models::ImageDataset& data, runtime::Device& device);
+
+// The same for any classifier graph: `eval_step(batch)` describes its forward graph at that batch
+// in evaluation form (not a training step), `io` names its input and labels. Persistent tensors
+// (parameters, batch-norm statistics) are read from `trained` by name.
+Result<Evaluation> evaluate_classifier(const std::function<planner::StepDescription(std::int64_t batch)>& eval_step,
+                                       const ClassifierIo& io, const runtime::Executor& trained,
                                        const models::ImageDataset& data, runtime::Device& device);
 
 }  // namespace memplan::train

@@ -1,8 +1,12 @@
 #include "memplan/train/session.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <map>
 #include <span>
 #include <vector>
 
+#include "memplan/common/atomic_file.h"
 #include "memplan/common/sha256.h"
 #include "memplan/dist/communicator.h"
 #include "memplan/runtime/devices.h"
@@ -41,6 +45,72 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
   return out;
 }
 
+graph::Graph OnnxRun::forward(std::int64_t batch, bool training) const {
+  import::ImportOptions at = options;
+  at.batch = batch;
+  at.training = training;
+  at.keep_values = false;  // the starting weights are kept in `initial`
+  return model->build(at).graph;
+}
+
+Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKind loss, const std::string& output,
+                                   const std::string& data_path, std::int64_t batch) {
+  auto model = import::OnnxModel::load(onnx_path);
+  if (!model) return model.error();
+  OnnxRun run;
+  run.model = std::move(model).value();
+  run.options.loss = loss;
+  run.options.output = output;
+  import::ImportedGraph imported;
+  try {
+    import::ImportOptions at = run.options;
+    at.batch = 1;
+    at.keep_values = true;
+    imported = run.model->build(at);
+  } catch (const graph::GraphError& e) {
+    const std::string what = e.what();  // messages about the whole file name it already
+    return Error{what.starts_with(onnx_path) ? what : onnx_path + ": " + what};
+  }
+  // The file is checked before the data is read.
+  const graph::Graph& g = imported.graph;
+  constexpr std::int64_t kSide = 28;  // Fashion-MNIST: 28 x 28, one channel
+  if (imported.inputs.size() != 1) {
+    return Error{onnx_path + ": the model takes " + std::to_string(imported.inputs.size()) +
+                 " inputs; train --onnx feeds one, Fashion-MNIST images of [B, 1, 28, 28] or [B, 784]"};
+  }
+  const graph::TensorDesc& input = g.tensor(imported.inputs.front());
+  const bool image = input.shape == graph::Shape{1, 1, kSide, kSide} || input.shape == graph::Shape{1, kSide * kSide};
+  if (!image || input.dtype != graph::DType::f32) {
+    return Error{onnx_path + ": the input '" + input.name + "' is " + std::string(graph::dtype_name(input.dtype)) + " " +
+                 input.shape.to_string() + " at batch 1; train --onnx feeds Fashion-MNIST: float [B, 1, 28, 28] or [B, 784]"};
+  }
+  const graph::TensorDesc& out = g.tensor(g.output);
+  constexpr std::int64_t kClasses = 10;
+  const bool mse = loss == import::LossKind::mse;
+  if (out.shape.rank() != 2 || (mse ? out.shape[1] != kClasses : out.shape[1] < kClasses)) {
+    return Error{onnx_path + ": the output '" + out.name + "' is " + out.shape.to_string() + " at batch 1; train --onnx " +
+                 (mse ? "with --loss mse needs [B, 10] (scores against one-hot targets of the 10 classes)"
+                      : "needs logits [B, C] with C >= 10 (the Fashion-MNIST classes)") +
+                 " (--output picks another graph output)"};
+  }
+  run.io.input = input.name;
+  run.io.labels = g.tensor(imported.labels).name;
+  run.io.one_hot = mse;
+  run.io.classes = out.shape[1];
+  for (auto& [id, values] : imported.initial_values) run.initial.emplace_back(g.tensor(id).name, std::move(values));
+  models::ModelOptions named;
+  named.name = "onnx:" + std::filesystem::path(onnx_path).filename().string();
+  auto data = load_run_data(std::move(named), data_path, batch);
+  if (!data) return data.error();
+  const models::ImageDataset& images = *data.value().train_images;
+  if (images.rows != kSide || images.cols != kSide || images.classes > kClasses) {
+    return Error{"the training images are " + std::to_string(images.rows) + " x " + std::to_string(images.cols) +
+                 " with " + std::to_string(images.classes) + " classes; train --onnx expects Fashion-MNIST's 28 x 28 and 10"};
+  }
+  data.value().onnx = std::move(run);
+  return data;
+}
+
 Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, const SessionOptions& options,
                                                                runtime::Device& device) {
   std::unique_ptr<TrainingSession> s(new TrainingSession(std::move(data), options));
@@ -48,6 +118,16 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   // and lifetimes. It is made for this device (its workspace inside the arena, guard gaps when
   // guards are checked), so the arena checked against a budget is the arena allocated.
   s->step_ = planner::StepDescription::of_model(s->data_.model, options.batch, options.optimizer);
+  if (s->data_.onnx) {
+    // The imported forward graph takes the registry build's place; plan_step turns it into the
+    // training step (backward, optimizer, checkpointing, data parallel) as for any model.
+    s->step_.forward = [model = s->data_.onnx->model, import = s->data_.onnx->options](std::int64_t batch) {
+      import::ImportOptions at = import;
+      at.batch = batch;
+      at.keep_values = false;  // the starting weights are kept in OnnxRun::initial
+      return model->build(at).graph;
+    };
+  }
   s->step_.parallel = options.parallel;
   s->request_ = options.request;
   s->request_.device = runtime::device_profile(device);
@@ -60,7 +140,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
     s->text_feeder_.emplace(*s->data_.text, options.batch, s->data_.model.gpt.context, options.seed);
     s->text_feeder_->shard(options.parallel.rank, options.parallel.world);
   } else {
-    s->image_feeder_.emplace(*s->data_.train_images, options.batch, options.seed);
+    s->image_feeder_.emplace(*s->data_.train_images, options.batch, options.seed,
+                             s->data_.onnx ? s->data_.onnx->io : ClassifierIo{});
     s->image_feeder_->shard(options.parallel.rank, options.parallel.world);
   }
   return s;
@@ -70,6 +151,30 @@ Status TrainingSession::setup() {
   MEMPLAN_CHECK(executor_ != nullptr, "setup() of a step that does not fit its budget");
   if (Status s = executor_->setup(); !s) return s;
   executor_->initialize_persistent(options_.seed);
+  if (!data_.onnx) return Status::success();
+  // An imported model starts from its initializers' values: every persistent tensor named after
+  // one (a rank's shard holds its range of it).
+  std::map<std::string, const std::vector<float>*> initial;
+  for (const auto& [name, values] : data_.onnx->initial) initial.emplace(name, &values);
+  const graph::Graph& g = executor_->graph();
+  std::vector<float> shard;
+  for (TensorId id = 0; id < g.num_tensors(); ++id) {
+    const graph::TensorDesc& desc = g.tensor(id);
+    if (!graph::is_persistent(desc.role) || executor_->storage(id) == nullptr) continue;
+    const std::string& name = desc.shard_of == kNoTensor ? desc.name : g.tensor(desc.shard_of).name;
+    auto it = initial.find(name);
+    if (it == initial.end()) continue;
+    const std::vector<float>& values = *it->second;
+    if (desc.dtype != graph::DType::f32) return Error{"'" + name + "' is not f32 in the step; ONNX weights load into f32 tensors"};
+    if (desc.shard_of == kNoTensor) {
+      MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == desc.shape.numel(), "initializer '" << name << "' size");
+      executor_->write_tensor(id, values.data());
+    } else {
+      shard.assign(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
+      std::copy_n(values.begin() + desc.shard_offset, desc.shard_count, shard.begin());
+      executor_->write_tensor(id, shard.data());
+    }
+  }
   return Status::success();
 }
 
@@ -112,7 +217,16 @@ Result<SessionEvaluation> TrainingSession::evaluate() const {
     if (!r) return r.error();
     out.text = r.value();
   } else {
-    auto r = evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device);
+    auto r = data_.onnx ? evaluate_classifier(
+                              [run = &*data_.onnx](std::int64_t batch) {
+                                planner::StepDescription step;
+                                step.model.training = false;  // the forward graph as it is, no training step
+                                step.batch = batch;
+                                step.forward = [run](std::int64_t b) { return run->forward(b, /*training=*/false); };
+                                return step;
+                              },
+                              data_.onnx->io, *executor_, *data_.test_images, eval_device)
+                        : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device);
     if (!r) return r.error();
     out.classifier = r.value();
   }
@@ -148,6 +262,24 @@ std::string TrainingSession::params_sha256() const {
 Status TrainingSession::save(const std::string& path) const {
   return save_run(*executor_, path, data_.model, graph::optimizer_name(options_.optimizer.kind),
                   data_.text ? &*data_.text : nullptr);
+}
+
+Status TrainingSession::export_onnx(const std::string& path) const {
+  MEMPLAN_CHECK(data_.onnx.has_value(), "export_onnx of a model not imported from ONNX");
+  const graph::Graph& g = executor_->graph();
+  std::vector<std::pair<std::string, std::vector<float>>> trained;
+  for (const auto& [name, initial] : data_.onnx->initial) {
+    const TensorId id = g.find(name);
+    if (id == kNoTensor || executor_->storage(id) == nullptr || g.tensor(id).shard_of != kNoTensor) {
+      return Error{"'" + name + "' is not held whole by this process (sharded parameters are not exported)"};
+    }
+    std::vector<float> values(initial.size());
+    executor_->read_tensor(id, values.data());
+    trained.emplace_back(name, std::move(values));
+  }
+  auto bytes = data_.onnx->model->with_initializers(trained);
+  if (!bytes) return bytes.error();
+  return write_file_atomically(path, bytes.value());
 }
 
 }  // namespace memplan::train

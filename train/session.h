@@ -9,8 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "memplan/common/result.h"
+#include "memplan/import/onnx_import.h"
 #include "memplan/models/fashion_mnist.h"
 #include "memplan/models/registry.h"
 #include "memplan/models/text_dataset.h"
@@ -23,9 +26,22 @@
 
 namespace memplan::train {
 
+// A classifier imported from an ONNX file (train --onnx): the model, how it is imported (loss,
+// output), its initializers' values (the starting weights, by ONNX name) and what its graph
+// calls its image input and labels.
+struct OnnxRun {
+  std::shared_ptr<const import::OnnxModel> model;
+  import::ImportOptions options;  // loss and output; batch and training are set per build
+  std::vector<std::pair<std::string, std::vector<float>>> initial;  // initializer name -> values
+  ClassifierIo io;
+  // The forward graph at `batch` (training: the step's; else the evaluation form).
+  graph::Graph forward(std::int64_t batch, bool training) const;
+};
+
 // The data a reference model trains on, and the model completed from it.
 struct RunData {
   models::ModelOptions model;
+  std::optional<OnnxRun> onnx;  // set: the model is this imported graph, not `model`'s
   std::optional<models::ImageDataset> train_images, test_images;  // mlp, cnn
   std::optional<models::TextDataset> text;                         // gpt
   bool text_model() const { return text.has_value(); }
@@ -35,6 +51,12 @@ struct RunData {
 // for the GPT) and completes the model from it. Errors name the file or the flag that cannot
 // work (input errors).
 Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch);
+
+// The same for an ONNX classifier of Fashion-MNIST: `onnx_path` must take one float input of
+// [B, 1, 28, 28] or [B, 784] and give [B, classes] logits (cross_entropy) or scores (mse, fed
+// one-hot targets) with at least the dataset's classes. Errors name the file and what would work.
+Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKind loss, const std::string& output,
+                                   const std::string& data_path, std::int64_t batch);
 
 struct SessionOptions {
   std::int64_t batch = 128;
@@ -82,6 +104,9 @@ class TrainingSession {
   // planned on the CPU (the training device's memory limit is for the training step).
   Result<SessionEvaluation> evaluate() const;
   Status save(const std::string& path) const;
+  // An ONNX run: a copy of the imported file with every initializer replaced by its trained
+  // values (parameters and batch-norm statistics), written to `path` all or nothing.
+  Status export_onnx(const std::string& path) const;
 
   // SHA-256 of every parameter's full bytes in the model's order: Executor::params_sha256 for a
   // single process, and the same digest of the gathered parameters when ZeRO-3 shards them (a

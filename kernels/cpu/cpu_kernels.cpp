@@ -109,6 +109,51 @@ void k_gelu_backward(const KernelCall& c) {
   }
 }
 
+// Sigmoid through 1 / (1 + exp(-x)); its gradient and tanh's from the output y.
+void k_sigmoid(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = 1.0f / (1.0f + std::exp(-x[i])); });
+}
+
+void k_sigmoid_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { dx[i] = dy[i] * (y[i] * (1.0f - y[i])); });
+}
+
+void k_tanh(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = std::tanh(x[i]); });
+}
+
+void k_tanh_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { dx[i] = dy[i] * (1.0f - y[i] * y[i]); });
+}
+
+void k_clip(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const float lo = c.attrs->clip_min, hi = c.attrs->clip_max;
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = std::min(std::max(x[i], lo), hi); });
+}
+
+void k_clip_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  const float lo = c.attrs->clip_min, hi = c.attrs->clip_max;
+  for_each_index(c.outputs[0].numel(), [=](std::int64_t i) {
+    const float g = dy[i];
+    dx[i] = x[i] > lo && x[i] < hi ? g : 0.0f;
+  });
+}
+
 void k_reshape(const KernelCall&) {}  // a view: the executor points it at its base's storage
 
 // Sequential reductions in double: deterministic and accurate; these are never hot.
@@ -250,6 +295,12 @@ std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
       {OpKind::softmax_cross_entropy, k_softmax_cross_entropy},
       {OpKind::relu_backward, k_relu_backward},
       {OpKind::gelu_backward, k_gelu_backward},
+      {OpKind::sigmoid, k_sigmoid},
+      {OpKind::sigmoid_backward, k_sigmoid_backward},
+      {OpKind::tanh, k_tanh},
+      {OpKind::tanh_backward, k_tanh_backward},
+      {OpKind::clip, k_clip},
+      {OpKind::clip_backward, k_clip_backward},
       {OpKind::broadcast_scalar, k_broadcast_scalar},
       {OpKind::reduce_rows, k_reduce_rows},
       {OpKind::softmax_cross_entropy_backward, k_softmax_cross_entropy_backward},

@@ -9,6 +9,7 @@
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/cpu/vector_math.h"
 #include "memplan/kernels/shared/dropout.h"
+#include "memplan/kernels/shared/grouped_conv.h"
 #include "memplan/kernels/shared/pooling.h"
 
 namespace memplan::kernels::cpu {
@@ -39,6 +40,38 @@ ValidRange valid_columns(const Window& g, std::int64_t kw) {
 }
 
 // cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
+// Grouped convolution and its gradients: one output element per iteration, each a fixed-order
+// sum (kernels/shared/grouped_conv.h, the loops the CUDA kernels run).
+void k_grouped_conv2d(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.inputs[0].shape, *c.inputs[1].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) y[i] = grouped_conv_output(x, w, g, i);
+}
+
+void k_grouped_conv2d_backward_input(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.outputs[0].shape, *c.inputs[1].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = grouped_conv_input_grad(dy, w, g, i);
+}
+
+void k_grouped_conv2d_backward_weight(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.inputs[1].shape, *c.outputs[0].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dw = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) dw[i] = grouped_conv_weight_grad(dy, x, g, i);
+}
+
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
@@ -610,6 +643,9 @@ void k_dropout_mask(const KernelCall& c) {
 std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
   return {
       {OpKind::im2col, k_im2col},
+      {OpKind::grouped_conv2d, k_grouped_conv2d},
+      {OpKind::grouped_conv2d_backward_input, k_grouped_conv2d_backward_input},
+      {OpKind::grouped_conv2d_backward_weight, k_grouped_conv2d_backward_weight},
       {OpKind::conv2d, k_conv2d},
       {OpKind::max_pool2d, k_max_pool2d},
       {OpKind::avg_pool2d, k_avg_pool2d},

@@ -51,6 +51,50 @@ void k_relu(const KernelCall& c) {
   for_each_index(c.outputs[0].numel(), "relu", [=] __device__(std::int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
 
+void k_sigmoid(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "sigmoid", [=] __device__(std::int64_t i) { y[i] = 1.0f / (1.0f + expf(-x[i])); });
+}
+
+void k_sigmoid_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "sigmoid_backward",
+                 [=] __device__(std::int64_t i) { dx[i] = dy[i] * (y[i] * (1.0f - y[i])); });
+}
+
+void k_tanh(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "tanh", [=] __device__(std::int64_t i) { y[i] = tanhf(x[i]); });
+}
+
+void k_tanh_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* y = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "tanh_backward",
+                 [=] __device__(std::int64_t i) { dx[i] = dy[i] * (1.0f - y[i] * y[i]); });
+}
+
+void k_clip(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const float lo = c.attrs->clip_min, hi = c.attrs->clip_max;
+  for_each_index(c.outputs[0].numel(), "clip", [=] __device__(std::int64_t i) { y[i] = fminf(fmaxf(x[i], lo), hi); });
+}
+
+void k_clip_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  const float lo = c.attrs->clip_min, hi = c.attrs->clip_max;
+  for_each_index(c.outputs[0].numel(), "clip_backward",
+                 [=] __device__(std::int64_t i) { dx[i] = x[i] > lo && x[i] < hi ? dy[i] : 0.0f; });
+}
+
 void k_relu_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* y = c.inputs[1].f32();
@@ -167,6 +211,12 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::reshape, k_reshape},
       {OpKind::relu_backward, k_relu_backward},
       {OpKind::gelu_backward, k_gelu_backward},
+      {OpKind::sigmoid, k_sigmoid},
+      {OpKind::sigmoid_backward, k_sigmoid_backward},
+      {OpKind::tanh, k_tanh},
+      {OpKind::tanh_backward, k_tanh_backward},
+      {OpKind::clip, k_clip},
+      {OpKind::clip_backward, k_clip_backward},
       {OpKind::broadcast_scalar, k_broadcast_scalar},
       {OpKind::fill, k_fill},
       {OpKind::dropout_mask, k_dropout_mask},

@@ -4,6 +4,7 @@
 // need no atomics and are deterministic.
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/grouped_conv.h"
 #include "memplan/kernels/shared/pooling.h"
 
 namespace memplan::kernels::cuda {
@@ -12,6 +13,34 @@ namespace {
 using graph::OpKind;
 
 // --- convolution -------------------------------------------------------------------------------
+
+// Grouped convolution and its gradients: one thread per output element, the CPU's loops
+// (kernels/shared/grouped_conv.h).
+void k_grouped_conv2d(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.inputs[0].shape, *c.inputs[1].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "grouped_conv2d", [=] __device__(std::int64_t i) { y[i] = grouped_conv_output(x, w, g, i); });
+}
+
+void k_grouped_conv2d_backward_input(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.outputs[0].shape, *c.inputs[1].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  const float* w = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "grouped_conv2d_backward_input",
+                 [=] __device__(std::int64_t i) { dx[i] = grouped_conv_input_grad(dy, w, g, i); });
+}
+
+void k_grouped_conv2d_backward_weight(const KernelCall& c) {
+  const GroupedConv g = grouped_conv_of(*c.inputs[1].shape, *c.outputs[0].shape, *c.attrs);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dw = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "grouped_conv2d_backward_weight",
+                 [=] __device__(std::int64_t i) { dw[i] = grouped_conv_weight_grad(dy, x, g, i); });
+}
 
 // cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
 void k_im2col(const KernelCall& c) {
@@ -301,6 +330,9 @@ KernelEntries nn_kernel_entries() {
   return {
       {OpKind::im2col, k_im2col},
       {OpKind::col2im, k_col2im},
+      {OpKind::grouped_conv2d, k_grouped_conv2d},
+      {OpKind::grouped_conv2d_backward_input, k_grouped_conv2d_backward_input},
+      {OpKind::grouped_conv2d_backward_weight, k_grouped_conv2d_backward_weight},
       {OpKind::max_pool2d, k_max_pool2d},
       {OpKind::avg_pool2d, k_avg_pool2d},
       {OpKind::max_pool2d_backward, k_max_pool2d_backward},

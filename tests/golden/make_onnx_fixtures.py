@@ -3,10 +3,13 @@
 downloaded) exported with torch.onnx.export, plus torch's forward output and loss gradients for
 a fixed input, written as JSON next to the .onnx files (NAME_golden.json).
 
-Usage: python3 tests/golden/make_onnx_fixtures.py OUT_DIR [--large]
+Usage: python3 tests/golden/make_onnx_fixtures.py OUT_DIR [--large | --resnet18]
   OUT_DIR    where to write (tests/data/onnx for the committed fixtures)
   --large    instead export full-size torchvision ResNet-50 (224x224) and ViT-B/16 (224x224) for
-             measurements (hundreds of MB: write them to /tmp, never commit them)
+             measurements (hundreds of MB: write them to /tmp, never commit them), ResNet-18 and
+             MobileNetV2 (224x224)
+  --resnet18 only torchvision's ResNet-18 with a 1-channel stem and 10 classes for Fashion-MNIST
+             (resnet18_fmnist.onnx, 45 MB: `memplan train --onnx` trains it)
 """
 import copy
 import json
@@ -37,6 +40,77 @@ class SmallCnn(nn.Module):
         y = F.relu(self.bn2(self.conv2(y)) + y)
         y = F.adaptive_avg_pool2d(y, 1)
         return self.fc(torch.flatten(y, 1))
+
+
+class TinyMobileNet(nn.Module):
+    """A narrow MobileNetV2 of torchvision's own InvertedResidual blocks: grouped and depthwise
+    Conv (groups > 1), Clip (ReLU6), residual Add, plus a Sigmoid gate and a Tanh head so every
+    activation the importer maps from mobile nets has golden data."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        from torchvision.models.mobilenetv2 import InvertedResidual
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6())
+        self.blocks = nn.Sequential(InvertedResidual(8, 8, 1, 1), InvertedResidual(8, 12, 2, 4),
+                                    InvertedResidual(12, 12, 1, 4))
+        self.grouped = nn.Conv2d(12, 12, 3, 1, 1, groups=3)  # grouped, with a bias
+        self.last = nn.Sequential(nn.Conv2d(12, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())
+        self.fc1 = nn.Linear(32, 16)
+        self.fc2 = nn.Linear(16, classes)
+
+    def forward(self, x):
+        y = self.blocks(self.stem(x))
+        y = y * torch.sigmoid(self.grouped(y))
+        y = F.adaptive_avg_pool2d(self.last(y), 1)
+        return self.fc2(torch.tanh(self.fc1(torch.flatten(y, 1))))
+
+
+class TinyLnMlp(nn.Module):
+    """Exported at opset 15, where LayerNorm becomes ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
+    Div, Mul, Add (opset 17 has a LayerNormalization node)."""
+
+    def __init__(self, d=8, hidden=16, classes=5):
+        super().__init__()
+        self.fc1 = nn.Linear(d, hidden)
+        self.ln = nn.LayerNorm(hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.ln(self.fc1(x))))
+
+
+class FmnistCnn(nn.Module):
+    """A Fashion-MNIST classifier of [B, 1, 28, 28] images for `memplan train --onnx` tests."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        y = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        y = F.relu(self.conv2(y))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+class FmnistMlp(nn.Module):
+    """A Fashion-MNIST classifier of flat [B, 784] images (Gemm, Relu)."""
+
+    def __init__(self, hidden=16, classes=10):
+        super().__init__()
+        self.fc1 = nn.Linear(784, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def resnet18_fmnist():
+    r18 = torchvision.models.resnet18(num_classes=10)
+    r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    return r18
 
 
 class Block(nn.Module):
@@ -92,10 +166,10 @@ def export(model, example, path, opset, input_name="input"):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 
 
-def golden(model, name, x, labels, out_dir):
+def golden(model, name, x, labels, out_dir, extra_grads=()):
     """One training-mode step (batch statistics, as memplan's training step) with mean
     cross-entropy over every position: the input, labels, output, loss, parameter count and the
-    gradients of the first and last parameters, as JSON next to the .onnx file."""
+    gradients of the first and last parameters (and of `extra_grads`), as JSON next to the .onnx file."""
     model.train()
     model.zero_grad()
     out = model(x)
@@ -110,7 +184,7 @@ def golden(model, name, x, labels, out_dir):
         "output_shape": list(out.shape),
         "loss": float(loss),
         "parameter_count": sum(p.numel() for _, p in named),
-        "grad": {n: p.grad.reshape(-1).tolist() for n, p in (named[0], named[-1])},
+        "grad": {n: p.grad.reshape(-1).tolist() for n, p in [named[0], named[-1]] + [(e, dict(named)[e]) for e in extra_grads]},
     }
     with open(os.path.join(out_dir, name + "_golden.json"), "w") as f:
         json.dump(data, f)
@@ -125,9 +199,11 @@ def main():
         export(r50, torch.randn(2, 3, 224, 224), os.path.join(out_dir, "resnet50.onnx"), 15)
         vit = torchvision.models.vit_b_16()
         export(vit, torch.randn(2, 3, 224, 224), os.path.join(out_dir, "vit_b_16.onnx"), 17)
-        r18 = torchvision.models.resnet18(num_classes=10)
-        r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
-        export(r18, torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
+        export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
+        export(torchvision.models.mobilenet_v2(), torch.randn(2, 3, 224, 224), os.path.join(out_dir, "mobilenet_v2.onnx"), 15)
+        return
+    if "--resnet18" in sys.argv:
+        export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
         return
     batch = 2
     cnn = SmallCnn()
@@ -136,15 +212,24 @@ def main():
     gpt = TinyGpt()
     ids = torch.randint(0, 32, (batch, 8))
     fixture(gpt, "tiny_gpt", ids, torch.randint(0, 32, (batch, 8)), out_dir, 17)
+    mobile = TinyMobileNet()
+    fixture(mobile, "tiny_mobilenet", torch.randn(batch, 3, 16, 16), torch.tensor([1, 8]), out_dir, 13,
+            ["blocks.0.conv.0.0.weight", "blocks.1.conv.1.0.weight", "grouped.weight", "grouped.bias"])
+    fixture(TinyLnMlp(), "tiny_ln_mlp", torch.randn(batch, 4, 8), torch.tensor([[0, 1, 2, 3], [4, 3, 2, 1]]), out_dir, 15,
+            ["ln.weight", "ln.bias"])
+    # Fashion-MNIST-shaped classifiers for `memplan train --onnx` (no golden data: the training
+    # tests compare memplan with itself, before and after an export).
+    export(FmnistCnn(), torch.randn(batch, 1, 28, 28), os.path.join(out_dir, "fmnist_cnn.onnx"), 15)
+    export(FmnistMlp(), torch.randn(batch, 784), os.path.join(out_dir, "fmnist_mlp.onnx"), 15)
 
 
-def fixture(model, name, x, labels, out_dir, opset):
+def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
     # The export traces a training-mode forward (which moves batch-norm running statistics):
     # export the initial state, then run the golden step from that same state.
     initial = copy.deepcopy(model.state_dict())
     export(model, x, os.path.join(out_dir, name + ".onnx"), opset)
     model.load_state_dict(initial)
-    golden(model, name, x, labels, out_dir)
+    golden(model, name, x, labels, out_dir, extra_grads)
 
 
 if __name__ == "__main__":
