@@ -315,5 +315,46 @@ TEST(ExactSolver, TraceLikeProblemsReachTheBoundUnderANodeBudget) {
   }
 }
 
+
+// The general search (not zero-waste: the trace's sections are not all full) prunes with
+// section remainders and floors; with the capacity set to the height it reached, asking for
+// a packing within it must find one again, and two runs under one node budget agree exactly.
+TEST(ExactSolver, TraceLikeSearchIsDeterministicAndRefindsItsHeight) {
+  for (int seed = 0; seed < kScale; ++seed) {
+    AllocationProblem p = trace_like(std::uint64_t(seed) + 40, 50 + 10 * seed);
+    const Solution free_run = solve_exact(p, node_budget(50'000));
+    ASSERT_TRUE(free_run.has_packing());
+    p.capacity_bytes = free_run.height_bytes;
+    ExactSolverStats a, b;
+    const Solution first = solve_exact(p, node_budget(50'000), &a);
+    const Solution second = solve_exact(p, node_budget(50'000), &b);
+    ASSERT_TRUE(first.has_packing()) << "seed " << seed << ": a packing of this height exists";
+    EXPECT_TRUE(validate_solution(p, first).ok());
+    EXPECT_LE(first.height_bytes, free_run.height_bytes);
+    EXPECT_EQ(first.offsets, second.offsets);
+    EXPECT_EQ(a.nodes, b.nodes);
+    EXPECT_EQ(a.backtracks, b.backtracks);
+  }
+}
+
+// Seven buffers over many short sections (chains of lifetimes), where the section-remainder
+// checks and floor sweeps decide most branches: the search's height equals brute force.
+TEST(ExactSolver, EqualsBruteForceWhereSectionChecksDecide) {
+  Rng rng(77);
+  for (int iteration = 0; iteration < 20 * kScale; ++iteration) {
+    AllocationProblem p;
+    for (int i = 0; i < 7; ++i) {
+      const TimePoint first = TimePoint(rng.below(10));
+      p.buffers.push_back({"b" + std::to_string(i), Bytes(1 + rng.below(6)) * 64, 64, first,
+                           first + 1 + TimePoint(rng.below(6)), std::nullopt});
+    }
+    ExactSolverStats stats;
+    const Solution s = solve_exact(p, node_budget(2'000'000), &stats);
+    ASSERT_TRUE(validate_solution(p, s).ok()) << "iteration " << iteration;
+    ASSERT_EQ(s.height_bytes, brute_force_height(p)) << "iteration " << iteration;
+    ASSERT_EQ(s.status, SolveStatus::optimal) << "iteration " << iteration;
+  }
+}
+
 }  // namespace
 }  // namespace memplan::planner
