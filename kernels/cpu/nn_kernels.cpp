@@ -93,15 +93,19 @@ void k_col2im(const KernelCall& c) {
           if (ih < 0 || ih >= g.h) continue;
           float* out = dst + ih * g.w + v.lo * g.stride + kw - g.pad;
           const float* row = src + oh * g.ow;
-          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
+          if (g.stride == 1) {
+            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
+          } else {
+            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
+          }
         }
       }
     }
   }
 }
 
-// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one GEMM per sample, samples in parallel
-// (Eigen runs single-threaded inside the parallel region).
+// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one register-tiled product per sample
+// (small_gemm), samples in parallel.
 void k_conv2d(const KernelCall& c) {
   const Shape& cs = *c.inputs[0].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
@@ -110,33 +114,16 @@ void k_conv2d(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
+  for (std::int64_t i = 0; i < n; ++i) small_gemm(cout, p, ckk, w, ckk, 1, cols + i * ckk * p, p, y + i * cout * p, p);
 }
 
-// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T. Threads split dw's columns into a fixed
-// number of blocks (independent of the thread count); each block sums the samples in order with
-// single-threaded GEMMs, which beats one small multi-threaded GEMM per sample by far.
-constexpr std::int64_t kWeightGradBlocks = 8;
-
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T (batched_gemm_nt: threads split dw's tiles,
+// each summing the samples in a fixed order).
 void k_conv2d_backward_weight(const KernelCall& c) {
   const Shape& cs = *c.inputs[1].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
   const std::int64_t cout = (*c.inputs[0].shape)[1];
-  const float* dy = c.inputs[0].f32();
-  const float* cols = c.inputs[1].f32();
-  float* dw = c.outputs[0].f32();
-  const std::int64_t width = (ckk + kWeightGradBlocks - 1) / kWeightGradBlocks;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t blk = 0; blk < kWeightGradBlocks; ++blk) {
-    const std::int64_t j0 = blk * width, j1 = std::min(ckk, j0 + width);
-    if (j0 >= j1) continue;
-    // dw[:, j0:j1] += dy[n] cols[n][j0:j1, :]^T, both sub-blocks as strided views.
-    for (std::int64_t co = 0; co < cout; ++co) std::fill(dw + co * ckk + j0, dw + co * ckk + j1, 0.0f);
-    for (std::int64_t i = 0; i < n; ++i) {
-      gemm_accumulate_strided(false, true, cout, j1 - j0, p, dy + i * cout * p, p, cols + (i * ckk + j0) * p, p,
-                              dw + j0, ckk);
-    }
-  }
+  batched_gemm_nt(n, cout, ckk, p, c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32());
 }
 
 // dcols[n] [CKK, P] = w^T dy[n].
@@ -148,7 +135,7 @@ void k_conv2d_backward_cols(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* dcols = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) gemm(true, false, ckk, p, cout, w, dy + i * cout * p, dcols + i * ckk * p);
+  for (std::int64_t i = 0; i < n; ++i) small_gemm(ckk, p, cout, w, 1, ckk, dy + i * cout * p, p, dcols + i * ckk * p, p);
 }
 
 // --- pooling ------------------------------------------------------------------------------
