@@ -377,6 +377,21 @@ void k_batch_norm_backward(const KernelCall& c) {
 
 // --- layer norm: statistics [rows, 2] = (mean, rstd) -------------------------------------
 
+// sum over j < n of term(j) in double, in eight lanes (lane j % 8) added in order at the end: the
+// order is set by n alone, and the lanes let the loop vectorise.
+template <typename F>
+double lane_sum(std::int64_t n, F term) {
+  double lanes[kSumLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes) {
+    for (int l = 0; l < kSumLanes; ++l) lanes[l] += term(j + l);
+  }
+  for (int l = 0; j < n; ++j, ++l) lanes[l] += term(j);
+  double sum = 0.0;
+  for (double l : lanes) sum += l;
+  return sum;
+}
+
 void k_layer_norm_stats(const KernelCall& c) {
   const std::int64_t rows = c.inputs[0].shape->rows(), cols = c.inputs[0].shape->cols();
   const float* x = c.inputs[0].f32();
@@ -385,11 +400,8 @@ void k_layer_norm_stats(const KernelCall& c) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) sum += row[j];
-    const double mean = sum / double(cols);
-    double sq = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) sq += (row[j] - mean) * (row[j] - mean);
+    const double mean = lane_sum(cols, [=](std::int64_t j) { return double(row[j]); }) / double(cols);
+    const double sq = lane_sum(cols, [=](std::int64_t j) { return (row[j] - mean) * (row[j] - mean); });
     stats[2 * r] = static_cast<float>(mean);
     stats[2 * r + 1] = static_cast<float>(1.0 / std::sqrt(sq / double(cols) + eps));
   }
@@ -422,12 +434,9 @@ void k_layer_norm_backward(const KernelCall& c) {
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const float g = gamma[j] * dyr[j];
-      sum_g += g;
-      sum_gx += double(g) * double((xr[j] - mean) * rstd);
-    }
+    const double sum_g = lane_sum(cols, [=](std::int64_t j) { return double(gamma[j] * dyr[j]); });
+    const double sum_gx =
+        lane_sum(cols, [=](std::int64_t j) { return double(gamma[j] * dyr[j]) * double((xr[j] - mean) * rstd); });
     const float mg = static_cast<float>(sum_g / double(cols)), mgx = static_cast<float>(sum_gx / double(cols));
     for (std::int64_t j = 0; j < cols; ++j) {
       const float xhat = (xr[j] - mean) * rstd;
