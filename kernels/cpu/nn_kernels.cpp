@@ -4,6 +4,7 @@
 // rows), so results never depend on the thread count or on where tensors live.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
@@ -557,13 +558,15 @@ void k_permute(const KernelCall& c) {
   const std::vector<std::int64_t>& perm = c.attrs->perm;
   const int r = in.rank();
   const std::size_t elem = static_cast<std::size_t>(graph::dtype_size(c.inputs[0].dtype));
-  auto in_stride = [&](std::int64_t dim) {
+  // The input stride of each output dimension, computed once.
+  std::vector<std::int64_t> stride_of_out(static_cast<std::size_t>(r), 1);
+  for (int i = 0; i < r; ++i) {
     std::int64_t s = 1;
-    for (int i = static_cast<int>(dim) + 1; i < r; ++i) s *= in[i];
-    return s;
-  };
+    for (int d = static_cast<int>(perm[static_cast<std::size_t>(i)]) + 1; d < r; ++d) s *= in[d];
+    stride_of_out[static_cast<std::size_t>(i)] = s;
+  }
   const std::int64_t cols = r == 0 ? 1 : out[r - 1];
-  const std::int64_t inner_stride = r == 0 ? 1 : in_stride(perm[static_cast<std::size_t>(r - 1)]);
+  const std::int64_t inner_stride = r == 0 ? 1 : stride_of_out[static_cast<std::size_t>(r - 1)];
   const std::int64_t rows = out.numel() / cols;
   const auto* src = static_cast<const std::byte*>(c.inputs[0].data);
   auto* dst = static_cast<std::byte*>(c.outputs[0].data);
@@ -571,10 +574,14 @@ void k_permute(const KernelCall& c) {
   for (std::int64_t row = 0; row < rows; ++row) {
     std::int64_t rem = row, base = 0;
     for (int i = r - 2; i >= 0; --i) {
-      base += (rem % out[i]) * in_stride(perm[static_cast<std::size_t>(i)]);
+      base += (rem % out[i]) * stride_of_out[static_cast<std::size_t>(i)];
       rem /= out[i];
     }
-    if (elem == sizeof(float)) {
+    if (inner_stride == 1) {
+      // The last dimension stays last: each output row is one contiguous input run.
+      std::copy_n(src + base * static_cast<std::int64_t>(elem), cols * static_cast<std::int64_t>(elem),
+                  dst + row * cols * static_cast<std::int64_t>(elem));
+    } else if (elem == sizeof(float)) {
       const float* s = reinterpret_cast<const float*>(src) + base;
       float* d = reinterpret_cast<float*>(dst) + row * cols;
       for (std::int64_t j = 0; j < cols; ++j) d[j] = s[j * inner_stride];
