@@ -106,8 +106,8 @@ void k_col2im(const KernelCall& c) {
 }
 
 // Images of fewer output positions than this go through Eigen: small_gemm's 32-column tiles
-// waste too much of a narrow image (bench_gemm_blas: 7x7 at 38 GFLOP/s against Eigen's 82;
-// 14x14 even, 28x28 114 against 77).
+// waste too much of a narrow image (bench/results/gemm_blas.md, one thread: 7x7 at 48 GFLOP/s
+// against Eigen's 110; 14x14 at 113 against 104; 28x28 at 184 against 63).
 constexpr std::int64_t kSmallGemmMinColumns = 128;
 
 // y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one register-tiled product per sample
