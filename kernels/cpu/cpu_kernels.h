@@ -38,4 +38,13 @@ void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::in
 void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                      const float* a, const float* b, float* c);
 
+// C[M,N] = A B for the convolutions' small shapes (conv_gemm.cpp), single-threaded: A(r, k) at
+// a[r * ars + k * acs] (so A or its transpose, in place), B [K,N] and C [M,N] with row strides.
+void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t ars, std::int64_t acs,
+                const float* b, std::int64_t ldb, float* c, std::int64_t ldc);
+// C[M,N] = sum over s < batch of A[s] B[s]^T, A [batch, M, K] and B [batch, N, K] contiguous; the
+// convolution's weight gradient. Threads split C's tiles; the result does not depend on their count.
+void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                     const float* b, float* c);
+
 }  // namespace memplan::kernels::cpu

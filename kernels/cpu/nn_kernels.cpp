@@ -4,6 +4,7 @@
 // rows), so results never depend on the thread count or on where tensors live.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
@@ -126,15 +127,24 @@ void k_col2im(const KernelCall& c) {
           if (ih < 0 || ih >= g.h) continue;
           float* out = dst + ih * g.w + v.lo * g.stride + kw - g.pad;
           const float* row = src + oh * g.ow;
-          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
+          if (g.stride == 1) {
+            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
+          } else {
+            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
+          }
         }
       }
     }
   }
 }
 
-// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one GEMM per sample, samples in parallel
-// (Eigen runs single-threaded inside the parallel region).
+// Images of fewer output positions than this go through Eigen: small_gemm's 32-column tiles
+// waste too much of a narrow image (bench/results/gemm_blas.md, one thread: 7x7 at 48 GFLOP/s
+// against Eigen's 110; 14x14 at 113 against 104; 28x28 at 184 against 63).
+constexpr std::int64_t kSmallGemmMinColumns = 128;
+
+// y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one register-tiled product per sample
+// (small_gemm, or Eigen for narrow images), samples in parallel.
 void k_conv2d(const KernelCall& c) {
   const Shape& cs = *c.inputs[0].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
@@ -143,33 +153,19 @@ void k_conv2d(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (p >= kSmallGemmMinColumns) small_gemm(cout, p, ckk, w, ckk, 1, cols + i * ckk * p, p, y + i * cout * p, p);
+    else gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
+  }
 }
 
-// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T. Threads split dw's columns into a fixed
-// number of blocks (independent of the thread count); each block sums the samples in order with
-// single-threaded GEMMs, which beats one small multi-threaded GEMM per sample by far.
-constexpr std::int64_t kWeightGradBlocks = 8;
-
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T (batched_gemm_nt: threads split dw's tiles,
+// each summing the samples in a fixed order).
 void k_conv2d_backward_weight(const KernelCall& c) {
   const Shape& cs = *c.inputs[1].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
   const std::int64_t cout = (*c.inputs[0].shape)[1];
-  const float* dy = c.inputs[0].f32();
-  const float* cols = c.inputs[1].f32();
-  float* dw = c.outputs[0].f32();
-  const std::int64_t width = (ckk + kWeightGradBlocks - 1) / kWeightGradBlocks;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t blk = 0; blk < kWeightGradBlocks; ++blk) {
-    const std::int64_t j0 = blk * width, j1 = std::min(ckk, j0 + width);
-    if (j0 >= j1) continue;
-    // dw[:, j0:j1] += dy[n] cols[n][j0:j1, :]^T, both sub-blocks as strided views.
-    for (std::int64_t co = 0; co < cout; ++co) std::fill(dw + co * ckk + j0, dw + co * ckk + j1, 0.0f);
-    for (std::int64_t i = 0; i < n; ++i) {
-      gemm_accumulate_strided(false, true, cout, j1 - j0, p, dy + i * cout * p, p, cols + (i * ckk + j0) * p, p,
-                              dw + j0, ckk);
-    }
-  }
+  batched_gemm_nt(n, cout, ckk, p, c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32());
 }
 
 // dcols[n] [CKK, P] = w^T dy[n].
@@ -181,7 +177,10 @@ void k_conv2d_backward_cols(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* dcols = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) gemm(true, false, ckk, p, cout, w, dy + i * cout * p, dcols + i * ckk * p);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (p >= kSmallGemmMinColumns) small_gemm(ckk, p, cout, w, 1, ckk, dy + i * cout * p, p, dcols + i * ckk * p, p);
+    else gemm(true, false, ckk, p, cout, w, dy + i * cout * p, dcols + i * ckk * p);
+  }
 }
 
 // --- pooling ------------------------------------------------------------------------------
@@ -282,6 +281,26 @@ void k_global_avg_pool_backward(const KernelCall& c) {
 
 // --- batch norm: x [N, C, S]; statistics [2, C] = (mean, biased variance) ------------------
 
+// Per channel: sum over (n, s) of f(ch, plane offset + i) in double, in eight lanes (lane i % 8 of
+// each plane, samples in order), the lanes then added in order: fixed by the shape alone, and
+// the lanes let the loop vectorise.
+constexpr int kSumLanes = 8;
+template <typename F>
+double channel_sum_of(const Nc& d, std::int64_t ch, F term) {
+  double lanes[kSumLanes] = {};
+  for (std::int64_t n = 0; n < d.n; ++n) {
+    const std::int64_t base = (n * d.c + ch) * d.s;
+    std::int64_t i = 0;
+    for (; i + kSumLanes <= d.s; i += kSumLanes) {
+      for (int l = 0; l < kSumLanes; ++l) lanes[l] += term(base + i + l);
+    }
+    for (int l = 0; i < d.s; ++i, ++l) lanes[l] += term(base + i);
+  }
+  double sum = 0.0;
+  for (double l : lanes) sum += l;
+  return sum;
+}
+
 void k_batch_norm_stats(const KernelCall& c) {
   const Nc d = nc_of(*c.inputs[0].shape);
   const float* x = c.inputs[0].f32();
@@ -289,17 +308,8 @@ void k_batch_norm_stats(const KernelCall& c) {
   const double count = double(d.n * d.s);
 #pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
   for (std::int64_t ch = 0; ch < d.c; ++ch) {
-    double sum = 0.0;
-    for (std::int64_t n = 0; n < d.n; ++n) {
-      const float* p = x + (n * d.c + ch) * d.s;
-      for (std::int64_t i = 0; i < d.s; ++i) sum += p[i];
-    }
-    const double mean = sum / count;
-    double sq = 0.0;
-    for (std::int64_t n = 0; n < d.n; ++n) {
-      const float* p = x + (n * d.c + ch) * d.s;
-      for (std::int64_t i = 0; i < d.s; ++i) sq += (p[i] - mean) * (p[i] - mean);
-    }
+    const double mean = channel_sum_of(d, ch, [=](std::int64_t i) { return double(x[i]); }) / count;
+    const double sq = channel_sum_of(d, ch, [=](std::int64_t i) { return (x[i] - mean) * (x[i] - mean); });
     stats[ch] = static_cast<float>(mean);
     stats[d.c + ch] = static_cast<float>(sq / count);
   }
@@ -366,17 +376,12 @@ void k_running_stats_update(const KernelCall& c) {
   }
 }
 
-// Per channel: sum over (n, s) of f(n*C + ch plane offset), in sample order, in double.
+// Per channel: channel_sum_of f(ch, offset), as float.
 template <typename F>
 void per_channel_sum(const Nc& d, float* out, F term) {
 #pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
   for (std::int64_t ch = 0; ch < d.c; ++ch) {
-    double s = 0.0;
-    for (std::int64_t n = 0; n < d.n; ++n) {
-      const std::int64_t base = (n * d.c + ch) * d.s;
-      for (std::int64_t i = 0; i < d.s; ++i) s += term(ch, base + i);
-    }
-    out[ch] = static_cast<float>(s);
+    out[ch] = static_cast<float>(channel_sum_of(d, ch, [&](std::int64_t i) { return term(ch, i); }));
   }
 }
 
@@ -391,10 +396,12 @@ void k_batch_norm_dgamma(const KernelCall& c) {
   const float* x = c.inputs[1].f32();
   const float* stats = c.inputs[2].f32();
   const float eps = c.attrs->norm_eps;
-  per_channel_sum(d, c.outputs[0].f32(), [=](std::int64_t ch, std::int64_t i) {
-    const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps);
-    return double(dy[i]) * double((x[i] - stats[ch]) * rstd);
-  });
+#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
+  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+    const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps), mean = stats[ch];
+    c.outputs[0].f32()[ch] = static_cast<float>(
+        channel_sum_of(d, ch, [=](std::int64_t i) { return double(dy[i]) * double((x[i] - mean) * rstd); }));
+  }
 }
 
 // dx = gamma * rstd * (dy - dbeta / M - xhat * dgamma / M), M = N * S.
@@ -425,6 +432,21 @@ void k_batch_norm_backward(const KernelCall& c) {
 
 // --- layer norm: statistics [rows, 2] = (mean, rstd) -------------------------------------
 
+// sum over j < n of term(j) in double, in eight lanes (lane j % 8) added in order at the end: the
+// order is set by n alone, and the lanes let the loop vectorise.
+template <typename F>
+double lane_sum(std::int64_t n, F term) {
+  double lanes[kSumLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes) {
+    for (int l = 0; l < kSumLanes; ++l) lanes[l] += term(j + l);
+  }
+  for (int l = 0; j < n; ++j, ++l) lanes[l] += term(j);
+  double sum = 0.0;
+  for (double l : lanes) sum += l;
+  return sum;
+}
+
 void k_layer_norm_stats(const KernelCall& c) {
   const std::int64_t rows = c.inputs[0].shape->rows(), cols = c.inputs[0].shape->cols();
   const float* x = c.inputs[0].f32();
@@ -433,11 +455,8 @@ void k_layer_norm_stats(const KernelCall& c) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
-    double sum = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) sum += row[j];
-    const double mean = sum / double(cols);
-    double sq = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) sq += (row[j] - mean) * (row[j] - mean);
+    const double mean = lane_sum(cols, [=](std::int64_t j) { return double(row[j]); }) / double(cols);
+    const double sq = lane_sum(cols, [=](std::int64_t j) { return (row[j] - mean) * (row[j] - mean); });
     stats[2 * r] = static_cast<float>(mean);
     stats[2 * r + 1] = static_cast<float>(1.0 / std::sqrt(sq / double(cols) + eps));
   }
@@ -470,12 +489,9 @@ void k_layer_norm_backward(const KernelCall& c) {
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const float g = gamma[j] * dyr[j];
-      sum_g += g;
-      sum_gx += double(g) * double((xr[j] - mean) * rstd);
-    }
+    const double sum_g = lane_sum(cols, [=](std::int64_t j) { return double(gamma[j] * dyr[j]); });
+    const double sum_gx =
+        lane_sum(cols, [=](std::int64_t j) { return double(gamma[j] * dyr[j]) * double((xr[j] - mean) * rstd); });
     const float mg = static_cast<float>(sum_g / double(cols)), mgx = static_cast<float>(sum_gx / double(cols));
     for (std::int64_t j = 0; j < cols; ++j) {
       const float xhat = (xr[j] - mean) * rstd;
@@ -596,13 +612,15 @@ void k_permute(const KernelCall& c) {
   const std::vector<std::int64_t>& perm = c.attrs->perm;
   const int r = in.rank();
   const std::size_t elem = static_cast<std::size_t>(graph::dtype_size(c.inputs[0].dtype));
-  auto in_stride = [&](std::int64_t dim) {
+  // The input stride of each output dimension, computed once.
+  std::vector<std::int64_t> stride_of_out(static_cast<std::size_t>(r), 1);
+  for (int i = 0; i < r; ++i) {
     std::int64_t s = 1;
-    for (int i = static_cast<int>(dim) + 1; i < r; ++i) s *= in[i];
-    return s;
-  };
+    for (int d = static_cast<int>(perm[static_cast<std::size_t>(i)]) + 1; d < r; ++d) s *= in[d];
+    stride_of_out[static_cast<std::size_t>(i)] = s;
+  }
   const std::int64_t cols = r == 0 ? 1 : out[r - 1];
-  const std::int64_t inner_stride = r == 0 ? 1 : in_stride(perm[static_cast<std::size_t>(r - 1)]);
+  const std::int64_t inner_stride = r == 0 ? 1 : stride_of_out[static_cast<std::size_t>(r - 1)];
   const std::int64_t rows = out.numel() / cols;
   const auto* src = static_cast<const std::byte*>(c.inputs[0].data);
   auto* dst = static_cast<std::byte*>(c.outputs[0].data);
@@ -610,10 +628,14 @@ void k_permute(const KernelCall& c) {
   for (std::int64_t row = 0; row < rows; ++row) {
     std::int64_t rem = row, base = 0;
     for (int i = r - 2; i >= 0; --i) {
-      base += (rem % out[i]) * in_stride(perm[static_cast<std::size_t>(i)]);
+      base += (rem % out[i]) * stride_of_out[static_cast<std::size_t>(i)];
       rem /= out[i];
     }
-    if (elem == sizeof(float)) {
+    if (inner_stride == 1) {
+      // The last dimension stays last: each output row is one contiguous input run.
+      std::copy_n(src + base * static_cast<std::int64_t>(elem), cols * static_cast<std::int64_t>(elem),
+                  dst + row * cols * static_cast<std::int64_t>(elem));
+    } else if (elem == sizeof(float)) {
       const float* s = reinterpret_cast<const float*>(src) + base;
       float* d = reinterpret_cast<float*>(dst) + row * cols;
       for (std::int64_t j = 0; j < cols; ++j) d[j] = s[j * inner_stride];
