@@ -1,7 +1,11 @@
 #include "memplan/planner/exact_solver.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -328,7 +332,9 @@ class RangeMax {
     if (b <= lo || hi <= a) return std::numeric_limits<Bytes>::min();
     if (a <= lo && hi <= b) return max_[v];
     const std::size_t mid = (lo + hi) / 2;
-    return std::max(query(2 * v, lo, mid, a, b), query(2 * v + 1, mid, hi, a, b)) + add_[v];
+    const Bytes below = std::max(query(2 * v, lo, mid, a, b), query(2 * v + 1, mid, hi, a, b));
+    // No section of [a, b) under v: the sentinel stays as it is (adding to it would overflow).
+    return below == std::numeric_limits<Bytes>::min() ? below : below + add_[v];
   }
   // Leftmost position in [a, b) whose value (with `above`, the adds of v's ancestors) is
   // `target`; n_ when there is none in v.
@@ -1063,9 +1069,59 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
   }
 }
 
+// The searches recurse once per placed buffer: thousands of frames deep on real traces and
+// big training graphs, more than a default 8 MiB stack holds once the sanitizers enlarge each
+// frame. They run on a thread of their own with a 1 GiB stack (address space: pages are touched
+// only as deep as the search goes); where no such thread can be made, on the caller's.
+void run_with_deep_stack(const std::function<void()>& work) {
+  constexpr std::size_t kStackBytes = std::size_t{1} << 30;
+  struct Call {
+    const std::function<void()>* work;
+    std::exception_ptr error;
+  } call{&work, nullptr};
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) {
+    work();
+    return;
+  }
+  pthread_t thread;
+  const bool made = pthread_attr_setstacksize(&attr, kStackBytes) == 0 &&
+                    pthread_create(
+                        &thread, &attr,
+                        [](void* p) -> void* {
+                          auto* c = static_cast<Call*>(p);
+                          try {
+                            (*c->work)();
+                          } catch (...) {
+                            c->error = std::current_exception();
+                          }
+                          return nullptr;
+                        },
+                        &call) == 0;
+  pthread_attr_destroy(&attr);
+  if (!made) {
+    work();
+    return;
+  }
+  pthread_join(thread, nullptr);
+  if (call.error) std::rethrow_exception(call.error);
+}
+
+Solution solve_exact_on_this_stack(const AllocationProblem& problem, const ExactSolverOptions& options,
+                                   ExactSolverStats* stats);
+
 }  // namespace
 
 Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options, ExactSolverStats* stats) {
+  Solution solution;
+  run_with_deep_stack([&] { solution = solve_exact_on_this_stack(problem, options, stats); });
+  return solution;
+}
+
+namespace {
+
+Solution solve_exact_on_this_stack(const AllocationProblem& problem, const ExactSolverOptions& options,
+                                   ExactSolverStats* stats) {
   {
     const Status status = check_problem(problem);
     MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
@@ -1193,5 +1249,7 @@ Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions&
   }
   return finish(std::move(best), optimal ? SolveStatus::optimal : SolveStatus::feasible);
 }
+
+}  // namespace
 
 }  // namespace memplan::planner
