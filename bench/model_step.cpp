@@ -192,7 +192,7 @@ std::string ratio(double ours, double theirs) { return ours > 0 && theirs > 0 ? 
 
 int main(int argc, char** argv) {
   // As the memplan CLI: idle OpenMP threads sleep unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
-  kernels::default_to_passive_openmp_wait(argv);
+  kernels::default_to_short_openmp_spin(argv);
   Options o;
   try {
     o = parse(argc, argv);

@@ -1,16 +1,17 @@
-// Passive OpenMP waiting by default (see openmp_wait.h).
+// A short OpenMP spin before sleeping, by default (see openmp_wait.h).
 #include "memplan/kernels/openmp_wait.h"
 
 #include <unistd.h>
 
 #include <cctype>
 #include <cstdlib>
+#include <string>
 
 namespace memplan::kernels {
 
-void default_to_passive_openmp_wait(char** argv) {
+void default_to_short_openmp_spin(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 0) != 0) return;
+  if (setenv("GOMP_SPINCOUNT", std::to_string(kDefaultOpenMpSpinCount).c_str(), 0) != 0) return;
   execv("/proc/self/exe", argv);
   // Still here: the exec failed. This process's OpenMP runtime keeps its default.
 }

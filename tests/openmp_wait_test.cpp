@@ -1,4 +1,4 @@
-// The CLI's OpenMP wait policy: passive unless the user chose one (OMP_WAIT_POLICY or
+// The CLI's OpenMP wait policy: a short spin (GOMP_SPINCOUNT=10000) unless the user chose one (OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT), reported in train --json; and train --profile's JSON.
 #include <gtest/gtest.h>
 
@@ -19,8 +19,9 @@ std::string policy_with(const std::string& env) {
   return run_json(env, "plan --model mlp --batch 8 --profile")["openmp_wait_policy"].get<std::string>();
 }
 
-TEST(OpenMpWait, PassiveByDefaultAndTheUsersChoiceWins) {
-  EXPECT_EQ(policy_with("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT"), "passive");
+TEST(OpenMpWait, ShortSpinByDefaultAndTheUsersChoiceWins) {
+  EXPECT_EQ(policy_with("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT"), "spincount 10000");
+  EXPECT_EQ(policy_with("env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive"), "passive");
   EXPECT_EQ(policy_with("env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=ACTIVE"), "active");
   EXPECT_EQ(policy_with("env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000"), "spincount 1000");
 }

@@ -5,6 +5,6 @@
 int main(int argc, char** argv) {
   // Idle CPU threads sleep rather than spin unless the user chose (OMP_WAIT_POLICY): a step
   // sharing its cores with other processes slows down in proportion instead of collapsing.
-  memplan::kernels::default_to_passive_openmp_wait(argv);
+  memplan::kernels::default_to_short_openmp_spin(argv);
   return memplan::tools::run_cli(argc, argv);
 }

@@ -122,11 +122,13 @@ namespace {
 // Columns of B per pass of the weight gradient: a [chunk, 16] transposed block of B is 16 KiB.
 constexpr std::int64_t kNtChunk = 256;
 
-// C[i0.., j0..j0+16] (+)= A rows [i0, i0+MR) times bt [kc, 16] (B's block, transposed): the
-// sixteen outputs of one row are one vector, read from and written to C's strided column.
+// C[i0.., j0..j0+16] (+)= A rows [i0, i0+MR) times bt [segs * kc, 16] (B's block, transposed):
+// segment g reads A at a + g * seg_stride. The sixteen outputs of one row are one vector, read
+// from and written to C's strided column once per call, so several short samples share one
+// read-modify-write of C.
 template <int MR>
-void nt_tile(std::int64_t kc, const float* a, std::int64_t lda, const float* bt, int nb, float* c, std::int64_t ldc,
-             bool first) {
+void nt_tile(std::int64_t segs, std::int64_t kc, const float* a, std::int64_t seg_stride, std::int64_t lda,
+             const float* bt, int nb, float* c, std::int64_t ldc, bool first) {
   Vec16 acc[MR];
   for (int r = 0; r < MR; ++r) {
     if (first) {
@@ -137,9 +139,13 @@ void nt_tile(std::int64_t kc, const float* a, std::int64_t lda, const float* bt,
       acc[r] = vload(t);
     }
   }
-  for (std::int64_t kk = 0; kk < kc; ++kk) {
-    const Vec16 bv = vload(bt + kk * kLanes);
-    for (int r = 0; r < MR; ++r) acc[r] = vfma(splat(a[r * lda + kk]), bv, acc[r]);
+  for (std::int64_t g = 0; g < segs; ++g) {
+    const float* ag = a + g * seg_stride;
+    const float* bg = bt + g * kc * kLanes;
+    for (std::int64_t kk = 0; kk < kc; ++kk) {
+      const Vec16 bv = vload(bg + kk * kLanes);
+      for (int r = 0; r < MR; ++r) acc[r] = vfma(splat(ag[r * lda + kk]), bv, acc[r]);
+    }
   }
   for (int r = 0; r < MR; ++r) {
     float t[kLanes];
@@ -154,33 +160,46 @@ void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::in
                      const float* b, float* c) {
   // C^T [N, M] = sum_s B[s] A[s]^T: 16 rows of A at a time (one vector of C's column), A's K
   // columns in chunks transposed onto the stack, B's rows 8 at a time broadcast against them.
-  // Each element sums its samples, then its chunks, then k within a chunk, in order, one fma per
-  // term: set by the shapes alone. Threads split B's row blocks.
+  // A sample shorter than a chunk shares its pass with the next ones (a 7x7 image has K = 49:
+  // one pass per sample spent as long loading and storing C as multiplying). Each element sums
+  // its samples, then its chunks, then k within a chunk, in order, one fma per term: set by the
+  // shapes alone.
   const std::int64_t row_blocks = (n + 7) / 8;
-  const bool parallel = 2.0 * double(batch) * double(m) * double(n) * double(k) >= 4.0e6 && row_blocks > 1;
+  const std::int64_t group = k >= kNtChunk ? 1 : kNtChunk / k;  // samples per pass
+  const bool parallel = 2.0 * double(batch) * double(m) * double(n) * double(k) >= 4.0e6 && row_blocks > 2;
 #pragma omp parallel if (parallel)
   {
+    // Each thread owns a contiguous run of B's row blocks, in pairs: a pair is 16 columns of C,
+    // one 64-byte line per row, so no two threads write the same line (interleaved blocks made
+    // every tile store a false-sharing miss and two threads slower than one).
     const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::int64_t pairs = (row_blocks + 1) / 2;
+    const std::int64_t rb_begin = std::min(row_blocks, 2 * (pairs * t / nt));
+    const std::int64_t rb_end = std::min(row_blocks, 2 * (pairs * (t + 1) / nt));
     alignas(64) float at[kNtChunk * kLanes];
-    for (std::int64_t s = 0; s < batch; ++s) {
+    for (std::int64_t s0 = 0; s0 < batch; s0 += group) {
+      const std::int64_t segs = std::min(group, batch - s0);
       for (std::int64_t i0 = 0; i0 < m; i0 += kLanes) {
         const int mb = static_cast<int>(std::min<std::int64_t>(kLanes, m - i0));
         for (std::int64_t k0 = 0; k0 < k; k0 += kNtChunk) {
           const std::int64_t kc = std::min(kNtChunk, k - k0);
-          const float* as = a + (s * m + i0) * k + k0;
-          for (std::int64_t kk = 0; kk < kc; ++kk) {
-            for (int q = 0; q < kLanes; ++q) at[kk * kLanes + q] = q < mb ? as[q * k + kk] : 0.0f;
+          for (std::int64_t g = 0; g < segs; ++g) {
+            const float* as = a + ((s0 + g) * m + i0) * k + k0;
+            float* ag = at + g * kc * kLanes;
+            for (std::int64_t kk = 0; kk < kc; ++kk) {
+              for (int q = 0; q < kLanes; ++q) ag[kk * kLanes + q] = q < mb ? as[q * k + kk] : 0.0f;
+            }
           }
-          const bool first = s == 0 && k0 == 0;
-          for (std::int64_t rb = t; rb < row_blocks; rb += nt) {
+          const bool first = s0 == 0 && k0 == 0;
+          for (std::int64_t rb = rb_begin; rb < rb_end; ++rb) {
             const std::int64_t j0 = rb * 8;
-            const float* bs = b + (s * n + j0) * k + k0;
+            const float* bs = b + (s0 * n + j0) * k + k0;
             float* cs = c + i0 * n + j0;
             const std::int64_t rows = std::min<std::int64_t>(8, n - j0);
             if (rows == 8) {
-              nt_tile<8>(kc, bs, k, at, mb, cs, n, first);
+              nt_tile<8>(segs, kc, bs, n * k, k, at, mb, cs, n, first);
             } else {
-              for (std::int64_t r = 0; r < rows; ++r) nt_tile<1>(kc, bs + r * k, k, at, mb, cs + r, n, first);
+              for (std::int64_t r = 0; r < rows; ++r) nt_tile<1>(segs, kc, bs + r * k, n * k, k, at, mb, cs + r, n, first);
             }
           }
         }
