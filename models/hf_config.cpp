@@ -426,7 +426,7 @@ Result<HfConfig> read_hf_config(const std::string& path) {
   return parse_hf_config(text.value(), path);
 }
 
-graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options) {
+graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options, bool training) {
   if (!graph::is_floating(options.dtype)) throw graph::GraphError("a config's dtype must be fp32, bf16 or fp16");
   const std::int64_t seq = options.seq > 0 ? options.seq : config.positions;
   switch (config.family) {
@@ -435,7 +435,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.context = seq;
       c.dtype = options.dtype;
       c.attention = options.attention;
-      return build_gpt(c, batch);
+      return build_gpt(c, batch, training);
     }
     case HfFamily::llama: {
       LlamaConfig c = config.llama;
@@ -449,6 +449,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.seq = seq;
       c.encoder.dtype = options.dtype;
       c.encoder.attention = options.attention;
+      if (!training) c.encoder.dropout = 0.0f;
       return build_bert(c, batch);
     }
     case HfFamily::vit: {
@@ -456,6 +457,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.image = options.image_size > 0 ? options.image_size : config.image_size;
       c.encoder.dtype = options.dtype;
       c.encoder.attention = options.attention;
+      if (!training) c.encoder.dropout = 0.0f;
       return build_vit(c, batch);
     }
   }

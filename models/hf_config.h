@@ -60,9 +60,10 @@ Result<HfConfig> read_hf_config(const std::string& path);
 
 // The forward graph (with loss and output) for `batch` samples. options.seq / image_size of 0
 // take the config's positions / image size; options.dtype sets parameters and activations.
-// Throws graph::GraphError (graph::SizeError for sizes that cannot be represented), as the
-// builders do.
-graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options);
+// training == false builds the evaluation form (no dropout). Throws graph::GraphError
+// (graph::SizeError for sizes that cannot be represented), as the builders do.
+graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options,
+                              bool training = true);
 
 // The config files shipped with memplan (models/configs/*.json), embedded into the library at
 // build time so an installed memplan needs no data files. Sorted by file name.

@@ -51,7 +51,7 @@ TrainDefaults train_defaults(const std::string& model) {
 }
 
 graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch) {
-  if (options.config) return build_hf_forward(*options.config, batch, options.zoo);
+  if (options.config) return build_hf_forward(*options.config, batch, options.zoo, options.training);
   if (options.name == "mlp") return build_mlp(options.mlp, batch);
   if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
   if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);

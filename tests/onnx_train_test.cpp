@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "small_datasets.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/weights.h"
@@ -37,31 +38,11 @@ fs::path scratch(const std::string& name) {
   return dir / name;
 }
 
-// A small dataset in Fashion-MNIST's IDX format (28 x 28 images, 10 classes: 256 training and 64
-// test images of scrambled pixels) for tests about plumbing, not accuracy: reading 70,000 images
-// and evaluating 10,000 would take most of their time.
-void write_be32(std::ofstream& f, std::uint32_t v) {
-  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
-                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
-  f.write(reinterpret_cast<const char*>(b), 4);
-}
-
+// A small dataset in Fashion-MNIST's IDX format: 256 training and 64 test images.
 const std::string& small_images() {
   static const std::string dir = [] {
     const fs::path d = scratch("fashion_mnist");
-    fs::create_directories(d);
-    for (const auto& [prefix, count] : {std::pair<const char*, std::uint32_t>{"train", 256}, {"t10k", 64}}) {
-      std::ofstream images(d / (std::string(prefix) + "-images-idx3-ubyte"), std::ios::binary);
-      write_be32(images, 0x00000803);
-      write_be32(images, count);
-      write_be32(images, 28);
-      write_be32(images, 28);
-      for (std::uint32_t i = 0; i < count * 28 * 28; ++i) images.put(static_cast<char>((i * 2654435761u) >> 24));
-      std::ofstream labels(d / (std::string(prefix) + "-labels-idx1-ubyte"), std::ios::binary);
-      write_be32(labels, 0x00000801);
-      write_be32(labels, count);
-      for (std::uint32_t i = 0; i < count; ++i) labels.put(static_cast<char>(i % 10));
-    }
+    testing::write_small_fashion_mnist(d, 256, 64);
     return d.string();
   }();
   return dir;

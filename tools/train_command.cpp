@@ -51,6 +51,11 @@ struct TrainFlags {
   import::LossKind loss = import::LossKind::cross_entropy;
   std::string output;
   std::string export_onnx;  // the trained weights written back into a copy of the file
+  // A Hugging Face config instead of --model (train/session.h: load_run_data): the file, the
+  // parsed config and the sequence asked with --seq (0: the default for configs).
+  std::string config;
+  std::optional<models::HfConfig> hf;
+  std::int64_t config_seq = 0;
   int threads = 0;
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   std::optional<kernels::DeviceKind> device;  // empty: auto (cuda when present, else cpu)
@@ -134,7 +139,7 @@ Status check_export_path(const std::string& path) {
 
 int run_train(const TrainFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
-  const std::string model_label = flags.onnx.empty() ? flags.model : flags.onnx;
+  const std::string model_label = !flags.onnx.empty() ? flags.onnx : flags.hf ? flags.config : flags.model;
   if (!flags.export_onnx.empty()) {
     if (Status s = check_export_path(flags.export_onnx); !s) {
       std::cerr << "memplan train: " << s.error().message << "\n";
@@ -206,14 +211,27 @@ int run_train(const TrainFlags& flags) {
                                                             : "no CUDA GPU present, training on the CPU");
   }
   models::ModelOptions model;
-  model.name = flags.model;
+  model.name = flags.hf ? flags.config : flags.model;
   model.mlp.hidden = flags.hidden;
   model.gpt = flags.gpt;
+  if (flags.hf) {
+    model.config = *flags.hf;
+    model.zoo.attention = flags.gpt.attention;
+    if (!flags.hf->vision()) {
+      auto seq = train::config_train_seq(*flags.hf, flags.config_seq);
+      if (!seq) {
+        std::cerr << "memplan train: " << seq.error().message << "\n";
+        return kExitUsage;
+      }
+      model.zoo.seq = seq.value();
+    }
+  }
   if (flags.onnx.empty()) {
     // Sizes are checked before any data is read; the text's vocabulary is at most 256 bytes.
     planner::StepDescription sizes = planner::StepDescription::of_model(model, flags.batch);
     sizes.optimizer.kind = flags.optimizer;
     sizes.model.gpt.vocab = 256;
+    if (sizes.model.config) sizes.model.config->gpt.vocab = sizes.model.config->llama.vocab = 256;
     if (Status s = planner::check_step_size(sizes); !s) {
       std::cerr << "memplan train: " << s.error().message << "\n";
       return kExitUsage;
@@ -233,6 +251,17 @@ int run_train(const TrainFlags& flags) {
     return kExitUsage;
   }
   const bool text_model = data.value().text_model();
+  if (flags.hf && !quiet) {
+    const models::HfConfig& c = *data.value().model.config;
+    std::fprintf(stderr, "memplan train: --config %s: %s\n", flags.config.c_str(), c.describe().c_str());
+    if (text_model) {
+      const std::int64_t vocab = flags.hf->family == models::HfFamily::gpt2 ? flags.hf->gpt.vocab : flags.hf->llama.vocab;
+      std::fprintf(stderr, "memplan train: no tokenizer: the text's %lld bytes are the vocabulary in place of the config's %lld "
+                   "tokens; %lld characters per sequence (--seq)\n",
+                   static_cast<long long>(data.value().model.gpt.vocab), static_cast<long long>(vocab),
+                   static_cast<long long>(data.value().model.gpt.context));
+    }
+  }
   train::SessionOptions options;
   options.batch = flags.batch;
   options.optimizer.kind = flags.optimizer;
@@ -370,6 +399,7 @@ int run_train(const TrainFlags& flags) {
   if (flags.json) {
     nlohmann::json out;
     out["model"] = model_label;
+    if (trained_model.config) out["config"] = trained_model.config->describe();
     out["device"] = device.name();
     out["mode"] = runtime::mode_name(flags.mode);
     if (const planner::MemoryPlan* plan = executor.plan()) {
@@ -470,6 +500,14 @@ Command add_train_command(CLI::App& root) {
                   "one float input of [B, 1, 28, 28] or [B, 784], its initializers as the starting weights")
       ->check(CLI::ExistingFile)
       ->excludes(model_option);
+  CLI::Option* config = app->add_option("--config", flags->config,
+                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2 on the text at byte "
+                  "level (the text's bytes replace the vocabulary; --seq, default the config's positions up to " +
+                      std::to_string(train::kDefaultConfigTrainSeq) +
+                      "), or vit on Fashion-MNIST (num_channels 1, image_size 28). Other sizes as the file says")
+      ->check(CLI::ExistingFile)
+      ->excludes(model_option)
+      ->excludes(onnx);
   std::vector<CLI::Option*> onnx_options = {
       add_enum_option(*app, "--loss", flags->loss, import::kLossKindNames,
                       "With --onnx: cross_entropy (logits [B, C] against the class) or mse (scores [B, 10] against one-hot targets)"),
@@ -562,9 +600,40 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--prefetch", flags->prefetch, "Under mpirun with --zero 3: layers whose parameters are gathered ahead")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  return Command{app, [flags, epochs, batch, lr, hidden, gpt_options, onnx, onnx_options] {
+  return Command{app, [flags, epochs, batch, lr, hidden, gpt_options, onnx, onnx_options, config] {
     TrainFlags resolved = *flags;  // flags left out take the model's defaults
-    if (onnx->count() > 0) {
+    if (config->count() > 0) {
+      auto parsed = models::read_hf_config(flags->config);
+      if (!parsed) {
+        std::cerr << "memplan train: --config " << parsed.error().message << "\n";
+        return kExitUsage;
+      }
+      resolved.hf = std::move(parsed).value();
+      // The defaults (epochs or steps, batch, lr) of the reference model trained on the same data.
+      resolved.model = resolved.hf->vision() ? "cnn" : "gpt";
+      if (hidden->count() > 0) {
+        std::cerr << "memplan train: --hidden sets the MLP's widths; a --config fixes the model\n";
+        return kExitUsage;
+      }
+      CLI::Option* seq = gpt_options[0];
+      CLI::Option* attention = gpt_options.back();
+      for (const CLI::Option* option : gpt_options) {
+        const bool applies = option == attention || (option == seq && !resolved.hf->vision());
+        if (option->count() > 0 && !applies) {
+          std::cerr << "memplan train: " << option->get_name() << (option == seq ? " applies to language models; "
+                                                                                  : " applies to --model gpt; ")
+                    << flags->config << " is a " << resolved.hf->model_type << " config, which fixes the model's sizes\n";
+          return kExitUsage;
+        }
+      }
+      resolved.config_seq = seq->count() > 0 ? flags->gpt.context : 0;
+      for (const CLI::Option* option : onnx_options) {
+        if (option->count() > 0) {
+          std::cerr << "memplan train: " << option->get_name() << " applies to --onnx models only\n";
+          return kExitUsage;
+        }
+      }
+    } else if (onnx->count() > 0) {
       resolved.model = "cnn";  // an imported classifier takes the CNN's defaults (epochs, batch, lr)
       if (hidden->count() > 0) {
         std::cerr << "memplan train: --hidden sets the MLP's widths; it does not apply to --onnx (the file fixes the model)\n";
@@ -583,7 +652,7 @@ Command add_train_command(CLI::App& root) {
       return kExitUsage;
     }
     for (const CLI::Option* option : gpt_options) {
-      if (resolved.model != "gpt" && option->count() > 0) {
+      if (!resolved.hf && resolved.model != "gpt" && option->count() > 0) {
         std::cerr << "memplan train: " << option->get_name() << " applies to --model gpt, not "
                   << (onnx->count() > 0 ? "--onnx" : resolved.model) << "\n";
         return kExitUsage;

@@ -14,9 +14,39 @@
 
 namespace memplan::train {
 
+namespace {
+
+bool config_is_decoder(const models::HfConfig& c) {
+  return c.family == models::HfFamily::gpt2 || c.family == models::HfFamily::llama;
+}
+
+}  // namespace
+
+Result<std::int64_t> config_train_seq(const models::HfConfig& c, std::int64_t asked) {
+  if (asked > 0) {
+    if (c.learned_positions && asked > c.positions) {
+      return Error{"--seq " + std::to_string(asked) + " is longer than the config's " + std::to_string(c.positions) +
+                   " learned positions"};
+    }
+    return asked;
+  }
+  return std::min(c.positions, kDefaultConfigTrainSeq);
+}
+
 Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch) {
   RunData out;
-  if (model.name == "gpt") {
+  if (model.config && model.config->family == models::HfFamily::bert) {
+    return Error{"--config " + model.name + " is a bert (masked language model): training it needs its tokenizer and "
+                 "masking, which memplan does not have. train --config takes " + std::string(kTrainableConfigFamilies) +
+                 "; fit, plan and compare take every family"};
+  }
+  if (model.name == "gpt" || (model.config && config_is_decoder(*model.config))) {
+    if (model.config) {
+      auto seq = config_train_seq(*model.config, model.zoo.seq);
+      if (!seq) return seq.error();
+      model.zoo.seq = seq.value();
+      model.gpt.context = seq.value();  // the feeders and the evaluation read the context here
+    }
     const std::string source = path.empty() ? models::kFortunesDefaultDir : path;
     auto raw = models::read_text(source);
     if (!raw) return raw.error();
@@ -24,6 +54,11 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
     if (!data) return Error{source + ": " + data.error().message + " (a shorter --seq may work)"};
     out.text = std::move(data).value();
     model.gpt.vocab = out.text->vocab_size();
+    if (model.config) {
+      // No tokenizer: the text's bytes are the vocabulary, in place of the config's tokens.
+      if (model.config->family == models::HfFamily::gpt2) model.config->gpt.vocab = model.gpt.vocab;
+      else model.config->llama.vocab = model.gpt.vocab;
+    }
   } else {
     const std::string source = path.empty() ? models::kFashionMnistDefaultDir : path;
     auto train_data = models::load_fashion_mnist(source, models::Split::train);
@@ -36,6 +71,24 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
     }
     out.train_images = std::move(train_data).value();
     out.test_images = std::move(test_data).value();
+    if (model.config) {
+      // A ViT takes the images as they are: one channel, the dataset's size, its classes.
+      const models::VitConfig& v = model.config->vit;
+      const std::int64_t image = model.zoo.image_size > 0 ? model.zoo.image_size : model.config->image_size;
+      const std::int64_t rows = out.train_images->rows;
+      if (v.channels != 1 || image != rows || out.train_images->cols != rows) {
+        return Error{"--config " + model.name + " is a vit of " + std::to_string(v.channels) + "-channel " +
+                     std::to_string(image) + "x" + std::to_string(image) + " images, but " + source + " holds 1-channel " +
+                     std::to_string(rows) + "x" + std::to_string(out.train_images->cols) +
+                     " images: set num_channels 1 and image_size " + std::to_string(rows) +
+                     " (with a patch_size that divides it) in the config"};
+      }
+      if (v.classes < out.train_images->classes) {
+        return Error{"--config " + model.name + " has num_labels " + std::to_string(v.classes) + ", fewer than the " +
+                     std::to_string(out.train_images->classes) + " classes of " + source};
+      }
+      model.zoo.image_size = image;
+    }
     model.mlp.inputs = out.train_images->features();
     model.mlp.classes = out.train_images->classes;
     model.cnn.image = out.train_images->rows;  // square images, one channel

@@ -50,7 +50,20 @@ struct RunData {
 // Reads the data `model` trains on from `path` (empty: Debian's Fashion-MNIST, or the fortunes
 // for the GPT) and completes the model from it. Errors name the file or the flag that cannot
 // work (input errors).
+//
+// A Hugging Face config (model.config) trains as well: a decoder (gpt2, llama, mistral, qwen2)
+// on the text, at byte level (the text's bytes replace the config's vocabulary: there is no
+// tokenizer), model.zoo.seq characters per sequence (0: the config's positions, at most
+// kDefaultConfigTrainSeq); a vit on Fashion-MNIST when it takes 1-channel images of the
+// dataset's size. bert is refused (masked-LM training needs its tokenizer and masking).
 Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch);
+
+inline constexpr std::int64_t kDefaultConfigTrainSeq = 256;
+// The sequence a decoder config trains at: `asked` (--seq; learned positions cap it), or 0 for
+// the config's positions up to kDefaultConfigTrainSeq.
+Result<std::int64_t> config_train_seq(const models::HfConfig& config, std::int64_t asked);
+inline constexpr const char* kTrainableConfigFamilies =
+    "gpt2, llama, mistral, qwen2 (on text, at byte level) and vit (on Fashion-MNIST: num_channels 1, image_size 28)";
 
 // The same for an ONNX classifier of Fashion-MNIST: `onnx_path` must take one float input of
 // [B, 1, 28, 28] or [B, 784] and give [B, classes] logits (cross_entropy) or scores (mse, fed

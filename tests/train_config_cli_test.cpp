@@ -1,0 +1,108 @@
+// `memplan train --config`: a Hugging Face config trains end to end on the data memplan has — the
+// decoders (gpt2, llama) on text at byte level, a ViT on Fashion-MNIST — through the same
+// pipeline as the reference models (planned == naive == dynamic bits, zero allocations during
+// steps), and configs that cannot train here are usage errors that say what would work.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "small_datasets.h"
+
+namespace memplan {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainConfigCli : ::testing::Test {
+  static void SetUpTestSuite() {
+    dir = fs::temp_directory_path() / ("memplan_train_config_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 200; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    // A small Llama layout: grouped-query attention (4 heads, 2 K/V), SwiGLU, rotary, RMSNorm.
+    std::ofstream(dir / "llama.json") << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "rms_norm_eps": 1e-5})";
+    std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
+      "vocab_size": 50257, "n_positions": 24})";
+    std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "intermediate_size": 32, "image_size": 28, "patch_size": 7, "num_channels": 1,
+      "num_labels": 10})";
+    std::ofstream(dir / "vit_rgb.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "intermediate_size": 32, "image_size": 32, "patch_size": 8, "num_channels": 3,
+      "num_labels": 10})";
+    testing::write_small_fashion_mnist(dir / "images", 128, 32);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
+  static std::string config(const std::string& name) { return (dir / name).string(); }
+  static std::string text() { return (dir / "text.txt").string(); }
+  static std::string images() { return (dir / "images").string(); }
+  static nlohmann::json run_json(const std::string& args) {
+    auto r = testing::run_cli("train " + args + " --json --quiet --threads 1", false);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+  }
+  static inline fs::path dir;
+};
+
+TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
+  for (const std::string name : {"llama.json", "gpt2.json"}) {
+    const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
+    const nlohmann::json planned = run_json(base);
+    ASSERT_TRUE(planned.contains("val_loss")) << name;
+    // The text's bytes replace the config's 32000 / 50257 tokens.
+    EXPECT_LT(planned["vocab"].get<int>(), 64) << name;
+    EXPECT_NE(planned["config"].get<std::string>().find("vocab " + std::to_string(planned["vocab"].get<int>())),
+              std::string::npos)
+        << planned["config"];
+    EXPECT_EQ(planned["context"], 16);
+    EXPECT_EQ(planned["device_allocations_during_steps"], 0);
+    // 40 steps on a text this regular beat the unigram model.
+    EXPECT_LT(planned["val_loss"].get<double>(), planned["unigram_entropy"].get<double>()) << name;
+    for (const char* mode : {"naive", "dynamic"}) {
+      EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << name << " " << mode;
+    }
+  }
+}
+
+TEST_F(TrainConfigCli, DefaultSequenceIsTheConfigsPositionsUpToAMaximum) {
+  // gpt2.json has 24 learned positions: the default sequence; llama.json's 4096 are capped.
+  EXPECT_EQ(run_json("--config " + config("gpt2.json") + " --data " + text() + " --batch 2 --steps 1")["context"], 24);
+  EXPECT_EQ(run_json("--config " + config("llama.json") + " --data " + text() + " --batch 1 --steps 1")["context"], 256);
+}
+
+TEST_F(TrainConfigCli, AVitTrainsOnFashionMnist) {
+  const std::string base = "--config " + config("vit.json") + " --data " + images() + " --batch 16 --steps 3 --seed 1";
+  const nlohmann::json planned = run_json(base);
+  ASSERT_TRUE(planned.contains("test_accuracy"));
+  EXPECT_EQ(planned["device_allocations_during_steps"], 0);
+  EXPECT_EQ(run_json(base + " --mode naive")["params_sha256"], planned["params_sha256"]);
+}
+
+TEST_F(TrainConfigCli, ConfigsThatCannotTrainHereAreUsageErrors) {
+  const std::string shipped = std::string(MEMPLAN_CONFIG_DIR) + "/";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--config " + shipped + "bert-base-uncased.json --data " + text(), "tokenizer"},
+      {"--config " + config("vit_rgb.json") + " --data " + images(), "num_channels 1 and image_size 28"},
+      {"--config " + config("gpt2.json") + " --data " + text() + " --seq 25", "24 learned positions"},
+      {"--config " + config("gpt2.json") + " --layers 3", "fixes the model's sizes"},
+      {"--config " + config("vit.json") + " --seq 8", "--seq applies to language models"},
+      {"--config " + config("gpt2.json") + " --model gpt", "excludes"},
+      {"--config " + config("text.txt"), "text.txt"},
+  };
+  for (const auto& [args, expected] : cases) {
+    auto r = testing::run_cli("train " + args + " --steps 1 --quiet");
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace memplan
