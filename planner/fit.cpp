@@ -1,11 +1,14 @@
 #include "memplan/planner/fit.h"
 
-#include "memplan/planner/step_size.h"
-
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "memplan/planner/step_size.h"
 
 namespace memplan::planner {
 
@@ -107,14 +110,21 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
       PlanRequest probe = request;
       probe.checkpoint = strategy;
       probe.answer_only = true;
-      auto fits_at = [&](std::int64_t batch) -> Result<bool> {
+      auto fits_at = [&](std::int64_t batch) -> Result<BatchProbe> {
         StepDescription step = question.step;
         step.batch = batch * world;
         auto p = plan_step(step, probe);
         if (!p) return p.error();
-        return p.value().fits;
+        // optimal and auto fill the budget with the least recomputation: their arena says how
+        // much room is left only when even their smallest does not fit.
+        const bool adaptive = strategy == CheckpointStrategy::kOptimal || strategy == CheckpointStrategy::kAuto;
+        BatchProbe r{p.value().fits, std::nullopt};
+        if (!adaptive || !r.fits) r.slack_bytes = double(*probe.budget) - double(p.value().plan.arena_bytes);
+        return r;
       };
-      auto search = search_max_batch(fits_at, batch_limit);
+      std::int64_t start = 0;  // the largest batch an earlier strategy fits
+      for (const StrategyMaxBatch& done : answer.max_batch) start = std::max(start, done.max_batch / world);
+      auto search = search_max_batch(ProbeAtBatch(fits_at), batch_limit, start);
       if (!search) return search.error();
       row.max_batch = search.value().max_batch * world;
       row.steps_planned = search.value().probes;
@@ -206,6 +216,58 @@ Result<BatchSearch> search_max_batch(const FitsAtBatch& fits_at, std::int64_t li
     (f.value() ? lo : hi) = mid;
   }
   out.max_batch = lo;
+  return out;
+}
+
+Result<BatchSearch> search_max_batch(const ProbeAtBatch& probe_at, std::int64_t limit, std::int64_t start) {
+  BatchSearch out;
+  struct Point {
+    std::int64_t batch;
+    std::optional<double> slack;
+  };
+  auto probe = [&](std::int64_t batch) -> Result<BatchProbe> {
+    ++out.probes;
+    return probe_at(batch);
+  };
+  Result<BatchProbe> first = probe(1);
+  if (!first) return first.error();
+  if (!first.value().fits) return out;  // max_batch 0
+  Point lo{1, first.value().slack_bytes};  // the largest batch known to fit
+  std::optional<Point> hi;                 // the smallest known not to
+  std::vector<Point> measured;             // probes that measured their slack, latest last
+  if (lo.slack) measured.push_back(lo);
+  bool halve_next = false;  // the last probe left the bracket more than half its width
+  if (start > 1 && start <= limit) {
+    Result<BatchProbe> r = probe(start);
+    if (!r) return r.error();
+    const Point point{start, r.value().slack_bytes};
+    (r.value().fits ? lo : hi.emplace()) = point;
+    if (point.slack) measured.push_back(point);
+  }
+  while (lo.batch < limit && (!hi || hi->batch - lo.batch > 1)) {
+    // Where the line through the two latest measured probes crosses zero slack (lo + 1 when lo
+    // is already within a sample of it); without such a line, doubling, then bisection.
+    std::int64_t next = 0;
+    if (measured.size() >= 2) {
+      const Point& p = measured[measured.size() - 2];
+      const Point& q = measured.back();
+      const double per_batch = (*p.slack - *q.slack) / double(q.batch - p.batch);  // bytes per sample
+      if (per_batch > 0.0 && std::isfinite(per_batch)) {
+        const double aim = double(q.batch) + std::floor(*q.slack / per_batch);
+        next = aim >= double(limit) ? limit : std::max(aim <= 0.0 ? 0 : static_cast<std::int64_t>(aim), lo.batch + 1);
+      }
+    }
+    if (next == 0) next = hi ? lo.batch + (hi->batch - lo.batch) / 2 : std::min(limit, lo.batch * 2);
+    if (hi && (next >= hi->batch || halve_next)) next = lo.batch + (hi->batch - lo.batch) / 2;
+    const std::int64_t width_before = hi ? hi->batch - lo.batch : 0;
+    Result<BatchProbe> r = probe(next);
+    if (!r) return r.error();
+    const Point point{next, r.value().slack_bytes};
+    (r.value().fits ? lo : hi.emplace()) = point;
+    if (point.slack) measured.push_back(point);
+    halve_next = width_before > 0 && 2 * (hi->batch - lo.batch) > width_before;
+  }
+  out.max_batch = lo.batch;
   return out;
 }
 

@@ -85,8 +85,17 @@ struct FitAnswer {
 
 Result<FitAnswer> answer_fit(const FitQuestion& question);
 
-// Total device bytes for a batch size, or an Error (e.g. the model cannot be built at it).
+// Whether a batch size fits, or an Error (e.g. the model cannot be built at it).
 using FitsAtBatch = std::function<Result<bool>(std::int64_t batch)>;
+
+// A probe that also says by how much: slack_bytes = budget - the bytes the batch needs (negative
+// when it does not fit), when the probe knows it. (A checkpoint strategy that spends the budget on
+// less recomputation knows only, when it does not fit, how far its smallest arena is over.)
+struct BatchProbe {
+  bool fits = false;
+  std::optional<double> slack_bytes;
+};
+using ProbeAtBatch = std::function<Result<BatchProbe>(std::int64_t batch)>;
 
 struct BatchSearch {
   std::int64_t max_batch = 0;  // 0: not even batch 1 fits
@@ -97,5 +106,16 @@ struct BatchSearch {
 // bisection finds it; the answer is checked: max_batch fits and max_batch + 1 does not (unless
 // max_batch == limit).
 Result<BatchSearch> search_max_batch(const FitsAtBatch& fits, std::int64_t limit = std::int64_t{1} << 20);
+
+// The same answer, found in fewer plans when memory is close to affine in the batch (a training
+// step's is: persistent state plus activations per sample): each probe aims where the line
+// through the two nearest probes that measured their slack crosses zero, and once the answer is
+// bracketed,
+// a probe that does not halve the bracket is followed by a bisection, so the plans made never
+// exceed about twice the bisection's. Still exact: max_batch fits and max_batch + 1 does not.
+// `start` (> 1): a batch likely to fit, probed second (e.g. another strategy's answer: more
+// recomputation rarely fits fewer samples); any value gives the same answer.
+Result<BatchSearch> search_max_batch(const ProbeAtBatch& probe, std::int64_t limit = std::int64_t{1} << 20,
+                                     std::int64_t start = 0);
 
 }  // namespace memplan::planner

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -135,6 +137,59 @@ TEST(Fit, BatchSearchIsExactOnAStepFunction) {
   }
   auto limited = planner::search_max_batch([](std::int64_t b) -> Result<bool> { return b <= 1'000'000; }, 100);
   EXPECT_EQ(limited.value().max_batch, 100);
+}
+
+// The interpolating search gives the bisection's answer on every monotone need, and on affine
+// needs (a training step's shape) in a handful of plans.
+TEST(Fit, InterpolatingBatchSearchIsExactAndFewProbesOnAffineNeeds) {
+  // only_when_over: the slack is known only for batches that do not fit (as for the optimal
+  // checkpoint strategy, which spends the budget on less recomputation).
+  auto probe_of = [](std::function<double(std::int64_t)> need, double budget, bool only_when_over = false) {
+    return [need, budget, only_when_over](std::int64_t b) -> Result<planner::BatchProbe> {
+      planner::BatchProbe p{need(b) <= budget, budget - need(b)};
+      if (only_when_over && p.fits) p.slack_bytes.reset();
+      return p;
+    };
+  };
+  auto bisect_of = [](std::function<double(std::int64_t)> need, double budget) {
+    return [need, budget](std::int64_t b) -> Result<bool> { return need(b) <= budget; };
+  };
+  struct Case {
+    const char* name;
+    std::function<double(std::int64_t)> need;
+  };
+  const Case cases[] = {
+      {"affine", [](std::int64_t b) { return 1.0e9 + 3.7e6 * double(b); }},
+      {"affine, rounded to 2 MiB", [](std::int64_t b) { return std::ceil((5.0e8 + 1.3e6 * double(b)) / 2097152.0) * 2097152.0; }},
+      {"quadratic", [](std::int64_t b) { return 1.0e6 + 10.0 * double(b) * double(b); }},
+      {"steps of 64", [](std::int64_t b) { return 1.0e6 + 5.0e5 * double((b + 63) / 64); }},
+      {"square root", [](std::int64_t b) { return 1.0e6 * std::sqrt(double(b)); }},
+      {"flat then steep", [](std::int64_t b) { return b < 700 ? 1.0e6 + double(b) : 1.0e6 + 1.0e5 * double(b - 699); }},
+  };
+  for (const Case& c : cases) {
+    for (double budget : {c.need(1) - 1.0, c.need(1), c.need(2) - 1.0, c.need(37), c.need(1000) + 0.5, c.need(77777),
+                          c.need(1 << 19)}) {
+      for (std::int64_t limit : {std::int64_t{1} << 20, std::int64_t{500}}) {
+        auto interpolated = planner::search_max_batch(planner::ProbeAtBatch(probe_of(c.need, budget)), limit);
+        auto over_only = planner::search_max_batch(planner::ProbeAtBatch(probe_of(c.need, budget, true)), limit);
+        auto bisected = planner::search_max_batch(planner::FitsAtBatch(bisect_of(c.need, budget)), limit);
+        ASSERT_TRUE(interpolated.ok() && over_only.ok() && bisected.ok());
+        EXPECT_EQ(interpolated.value().max_batch, bisected.value().max_batch) << c.name << " budget " << budget;
+        EXPECT_EQ(over_only.value().max_batch, bisected.value().max_batch) << c.name << " budget " << budget;
+        EXPECT_LE(over_only.value().probes, 2 * bisected.value().probes + 2) << c.name << " budget " << budget;
+        for (std::int64_t start : {std::int64_t{2}, std::int64_t{37}, std::int64_t{4000}}) {
+          auto started = planner::search_max_batch(planner::ProbeAtBatch(probe_of(c.need, budget, true)), limit, start);
+          ASSERT_TRUE(started.ok());
+          EXPECT_EQ(started.value().max_batch, bisected.value().max_batch) << c.name << " start " << start;
+        }
+        // Never much worse than doubling + bisection (40 plans at this limit).
+        EXPECT_LE(interpolated.value().probes, 2 * bisected.value().probes + 2) << c.name << " budget " << budget;
+        if (std::string(c.name) == "affine" && interpolated.value().max_batch > 2) {
+          EXPECT_LE(interpolated.value().probes, 5) << "budget " << budget;
+        }
+      }
+    }
+  }
 }
 
 std::int64_t arena_at(const std::string& model, std::int64_t batch, const std::string& device = "cpu") {
