@@ -546,7 +546,7 @@ Command add_train_command(CLI::App& root) {
                      ->check(positive_integer())
                      ->capture_default_str();
   std::vector<CLI::Option*> gpt_options = {
-      app->add_option("--seq", flags->gpt.context, "gpt: characters per sequence (context)")
+      app->add_option("--seq", flags->gpt.context, "gpt and --config decoders: characters per sequence (context)")
           ->check(positive_integer())
           ->capture_default_str(),
       app->add_option("--layers", flags->gpt.layers, "gpt: transformer blocks")->check(positive_integer())->capture_default_str(),
@@ -556,7 +556,7 @@ Command add_train_command(CLI::App& root) {
       app->add_option("--width", flags->gpt.width, "gpt: residual stream width")->check(positive_integer())->capture_default_str(),
       app->add_option("--dropout", flags->gpt.dropout, "gpt: dropout probability")->check(finite_in_range(0.0, 0.95))->capture_default_str(),
       add_enum_option(*app, "--attention", flags->gpt.attention, models::kAttentionKindNames,
-                      "gpt: fused (one attention op keeping the output and a log-sum-exp per row) or materialized "
+                      "gpt and --config: fused (one attention op keeping the output and a log-sum-exp per row) or materialized "
                       "([B, heads, T, T] scores and probabilities stored)"),
   };
   app->add_option("--save", flags->save,
