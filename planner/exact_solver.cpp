@@ -803,7 +803,7 @@ class PerfectSearch {
   // later ones the same keys scaled by pseudo-random factors seeded by the attempt, so
   // restarts explore different early choices while staying reproducible.
   PerfectSearch(const Instance& inst, Bytes capacity, int attempt, Budget& budget, Memo& memo)
-      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo) {
+      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo), exact_fits_first_(attempt % 2 == 1) {
     const std::size_t n = inst.items.size();
     const std::size_t sections = std::size_t(inst.section_count);
     offset_.assign(n, kUnplaced);
@@ -961,7 +961,24 @@ class PerfectSearch {
     if (memo_.contains(key)) return dead();
     std::vector<int> pool;
     candidates(best_a, best_b, best_left, best_h, &pool);
-    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) { return key_[std::size_t(x)] > key_[std::size_t(y)]; });
+    // Exact fits first: a buffer that spans the whole valley leaves no narrower valley behind,
+    // and one whose top meets the floor beside it (or the capacity) leaves no new step; every
+    // valley and step must later be filled exactly, so each one avoided is a constraint less.
+    // Then the attempt's key.
+    fit_.resize(inst_.items.size());
+    for (const int c : pool) {
+      const auto& item = inst_.items[std::size_t(c)];
+      const Offset top = best_h + item.size;
+      int fit = (best_left ? item.end_section == best_b : item.first_section == best_a) ? 1 : 0;
+      if (top == capacity_ || (item.first_section > lo && floor_[std::size_t(item.first_section) - 1] == top) ||
+          (item.end_section < hi && floor_[std::size_t(item.end_section)] == top))
+        ++fit;
+      fit_[std::size_t(c)] = exact_fits_first_ ? fit : 0;
+    }
+    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) {
+      if (fit_[std::size_t(x)] != fit_[std::size_t(y)]) return fit_[std::size_t(x)] > fit_[std::size_t(y)];
+      return key_[std::size_t(x)] > key_[std::size_t(y)];
+    });
     int tried = -1;
     Outcome result = Outcome::infeasible;
     for (const int c : pool) {
@@ -1064,18 +1081,43 @@ class PerfectSearch {
   const Bytes capacity_;
   Budget& budget_;
   Memo& memo_;
+  const bool exact_fits_first_;  // odd attempts: candidates by exact fit, then by key
   std::vector<double> key_;  // candidates are tried by descending key
   std::vector<Offset> placed_hash_;  // per section: sum of item_key over placed buffers starting there
   std::vector<Offset> offset_, floor_;
   std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
   std::vector<Offset> start_sum_, end_sum_;  // unplaced sizes starting (ending) in section s
   std::vector<char> reach_;  // scratch for tileable()
+  std::vector<int> fit_;     // fill(): exact fits of each candidate (0 to 2)
   std::vector<std::vector<int>> by_first_, by_end_;
   std::vector<TrailEntry> trail_;
   std::int64_t backtracks_ = 0;
 };
 
 constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
+
+// The same buffers with time running backwards (section s becomes S - 1 - s; items keep their
+// indices, so offsets carry over unchanged). A packing of one is a packing of the other, but
+// the zero-waste search scans valleys from the earliest and breaks ties towards it, so the
+// mirror searches the same problem in a different order.
+Instance mirror_instance(const Instance& inst) {
+  Instance m = inst;
+  const int sections = inst.section_count;
+  for (auto& item : m.items) {
+    const int first = item.first_section;
+    item.first_section = sections - item.end_section;
+    item.end_section = sections - first;
+  }
+  std::reverse(m.section_total.begin(), m.section_total.end());
+  m.section_items.clear();
+  m.section_begin.assign(1, 0);
+  for (int s = sections - 1; s >= 0; --s) {
+    m.section_items.insert(m.section_items.end(), inst.section_items.begin() + std::ptrdiff_t(inst.section_begin[std::size_t(s)]),
+                           inst.section_items.begin() + std::ptrdiff_t(inst.section_begin[std::size_t(s) + 1]));
+    m.section_begin.push_back(m.section_items.size());
+  }
+  return m;
+}
 
 // Round-robin feasibility for one target height. found: item_offsets filled; infeasible:
 // proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
@@ -1084,13 +1126,15 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
                         ExactSolverStats& stats) {
   std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
   const bool perfect = PerfectSearch::applies(inst, capacity);
-  PerfectSearch::Memo memo;
+  PerfectSearch::Memo memo, mirror_memo;
+  std::optional<Instance> mirror;
   if (perfect) {
     stats.zero_waste = true;
     // 16 bytes a slot: 64 KiB for the smallest problems, 8 MiB at 300 buffers, 64 MiB at most.
     std::size_t slots = 4096;
     while (slots < (std::size_t{1} << 22) && slots < inst.items.size() * 1024) slots *= 2;
     memo.refuted.assign(slots, {0, 0});
+    mirror = mirror_instance(inst);
     // Identical buffers (lifetime, size, alignment) share a key: the memo sees multisets.
     std::map<std::tuple<int, int, Bytes, Bytes>, std::uint64_t> keys;
     for (const auto& item : inst.items) {
@@ -1098,6 +1142,9 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
                                             mix(0x2545f4914f6cdd1dULL + keys.size()));
       memo.item_key.push_back(it->second);
     }
+    // The mirror's states are other states: a memo of its own (identical buffers stay identical).
+    mirror_memo.refuted.assign(slots, {0, 0});
+    mirror_memo.item_key = memo.item_key;
   }
   for (int attempt = 0;; ++attempt) {
     for (int k = 0; k < 3; ++k) {
@@ -1105,7 +1152,9 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
       budget.start_attempt(limit);
       Outcome outcome;
       if (perfect) {
-        PerfectSearch search(inst, capacity, 3 * attempt + k, budget, memo);
+        // Every other round searches the mirror.
+        const bool mirrored = attempt % 2 == 1;
+        PerfectSearch search(mirrored ? *mirror : inst, capacity, 3 * attempt + k, budget, mirrored ? mirror_memo : memo);
         outcome = search.run();
         stats.backtracks += search.backtracks();
         if (outcome == Outcome::found) item_offsets = search.offsets();
