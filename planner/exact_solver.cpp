@@ -1134,7 +1134,6 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
     std::size_t slots = 4096;
     while (slots < (std::size_t{1} << 22) && slots < inst.items.size() * 1024) slots *= 2;
     memo.refuted.assign(slots, {0, 0});
-    mirror = mirror_instance(inst);
     // Identical buffers (lifetime, size, alignment) share a key: the memo sees multisets.
     std::map<std::tuple<int, int, Bytes, Bytes>, std::uint64_t> keys;
     for (const auto& item : inst.items) {
@@ -1142,9 +1141,6 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
                                             mix(0x2545f4914f6cdd1dULL + keys.size()));
       memo.item_key.push_back(it->second);
     }
-    // The mirror's states are other states: a memo of its own (identical buffers stay identical).
-    mirror_memo.refuted.assign(slots, {0, 0});
-    mirror_memo.item_key = memo.item_key;
   }
   for (int attempt = 0;; ++attempt) {
     for (int k = 0; k < 3; ++k) {
@@ -1154,6 +1150,14 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
       if (perfect) {
         // Every other round searches the mirror.
         const bool mirrored = attempt % 2 == 1;
+        if (mirrored && !mirror) {
+          // Made when first needed (most zero-waste solves end in the first round). The
+          // mirror's states are other states: a memo of its own, where identical buffers stay
+          // identical.
+          mirror = mirror_instance(inst);
+          mirror_memo.refuted.assign(memo.refuted.size(), {0, 0});
+          mirror_memo.item_key = memo.item_key;
+        }
         PerfectSearch search(mirrored ? *mirror : inst, capacity, 3 * attempt + k, budget, mirrored ? mirror_memo : memo);
         outcome = search.run();
         stats.backtracks += search.backtracks();
