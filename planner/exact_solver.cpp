@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <numeric>
 #include <optional>
@@ -166,20 +167,30 @@ Instance build_instance(const AllocationProblem& problem, const std::vector<std:
   std::sort(by_start.begin(), by_start.end(), [&](int a, int b) {
     return inst.items[std::size_t(a)].first_section < inst.items[std::size_t(b)].first_section;
   });
-  std::vector<std::vector<int>> lists(inst.items.size());
-  for (int x = 0; x < n; ++x) {
-    const int i = by_start[std::size_t(x)];
-    for (int y = x + 1; y < n; ++y) {
-      const int j = by_start[std::size_t(y)];
-      if (inst.items[std::size_t(j)].first_section >= inst.items[std::size_t(i)].end_section) break;
-      lists[std::size_t(i)].push_back(j);
-      lists[std::size_t(j)].push_back(i);
-    }
-  }
+  // Two scans, one to count and one to fill, write the CSR arrays in place (real traces have
+  // millions of pairs: per-item lists would be allocated, grown and copied).
   inst.conflict_begin.assign(std::size_t(n) + 1, 0);
-  for (int i = 0; i < n; ++i) {
-    inst.conflict_begin[std::size_t(i) + 1] = inst.conflict_begin[std::size_t(i)] + lists[std::size_t(i)].size();
-    inst.conflicts.insert(inst.conflicts.end(), lists[std::size_t(i)].begin(), lists[std::size_t(i)].end());
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::size_t> fill;
+    if (pass == 1) {
+      for (int i = 0; i < n; ++i) inst.conflict_begin[std::size_t(i) + 1] += inst.conflict_begin[std::size_t(i)];
+      inst.conflicts.resize(inst.conflict_begin.back());
+      fill.assign(inst.conflict_begin.begin(), inst.conflict_begin.end() - 1);
+    }
+    for (int x = 0; x < n; ++x) {
+      const int i = by_start[std::size_t(x)];
+      for (int y = x + 1; y < n; ++y) {
+        const int j = by_start[std::size_t(y)];
+        if (inst.items[std::size_t(j)].first_section >= inst.items[std::size_t(i)].end_section) break;
+        if (pass == 0) {
+          ++inst.conflict_begin[std::size_t(i) + 1];
+          ++inst.conflict_begin[std::size_t(j) + 1];
+        } else {
+          inst.conflicts[fill[std::size_t(i)]++] = j;
+          inst.conflicts[fill[std::size_t(j)]++] = i;
+        }
+      }
+    }
   }
   inst.obstacles.resize(std::size_t(n));
   for (std::size_t f = 0; f < problem.buffers.size(); ++f) {
@@ -356,11 +367,29 @@ struct SearchTrailEntry {
   std::int64_t old;
 };
 
+// The general search's undo records, in fixed chunks that are allocated as the trail first
+// grows that deep and never copied or cleared: real traces' trails run to millions of entries,
+// and a vector's doubling (copy, zero-fill) made the page faults cost as much as the search.
+// The chunks outlive one attempt, so later attempts reuse their memory.
+class SearchTrail {
+ public:
+  SearchTrailEntry& operator[](std::size_t i) { return chunks_[i >> kShift][i & (kChunk - 1)]; }
+  // Room for indices below `size`.
+  void ensure(std::size_t size) {
+    while (chunks_.size() << kShift < size) chunks_.emplace_back(new SearchTrailEntry[kChunk]);
+  }
+
+ private:
+  static constexpr std::size_t kShift = 16;
+  static constexpr std::size_t kChunk = std::size_t{1} << kShift;
+  std::vector<std::unique_ptr<SearchTrailEntry[]>> chunks_;
+};
+
 // One feasibility search: can every item be placed with all tops <= capacity?
 class Search {
  public:
   Search(const Instance& inst, Bytes capacity, std::string_view preorder, Budget& budget,
-         std::vector<SearchTrailEntry>& trail)
+         SearchTrail& trail)
       : inst_(inst), capacity_(capacity), preorder_(preorder), budget_(budget), trail_(trail) {
     rank_.assign(inst.items.size(), 0);
     const std::size_t n = inst.items.size();
@@ -413,7 +442,7 @@ class Search {
     slot = value;
   }
   void reserve_trail(std::size_t entries) {
-    if (trail_.size() < trail_size_ + entries) trail_.resize(2 * (trail_size_ + entries));
+    trail_.ensure(trail_size_ + entries);
   }
   // An entry with no slot records that item `old` was placed: its section totals and cuts
   // are restored arithmetically rather than entry by entry.
@@ -555,7 +584,10 @@ class Search {
           next_[std::size_t(x)] = x + 1;
         }
       }
-      for (int x = 0; x < span; ++x) set(floor_[std::size_t(item.first_section + x)], paint_[std::size_t(x)]);
+      for (int x = 0; x < span; ++x) {
+        std::int64_t& floor = floor_[std::size_t(item.first_section + x)];
+        if (floor != paint_[std::size_t(x)]) set(floor, paint_[std::size_t(x)]);
+      }
       // Section floors: what is left of a section must fit above its floor.
       for (int s = item.first_section; s < item.end_section; ++s) {
         const Bytes remaining = remaining_[std::size_t(s)];
@@ -605,44 +637,68 @@ class Search {
     return bound == 0 || o + bound <= capacity_;
   }
 
-  Outcome node(const std::vector<int>& items, int s_lo, int s_hi, Offset last_offset, int last_rank, Bytes bound) {
+  Outcome node(const std::vector<int>& all_items, int s_lo, int s_hi, Offset last_offset, int last_rank, Bytes bound) {
     if (!budget_.spend()) return Outcome::budget;
     Offset min_top = std::numeric_limits<Offset>::max();
-    bool any = false;
-    for (const int i : items) {
+    std::size_t unplaced = 0;
+    for (const int i : all_items) {
       if (offset_[std::size_t(i)] != kUnplaced) continue;
-      any = true;
+      ++unplaced;
       min_top = std::min(min_top, min_offset_[std::size_t(i)] + inst_.items[std::size_t(i)].size);
     }
-    if (!any) return Outcome::found;
+    if (unplaced == 0) return Outcome::found;
+    // Every node scans its group's list: once most of it is placed, this node and the ones
+    // below it scan a list of the unplaced only (a list at most twice what is left).
+    std::vector<int> compact;
+    if (all_items.size() > 64 && 2 * unplaced < all_items.size()) {
+      compact.reserve(unplaced);
+      for (const int i : all_items) {
+        if (offset_[std::size_t(i)] == kUnplaced) compact.push_back(i);
+      }
+    }
+    const std::vector<int>& items = compact.empty() ? all_items : compact;
     // An unplaced item whose whole slot lies below the current offset can never be placed
     // canonically: dead end.
     if (min_top <= last_offset) return Outcome::infeasible;
+    // The fullest section: once o + its remainder exceeds the capacity, only a candidate
+    // covering it can be next.
+    const Bytes fullest = std::max<Bytes>(0, remaining_max_->max(s_lo, s_hi));
+    const int fullest_at = fullest > 0 ? remaining_max_->argmax(s_lo, s_hi) : -1;
     const std::size_t base = pool_.size();
     for (const int i : items) {
       if (offset_[std::size_t(i)] != kUnplaced) continue;
       const Offset m = min_offset_[std::size_t(i)];
       if (m >= min_top || m < last_offset) continue;
       if (m == last_offset && rank_[std::size_t(i)] < last_rank) continue;
-      pool_.push_back(i);
-    }
-    std::sort(pool_.begin() + std::ptrdiff_t(base), pool_.end(), [&](int a, int b) {
-      if (min_offset_[std::size_t(a)] != min_offset_[std::size_t(b)])
-        return min_offset_[std::size_t(a)] < min_offset_[std::size_t(b)];
-      return rank_[std::size_t(a)] < rank_[std::size_t(b)];
-    });
-    // The fullest section: once o + its remainder exceeds the capacity, only a candidate
-    // covering it can be next.
-    const Bytes fullest = std::max<Bytes>(0, remaining_max_->max(s_lo, s_hi));
-    const int fullest_at = fullest > 0 ? remaining_max_->argmax(s_lo, s_hi) : -1;
-    Outcome result = Outcome::infeasible;
-    for (std::size_t k = base; k < pool_.size(); ++k) {
-      const int c = pool_[k];
-      const Offset o = min_offset_[std::size_t(c)];
-      if (fullest > 0 && o + fullest > capacity_) {
-        const auto& item = inst_.items[std::size_t(c)];
+      if (fullest > 0 && m + fullest > capacity_) {
+        const auto& item = inst_.items[std::size_t(i)];
         if (fullest_at < item.first_section || fullest_at >= item.end_section) continue;
       }
+      pool_.push_back(i);
+    }
+    // Candidates go by (min offset, rank), a total order within a group. Most nodes take
+    // only their first candidate (on real traces nearly all do): it is found by one linear
+    // pass, and the rest come off a heap one by one if the node needs them.
+    auto later = [&](int a, int b) {
+      if (min_offset_[std::size_t(a)] != min_offset_[std::size_t(b)])
+        return min_offset_[std::size_t(a)] > min_offset_[std::size_t(b)];
+      return rank_[std::size_t(a)] > rank_[std::size_t(b)];
+    };
+    std::size_t heap_end = pool_.size();
+    bool heaped = false;
+    Outcome result = Outcome::infeasible;
+    while (heap_end > base) {
+      const auto first = pool_.begin() + std::ptrdiff_t(base), last = pool_.begin() + std::ptrdiff_t(heap_end);
+      if (heap_end == pool_.size()) {
+        // The first candidate by one linear pass; a heap only if the node needs more.
+        std::iter_swap(std::max_element(first, last, later), last - 1);
+      } else {
+        if (!heaped) std::make_heap(first, last, later);
+        heaped = true;
+        std::pop_heap(first, last, later);
+      }
+      const int c = pool_[--heap_end];
+      const Offset o = min_offset_[std::size_t(c)];
       const std::size_t mark = trail_size_;
       // Every buffer left goes at or above o: a section whose remainder would not fit above o
       // once c is placed rules c out before any of place()'s work.
@@ -694,7 +750,7 @@ class Search {
   std::vector<int> rank_;  // position in the preorder of the item's group
   Budget& budget_;
   std::vector<std::int64_t> offset_, min_offset_, floor_, remaining_, cut_;
-  std::vector<TrailEntry>& trail_;  // the caller's: its memory serves attempt after attempt
+  SearchTrail& trail_;  // the caller's: its memory serves attempt after attempt
   std::size_t trail_size_ = 0;
   std::vector<int> pool_;
   bool hatless_ = false;               // set by place()
@@ -747,7 +803,7 @@ class PerfectSearch {
   // later ones the same keys scaled by pseudo-random factors seeded by the attempt, so
   // restarts explore different early choices while staying reproducible.
   PerfectSearch(const Instance& inst, Bytes capacity, int attempt, Budget& budget, Memo& memo)
-      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo) {
+      : inst_(inst), capacity_(capacity), budget_(budget), memo_(memo), exact_fits_first_(attempt % 2 == 1) {
     const std::size_t n = inst.items.size();
     const std::size_t sections = std::size_t(inst.section_count);
     offset_.assign(n, kUnplaced);
@@ -905,7 +961,24 @@ class PerfectSearch {
     if (memo_.contains(key)) return dead();
     std::vector<int> pool;
     candidates(best_a, best_b, best_left, best_h, &pool);
-    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) { return key_[std::size_t(x)] > key_[std::size_t(y)]; });
+    // Exact fits first: a buffer that spans the whole valley leaves no narrower valley behind,
+    // and one whose top meets the floor beside it (or the capacity) leaves no new step; every
+    // valley and step must later be filled exactly, so each one avoided is a constraint less.
+    // Then the attempt's key.
+    fit_.resize(inst_.items.size());
+    for (const int c : pool) {
+      const auto& item = inst_.items[std::size_t(c)];
+      const Offset top = best_h + item.size;
+      int fit = (best_left ? item.end_section == best_b : item.first_section == best_a) ? 1 : 0;
+      if (top == capacity_ || (item.first_section > lo && floor_[std::size_t(item.first_section) - 1] == top) ||
+          (item.end_section < hi && floor_[std::size_t(item.end_section)] == top))
+        ++fit;
+      fit_[std::size_t(c)] = exact_fits_first_ ? fit : 0;
+    }
+    std::stable_sort(pool.begin(), pool.end(), [&](int x, int y) {
+      if (fit_[std::size_t(x)] != fit_[std::size_t(y)]) return fit_[std::size_t(x)] > fit_[std::size_t(y)];
+      return key_[std::size_t(x)] > key_[std::size_t(y)];
+    });
     int tried = -1;
     Outcome result = Outcome::infeasible;
     for (const int c : pool) {
@@ -1008,12 +1081,14 @@ class PerfectSearch {
   const Bytes capacity_;
   Budget& budget_;
   Memo& memo_;
+  const bool exact_fits_first_;  // odd attempts: candidates by exact fit, then by key
   std::vector<double> key_;  // candidates are tried by descending key
   std::vector<Offset> placed_hash_;  // per section: sum of item_key over placed buffers starting there
   std::vector<Offset> offset_, floor_;
   std::vector<Offset> cross_;  // unplaced buffers covering both section s and s + 1
   std::vector<Offset> start_sum_, end_sum_;  // unplaced sizes starting (ending) in section s
   std::vector<char> reach_;  // scratch for tileable()
+  std::vector<int> fit_;     // fill(): exact fits of each candidate (0 to 2)
   std::vector<std::vector<int>> by_first_, by_end_;
   std::vector<TrailEntry> trail_;
   std::int64_t backtracks_ = 0;
@@ -1021,14 +1096,38 @@ class PerfectSearch {
 
 constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
 
+// The same buffers with time running backwards (section s becomes S - 1 - s; items keep their
+// indices, so offsets carry over unchanged). A packing of one is a packing of the other, but
+// the zero-waste search scans valleys from the earliest and breaks ties towards it, so the
+// mirror searches the same problem in a different order.
+Instance mirror_instance(const Instance& inst) {
+  Instance m = inst;
+  const int sections = inst.section_count;
+  for (auto& item : m.items) {
+    const int first = item.first_section;
+    item.first_section = sections - item.end_section;
+    item.end_section = sections - first;
+  }
+  std::reverse(m.section_total.begin(), m.section_total.end());
+  m.section_items.clear();
+  m.section_begin.assign(1, 0);
+  for (int s = sections - 1; s >= 0; --s) {
+    m.section_items.insert(m.section_items.end(), inst.section_items.begin() + std::ptrdiff_t(inst.section_begin[std::size_t(s)]),
+                           inst.section_items.begin() + std::ptrdiff_t(inst.section_begin[std::size_t(s) + 1]));
+    m.section_begin.push_back(m.section_items.size());
+  }
+  return m;
+}
+
 // Round-robin feasibility for one target height. found: item_offsets filled; infeasible:
 // proven (any one ordering's exhausted search is a proof); budget: the phase ran out.
-Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, std::vector<SearchTrailEntry>& trail,
+Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, SearchTrail& trail,
                         std::vector<Offset>& item_offsets,
                         ExactSolverStats& stats) {
   std::int64_t limit = std::max<std::int64_t>(256, std::int64_t(inst.items.size()) * 2);
   const bool perfect = PerfectSearch::applies(inst, capacity);
-  PerfectSearch::Memo memo;
+  PerfectSearch::Memo memo, mirror_memo;
+  std::optional<Instance> mirror;
   if (perfect) {
     stats.zero_waste = true;
     // 16 bytes a slot: 64 KiB for the smallest problems, 8 MiB at 300 buffers, 64 MiB at most.
@@ -1049,7 +1148,17 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, st
       budget.start_attempt(limit);
       Outcome outcome;
       if (perfect) {
-        PerfectSearch search(inst, capacity, 3 * attempt + k, budget, memo);
+        // Every other round searches the mirror.
+        const bool mirrored = attempt % 2 == 1;
+        if (mirrored && !mirror) {
+          // Made when first needed (most zero-waste solves end in the first round). The
+          // mirror's states are other states: a memo of its own, where identical buffers stay
+          // identical.
+          mirror = mirror_instance(inst);
+          mirror_memo.refuted.assign(memo.refuted.size(), {0, 0});
+          mirror_memo.item_key = memo.item_key;
+        }
+        PerfectSearch search(mirrored ? *mirror : inst, capacity, 3 * attempt + k, budget, mirrored ? mirror_memo : memo);
         outcome = search.run();
         stats.backtracks += search.backtracks();
         if (outcome == Outcome::found) item_offsets = search.offsets();
@@ -1198,7 +1307,7 @@ Solution solve_exact_on_this_stack(const AllocationProblem& problem, const Exact
     return offsets;
   };
   std::vector<Offset> item_offsets;
-  std::vector<SearchTrailEntry> trail;  // the general search's undo records, kept across attempts
+  SearchTrail trail;  // the general search's undo records, kept across attempts
 
   if (capacity) {
     budget.start_phase(1.0);

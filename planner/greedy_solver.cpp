@@ -204,8 +204,13 @@ std::string_view to_string(GreedyPlacement placement) {
 
 namespace {
 
+// With a cutoff, a run whose height reaches it stops and returns no offsets with *beaten set:
+// heights only grow as buffers are placed, so it could not have beaten the packing the cutoff
+// came from.
 std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, GreedyPlacement placement,
-                         std::optional<std::chrono::steady_clock::time_point> deadline, std::size_t visit_budget) {
+                         std::optional<std::chrono::steady_clock::time_point> deadline, std::size_t visit_budget,
+                         Bytes cutoff = std::numeric_limits<Bytes>::max(), bool* beaten = nullptr) {
+  Offset height = 0;
   const std::size_t n = problem.buffers.size();
   std::vector<Offset> offsets(n, 0);
   PlacedIndex placed(problem);
@@ -242,6 +247,11 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
       offsets[i] = align_up(skyline.max(b.first_op, b.end_op), b.alignment);
       placed.insert(i);
       skyline.raise(b.first_op, b.end_op, offsets[i] + size);
+      height = std::max(height, offsets[i] + size);
+      if (height >= cutoff) {
+        *beaten = true;
+        return {};
+      }
       continue;
     }
     taken.clear();
@@ -271,6 +281,11 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
     offsets[i] = chosen;
     placed.insert(i);
     skyline.raise(b.first_op, b.end_op, chosen + size);
+    height = std::max(height, chosen + size);
+    if (height >= cutoff) {
+      *beaten = true;
+      return {};
+    }
   }
   return offsets;
 }
@@ -299,8 +314,14 @@ Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& opt
         out_of_time = true;
         break;
       }
-      // Only runs after the first may be cut short: there is always a packing.
-      std::vector<Offset> offsets = greedy_pack(problem, order, placement, best.empty() ? std::nullopt : options.deadline);
+      // Only runs after the first may be cut short: there is always a packing. A later run
+      // stops once it is as high as the best so far (the earlier run wins ties anyway).
+      bool beaten = false;
+      std::vector<Offset> offsets =
+          pack(problem, order, placement, best.empty() ? std::nullopt : options.deadline,
+               problem.buffers.size() > kGenerousBuffers ? kLargeProblemVisitBudget : kNeighbourVisitBudget,
+               best.empty() ? std::numeric_limits<Bytes>::max() : best_height, &beaten);
+      if (beaten) continue;
       if (offsets.size() != problem.buffers.size()) {
         out_of_time = true;
         break;
