@@ -160,17 +160,23 @@ void expect_rank(std::string_view op, const TensorDesc& t, int rank) {
   }
 }
 
-// Output extent of a window sweep; throws when the window does not fit.
+// Output extent of a window sweep: the window spans D*(K-1)+1 input positions (D = dilation);
+// throws when it does not fit.
 std::int64_t window_out(std::string_view op, std::int64_t in, const OpAttrs& a) {
-  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0) {
-    fail(op, "kernel and stride must be positive and padding non-negative");
+  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0 || a.dilation <= 0) {
+    fail(op, "kernel, stride and dilation must be positive and padding non-negative");
   }
-  if (2 * a.padding > a.kernel) {
-    fail(op, "padding " + str(a.padding) + " is more than half the kernel " + str(a.kernel));
+  const std::int64_t span = checked_mul(a.dilation, a.kernel - 1) + 1;
+  if (2 * a.padding > span) {
+    fail(op, "padding " + str(a.padding) + " is more than half the window " + str(span) +
+                 (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")"));
   }
-  const std::int64_t span = in + 2 * a.padding - a.kernel;
-  if (span < 0) fail(op, "window " + str(a.kernel) + " is larger than the padded input " + str(in + 2 * a.padding));
-  return span / a.stride + 1;
+  const std::int64_t extent = in + 2 * a.padding - span;
+  if (extent < 0) {
+    fail(op, "window " + str(span) + (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")") +
+                 " is larger than the padded input " + str(in + 2 * a.padding));
+  }
+  return extent / a.stride + 1;
 }
 
 OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
@@ -231,6 +237,7 @@ OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
   expect_float("pool", x);
   expect_rank("pool", x, 4);
+  if (a.dilation != 1) fail("pool", "dilation " + str(a.dilation) + " is not supported (pooling windows are dense)");
   return {Shape{x.shape[0], x.shape[1], window_out("pool", x.shape[2], a), window_out("pool", x.shape[3], a)},
           x.dtype};
 }

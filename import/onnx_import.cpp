@@ -639,8 +639,10 @@ void Importer::h_conv(const onnx::NodeProto&) {
     fail("group " + std::to_string(groups) + " must divide the input's " + std::to_string(xs[1]) + " and the weight's " +
          std::to_string(ws[0]) + " channels");
   }
-  for (std::int64_t d : attr_ints("dilations")) {
-    if (d != 1) fail("dilated convolution is not supported yet");
+  const auto dilations = attr_ints("dilations");
+  const std::int64_t dilation = dilations.empty() ? 1 : dilations[0];
+  if (!dilations.empty() && (dilations.size() != 2 || dilations[1] != dilation || dilation < 1)) {
+    fail("memplan's convolution takes one positive dilation along H and W, got dilations " + Shape(dilations).to_string());
   }
   if (const auto* pad = attr("auto_pad"); pad && pad->s() != "NOTSET") fail("auto_pad " + pad->s() + " is not supported; export explicit pads");
   if (ws[2] != ws[3]) fail("memplan's convolution takes square kernels, got " + ws.to_string());
@@ -657,7 +659,8 @@ void Importer::h_conv(const onnx::NodeProto&) {
     fail("memplan's convolution takes the same padding on every side");
   }
   auto conv = [&](const std::string& name) {
-    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name) : builder_.grouped_conv2d(x, w, stride, padding, groups, name);
+    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name, dilation)
+                       : builder_.grouped_conv2d(x, w, stride, padding, groups, name, dilation);
   };
   if (!has_in(2)) return set_tensor(0, conv(out_name()));
   // A per-channel bias: memplan's bias_add adds along the last dim, so the output goes

@@ -107,6 +107,27 @@ class FmnistMlp(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class TinyDilated(nn.Module):
+    """Dilated (atrous) convolutions as DeepLab and dilated ResNets use them: a 3x3 at dilation 2
+    and padding 2 that keeps the size (in a residual block), a depthwise one with a bias, and a
+    strided 3x3 at dilation 3."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.atrous = nn.Conv2d(8, 8, 3, padding=2, dilation=2, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.wide = nn.Conv2d(8, 12, 3, stride=2, padding=3, dilation=3)
+        self.fc = nn.Linear(12, classes)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = F.relu(self.bn(self.atrous(y)) + y)
+        y = F.relu(self.wide(F.relu(self.depthwise(y))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
 def resnet18_fmnist():
     r18 = torchvision.models.resnet18(num_classes=10)
     r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
@@ -221,6 +242,8 @@ def main():
     # tests compare memplan with itself, before and after an export).
     export(FmnistCnn(), torch.randn(batch, 1, 28, 28), os.path.join(out_dir, "fmnist_cnn.onnx"), 15)
     export(FmnistMlp(), torch.randn(batch, 784), os.path.join(out_dir, "fmnist_mlp.onnx"), 15)
+    fixture(TinyDilated(), "tiny_dilated", torch.randn(batch, 3, 12, 12), torch.tensor([2, 9]), out_dir, 15,
+            ["atrous.weight", "depthwise.weight", "depthwise.bias", "wide.weight"])
 
 
 def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
