@@ -114,6 +114,10 @@ TensorId Builder::grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, st
   return binary(OpKind::grouped_conv2d, x, w, name, std::move(attrs));
 }
 
+TensorId Builder::channel_scale(TensorId x, TensorId g, const std::string& name) {
+  return binary(OpKind::channel_scale, x, g, name);
+}
+
 TensorId Builder::linear(TensorId x, TensorId weight, TensorId bias, const std::string& name) {
   TensorId xw = matmul(x, weight, false, true, name + ".matmul");
   return bias_add(xw, bias, name);

@@ -72,6 +72,9 @@ class Builder {
   // (groups == C == Cout: depthwise); no im2col columns are stored.
   TensorId grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, std::int64_t groups,
                           const std::string& name, std::int64_t dilation = 1);
+  // x [N, C, ...] times a per-(sample, channel) gate g [N, C] or [N, C, 1, ..., 1] (squeeze and
+  // excitation), without broadcasting the gate into memory.
+  TensorId channel_scale(TensorId x, TensorId g, const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
   TensorId rotary(TensorId x, float base, const std::string& name);
   // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.

@@ -227,6 +227,22 @@ OutputSpec infer_grouped_conv2d(Inputs in, const OpAttrs& a) {
   return {Shape{x.shape[0], w.shape[0], oh, ow}, x.dtype};
 }
 
+// g's first two dims are x's (N, C), any further dims are 1.
+OutputSpec infer_channel_scale(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  const TensorDesc& g = *in[1];
+  expect_float("channel_scale", x);
+  expect_float("channel_scale", g);
+  bool ok = x.shape.rank() >= 2 && g.shape.rank() >= 2 && g.shape.rank() <= x.shape.rank() && g.shape[0] == x.shape[0] &&
+            g.shape[1] == x.shape[1];
+  for (int i = 2; ok && i < g.shape.rank(); ++i) ok = g.shape[i] == 1;
+  if (!ok) {
+    fail("channel_scale", "gate '" + g.name + "' " + g.shape.to_string() + " must be [N, C] or [N, C, 1, ...] of '" + x.name +
+                              "' " + x.shape.to_string());
+  }
+  return {x.shape, x.dtype};
+}
+
 OutputSpec infer_clip(Inputs in, const OpAttrs& a) {
   expect_float("clip", *in[0]);
   if (!(a.clip_min <= a.clip_max)) fail("clip", "clip_min " + std::to_string(a.clip_min) + " exceeds clip_max " + std::to_string(a.clip_max));
@@ -708,6 +724,9 @@ double flops_grouped_conv2d_backward_weight(Inputs in, const TensorDesc* out) {
   return 2.0 * numel_of(in[0]) * double(out->shape.numel() / out->shape[0]);  // dy, dw
 }
 
+// Channel scale: one multiply per output element; its gate gradient a multiply-add per element of dy.
+double flops_2_per_input(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[0]); }
+
 // Pooling: one compare or add per input element (exact when stride == kernel; overlapping
 // windows revisit elements); the backward one add per input-gradient element.
 double flops_pool_window(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
@@ -799,6 +818,7 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::tanh,                           "tanh",                           1, 0, 1, false, infer_unary,                  flops_4_per_output},
   {OpKind::clip,                           "clip",                           1, 0, 1, false, infer_clip,                   flops_per_output},
   {OpKind::grouped_conv2d,                 "grouped_conv2d",                 2, 0, 1, false, infer_grouped_conv2d,         flops_grouped_conv2d},
+  {OpKind::channel_scale,                  "channel_scale",                  2, 0, 1, false, infer_channel_scale,          flops_per_output},
   {OpKind::relu_backward,                  "relu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::gelu_backward,                  "gelu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_gelu},
   {OpKind::broadcast_scalar,               "broadcast_scalar",               1, 0, 1, false, infer_broadcast_scalar,       flops_per_output},
@@ -829,6 +849,7 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::clip_backward,                  "clip_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::grouped_conv2d_backward_input,  "grouped_conv2d_backward_input",  2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_input},
   {OpKind::grouped_conv2d_backward_weight, "grouped_conv2d_backward_weight", 2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_weight},
+  {OpKind::channel_scale_backward,         "channel_scale_backward",         2, 0, 1, false, infer_shape_attr,             flops_2_per_input},
   {OpKind::sgd_update,                     "sgd_update",                     1, 1, 0, false, infer_update,                 flops_sgd},
   {OpKind::sgd_momentum_update,            "sgd_momentum_update",            1, 2, 0, false, infer_update,                 flops_sgd},
   {OpKind::adamw_update,                   "adamw_update",                   1, 3, 0, false, infer_update,                 flops_adamw},

@@ -72,6 +72,8 @@ enum class OpKind : std::uint8_t {
   clip,                   // y = min(max(x, clip_min), clip_max)  (ReLU6: 0, 6)
   grouped_conv2d,         // y[N, Cout, OH, OW]  inputs: x[N, C, H, W], w[Cout, C/groups, K, K]; output channel
                           // co reads the input channels of its group (groups = C: depthwise)
+  channel_scale,          // y[n, c, ...] = x[n, c, ...] * g[n, c]   inputs: x[N, C, ...], g[N, C] or [N, C, 1, ..., 1]
+                          // (a squeeze-and-excitation gate; the gate is never broadcast into memory)
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -104,6 +106,7 @@ enum class OpKind : std::uint8_t {
   clip_backward,                   // dx = dy where clip_min < x < clip_max, else 0   inputs: dy, x
   grouped_conv2d_backward_input,   // dx[N, C, H, W]                 inputs: dy, w; shape = x dims
   grouped_conv2d_backward_weight,  // dw[Cout, C/groups, K, K]       inputs: dy, x; shape = w dims
+  channel_scale_backward,          // dg[n, c] = sum over ... of dy * x   inputs: dy, x; shape = g dims
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad

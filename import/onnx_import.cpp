@@ -898,7 +898,19 @@ void Importer::h_mul(const onnx::NodeProto&) {
     }
   }
   const TensorId a = tensor(0), b = tensor(1);
-  if (shape_of(a) != shape_of(b)) fail("memplan multiplies tensors of equal shape, or by a scalar constant; got " + shape_of(a).to_string() + " and " + shape_of(b).to_string());
+  // A squeeze-and-excitation gate: [N, C, H, W] * [N, C, 1, 1] (either order) scales each
+  // (sample, channel) plane without broadcasting the gate into memory.
+  for (int i = 0; i < 2; ++i) {
+    const Shape& xs = shape_of(i == 0 ? a : b);
+    const Shape& gs = shape_of(i == 0 ? b : a);
+    bool gate = xs != gs && xs.rank() >= 3 && gs.rank() == xs.rank() && gs[0] == xs[0] && gs[1] == xs[1];
+    for (int k = 2; gate && k < gs.rank(); ++k) gate = gs[k] == 1;
+    if (gate) return set_tensor(0, builder_.channel_scale(i == 0 ? a : b, i == 0 ? b : a, out_name()));
+  }
+  if (shape_of(a) != shape_of(b)) {
+    fail("memplan multiplies tensors of equal shape, by a scalar constant, or [N, C, ...] by a gate [N, C, 1, ...]; got " +
+         shape_of(a).to_string() + " and " + shape_of(b).to_string());
+  }
   set_tensor(0, builder_.mul(a, b, out_name()));
 }
 

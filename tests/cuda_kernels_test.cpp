@@ -194,7 +194,7 @@ graph::Graph mobile_step() {
 }
 
 // Dilated convolutions: im2col/col2im with taps D apart (and a stride), and the direct grouped
-// kernel at a dilation, forward and backward.
+// kernel at a dilation, forward and backward; and a squeeze-and-excitation channel_scale.
 graph::Graph dilated_step() {
   graph::Graph g;
   graph::Builder b(g);
@@ -205,7 +205,9 @@ graph::Graph dilated_step() {
   const TensorId sw = b.parameter("sw", {6, 2, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
   const TensorId a = b.conv2d(b.mul(x, xw, "xin"), w, 1, 2, "atrous", 2);        // [2, 4, 9, 9]
   const TensorId d = b.grouped_conv2d(a, dw, 1, 2, 4, "depthwise", 2);          // [2, 4, 9, 9]
-  const TensorId c = b.grouped_conv2d(d, sw, 2, 3, 2, "strided", 3);            // [2, 6, 5, 5]
+  const TensorId strided = b.grouped_conv2d(d, sw, 2, 3, 2, "strided", 3);      // [2, 6, 5, 5]
+  // a squeeze-and-excitation gate on it: [2, 6, 5, 5] * [2, 6]
+  const TensorId c = b.channel_scale(strided, b.sigmoid(b.global_avg_pool(strided, "squeeze"), "excite"), "se");
   const TensorId e = b.conv2d(c, b.parameter("ew", {2, 6, 2, 2}, {graph::InitSpec::Kind::normal, 0.5f}), 2, 1, "wide", 3);
   g.output = b.sum(e, "total");
   g.loss = b.mean(e, "loss");
@@ -245,6 +247,7 @@ double tolerance(OpKind kind) {
     case OpKind::mean:
     case OpKind::reduce_rows:
     case OpKind::channel_sum:
+    case OpKind::channel_scale_backward:
     case OpKind::batch_norm_dgamma:
     case OpKind::layer_norm_dgamma:
     case OpKind::embedding_backward:

@@ -144,6 +144,14 @@ const std::vector<GradCase>& cases() {
          return b.grouped_conv2d(x, w, d[6], d[7], d[8], "y", d[9]);
        },
        {{2, 4, 6, 6, 4, 3, 1, 2, 4, 2}, {1, 4, 7, 7, 6, 3, 2, 1, 2, 3}}, 3e-2f},
+      // d = {N, C, H, W, gate rank}: a gate of [N, C] or [N, C, 1, 1]
+      {"channel_scale", OpKind::channel_scale,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto g = b.parameter("g", d[4] == 2 ? Shape{d[0], d[1]} : Shape{d[0], d[1], 1, 1}, no_init());
+         return b.channel_scale(x, g, "y");
+       },
+       {{2, 3, 4, 5, 2}, {1, 4, 3, 3, 4}}},
       {"reshape", OpKind::reshape,
        [](Builder& b, const auto& d) {
          auto x = b.parameter("x", {d[0], d[1]}, no_init());

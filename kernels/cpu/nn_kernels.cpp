@@ -74,6 +74,33 @@ void k_grouped_conv2d_backward_weight(const KernelCall& c) {
 }
 
 // cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P], 0 outside.
+// Squeeze-and-excitation: plane (n, c) of x times g[n, c]; the gate's gradient sums each plane's
+// dy * x in index order, in double.
+void k_channel_scale(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  const float* g = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    const float gate = g[plane];
+    for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) y[i] = x[i] * gate;
+  }
+}
+
+void k_channel_scale_backward(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[1].shape);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dg = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    double s = 0.0;
+    for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) s += double(dy[i]) * double(x[i]);
+    dg[plane] = static_cast<float>(s);
+  }
+}
+
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
@@ -668,6 +695,8 @@ std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
   return {
       {OpKind::im2col, k_im2col},
       {OpKind::grouped_conv2d, k_grouped_conv2d},
+      {OpKind::channel_scale, k_channel_scale},
+      {OpKind::channel_scale_backward, k_channel_scale_backward},
       {OpKind::grouped_conv2d_backward_input, k_grouped_conv2d_backward_input},
       {OpKind::grouped_conv2d_backward_weight, k_grouped_conv2d_backward_weight},
       {OpKind::conv2d, k_conv2d},
