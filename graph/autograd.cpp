@@ -186,6 +186,15 @@ void grad_grouped_conv2d(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // sigmoid' = y (1 - y), tanh' = 1 - y^2: both from the output, so x need not stay alive.
+// dx is dy scaled by the same gate; the gate's gradient sums dy * x over each (sample, channel).
+void grad_channel_scale(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0], g = op.inputs[1];
+  if (c.needs_grad(g)) {
+    c.accumulate(g, c.emit(OpKind::channel_scale_backward, {dy, x}, with_shape(op.attrs, c.tensor(g).shape), c.gname(g)));
+  }
+  if (c.needs_grad(x)) c.accumulate(x, c.emit(OpKind::channel_scale, {dy, g}, {}, c.gname(x)));
+}
+
 void grad_sigmoid(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], c.emit(OpKind::sigmoid_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
 }
@@ -375,6 +384,7 @@ constexpr std::array<GradRule, kOpKindCount> kGradRules = [] {
   set(OpKind::tanh, grad_tanh);
   set(OpKind::clip, grad_clip);
   set(OpKind::grouped_conv2d, grad_grouped_conv2d);
+  set(OpKind::channel_scale, grad_channel_scale);
   set(OpKind::rotary, grad_rotary);
   set(OpKind::repeat_heads, grad_repeat_heads);
   set(OpKind::concat, grad_concat);

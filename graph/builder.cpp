@@ -100,7 +100,7 @@ TensorId Builder::clip(TensorId x, float lo, float hi, const std::string& name) 
 }
 
 TensorId Builder::grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, std::int64_t groups,
-                                 const std::string& name) {
+                                 const std::string& name, std::int64_t dilation) {
   const Shape& ws = graph_.tensor(w).shape;
   if (ws.rank() != 4 || ws[2] != ws[3]) {
     throw GraphError("grouped_conv2d '" + name + "': weight must be [Cout, Cin / groups, K, K], got " + ws.to_string());
@@ -110,7 +110,12 @@ TensorId Builder::grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, st
   attrs.stride = stride;
   attrs.padding = padding;
   attrs.groups = groups;
+  attrs.dilation = dilation;
   return binary(OpKind::grouped_conv2d, x, w, name, std::move(attrs));
+}
+
+TensorId Builder::channel_scale(TensorId x, TensorId g, const std::string& name) {
+  return binary(OpKind::channel_scale, x, g, name);
 }
 
 TensorId Builder::linear(TensorId x, TensorId weight, TensorId bias, const std::string& name) {
@@ -155,7 +160,7 @@ TensorId Builder::cross_entropy(TensorId logits, TensorId labels, const std::str
 
 
 TensorId Builder::conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding,
-                         const std::string& name) {
+                         const std::string& name, std::int64_t dilation) {
   const Shape& ws = graph_.tensor(w).shape;
   if (ws.rank() != 4 || ws[2] != ws[3]) {
     throw GraphError("conv2d '" + name + "': weight must be [Cout, Cin, K, K], got " + ws.to_string());
@@ -164,9 +169,10 @@ TensorId Builder::conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64
   attrs.kernel = ws[2];
   attrs.stride = stride;
   attrs.padding = padding;
+  attrs.dilation = dilation;
   const TensorId cols = unary(OpKind::im2col, x, name + ".cols", attrs);
   const Shape& xs = graph_.tensor(x).shape;
-  const std::int64_t oh = (xs[2] + 2 * padding - attrs.kernel) / stride + 1;
+  const std::int64_t oh = (xs[2] + 2 * padding - dilation * (attrs.kernel - 1) - 1) / stride + 1;
   attrs.shape = {oh, graph_.tensor(cols).shape[2] / oh};
   return binary(OpKind::conv2d, cols, w, name, std::move(attrs));
 }

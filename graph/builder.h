@@ -37,7 +37,9 @@ class Builder {
   TensorId mean(TensorId x, const std::string& name);
   // Convolution of x [N, Cin, H, W] with w [Cout, Cin, K, K] (no bias): an im2col op whose
   // columns [N, Cin*K*K, OH*OW] are a graph tensor (kept for the weight gradient), then a GEMM.
-  TensorId conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, const std::string& name);
+  // `dilation` spaces the kernel's taps (OH = (H + 2P - D*(K-1) - 1) / S + 1).
+  TensorId conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, const std::string& name,
+                  std::int64_t dilation = 1);
   TensorId max_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
                       const std::string& name);
   TensorId avg_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, const std::string& name);
@@ -69,7 +71,10 @@ class Builder {
   // Convolution of x [N, C, H, W] with w [Cout, C / groups, K, K] in `groups` channel groups
   // (groups == C == Cout: depthwise); no im2col columns are stored.
   TensorId grouped_conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, std::int64_t groups,
-                          const std::string& name);
+                          const std::string& name, std::int64_t dilation = 1);
+  // x [N, C, ...] times a per-(sample, channel) gate g [N, C] or [N, C, 1, ..., 1] (squeeze and
+  // excitation), without broadcasting the gate into memory.
+  TensorId channel_scale(TensorId x, TensorId g, const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
   TensorId rotary(TensorId x, float base, const std::string& name);
   // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.

@@ -160,17 +160,23 @@ void expect_rank(std::string_view op, const TensorDesc& t, int rank) {
   }
 }
 
-// Output extent of a window sweep; throws when the window does not fit.
+// Output extent of a window sweep: the window spans D*(K-1)+1 input positions (D = dilation);
+// throws when it does not fit.
 std::int64_t window_out(std::string_view op, std::int64_t in, const OpAttrs& a) {
-  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0) {
-    fail(op, "kernel and stride must be positive and padding non-negative");
+  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0 || a.dilation <= 0) {
+    fail(op, "kernel, stride and dilation must be positive and padding non-negative");
   }
-  if (2 * a.padding > a.kernel) {
-    fail(op, "padding " + str(a.padding) + " is more than half the kernel " + str(a.kernel));
+  const std::int64_t span = checked_mul(a.dilation, a.kernel - 1) + 1;
+  if (2 * a.padding > span) {
+    fail(op, "padding " + str(a.padding) + " is more than half the window " + str(span) +
+                 (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")"));
   }
-  const std::int64_t span = in + 2 * a.padding - a.kernel;
-  if (span < 0) fail(op, "window " + str(a.kernel) + " is larger than the padded input " + str(in + 2 * a.padding));
-  return span / a.stride + 1;
+  const std::int64_t extent = in + 2 * a.padding - span;
+  if (extent < 0) {
+    fail(op, "window " + str(span) + (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")") +
+                 " is larger than the padded input " + str(in + 2 * a.padding));
+  }
+  return extent / a.stride + 1;
 }
 
 OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
@@ -221,6 +227,22 @@ OutputSpec infer_grouped_conv2d(Inputs in, const OpAttrs& a) {
   return {Shape{x.shape[0], w.shape[0], oh, ow}, x.dtype};
 }
 
+// g's first two dims are x's (N, C), any further dims are 1.
+OutputSpec infer_channel_scale(Inputs in, const OpAttrs&) {
+  const TensorDesc& x = *in[0];
+  const TensorDesc& g = *in[1];
+  expect_float("channel_scale", x);
+  expect_float("channel_scale", g);
+  bool ok = x.shape.rank() >= 2 && g.shape.rank() >= 2 && g.shape.rank() <= x.shape.rank() && g.shape[0] == x.shape[0] &&
+            g.shape[1] == x.shape[1];
+  for (int i = 2; ok && i < g.shape.rank(); ++i) ok = g.shape[i] == 1;
+  if (!ok) {
+    fail("channel_scale", "gate '" + g.name + "' " + g.shape.to_string() + " must be [N, C] or [N, C, 1, ...] of '" + x.name +
+                              "' " + x.shape.to_string());
+  }
+  return {x.shape, x.dtype};
+}
+
 OutputSpec infer_clip(Inputs in, const OpAttrs& a) {
   expect_float("clip", *in[0]);
   if (!(a.clip_min <= a.clip_max)) fail("clip", "clip_min " + std::to_string(a.clip_min) + " exceeds clip_max " + std::to_string(a.clip_max));
@@ -231,6 +253,7 @@ OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
   expect_float("pool", x);
   expect_rank("pool", x, 4);
+  if (a.dilation != 1) fail("pool", "dilation " + str(a.dilation) + " is not supported (pooling windows are dense)");
   return {Shape{x.shape[0], x.shape[1], window_out("pool", x.shape[2], a), window_out("pool", x.shape[3], a)},
           x.dtype};
 }
@@ -701,6 +724,9 @@ double flops_grouped_conv2d_backward_weight(Inputs in, const TensorDesc* out) {
   return 2.0 * numel_of(in[0]) * double(out->shape.numel() / out->shape[0]);  // dy, dw
 }
 
+// Channel scale: one multiply per output element; its gate gradient a multiply-add per element of dy.
+double flops_2_per_input(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[0]); }
+
 // Pooling: one compare or add per input element (exact when stride == kernel; overlapping
 // windows revisit elements); the backward one add per input-gradient element.
 double flops_pool_window(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
@@ -792,6 +818,7 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::tanh,                           "tanh",                           1, 0, 1, false, infer_unary,                  flops_4_per_output},
   {OpKind::clip,                           "clip",                           1, 0, 1, false, infer_clip,                   flops_per_output},
   {OpKind::grouped_conv2d,                 "grouped_conv2d",                 2, 0, 1, false, infer_grouped_conv2d,         flops_grouped_conv2d},
+  {OpKind::channel_scale,                  "channel_scale",                  2, 0, 1, false, infer_channel_scale,          flops_per_output},
   {OpKind::relu_backward,                  "relu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::gelu_backward,                  "gelu_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_gelu},
   {OpKind::broadcast_scalar,               "broadcast_scalar",               1, 0, 1, false, infer_broadcast_scalar,       flops_per_output},
@@ -822,6 +849,7 @@ constexpr auto kOpTable = std::to_array<OpInfo>({
   {OpKind::clip_backward,                  "clip_backward",                  2, 0, 1, false, infer_backward_like_second,   flops_per_output},
   {OpKind::grouped_conv2d_backward_input,  "grouped_conv2d_backward_input",  2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_input},
   {OpKind::grouped_conv2d_backward_weight, "grouped_conv2d_backward_weight", 2, 0, 1, false, infer_shape_attr,             flops_grouped_conv2d_backward_weight},
+  {OpKind::channel_scale_backward,         "channel_scale_backward",         2, 0, 1, false, infer_shape_attr,             flops_2_per_input},
   {OpKind::sgd_update,                     "sgd_update",                     1, 1, 0, false, infer_update,                 flops_sgd},
   {OpKind::sgd_momentum_update,            "sgd_momentum_update",            1, 2, 0, false, infer_update,                 flops_sgd},
   {OpKind::adamw_update,                   "adamw_update",                   1, 3, 0, false, infer_update,                 flops_adamw},

@@ -26,8 +26,9 @@ enum class OpKind : std::uint8_t {
   sum,                    // scalar = sum(x)
   mean,                   // scalar = mean(x)
   softmax_cross_entropy,  // scalar = mean_i(-log softmax(logits_i)[label_i]); labels i32
-  // convolutional nets (NCHW; square kernels; `kernel`, `stride`, `padding` in attrs)
-  im2col,                 // cols[N, C*K*K, OH*OW] from x[N, C, H, W]
+  // convolutional nets (NCHW; square kernels; `kernel`, `stride`, `padding`, `dilation` in attrs)
+  im2col,                 // cols[N, C*K*K, OH*OW] from x[N, C, H, W]; tap (kh, kw) reads x at
+                          // (oh*S + kh*D - P, ow*S + kw*D - P)
   conv2d,                 // y[N, Cout, OH, OW] = w[Cout, Cin*K*K] cols[n]  inputs: cols, w[Cout,Cin,K,K]; shape = {OH, OW}
   max_pool2d,             // y[N, C, OH, OW] = max over each window (padding counts as -inf)
   avg_pool2d,             // y[N, C, OH, OW] = mean over each K*K window (no padding)
@@ -71,6 +72,8 @@ enum class OpKind : std::uint8_t {
   clip,                   // y = min(max(x, clip_min), clip_max)  (ReLU6: 0, 6)
   grouped_conv2d,         // y[N, Cout, OH, OW]  inputs: x[N, C, H, W], w[Cout, C/groups, K, K]; output channel
                           // co reads the input channels of its group (groups = C: depthwise)
+  channel_scale,          // y[n, c, ...] = x[n, c, ...] * g[n, c]   inputs: x[N, C, ...], g[N, C] or [N, C, 1, ..., 1]
+                          // (a squeeze-and-excitation gate; the gate is never broadcast into memory)
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -103,6 +106,7 @@ enum class OpKind : std::uint8_t {
   clip_backward,                   // dx = dy where clip_min < x < clip_max, else 0   inputs: dy, x
   grouped_conv2d_backward_input,   // dx[N, C, H, W]                 inputs: dy, w; shape = x dims
   grouped_conv2d_backward_weight,  // dw[Cout, C/groups, K, K]       inputs: dy, x; shape = w dims
+  channel_scale_backward,          // dg[n, c] = sum over ... of dy * x   inputs: dy, x; shape = g dims
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -139,6 +143,8 @@ struct OpAttrs {
   std::int64_t stride = 1;
   std::int64_t padding = 0;
   std::int64_t groups = 1;         // grouped_conv2d*: channel groups (C and Cout divide by it)
+  std::int64_t dilation = 1;       // im2col, col2im, conv2d*, grouped_conv2d*: spacing of the kernel's taps
+                                   // (the window spans D*(K-1)+1); pooling takes 1 only
   float clip_min = 0.0f;           // clip, clip_backward: the range (infinite for an open side)
   float clip_max = 0.0f;
   std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]

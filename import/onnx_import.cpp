@@ -639,8 +639,10 @@ void Importer::h_conv(const onnx::NodeProto&) {
     fail("group " + std::to_string(groups) + " must divide the input's " + std::to_string(xs[1]) + " and the weight's " +
          std::to_string(ws[0]) + " channels");
   }
-  for (std::int64_t d : attr_ints("dilations")) {
-    if (d != 1) fail("dilated convolution is not supported yet");
+  const auto dilations = attr_ints("dilations");
+  const std::int64_t dilation = dilations.empty() ? 1 : dilations[0];
+  if (!dilations.empty() && (dilations.size() != 2 || dilations[1] != dilation || dilation < 1)) {
+    fail("memplan's convolution takes one positive dilation along H and W, got dilations " + Shape(dilations).to_string());
   }
   if (const auto* pad = attr("auto_pad"); pad && pad->s() != "NOTSET") fail("auto_pad " + pad->s() + " is not supported; export explicit pads");
   if (ws[2] != ws[3]) fail("memplan's convolution takes square kernels, got " + ws.to_string());
@@ -657,7 +659,8 @@ void Importer::h_conv(const onnx::NodeProto&) {
     fail("memplan's convolution takes the same padding on every side");
   }
   auto conv = [&](const std::string& name) {
-    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name) : builder_.grouped_conv2d(x, w, stride, padding, groups, name);
+    return groups == 1 ? builder_.conv2d(x, w, stride, padding, name, dilation)
+                       : builder_.grouped_conv2d(x, w, stride, padding, groups, name, dilation);
   };
   if (!has_in(2)) return set_tensor(0, conv(out_name()));
   // A per-channel bias: memplan's bias_add adds along the last dim, so the output goes
@@ -895,7 +898,19 @@ void Importer::h_mul(const onnx::NodeProto&) {
     }
   }
   const TensorId a = tensor(0), b = tensor(1);
-  if (shape_of(a) != shape_of(b)) fail("memplan multiplies tensors of equal shape, or by a scalar constant; got " + shape_of(a).to_string() + " and " + shape_of(b).to_string());
+  // A squeeze-and-excitation gate: [N, C, H, W] * [N, C, 1, 1] (either order) scales each
+  // (sample, channel) plane without broadcasting the gate into memory.
+  for (int i = 0; i < 2; ++i) {
+    const Shape& xs = shape_of(i == 0 ? a : b);
+    const Shape& gs = shape_of(i == 0 ? b : a);
+    bool gate = xs != gs && xs.rank() >= 3 && gs.rank() == xs.rank() && gs[0] == xs[0] && gs[1] == xs[1];
+    for (int k = 2; gate && k < gs.rank(); ++k) gate = gs[k] == 1;
+    if (gate) return set_tensor(0, builder_.channel_scale(i == 0 ? a : b, i == 0 ? b : a, out_name()));
+  }
+  if (shape_of(a) != shape_of(b)) {
+    fail("memplan multiplies tensors of equal shape, by a scalar constant, or [N, C, ...] by a gate [N, C, 1, ...]; got " +
+         shape_of(a).to_string() + " and " + shape_of(b).to_string());
+  }
   set_tensor(0, builder_.mul(a, b, out_name()));
 }
 

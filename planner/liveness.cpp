@@ -32,6 +32,7 @@ bool may_run_in_place(const Op& op, int input_index) {
     case OpKind::sigmoid_backward:
     case OpKind::tanh_backward:
     case OpKind::clip_backward:
+    case OpKind::channel_scale:
       return input_index == 0;
     default:
       return false;

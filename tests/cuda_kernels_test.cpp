@@ -193,6 +193,31 @@ graph::Graph mobile_step() {
   return g;
 }
 
+// Dilated convolutions: im2col/col2im with taps D apart (and a stride), and the direct grouped
+// kernel at a dilation, forward and backward; and a squeeze-and-excitation channel_scale.
+graph::Graph dilated_step() {
+  graph::Graph g;
+  graph::Builder b(g);
+  const TensorId x = b.input("x", {2, 3, 9, 9});
+  const TensorId xw = b.parameter("xw", {2, 3, 9, 9}, {graph::InitSpec::Kind::normal, 1.0f});
+  const TensorId w = b.parameter("w", {4, 3, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
+  const TensorId dw = b.parameter("dw", {4, 1, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
+  const TensorId sw = b.parameter("sw", {6, 2, 3, 3}, {graph::InitSpec::Kind::normal, 0.5f});
+  const TensorId a = b.conv2d(b.mul(x, xw, "xin"), w, 1, 2, "atrous", 2);        // [2, 4, 9, 9]
+  const TensorId d = b.grouped_conv2d(a, dw, 1, 2, 4, "depthwise", 2);          // [2, 4, 9, 9]
+  const TensorId strided = b.grouped_conv2d(d, sw, 2, 3, 2, "strided", 3);      // [2, 6, 5, 5]
+  // a squeeze-and-excitation gate on it: [2, 6, 5, 5] * [2, 6]
+  const TensorId c = b.channel_scale(strided, b.sigmoid(b.global_avg_pool(strided, "squeeze"), "excite"), "se");
+  const TensorId e = b.conv2d(c, b.parameter("ew", {2, 6, 2, 2}, {graph::InitSpec::Kind::normal, 0.5f}), 2, 1, "wide", 3);
+  g.output = b.sum(e, "total");
+  g.loss = b.mean(e, "loss");
+  graph::OptimizerConfig opt;
+  opt.kind = graph::OptimizerKind::sgd;
+  opt.lr = 0.1f;
+  graph::make_training_step(g, opt);
+  return g;
+}
+
 std::vector<graph::Graph> reference_graphs() {
   std::vector<graph::Graph> graphs;
   graphs.push_back(training_step("mlp", 16, graph::OptimizerKind::adamw));
@@ -202,6 +227,7 @@ std::vector<graph::Graph> reference_graphs() {
   graphs.push_back(models::build_forward(small("cnn", false), 3).value());
   graphs.push_back(pooling_step());
   graphs.push_back(mobile_step());
+  graphs.push_back(dilated_step());
   return graphs;
 }
 
@@ -221,6 +247,7 @@ double tolerance(OpKind kind) {
     case OpKind::mean:
     case OpKind::reduce_rows:
     case OpKind::channel_sum:
+    case OpKind::channel_scale_backward:
     case OpKind::batch_norm_dgamma:
     case OpKind::layer_norm_dgamma:
     case OpKind::embedding_backward:

@@ -135,6 +135,23 @@ const std::vector<GradCase>& cases() {
          return b.grouped_conv2d(x, w, d[6], d[7], d[8], "y");
        },
        {{2, 4, 5, 5, 4, 3, 1, 1, 4}, {1, 4, 6, 6, 6, 3, 2, 1, 2}, {2, 2, 4, 4, 4, 1, 1, 0, 2}}, 3e-2f},
+      // dilated: d = {N, C, H, W, Cout, K, stride, padding, groups, dilation}; taps reach into the
+      // padding, and with stride 2 some input pixels are read by no tap
+      {"grouped_conv2d_dilated", OpKind::grouped_conv2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto w = b.parameter("w", {d[4], d[1] / d[8], d[5], d[5]}, no_init());
+         return b.grouped_conv2d(x, w, d[6], d[7], d[8], "y", d[9]);
+       },
+       {{2, 4, 6, 6, 4, 3, 1, 2, 4, 2}, {1, 4, 7, 7, 6, 3, 2, 1, 2, 3}}, 3e-2f},
+      // d = {N, C, H, W, gate rank}: a gate of [N, C] or [N, C, 1, 1]
+      {"channel_scale", OpKind::channel_scale,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto g = b.parameter("g", d[4] == 2 ? Shape{d[0], d[1]} : Shape{d[0], d[1], 1, 1}, no_init());
+         return b.channel_scale(x, g, "y");
+       },
+       {{2, 3, 4, 5, 2}, {1, 4, 3, 3, 4}}},
       {"reshape", OpKind::reshape,
        [](Builder& b, const auto& d) {
          auto x = b.parameter("x", {d[0], d[1]}, no_init());
@@ -163,6 +180,15 @@ const std::vector<GradCase>& cases() {
          return with_attrs(b, OpKind::im2col, x, window(d[4], d[5], d[6]));
        },
        {{2, 2, 5, 5, 3, 2, 1}, {1, 3, 4, 4, 2, 1, 0}}},
+      // d = {N, C, H, W, K, stride, padding, dilation}
+      {"im2col_dilated", OpKind::im2col,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         graph::OpAttrs attrs = window(d[4], d[5], d[6]);
+         attrs.dilation = d[7];
+         return with_attrs(b, OpKind::im2col, x, attrs);
+       },
+       {{2, 2, 6, 6, 3, 1, 2, 2}, {1, 2, 7, 5, 2, 2, 1, 3}}},
       // d = {N, Cin, H, W, Cout, K, stride, padding}
       {"conv2d", OpKind::conv2d,
        [](Builder& b, const auto& d) {
@@ -171,6 +197,15 @@ const std::vector<GradCase>& cases() {
          return b.conv2d(x, w, d[6], d[7], "y");
        },
        {{2, 2, 5, 5, 3, 3, 1, 1}, {1, 3, 6, 6, 2, 3, 2, 1}, {2, 1, 4, 4, 2, 1, 2, 0}}, 3e-2f},
+      // d = {N, Cin, H, W, Cout, K, stride, padding, dilation}: DeepLab's (3x3, dilation 2,
+      // padding 2: the size kept) and a stride with a dilation of 3
+      {"conv2d_dilated", OpKind::conv2d,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());
+         auto w = b.parameter("w", {d[4], d[1], d[5], d[5]}, no_init());
+         return b.conv2d(x, w, d[6], d[7], "y", d[8]);
+       },
+       {{2, 2, 6, 6, 3, 3, 1, 2, 2}, {1, 2, 8, 8, 2, 3, 2, 1, 3}}, 3e-2f},
       {"max_pool2d", OpKind::max_pool2d,
        [](Builder& b, const auto& d) {
          auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, no_init());

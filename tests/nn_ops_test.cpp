@@ -62,6 +62,54 @@ TEST(NnOps, Conv2dMatchesDirectConvolution) {
         }
 }
 
+// Dilated (and undilated) convolutions, dense through im2col and grouped through the direct
+// kernel, against the definition: tap (kh, kw) of output (oh, ow) reads x at
+// (oh*S + kh*D - P, ow*S + kw*D - P), and OH = (H + 2P - D(K-1) - 1) / S + 1.
+TEST(NnOps, DilatedConvolutionsMatchDirectConvolution) {
+  struct Case {
+    std::int64_t h, w, k, stride, pad, dil, groups;
+  };
+  for (const Case c : {Case{7, 7, 3, 1, 2, 2, 1}, Case{9, 8, 3, 2, 1, 3, 1}, Case{6, 7, 2, 1, 0, 2, 1},
+                       Case{7, 7, 3, 1, 2, 2, 4}, Case{8, 9, 3, 2, 3, 3, 2}, Case{5, 5, 3, 1, 1, 1, 2}}) {
+    const std::int64_t N = 2, Ci = 4, Co = 4;
+    graph::Graph g;
+    Builder b(g);
+    const TensorId x = b.parameter("x", {N, Ci, c.h, c.w}, {});
+    const TensorId w = b.parameter("w", {Co, Ci / c.groups, c.k, c.k}, {});
+    const TensorId y = c.groups == 1 ? b.conv2d(x, w, c.stride, c.pad, "y", c.dil)
+                                     : b.grouped_conv2d(x, w, c.stride, c.pad, c.groups, "y", c.dil);
+    g.retained.push_back(y);
+    testing::CpuRun run(g);
+    const auto xs = testing::random_values(static_cast<std::size_t>(N * Ci * c.h * c.w), 1);
+    const auto ws = testing::random_values(static_cast<std::size_t>(Co * Ci / c.groups * c.k * c.k), 2);
+    run.executor.write_tensor(x, xs.data());
+    run.executor.write_tensor(w, ws.data());
+    ASSERT_TRUE(run.executor.run_step().ok());
+    const auto ys = testing::read_floats(run.executor, y);
+    const std::int64_t OH = (c.h + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+    const std::int64_t OW = (c.w + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+    ASSERT_EQ(g.tensor(y).shape, (Shape{N, Co, OH, OW}));
+    const std::int64_t cin = Ci / c.groups, cout = Co / c.groups;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t co = 0; co < Co; ++co)
+        for (std::int64_t oh = 0; oh < OH; ++oh)
+          for (std::int64_t ow = 0; ow < OW; ++ow) {
+            double ref = 0;
+            for (std::int64_t ci = 0; ci < cin; ++ci)
+              for (std::int64_t kh = 0; kh < c.k; ++kh)
+                for (std::int64_t kw = 0; kw < c.k; ++kw) {
+                  const std::int64_t ih = oh * c.stride + kh * c.dil - c.pad, iw = ow * c.stride + kw * c.dil - c.pad;
+                  if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
+                  const std::int64_t channel = (co / cout) * cin + ci;
+                  ref += double(xs[static_cast<std::size_t>(((n * Ci + channel) * c.h + ih) * c.w + iw)]) *
+                         double(ws[static_cast<std::size_t>(((co * cin + ci) * c.k + kh) * c.k + kw)]);
+                }
+            EXPECT_NEAR(ys[static_cast<std::size_t>(((n * Co + co) * OH + oh) * OW + ow)], ref, 1e-4)
+                << "H " << c.h << " K " << c.k << " S " << c.stride << " P " << c.pad << " D " << c.dil << " groups " << c.groups;
+          }
+  }
+}
+
 TEST(NnOps, PoolingMatchesReference) {
   const Shape shape{1, 2, 5, 5};
   auto [xs, ys] = run_unary(shape, [](Builder& b, TensorId x) { return b.max_pool2d(x, 3, 2, 1, "y"); });

@@ -94,7 +94,7 @@ TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se"));
 
 // Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
 std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
@@ -117,7 +117,7 @@ std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
 }
 
 TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
-  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp"}) {
+  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se"}) {
     const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
     EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
     EXPECT_NE(planned, "");
@@ -280,6 +280,76 @@ TEST(OnnxImport, ClipBoundsMustBeConstantAndConvGroupsMustDivide) {
   group->set_i(3);  // does not divide 4 input channels
   const std::string e = build_error(conv);
   EXPECT_NE(e.find("node 'odd_groups' (Conv, opset 15): group 3 must divide"), std::string::npos) << e;
+}
+
+// x [B, 4, 5, 5] through a 3x3 Conv with the given dilations and padding 1.
+onnx::ModelProto dilated_conv(std::vector<std::int64_t> dilations) {
+  onnx::ModelProto conv = tiny_model();
+  auto* dims = conv.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(5);
+  auto* w = conv.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : {2, 4, 3, 3}) w->add_dims(d);
+  for (int i = 0; i < 72; ++i) w->add_float_data(0.0f);
+  auto* node = add_node(conv, "Conv", "atrous", {"x", "w"}, {"y"});
+  auto* dil = node->add_attribute();
+  dil->set_name("dilations");
+  dil->set_type(onnx::AttributeProto::INTS);
+  for (std::int64_t d : dilations) dil->add_ints(d);
+  auto* pads = node->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  return conv;
+}
+
+TEST(OnnxImport, DilatedConvImportsAndUnequalOrOversizedDilationsNameTheNode) {
+  EXPECT_EQ(build_error(dilated_conv({2, 2})), "(imported)");  // (5 + 2 - 5) / 1 + 1 = 3
+  const std::string unequal = build_error(dilated_conv({2, 1}));
+  EXPECT_NE(unequal.find("node 'atrous' (Conv, opset 15): memplan's convolution takes one positive dilation along H and W, got dilations [2, 1]"),
+            std::string::npos)
+      << unequal;
+  const std::string wide = build_error(dilated_conv({4, 4}));  // the window spans 9 > 5 + 2
+  EXPECT_NE(wide.find("atrous"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("window 9 (kernel 3, dilation 4) is larger than the padded input 7"), std::string::npos) << wide;
+}
+
+// Squeeze-and-excitation: each Mul of [N, C, H, W] by a gate [N, C, 1, 1] is one channel_scale
+// that reads the gate as it is (no tensor of the gate broadcast to [N, C, H, W]); other
+// broadcasts stay refused.
+TEST(OnnxImport, SqueezeExcitationGatesAreChannelScalesAndOtherBroadcastsAreRefused) {
+  auto model = load("tiny_se.onnx");
+  ASSERT_TRUE(model);
+  import::ImportOptions options;
+  options.batch = 2;
+  const ImportedGraph imported = model->build(options);
+  const graph::Graph& g = imported.graph;
+  int scales = 0;
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind == graph::OpKind::mul) ADD_FAILURE() << "a broadcast Mul became an elementwise mul: " << op.name;
+    if (op.kind != graph::OpKind::channel_scale) continue;
+    ++scales;
+    const graph::Shape& gate = g.tensor(op.inputs[1]).shape;
+    EXPECT_EQ(gate.rank(), 4) << op.name;
+    EXPECT_EQ(gate.numel(), gate[0] * gate[1]) << op.name << ": the gate is " << gate.to_string();
+  }
+  EXPECT_EQ(scales, 2);
+
+  onnx::ModelProto m = tiny_model();
+  auto* dims = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(3);  // x [B, 4, 3, 3]
+  auto* w = m.mutable_graph()->add_initializer();  // a [1, 4, 1, 1] per-channel factor, not a per-sample gate
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : {1, 4, 1, 1}) w->add_dims(d);
+  for (int i = 0; i < 4; ++i) w->add_float_data(1.0f);
+  add_node(m, "Mul", "per_channel", {"x", "w"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'per_channel' (Mul, opset 15): memplan multiplies tensors of equal shape, by a scalar constant, or "
+                   "[N, C, ...] by a gate [N, C, 1, ...]; got [2, 4, 3, 3] and [1, 4, 1, 1]"),
+            std::string::npos)
+      << e;
 }
 
 // The loader leaves the initializers' data out of the parsed message and reads it from the file

@@ -28,19 +28,19 @@ Nc nc_of(const Shape& x) { return {x[0], x[1], x.numel() / (x[0] * x[1])}; }
 
 // --- convolution ----------------------------------------------------------------------------
 
-// Output columns [lo, hi) whose input column ow*S + kw - P lies inside [0, W).
+// Output columns [lo, hi) whose input column ow*S + kw*D - P lies inside [0, W).
 struct ValidRange {
   std::int64_t lo, hi;
 };
 ValidRange valid_columns(const Window& g, std::int64_t kw) {
+  const std::int64_t tap = kw * g.dil - g.pad;
   std::int64_t lo = 0;
-  while (lo < g.ow && lo * g.stride + kw - g.pad < 0) ++lo;
+  while (lo < g.ow && lo * g.stride + tap < 0) ++lo;
   std::int64_t hi = g.ow;
-  while (hi > lo && (hi - 1) * g.stride + kw - g.pad >= g.w) --hi;
+  while (hi > lo && (hi - 1) * g.stride + tap >= g.w) --hi;
   return {lo, hi};
 }
 
-// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
 // Grouped convolution and its gradients: one output element per iteration, each a fixed-order
 // sum (kernels/shared/grouped_conv.h, the loops the CUDA kernels run).
 void k_grouped_conv2d(const KernelCall& c) {
@@ -73,6 +73,34 @@ void k_grouped_conv2d_backward_weight(const KernelCall& c) {
   for (std::int64_t i = 0; i < n; ++i) dw[i] = grouped_conv_weight_grad(dy, x, g, i);
 }
 
+// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P], 0 outside.
+// Squeeze-and-excitation: plane (n, c) of x times g[n, c]; the gate's gradient sums each plane's
+// dy * x in index order, in double.
+void k_channel_scale(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  const float* g = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    const float gate = g[plane];
+    for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) y[i] = x[i] * gate;
+  }
+}
+
+void k_channel_scale_backward(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[1].shape);
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dg = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+    double s = 0.0;
+    for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) s += double(dy[i]) * double(x[i]);
+    dg[plane] = static_cast<float>(s);
+  }
+}
+
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
@@ -87,14 +115,14 @@ void k_im2col(const KernelCall& c) {
         float* dst = dst_plane + (kh * g.k + kw) * p;
         const ValidRange v = valid_columns(g, kw);
         for (std::int64_t oh = 0; oh < g.oh; ++oh) {
-          const std::int64_t ih = oh * g.stride + kh - g.pad;
+          const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
           float* row = dst + oh * g.ow;
           if (ih < 0 || ih >= g.h) {
             std::fill(row, row + g.ow, 0.0f);
             continue;
           }
           std::fill(row, row + v.lo, 0.0f);
-          const float* in = src + ih * g.w + v.lo * g.stride + kw - g.pad;
+          const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
           if (g.stride == 1) {
             std::copy(in, in + (v.hi - v.lo), row + v.lo);
           } else {
@@ -107,7 +135,8 @@ void k_im2col(const KernelCall& c) {
   }
 }
 
-// The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order.
+// The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order
+// (with a dilation several taps reach one pixel; they add up in that order too).
 void k_col2im(const KernelCall& c) {
   const Window g = window_of(*c.outputs[0].shape, *c.attrs);
   const float* cols = c.inputs[0].f32();
@@ -123,9 +152,9 @@ void k_col2im(const KernelCall& c) {
         const float* src = src_plane + (kh * g.k + kw) * p;
         const ValidRange v = valid_columns(g, kw);
         for (std::int64_t oh = 0; oh < g.oh; ++oh) {
-          const std::int64_t ih = oh * g.stride + kh - g.pad;
+          const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
           if (ih < 0 || ih >= g.h) continue;
-          float* out = dst + ih * g.w + v.lo * g.stride + kw - g.pad;
+          float* out = dst + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
           const float* row = src + oh * g.ow;
           if (g.stride == 1) {
             for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
@@ -666,6 +695,8 @@ std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
   return {
       {OpKind::im2col, k_im2col},
       {OpKind::grouped_conv2d, k_grouped_conv2d},
+      {OpKind::channel_scale, k_channel_scale},
+      {OpKind::channel_scale_backward, k_channel_scale_backward},
       {OpKind::grouped_conv2d_backward_input, k_grouped_conv2d_backward_input},
       {OpKind::grouped_conv2d_backward_weight, k_grouped_conv2d_backward_weight},
       {OpKind::conv2d, k_conv2d},

@@ -42,7 +42,32 @@ void k_grouped_conv2d_backward_weight(const KernelCall& c) {
                  [=] __device__(std::int64_t i) { dw[i] = grouped_conv_weight_grad(dy, x, g, i); });
 }
 
-// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh - P][ow*S + kw - P], 0 outside.
+// Squeeze-and-excitation: plane (n, c) of x times g[n, c]; one thread per element.
+void k_channel_scale(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[0].shape);
+  const float* x = c.inputs[0].f32();
+  const float* g = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "channel_scale", [=] __device__(std::int64_t i) { y[i] = x[i] * g[i / d.s]; });
+}
+
+// dg[plane] = sum of dy * x over the plane, in double: one block per (sample, channel).
+__global__ void channel_scale_backward_kernel(const float* dy, const float* x, std::int64_t s, float* dg) {
+  const std::int64_t plane = blockIdx.x;
+  double acc = 0.0;
+  for (std::int64_t i = threadIdx.x; i < s; i += blockDim.x) acc += double(dy[plane * s + i]) * double(x[plane * s + i]);
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) dg[plane] = static_cast<float>(acc);
+}
+
+void k_channel_scale_backward(const KernelCall& c) {
+  const Nc d = nc_of(*c.inputs[1].shape);
+  channel_scale_backward_kernel<<<static_cast<unsigned>(d.n * d.c), kReduceThreads, 0, stream()>>>(
+      c.inputs[0].f32(), c.inputs[1].f32(), d.s, c.outputs[0].f32());
+  check_launch("channel_scale_backward");
+}
+
+// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P], 0 outside.
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
@@ -51,7 +76,7 @@ void k_im2col(const KernelCall& c) {
     const std::int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh;
     const std::int64_t row = i / (g.ow * g.oh);  // (n*C + c)*K*K + kh*K + kw
     const std::int64_t kw = row % g.k, kh = (row / g.k) % g.k, plane = row / (g.k * g.k);
-    const std::int64_t ih = oh * g.stride + kh - g.pad, iw = ow * g.stride + kw - g.pad;
+    const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad, iw = ow * g.stride + kw * g.dil - g.pad;
     cols[i] = (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) ? x[(plane * g.h + ih) * g.w + iw] : 0.0f;
   });
 }
@@ -67,10 +92,10 @@ void k_col2im(const KernelCall& c) {
     const float* src = cols + plane * g.k * g.k * g.oh * g.ow;
     float s = 0.0f;
     for (std::int64_t kh = 0; kh < g.k; ++kh) {
-      const std::int64_t th = ih + g.pad - kh;  // = oh * S
+      const std::int64_t th = ih + g.pad - kh * g.dil;  // = oh * S
       if (th < 0 || th % g.stride != 0 || th / g.stride >= g.oh) continue;
       for (std::int64_t kw = 0; kw < g.k; ++kw) {
-        const std::int64_t tw = iw + g.pad - kw;
+        const std::int64_t tw = iw + g.pad - kw * g.dil;
         if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.ow) continue;
         s += src[((kh * g.k + kw) * g.oh + th / g.stride) * g.ow + tw / g.stride];
       }
@@ -331,6 +356,8 @@ KernelEntries nn_kernel_entries() {
       {OpKind::im2col, k_im2col},
       {OpKind::col2im, k_col2im},
       {OpKind::grouped_conv2d, k_grouped_conv2d},
+      {OpKind::channel_scale, k_channel_scale},
+      {OpKind::channel_scale_backward, k_channel_scale_backward},
       {OpKind::grouped_conv2d_backward_input, k_grouped_conv2d_backward_input},
       {OpKind::grouped_conv2d_backward_weight, k_grouped_conv2d_backward_weight},
       {OpKind::max_pool2d, k_max_pool2d},

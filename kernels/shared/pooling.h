@@ -11,15 +11,17 @@
 
 namespace memplan::kernels {
 
-// Input [N, C, H, W], square window K, stride, padding; output [N, C, OH, OW].
+// Input [N, C, H, W], square window K, stride, padding, dilation (taps D apart: im2col and
+// col2im only; pooling has D = 1); output [N, C, OH, OW].
 struct Window {
-  std::int64_t n, c, h, w, k, stride, pad, oh, ow;
+  std::int64_t n, c, h, w, k, stride, pad, oh, ow, dil;
 };
 
 inline Window window_of(const graph::Shape& x, const graph::OpAttrs& a) {
-  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0};
-  g.oh = (g.h + 2 * g.pad - g.k) / g.stride + 1;
-  g.ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0, a.dilation};
+  const std::int64_t span = a.dilation * (g.k - 1) + 1;
+  g.oh = (g.h + 2 * g.pad - span) / g.stride + 1;
+  g.ow = (g.w + 2 * g.pad - span) / g.stride + 1;
   return g;
 }
 

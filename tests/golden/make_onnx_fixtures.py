@@ -6,8 +6,9 @@ a fixed input, written as JSON next to the .onnx files (NAME_golden.json).
 Usage: python3 tests/golden/make_onnx_fixtures.py OUT_DIR [--large | --resnet18]
   OUT_DIR    where to write (tests/data/onnx for the committed fixtures)
   --large    instead export full-size torchvision ResNet-50 (224x224) and ViT-B/16 (224x224) for
-             measurements (hundreds of MB: write them to /tmp, never commit them), ResNet-18 and
-             MobileNetV2 (224x224)
+             measurements (hundreds of MB: write them to /tmp, never commit them), ResNet-18,
+             MobileNetV2 and a dilated ResNet-50 (replace_stride_with_dilation=[False, True, True],
+             DeepLab's backbone; resnet50_dilated.onnx) at 224x224
   --resnet18 only torchvision's ResNet-18 with a 1-channel stem and 10 classes for Fashion-MNIST
              (resnet18_fmnist.onnx, 45 MB: `memplan train --onnx` trains it)
 """
@@ -107,6 +108,49 @@ class FmnistMlp(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class TinyDilated(nn.Module):
+    """Dilated (atrous) convolutions as DeepLab and dilated ResNets use them: a 3x3 at dilation 2
+    and padding 2 that keeps the size (in a residual block), a depthwise one with a bias, and a
+    strided 3x3 at dilation 3."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.atrous = nn.Conv2d(8, 8, 3, padding=2, dilation=2, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.wide = nn.Conv2d(8, 12, 3, stride=2, padding=3, dilation=3)
+        self.fc = nn.Linear(12, classes)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = F.relu(self.bn(self.atrous(y)) + y)
+        y = F.relu(self.wide(F.relu(self.depthwise(y))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+class TinySe(nn.Module):
+    """Squeeze-and-excitation as MobileNetV3 and EfficientNet export it: torchvision's
+    SqueezeExcitation (GlobalAveragePool, 1x1 Conv, Relu, 1x1 Conv, Sigmoid) gating its input with
+    a Mul of [N, C, H, W] by [N, C, 1, 1], once after a depthwise conv and once on the residual."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        from torchvision.ops import SqueezeExcitation
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.se1 = SqueezeExcitation(8, 4)
+        self.project = nn.Conv2d(8, 12, 1, bias=False)
+        self.se2 = SqueezeExcitation(12, 4)
+        self.fc = nn.Linear(12, classes)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = self.se1(F.relu(self.depthwise(y))) + y
+        y = self.se2(self.project(y))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
 def resnet18_fmnist():
     r18 = torchvision.models.resnet18(num_classes=10)
     r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
@@ -201,6 +245,8 @@ def main():
         export(vit, torch.randn(2, 3, 224, 224), os.path.join(out_dir, "vit_b_16.onnx"), 17)
         export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
         export(torchvision.models.mobilenet_v2(), torch.randn(2, 3, 224, 224), os.path.join(out_dir, "mobilenet_v2.onnx"), 15)
+        export(torchvision.models.resnet50(replace_stride_with_dilation=[False, True, True]), torch.randn(2, 3, 224, 224),
+               os.path.join(out_dir, "resnet50_dilated.onnx"), 15)
         return
     if "--resnet18" in sys.argv:
         export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
@@ -221,6 +267,10 @@ def main():
     # tests compare memplan with itself, before and after an export).
     export(FmnistCnn(), torch.randn(batch, 1, 28, 28), os.path.join(out_dir, "fmnist_cnn.onnx"), 15)
     export(FmnistMlp(), torch.randn(batch, 784), os.path.join(out_dir, "fmnist_mlp.onnx"), 15)
+    fixture(TinyDilated(), "tiny_dilated", torch.randn(batch, 3, 12, 12), torch.tensor([2, 9]), out_dir, 15,
+            ["atrous.weight", "depthwise.weight", "depthwise.bias", "wide.weight"])
+    fixture(TinySe(), "tiny_se", torch.randn(batch, 3, 10, 10), torch.tensor([4, 0]), out_dir, 13,
+            ["depthwise.weight", "se1.fc1.weight", "se1.fc2.bias", "se2.fc1.weight", "se2.fc2.weight"])
 
 
 def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
