@@ -43,6 +43,10 @@ struct KernelCall {
   // The ranks collectives (all_reduce, reduce_scatter, all_gather*) run over; the executor checks
   // at setup that a graph with collectives has one of the graph's world size.
   dist::Communicator* communicator = nullptr;
+  // The learning-rate schedule's factor for this step (runtime/lr_schedule.h): the optimizer
+  // updates use attrs->lr times it, computed in double and rounded once (1 changes no bit).
+  double lr_scale = 1.0;
+  float lr() const { return static_cast<float>(double(attrs->lr) * lr_scale); }
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -390,7 +390,7 @@ Status Executor::run_step() {
     const std::span<const kernels::TensorRef> all(refs);
     kernels::KernelCall call{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
                              all.subspan(op.inputs.size(), op.outputs.size()),
-                             all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1, communicator_};
+                             all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1, communicator_, lr_scale_};
     kernels_[static_cast<std::size_t>(op_index)](call);
     if (profiling) device_.synchronize();
     if (debug_.finite) {

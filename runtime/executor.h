@@ -102,6 +102,9 @@ class Executor {
   // Resuming from a checkpoint: step-dependent ops (Adam's bias correction, dropout masks)
   // continue from step n + 1.
   void set_steps_completed(std::int64_t n) { steps_completed_ = n; }
+  // The learning-rate schedule's factor for the next steps (runtime/lr_schedule.h); 1 by default.
+  void set_lr_scale(double factor) { lr_scale_ = factor; }
+  double lr_scale() const { return lr_scale_; }
   std::int64_t device_allocations_during_steps() const { return allocations_during_steps_; }
   Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }
@@ -154,6 +157,7 @@ class Executor {
   std::unique_ptr<CachingAllocator> allocator_;  // dynamic mode
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;
+  double lr_scale_ = 1.0;
   std::int64_t allocations_during_steps_ = 0;
   Bytes device_bytes_at_setup_ = 0;
   bool profiling_ = false;

@@ -7,7 +7,7 @@
 namespace memplan::runtime {
 
 Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn& feed,
-                           const ProgressFn& progress) {
+                           const ProgressFn& progress, const LrSchedule& schedule) {
   using Clock = std::chrono::steady_clock;
   const TensorId loss = executor.graph().loss;
   MEMPLAN_CHECK(loss != kNoTensor, "training graph without a loss");
@@ -16,6 +16,7 @@ Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn&
   const auto start = Clock::now();
   for (std::int64_t i = 0; i < steps; ++i) {
     feed(i, executor);
+    executor.set_lr_scale(schedule.factor(i, steps));
     const auto t0 = Clock::now();
     Status status = executor.run_step();
     const auto t1 = Clock::now();
@@ -29,6 +30,7 @@ Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn&
     summary.losses.push_back(value);
     if (progress) progress(StepReport{i + 1, steps, value, step_ms.back()});
   }
+  executor.set_lr_scale(1.0);
   summary.steps = steps;
   summary.final_loss = summary.losses.empty() ? 0.0f : summary.losses.back();
   summary.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();

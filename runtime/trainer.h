@@ -8,6 +8,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/runtime/executor.h"
+#include "memplan/runtime/lr_schedule.h"
 
 namespace memplan::runtime {
 
@@ -29,8 +30,9 @@ struct TrainSummary {
 using FeedFn = std::function<void(std::int64_t step_index, Executor& executor)>;  // 0-based
 using ProgressFn = std::function<void(const StepReport&)>;
 
-// Runs `steps` steps. Stops with an Error naming the step if the loss becomes NaN or infinite.
+// Runs `steps` steps, the learning rate following `schedule` over them. Stops with an Error
+// naming the step if the loss becomes NaN or infinite.
 Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn& feed,
-                           const ProgressFn& progress);
+                           const ProgressFn& progress, const LrSchedule& schedule = {});
 
 }  // namespace memplan::runtime

@@ -110,7 +110,7 @@ TEST(SharedKernels, AdamWFollowsPyTorchsFormula) {
   const double b1 = a.beta1, b2 = a.beta2, lr = a.lr, wd = a.weight_decay, eps = a.eps;
   for (std::int64_t step = 1; step <= 3; ++step) {
     const double bc1 = 1.0 - std::pow(b1, double(step)), bc2 = 1.0 - std::pow(b2, double(step));
-    const AdamWScalars s = adamw_scalars(a, step);
+    const AdamWScalars s = adamw_scalars(a, step, a.lr);
     EXPECT_FLOAT_EQ(s.decay, static_cast<float>(1.0 - lr * wd));
     EXPECT_FLOAT_EQ(s.step_size, static_cast<float>(lr / bc1));
     EXPECT_FLOAT_EQ(s.bc2_sqrt, static_cast<float>(std::sqrt(bc2)));

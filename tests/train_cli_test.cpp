@@ -29,6 +29,9 @@ TEST(TrainCli, BadFlagsAreUsageErrors) {
       {"train --optimizer adam", "--optimizer"},
       {"train --steps 10 --epochs 2", "excludes"},
       {"train --hidden 256,0", "--hidden"},
+      {"train --lr-schedule linear", "--lr-schedule"},
+      {"train --warmup -3", "--warmup"},
+      {"train --steps 5 --warmup 5", "--warmup 5 leaves no step"},
       {"train --no-such-flag", "no-such-flag"},
       {"frobnicate", "frobnicate"},
   };
@@ -75,6 +78,19 @@ TEST(TrainCli, SameSeedSameParametersOtherSeedOtherParameters) {
   EXPECT_NE(a["params_sha256"], c["params_sha256"]);
   // 40 steps already beat chance (10%) by far on Fashion-MNIST.
   EXPECT_GT(a["test_accuracy"].get<double>(), 0.5);
+  EXPECT_EQ(a["lr_schedule"], "constant");
+  EXPECT_EQ(a["warmup_steps"], 0);
+}
+
+TEST(TrainCli, CosineScheduleWithWarmupIsReportedAndChangesTheRun) {
+  const auto constant = train_json("--seed 7");
+  const auto cosine = train_json("--seed 7 --lr-schedule cosine --warmup 5");
+  EXPECT_EQ(cosine["lr_schedule"], "cosine");
+  EXPECT_EQ(cosine["warmup_steps"], 5);
+  EXPECT_NE(cosine["params_sha256"], constant["params_sha256"]);
+  EXPECT_GT(cosine["test_accuracy"].get<double>(), 0.5);
+  // The planned step is the same: the schedule scales the rate the updates read, nothing else.
+  EXPECT_EQ(cosine["arena_bytes"], constant["arena_bytes"]);
 }
 
 }  // namespace

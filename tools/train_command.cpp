@@ -41,6 +41,7 @@ struct TrainFlags {
   graph::OptimizerKind optimizer = graph::OptimizerKind::adamw;
   double momentum = 0.9;
   double weight_decay = 0.0;
+  runtime::LrSchedule schedule;
   std::uint64_t seed = 0;
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
@@ -70,6 +71,14 @@ struct TrainFlags {
   double bucket_mb = 25.0;
   int prefetch = 1;
 };
+
+// ", cosine schedule, 100 warm-up steps" after the learning rate; empty for a constant rate.
+std::string schedule_label(const runtime::LrSchedule& s) {
+  std::string out;
+  if (s.kind != runtime::LrScheduleKind::constant) out += ", " + std::string(enum_name(runtime::kLrScheduleNames, s.kind)) + " schedule";
+  if (s.warmup_steps > 0) out += ", " + std::to_string(s.warmup_steps) + " warm-up steps";
+  return out;
+}
 
 std::string format_rate(double per_s, bool tokens) {
   std::ostringstream out;
@@ -268,6 +277,7 @@ int run_train(const TrainFlags& flags) {
   options.optimizer.lr = static_cast<float>(flags.lr);
   options.optimizer.momentum = static_cast<float>(flags.momentum);
   options.optimizer.weight_decay = static_cast<float>(flags.weight_decay);
+  options.schedule = flags.schedule;
   options.seed = flags.seed;
   options.executor.mode = flags.mode;
   options.executor.debug = runtime::DebugOptions::from_env();
@@ -321,13 +331,18 @@ int run_train(const TrainFlags& flags) {
   const std::int64_t steps_per_epoch = session.steps_per_epoch();
   const std::int64_t steps = flags.steps > 0 ? flags.steps : flags.epochs * steps_per_epoch;
   const std::int64_t samples_per_step = session.samples_per_step();
+  if (Status s = runtime::check_lr_schedule(flags.schedule, steps); !s) {
+    std::cerr << "memplan train: " << s.error().message << "\n";
+    return kExitUsage;
+  }
   if (!quiet) {
     const std::string where = device.kind() == kernels::DeviceKind::cpu
                                   ? device.name() + " (" + std::to_string(kernels::cpu_threads()) + " threads)"
                                   : device.name();
-    std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g, device %s\n",
+    std::fprintf(stderr, "memplan train: %s on %s, %lld steps of batch %lld, %s lr %g%s, device %s\n",
                  model_label.c_str(), text_model ? "text" : "Fashion-MNIST", static_cast<long long>(steps),
-                 static_cast<long long>(flags.batch), optimizer_label.c_str(), flags.lr, where.c_str());
+                 static_cast<long long>(flags.batch), optimizer_label.c_str(), flags.lr,
+                 schedule_label(flags.schedule).c_str(), where.c_str());
   }
   Progress progress("train", steps, !quiet);
   double recent_ms = 0.0;
@@ -410,6 +425,8 @@ int run_train(const TrainFlags& flags) {
     }
     out["optimizer"] = optimizer_label;
     out["lr"] = flags.lr;
+    out["lr_schedule"] = std::string(enum_name(runtime::kLrScheduleNames, flags.schedule.kind));
+    out["warmup_steps"] = flags.schedule.warmup_steps;
     out["batch"] = flags.batch;
     out["seed"] = flags.seed;
     out["steps"] = s.steps;
@@ -455,8 +472,8 @@ int run_train(const TrainFlags& flags) {
     if (flags.profile) out["profile"] = profile_json(executor.profile());
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("model            %s (%s, lr %g, batch %lld, seed %llu)\n", model_label.c_str(),
-                optimizer_label.c_str(), flags.lr, static_cast<long long>(flags.batch),
+    std::printf("model            %s (%s, lr %g%s, batch %lld, seed %llu)\n", model_label.c_str(),
+                optimizer_label.c_str(), flags.lr, schedule_label(flags.schedule).c_str(), static_cast<long long>(flags.batch),
                 static_cast<unsigned long long>(flags.seed));
     std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), epochs_done,
                 s.total_seconds);
@@ -533,6 +550,13 @@ Command add_train_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--weight-decay", flags->weight_decay, "Weight decay (decoupled for adamw)")
       ->check(finite_in_range(0.0, 1.0))
+      ->capture_default_str();
+  add_enum_option(*app, "--lr-schedule", flags->schedule.kind, runtime::kLrScheduleNames,
+                  "How the learning rate moves over the run's steps: constant, or cosine (from --lr down to 0 at the last "
+                  "step, as PyTorch's CosineAnnealingLR with T_max = the steps)");
+  app->add_option("--warmup", flags->schedule.warmup_steps,
+                  "Steps of linear warm-up before the schedule: the learning rate times (s + 1) / N at step s < N")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app->add_option("--seed", flags->seed, "Seed for initialisation and shuffling")
       ->check(whole_number())

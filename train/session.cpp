@@ -247,6 +247,7 @@ std::int64_t TrainingSession::samples_per_step() const {
 }
 
 Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const runtime::ProgressFn& progress) {
+  if (Status s = runtime::check_lr_schedule(options_.schedule, steps); !s) return s.error();
   const std::int64_t first = first_step_;
   auto summary = runtime::train(
       *executor_, steps,
@@ -257,7 +258,7 @@ Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const run
           image_feeder_->feed(first + i, e);
         }
       },
-      progress);
+      progress, options_.schedule);
   if (summary) first_step_ = first + summary.value().steps;
   return summary;
 }

@@ -74,6 +74,7 @@ Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKin
 struct SessionOptions {
   std::int64_t batch = 128;
   graph::OptimizerConfig optimizer;
+  runtime::LrSchedule schedule;  // over the steps of each run() call
   std::uint64_t seed = 0;  // initialisation and shuffling
   runtime::ExecutorOptions executor;  // executor.communicator: the ranks of a data-parallel run
   // Data parallel (graph/data_parallel.h): world, this process's rank, ZeRO stage, buckets,
@@ -111,7 +112,8 @@ class TrainingSession {
 
   std::int64_t steps_per_epoch() const;
   std::int64_t samples_per_step() const;  // images, or tokens for the GPT
-  // Trains `steps` steps from where the run stands, feeding the model's data.
+  // Trains `steps` steps from where the run stands, feeding the model's data; the learning rate
+  // follows options.schedule over these steps (check_lr_schedule first: an Error otherwise).
   Result<runtime::TrainSummary> run(std::int64_t steps, const runtime::ProgressFn& progress);
   // Test accuracy (image models) or validation loss (the GPT), with a forward graph of its own
   // planned on the CPU (the training device's memory limit is for the training step).

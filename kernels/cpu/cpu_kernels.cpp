@@ -248,7 +248,7 @@ std::int64_t updated_count(const KernelCall& c) {
 void k_sgd_update(const KernelCall& c) {
   float* p = updated_params(c);
   const float* g = c.inputs[0].f32();
-  const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
+  const float lr = c.lr(), wd = c.attrs->weight_decay;
   for_each_index(updated_count(c), [=](std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
 }
 
@@ -256,7 +256,7 @@ void k_sgd_momentum_update(const KernelCall& c) {
   float* p = updated_params(c);
   float* buf = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
-  const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
+  const float lr = c.lr(), wd = c.attrs->weight_decay, mom = c.attrs->momentum;
   for_each_index(updated_count(c), [=](std::int64_t i) { sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom); });
 }
 
@@ -265,7 +265,7 @@ void k_adamw_update(const KernelCall& c) {
   float* m = c.updates[1].f32();
   float* v = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
-  const AdamWScalars s = adamw_scalars(*c.attrs, c.step);
+  const AdamWScalars s = adamw_scalars(*c.attrs, c.step, c.lr());
   for_each_index(updated_count(c), [=](std::int64_t i) { adamw_element(p[i], m[i], v[i], g[i], s); });
 }
 

@@ -165,7 +165,7 @@ void k_running_stats_update(const KernelCall& c) {
 void k_sgd_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   const float* g = c.inputs[0].f32();
-  const float lr = c.attrs->lr, wd = c.attrs->weight_decay;
+  const float lr = c.lr(), wd = c.attrs->weight_decay;
   for_each_index(c.updates[0].numel(), "sgd_update", [=] __device__(std::int64_t i) { sgd_element(p[i], g[i], lr, wd); });
 }
 
@@ -173,7 +173,7 @@ void k_sgd_momentum_update(const KernelCall& c) {
   float* p = c.updates[0].f32();
   float* buf = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
-  const float lr = c.attrs->lr, wd = c.attrs->weight_decay, mom = c.attrs->momentum;
+  const float lr = c.lr(), wd = c.attrs->weight_decay, mom = c.attrs->momentum;
   for_each_index(c.updates[0].numel(), "sgd_momentum_update", [=] __device__(std::int64_t i) {
     sgd_momentum_element(p[i], buf[i], g[i], lr, wd, mom);
   });
@@ -185,7 +185,7 @@ void k_adamw_update(const KernelCall& c) {
   float* v = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
   // The bias corrections on the host in double, as on the CPU.
-  const AdamWScalars s = adamw_scalars(*c.attrs, c.step);
+  const AdamWScalars s = adamw_scalars(*c.attrs, c.step, c.lr());
   for_each_index(c.updates[0].numel(), "adamw_update", [=] __device__(std::int64_t i) {
     // g is read first: which product of b1 * m + (1 - b1) * g nvcc fuses into an FMA (--fmad)
     // follows the order of the loads, and another order changes the low bits of the update.

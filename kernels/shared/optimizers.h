@@ -34,15 +34,16 @@ struct AdamWScalars {
   float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
 
-inline AdamWScalars adamw_scalars(const graph::OpAttrs& a, std::int64_t step) {
+// `lr`: the step's learning rate (the op's, times the schedule's factor).
+inline AdamWScalars adamw_scalars(const graph::OpAttrs& a, std::int64_t step, float lr) {
   const double t = static_cast<double>(step);
   const float bc1 = static_cast<float>(1.0 - std::pow(double(a.beta1), t));
   AdamWScalars s{};
   s.beta1 = a.beta1;
   s.beta2 = a.beta2;
   s.eps = a.eps;
-  s.decay = 1.0f - a.lr * a.weight_decay;
-  s.step_size = a.lr / bc1;
+  s.decay = 1.0f - lr * a.weight_decay;
+  s.step_size = lr / bc1;
   s.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
   return s;
 }
