@@ -68,6 +68,11 @@ struct CheckpointOutcome {
   // reaches (with find_minimum).
   bool fits = true;
   std::optional<MinimumArena> minimum;
+  // With stop_when_unmet and a budget, for optimal (and auto once it checkpoints): about the
+  // smallest arena the strategy's frontier reaches (Checkpointer's estimate: the least of the
+  // points' packed arenas and lower bounds known, the least-memory end's included). A batch-size
+  // search aims with it, since a fitting answer's arena says nothing of the room left.
+  std::optional<Bytes> least_arena_estimate;
 };
 
 struct CheckpointRequest {
@@ -78,6 +83,10 @@ struct CheckpointRequest {
   // A batch-size search only needs "fits or not": an unmet budget then returns as soon as it is
   // known, with `graph` and `plan` those of the candidate that did not fit (or of the step itself).
   bool stop_when_unmet = false;
+  // Only "fits or not" is wanted, also when it fits: optimal (and auto) may choose any frontier
+  // point whose arena meets the budget, searched from the least-memory end, instead of the one
+  // with the least recomputation. Whether some point fits does not depend on the order.
+  bool any_fitting = false;
 };
 
 Result<CheckpointOutcome> apply_checkpointing(const graph::Graph& training_step, const CheckpointRequest& request,

@@ -110,16 +110,23 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
       PlanRequest probe = request;
       probe.checkpoint = strategy;
       probe.answer_only = true;
+      probe.any_fitting = true;  // whether it fits, not with how little recomputation
       auto fits_at = [&](std::int64_t batch) -> Result<BatchProbe> {
         StepDescription step = question.step;
         step.batch = batch * world;
         auto p = plan_step(step, probe);
         if (!p) return p.error();
-        // optimal and auto fill the budget with the least recomputation: their arena says how
-        // much room is left only when even their smallest does not fit.
+        // optimal and auto fill the budget: their arena says nothing of the room left, the
+        // frontier's least-arena estimate does (the search aims with it and decides by `fits`
+        // alone, so it stays exact).
         const bool adaptive = strategy == CheckpointStrategy::kOptimal || strategy == CheckpointStrategy::kAuto;
         BatchProbe r{p.value().fits, std::nullopt};
-        if (!adaptive || !r.fits) r.slack_bytes = double(*probe.budget) - double(p.value().plan.arena_bytes);
+        const std::optional<CheckpointOutcome>& cp = p.value().checkpoint;
+        if (adaptive && cp && cp->least_arena_estimate) {
+          r.slack_bytes = double(*probe.budget) - double(*cp->least_arena_estimate);
+        } else if (!adaptive) {
+          r.slack_bytes = double(*probe.budget) - double(p.value().plan.arena_bytes);
+        }
         return r;
       };
       std::int64_t start = 0;  // the largest batch an earlier strategy fits

@@ -116,7 +116,8 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
   }
   // The least arena of any strategy would checkpoint a data-parallel step: not asked there.
   CheckpointRequest cr{request.checkpoint, request.budget,
-                       request.find_minimum_arena && !request.answer_only && !step.parallel.active(), request.answer_only};
+                       request.find_minimum_arena && !request.answer_only && !step.parallel.active(), request.answer_only,
+                       request.answer_only && request.any_fitting};
   auto outcome = apply_checkpointing(built.value(), cr, options);
   if (!outcome) return outcome.error();
   out.fits = outcome.value().fits;

@@ -59,6 +59,10 @@ struct PlanRequest {
   // Only "fits or not" is wanted (batch-size searches): a step that does not fit returns as soon
   // as that is known; its plan is then not one to run (PlannedStep::runnable is false).
   bool answer_only = false;
+  // With answer_only: a fitting step may also answer with any fitting plan of its strategy, not
+  // the one with the least recomputation (optimal then searches its frontier from the
+  // least-memory end; "fits" is the same answer either way).
+  bool any_fitting = false;
 
   // The options plan_memory receives for this request.
   PlanOptions plan_options() const;

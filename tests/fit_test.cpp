@@ -221,6 +221,59 @@ TEST(Fit, MaxBatchFitsAndOneMoreDoesNot) {
   }
 }
 
+// The batch search asks optimal and auto only whether some frontier point fits (any_fitting,
+// searched from the least-memory end). Its yes or no must be the one of the least-recomputation
+// search at every batch, and the largest batch must be exact under the least-recomputation plans.
+TEST(Fit, AnyFittingProbesAnswerAsTheLeastRecomputationDoes) {
+  models::ModelOptions model;
+  model.name = "gpt";
+  model.gpt.vocab = 32;
+  model.gpt.context = 32;
+  model.gpt.layers = 4;
+  model.gpt.heads = 2;
+  model.gpt.width = 32;
+  const Bytes budget = 6 << 20;
+  planner::FitQuestion question;
+  question.step = planner::StepDescription::of_model(model, 1);
+  question.request.checkpoint = planner::CheckpointStrategy::kOptimal;
+  question.device_memory = budget;
+  question.max_batch_strategies = {planner::CheckpointStrategy::kNone, planner::CheckpointStrategy::kOptimal,
+                                   planner::CheckpointStrategy::kAuto};
+  auto answer = planner::answer_fit(question);
+  ASSERT_TRUE(answer.ok()) << answer.error().message;
+  ASSERT_EQ(answer.value().max_batch.size(), 3u);
+  const std::int64_t none_max = answer.value().max_batch[0].max_batch;
+  for (std::size_t row = 1; row < 3; ++row) {
+    const planner::StrategyMaxBatch& r = answer.value().max_batch[row];
+    ASSERT_GT(r.max_batch, none_max) << "checkpointing must buy batch here, or the test checks nothing";
+    auto plan_at = [&](std::int64_t batch, bool any_fitting) {
+      planner::StepDescription step = question.step;
+      step.batch = batch;
+      planner::PlanRequest request;
+      request.checkpoint = r.strategy;
+      request.budget = question.request.device.arena_budget(budget);
+      request.answer_only = true;
+      request.any_fitting = any_fitting;
+      auto p = planner::plan_step(step, request);
+      EXPECT_TRUE(p.ok());
+      return std::move(p).value();
+    };
+    EXPECT_TRUE(plan_at(r.max_batch, false).fits) << planner::checkpoint_strategy_name(r.strategy);
+    EXPECT_FALSE(plan_at(r.max_batch + 1, false).fits) << planner::checkpoint_strategy_name(r.strategy);
+    for (std::int64_t batch = none_max; batch <= r.max_batch + 3; ++batch) {
+      const planner::PlannedStep any = plan_at(batch, true);
+      EXPECT_EQ(any.fits, plan_at(batch, false).fits) << "batch " << batch;
+      if (any.fits) {
+        EXPECT_LE(any.plan.arena_bytes, *any.budget) << "batch " << batch;
+      }
+      if (batch > none_max) {
+        ASSERT_TRUE(any.checkpoint && any.checkpoint->least_arena_estimate) << "batch " << batch;
+        EXPECT_GT(*any.checkpoint->least_arena_estimate, 0);
+      }
+    }
+  }
+}
+
 TEST(Fit, DoesNotFitSuggestsAMicroBatchThatDoes) {
   const auto r = run_cli("fit --model mlp --batch 100000 --budget 64MiB --device cpu --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -556,7 +556,7 @@ Command add_train_command(CLI::App& root) {
                   "step, as PyTorch's CosineAnnealingLR with T_max = the steps)");
   app->add_option("--warmup", flags->schedule.warmup_steps,
                   "Steps of linear warm-up before the schedule: the learning rate times (s + 1) / N at step s < N")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number(std::uint64_t{INT64_MAX}))
       ->capture_default_str();
   app->add_option("--seed", flags->seed, "Seed for initialisation and shuffling")
       ->check(whole_number())
