@@ -94,7 +94,7 @@ TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se", "tiny_vgg", "tiny_vit"));
 
 // Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
 std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
@@ -117,7 +117,7 @@ std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
 }
 
 TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
-  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se"}) {
+  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se", "tiny_vgg", "tiny_vit"}) {
     const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
     EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
     EXPECT_NE(planned, "");

@@ -151,6 +151,26 @@ class TinySe(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
 
 
+def tiny_vgg():
+    """torchvision's VGG class (its make_layers feature stack: Conv, Relu, MaxPool; its adaptive
+    average pool; Flatten and a Linear/Relu/Dropout classifier) at VGG-11's layer pattern with
+    narrow widths and a small head. Dropout p = 0 so the golden step is deterministic (memplan's
+    masks are its own); the node still exports and imports."""
+    from torchvision.models.vgg import VGG, make_layers
+    model = VGG(make_layers([8, "M", 16, "M", 16, 16, "M"]), num_classes=10, init_weights=True, dropout=0.0)
+    model.avgpool = nn.AdaptiveAvgPool2d((1, 1))  # 2x2 maps -> 1x1: exports as an AveragePool
+    model.classifier = nn.Sequential(nn.Linear(16, 32), nn.ReLU(True), nn.Dropout(p=0.0), nn.Linear(32, 10))
+    return model
+
+
+def tiny_vit():
+    """torchvision's VisionTransformer (conv patch embedding, class token Concat, learned
+    positions, nn.MultiheadAttention, MLP with Gelu, Gather of the class token) at toy sizes."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    return VisionTransformer(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                             num_classes=10)
+
+
 def resnet18_fmnist():
     r18 = torchvision.models.resnet18(num_classes=10)
     r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
@@ -245,6 +265,7 @@ def main():
         export(vit, torch.randn(2, 3, 224, 224), os.path.join(out_dir, "vit_b_16.onnx"), 17)
         export(resnet18_fmnist(), torch.randn(2, 1, 28, 28), os.path.join(out_dir, "resnet18_fmnist.onnx"), 15)
         export(torchvision.models.mobilenet_v2(), torch.randn(2, 3, 224, 224), os.path.join(out_dir, "mobilenet_v2.onnx"), 15)
+        export(torchvision.models.vgg11(), torch.randn(2, 3, 224, 224), os.path.join(out_dir, "vgg11.onnx"), 15)
         export(torchvision.models.resnet50(replace_stride_with_dilation=[False, True, True]), torch.randn(2, 3, 224, 224),
                os.path.join(out_dir, "resnet50_dilated.onnx"), 15)
         return
@@ -271,6 +292,12 @@ def main():
             ["atrous.weight", "depthwise.weight", "depthwise.bias", "wide.weight"])
     fixture(TinySe(), "tiny_se", torch.randn(batch, 3, 10, 10), torch.tensor([4, 0]), out_dir, 13,
             ["depthwise.weight", "se1.fc1.weight", "se1.fc2.bias", "se2.fc1.weight", "se2.fc2.weight"])
+    # Added after the others so their random draws (and files) stay as they were.
+    fixture(tiny_vgg(), "tiny_vgg", torch.randn(batch, 3, 16, 16), torch.tensor([6, 1]), out_dir, 15,
+            ["features.3.weight", "classifier.0.weight"])
+    fixture(tiny_vit(), "tiny_vit", torch.randn(batch, 3, 16, 16), torch.tensor([0, 5]), out_dir, 17,
+            ["conv_proj.weight", "encoder.pos_embedding", "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
+             "encoder.layers.encoder_layer_1.mlp.0.weight"])
 
 
 def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
