@@ -1,4 +1,5 @@
 #include <array>
+#include <vector>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/kernel.h"
@@ -45,6 +46,15 @@ bool built_with_cuda() {
 
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
   return table()[static_cast<std::size_t>(kind)][static_cast<std::size_t>(device)];
+}
+
+FusedKernelFn find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {
+  if (device != DeviceKind::cpu) return nullptr;
+  static const std::vector<cpu::FusedKernelEntry> entries = cpu::nn_fused_kernel_entries();
+  for (const cpu::FusedKernelEntry& e : entries) {
+    if (e.first == first && e.second == second) return e.fn;
+  }
+  return nullptr;
 }
 
 }  // namespace memplan::kernels

@@ -51,11 +51,19 @@ struct KernelCall {
 
 using KernelFn = void (*)(const KernelCall&);
 
+// Two ops adjacent in the schedule, the second reading the first's output, run as one: the
+// result is bitwise what the two kernels give one after the other, with the intermediate read
+// back while in cache. Only where their tensors do not overlap in memory (the executor checks),
+// since the second writes its output while the first still reads its inputs.
+using FusedKernelFn = void (*)(const KernelCall& first, const KernelCall& second);
+
 // Whether this build holds the CUDA kernels (the CUDA toolkit was found at configure time).
 bool built_with_cuda();
 
 // The kernel for (kind, device), or nullptr when that device has none.
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
+// The fused kernel for `first` then `second` on `device`, or nullptr.
+FusedKernelFn find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device);
 
 // Threads the CPU kernels use (Eigen GEMM and the OpenMP loops, for parallel regions this thread
 // starts); 0 = OpenMP's default (OMP_NUM_THREADS, else all cores).

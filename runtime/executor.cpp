@@ -56,6 +56,7 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
       mode_(options.mode),
       debug_(options.debug),
       trust_plan_(options.trust_plan),
+      fuse_kernels_(options.fuse_kernels),
       communicator_(options.communicator),
       plan_(std::move(plan)),
       events_(planner::allocation_events(plan_)),
@@ -199,6 +200,7 @@ Status Executor::setup() {
     device_.attach_workspace(workspace_, wanted);
   }
   device_bytes_at_setup_ = device_.stats().bytes_in_use - before;
+  find_fused_pairs();
   setup_done_ = true;
   return Status::success();
 }
@@ -314,10 +316,67 @@ Status Executor::check_finite(const Op& op, std::size_t position, bool inputs) c
   return Status::success();
 }
 
+void Executor::find_fused_pairs() {
+  fused_with_next_.assign(schedule_.size(), nullptr);
+  // Naive and dynamic modes allocate and free around each op, and the debug checks run between
+  // ops: both need the ops one at a time.
+  if (!fuse_kernels_ || mode_ != ExecutionMode::planned || debug_.poison || debug_.guards || debug_.finite) return;
+  struct Range {
+    const std::byte* begin;
+    const std::byte* end;
+  };
+  auto range = [&](TensorId id) {
+    const auto* p = static_cast<const std::byte*>(storage(id));
+    return Range{p, p + graph_.tensor(id).size_bytes()};
+  };
+  auto overlap = [](const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; };
+  for (std::size_t pos = 0; pos + 1 < schedule_.size(); ++pos) {
+    const Op& a = graph_.ops()[static_cast<std::size_t>(schedule_[pos])];
+    const Op& b = graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])];
+    kernels::FusedKernelFn fn = kernels::find_fused_kernel(a.kind, b.kind, device_.kind());
+    if (fn == nullptr || a.outputs.size() != 1 || b.inputs.empty() || b.inputs[0] != a.outputs[0]) continue;
+    // The second op writes sample i's output while the first still reads (and writes) later
+    // samples: its outputs must not share a byte with anything the first touches, and the
+    // first's output must not share one with the second's other inputs.
+    bool disjoint = true;
+    for (TensorId out : b.outputs) {
+      for (TensorId t : a.inputs) disjoint = disjoint && !overlap(range(out), range(t));
+      for (TensorId t : a.outputs) disjoint = disjoint && !overlap(range(out), range(t));
+    }
+    for (std::size_t k = 1; k < b.inputs.size(); ++k) disjoint = disjoint && !overlap(range(a.outputs[0]), range(b.inputs[k]));
+    if (!a.updates.empty() || !b.updates.empty()) disjoint = false;
+    if (disjoint) {
+      fused_with_next_[pos] = fn;
+      ++pos;  // an op runs in one pair at most
+    }
+  }
+}
+
+std::span<const kernels::TensorRef> Executor::tensor_refs(const Op& op, std::vector<kernels::TensorRef>& refs) const {
+  refs.clear();
+  auto push = [&](TensorId id) {
+    const TensorDesc& desc = graph_.tensor(id);
+    refs.push_back(kernels::TensorRef{storage(id), &desc.shape, desc.dtype});
+  };
+  for (TensorId id : op.inputs) push(id);
+  for (TensorId id : op.outputs) push(id);
+  for (TensorId id : op.updates) push(id);
+  return std::span<const kernels::TensorRef>(refs);
+}
+
 void Executor::set_profiling(bool on) {
   profiling_ = on;
   profile_record_ = ProfileRecord{};
   profile_record_.op_ns.assign(schedule_.size(), 0.0);
+  profile_record_.timed_in.assign(schedule_.size(), -1);
+  // A fused pair is timed as one, under the op with the multiply-adds (so its GFLOP/s is the
+  // pair's), the other op marked as timed there.
+  for (std::size_t pos = 0; pos < fused_with_next_.size(); ++pos) {
+    if (fused_with_next_[pos] == nullptr) continue;
+    const bool second_counts = op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])]) > 0.0 &&
+                               op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos])]) <= 0.0;
+    profile_record_.timed_in[second_counts ? pos : pos + 1] = static_cast<int>(second_counts ? pos + 1 : pos);
+  }
 }
 
 StepProfile Executor::profile() const {
@@ -354,7 +413,7 @@ Status Executor::run_step() {
     device_.copy_from_host(slots_[b].data, staged.data(), static_cast<Bytes>(staged.size()));
   }
 
-  std::vector<kernels::TensorRef> refs;
+  std::vector<kernels::TensorRef> refs, next_refs;
   std::vector<float> nans;
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
     // An op's time runs from its allocations to its frees: the ops' times and the input copies
@@ -379,19 +438,22 @@ Status Executor::run_step() {
     if (debug_.finite) {
       if (Status s = check_finite(op, pos, /*inputs=*/true); !s) return s;
     }
-    refs.clear();
-    auto push = [&](TensorId id) {
-      const TensorDesc& desc = graph_.tensor(id);
-      refs.push_back(kernels::TensorRef{storage(id), &desc.shape, desc.dtype});
+    auto make_call = [&](const Op& o, std::span<const kernels::TensorRef> all) {
+      return kernels::KernelCall{o.kind, &o.attrs, all.subspan(0, o.inputs.size()),
+                                 all.subspan(o.inputs.size(), o.outputs.size()),
+                                 all.subspan(o.inputs.size() + o.outputs.size()), steps_completed_ + 1, communicator_,
+                                 lr_scale_};
     };
-    for (TensorId id : op.inputs) push(id);
-    for (TensorId id : op.outputs) push(id);
-    for (TensorId id : op.updates) push(id);
-    const std::span<const kernels::TensorRef> all(refs);
-    kernels::KernelCall call{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
-                             all.subspan(op.inputs.size(), op.outputs.size()),
-                             all.subspan(op.inputs.size() + op.outputs.size()), steps_completed_ + 1, communicator_, lr_scale_};
-    kernels_[static_cast<std::size_t>(op_index)](call);
+    const kernels::KernelCall call = make_call(op, tensor_refs(op, refs));
+    if (kernels::FusedKernelFn fused = fused_with_next_[pos]; fused != nullptr) {
+      // The pair runs as one at this position (timed as one: set_profiling); the next
+      // position has nothing of its own to allocate or free before this op's frees (planned
+      // mode, no guards), so it is skipped below.
+      const Op& next = graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])];
+      fused(call, make_call(next, tensor_refs(next, next_refs)));
+    } else {
+      kernels_[static_cast<std::size_t>(op_index)](call);
+    }
     if (profiling) device_.synchronize();
     if (debug_.finite) {
       if (Status s = check_finite(op, pos, /*inputs=*/false); !s) return s;
@@ -412,7 +474,14 @@ Status Executor::run_step() {
       }
       release(b);
     }
-    if (profiling) profile_record_.op_ns[pos] += std::chrono::duration<double, std::nano>(Clock::now() - op_start).count();
+    if (profiling) {
+      const std::size_t timed = profile_record_.timed_in[pos] >= 0 ? static_cast<std::size_t>(profile_record_.timed_in[pos]) : pos;
+      profile_record_.op_ns[timed] += std::chrono::duration<double, std::nano>(Clock::now() - op_start).count();
+    }
+    if (fused_with_next_[pos] != nullptr) {
+      ++pos;  // ran with this one
+      for (int b : events_.free_after[pos]) release(b);
+    }
   }
   device_.synchronize();  // the step is over when its kernels are (step times, host reads)
   if (profiling) {

@@ -48,6 +48,7 @@ StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>&
     t.kind = op.kind;
     t.ms = record.op_ns[pos] * per_step;
     t.flops = op_flops(graph, op);
+    if (pos < record.timed_in.size()) t.timed_in = record.timed_in[pos];
     p.ops_ms += t.ms;
     p.flops += t.flops;
     KindTime& k = kinds[static_cast<std::size_t>(op.kind)];
@@ -55,6 +56,10 @@ StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>&
     k.ops += 1;
     k.ms += t.ms;
     k.flops += t.flops;
+    if (t.timed_in >= 0) {
+      k.timed_elsewhere += 1;
+      k.timed_in = graph.ops()[static_cast<std::size_t>(schedule[static_cast<std::size_t>(t.timed_in)])].kind;
+    }
     p.ops.push_back(std::move(t));
   }
   p.other_ms = p.step_ms - p.ops_ms;

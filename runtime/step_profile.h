@@ -23,6 +23,9 @@ struct OpTime {
   double ms = 0.0;     // mean per step
   double share = 0.0;  // of the mean step time, 0..1
   double flops = 0.0;  // per step, 0 when not counted
+  // Run fused with a neighbour (Executor: fused kernels) whose time includes this op's: that
+  // op's index into StepProfile::ops; -1 when timed on its own.
+  int timed_in = -1;
   double gflops_per_s() const { return ms > 0.0 && flops > 0.0 ? flops / (ms * 1e6) : 0.0; }
 };
 
@@ -32,6 +35,8 @@ struct KindTime {
   double ms = 0.0;
   double share = 0.0;
   double flops = 0.0;
+  int timed_elsewhere = 0;    // ops of this kind run fused and timed within another op
+  graph::OpKind timed_in{};   // the kind of that op (when timed_elsewhere > 0)
   double gflops_per_s() const { return ms > 0.0 && flops > 0.0 ? flops / (ms * 1e6) : 0.0; }
 };
 
@@ -51,6 +56,8 @@ struct ProfileRecord {
   std::int64_t steps = 0;
   double step_ns = 0.0;                 // summed over steps
   std::vector<double> op_ns;            // per schedule position, summed over steps
+  // Per schedule position: the position whose time includes this op's (a fused pair), or -1.
+  std::vector<int> timed_in;
 };
 
 StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>& schedule, const ProfileRecord& record);

@@ -27,10 +27,17 @@ std::string profile_text(const runtime::StepProfile& p) {
                 p.flops * 1e-9);
   out += line;
   out += "| op kind | ops | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- | --- |\n";
+  std::string fused_notes;
   for (const runtime::KindTime& k : p.kinds) {
     out += "| " + std::string(graph::op_name(k.kind)) + " | " + std::to_string(k.ops) + " | " + fixed(k.ms, 3) +
            " | " + fixed(100.0 * k.share, 1) + "% | " + rate(k.gflops_per_s()) + " |\n";
+    if (k.timed_elsewhere > 0) {
+      fused_notes += std::string(graph::op_name(k.kind)) + ": " + std::to_string(k.timed_elsewhere) + " of " +
+                     std::to_string(k.ops) + " ran fused with " + std::string(graph::op_name(k.timed_in)) +
+                     ", their time counted there\n";
+    }
   }
+  if (!fused_notes.empty()) out += "\n" + fused_notes;
   out += "\nslowest ops:\n\n| op | kind | ms/step | share | GFLOP/s |\n| --- | --- | --- | --- | --- |\n";
   for (int i : p.slowest) {
     const runtime::OpTime& t = p.ops[static_cast<std::size_t>(i)];
@@ -56,6 +63,10 @@ nlohmann::json profile_json(const runtime::StepProfile& p) {
   for (const runtime::KindTime& k : p.kinds) {
     nlohmann::json row{{"kind", graph::op_name(k.kind)}, {"ops", k.ops}, {"ms", k.ms}, {"share", k.share}};
     with_rate(row, k.flops, k.gflops_per_s());
+    if (k.timed_elsewhere > 0) {
+      row["timed_within"] = graph::op_name(k.timed_in);
+      row["ops_timed_within"] = k.timed_elsewhere;
+    }
     kinds.push_back(row);
   }
   j["kinds"] = kinds;

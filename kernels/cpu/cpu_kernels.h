@@ -17,6 +17,13 @@ inline constexpr std::int64_t kParallelMin = 1 << 15;
 std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
+// The pairs of adjacent ops that run fused on the CPU (im2col then conv2d; the input gradient's
+// product then col2im), sample by sample (nn_kernels.cpp).
+struct FusedKernelEntry {
+  graph::OpKind first, second;
+  FusedKernelFn fn;
+};
+std::vector<FusedKernelEntry> nn_fused_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
 // Fused attention: its log-sum-exp, output and backward ops (attention_kernels.cpp).

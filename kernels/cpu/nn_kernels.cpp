@@ -101,13 +101,10 @@ void k_channel_scale_backward(const KernelCall& c) {
   }
 }
 
-void k_im2col(const KernelCall& c) {
-  const Window g = window_of(*c.inputs[0].shape, *c.attrs);
-  const float* x = c.inputs[0].f32();
-  float* cols = c.outputs[0].f32();
+// One (sample, channel) plane's rows of the columns; planes are independent.
+void im2col_plane(const Window& g, const float* x, float* cols, std::int64_t plane) {
   const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  {
     const float* src = x + plane * g.h * g.w;
     float* dst_plane = cols + plane * kk * p;  // rows c*K*K.. of sample n are contiguous
     for (std::int64_t kh = 0; kh < g.k; ++kh) {
@@ -135,15 +132,19 @@ void k_im2col(const KernelCall& c) {
   }
 }
 
+void k_im2col(const KernelCall& c) {
+  const Window g = window_of(*c.inputs[0].shape, *c.attrs);
+  const float* x = c.inputs[0].f32();
+  float* cols = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) im2col_plane(g, x, cols, plane);
+}
+
 // The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order
 // (with a dilation several taps reach one pixel; they add up in that order too).
-void k_col2im(const KernelCall& c) {
-  const Window g = window_of(*c.outputs[0].shape, *c.attrs);
-  const float* cols = c.inputs[0].f32();
-  float* x = c.outputs[0].f32();
+void col2im_plane(const Window& g, const float* cols, float* x, std::int64_t plane) {
   const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  {
     float* dst = x + plane * g.h * g.w;
     std::fill(dst, dst + g.h * g.w, 0.0f);
     const float* src_plane = cols + plane * kk * p;
@@ -167,10 +168,28 @@ void k_col2im(const KernelCall& c) {
   }
 }
 
+void k_col2im(const KernelCall& c) {
+  const Window g = window_of(*c.outputs[0].shape, *c.attrs);
+  const float* cols = c.inputs[0].f32();
+  float* x = c.outputs[0].f32();
+#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) col2im_plane(g, cols, x, plane);
+}
+
 // Images of fewer output positions than this go through Eigen: small_gemm's 32-column tiles
 // waste too much of a narrow image (bench/results/gemm_blas.md, one thread: 7x7 at 48 GFLOP/s
 // against Eigen's 110; 14x14 at 113 against 104; 28x28 at 184 against 63).
 constexpr std::int64_t kSmallGemmMinColumns = 128;
+
+// One sample's products: y [Cout, P] = w [Cout, CKK] cols [CKK, P], and dcols [CKK, P] = w^T dy.
+void conv_image(std::int64_t cout, std::int64_t ckk, std::int64_t p, const float* w, const float* cols, float* y) {
+  if (p >= kSmallGemmMinColumns) small_gemm(cout, p, ckk, w, ckk, 1, cols, p, y, p);
+  else gemm(false, false, cout, p, ckk, w, cols, y);
+}
+void conv_cols_image(std::int64_t cout, std::int64_t ckk, std::int64_t p, const float* w, const float* dy, float* dcols) {
+  if (p >= kSmallGemmMinColumns) small_gemm(ckk, p, cout, w, 1, ckk, dy, p, dcols, p);
+  else gemm(true, false, ckk, p, cout, w, dy, dcols);
+}
 
 // y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]; one register-tiled product per sample
 // (small_gemm, or Eigen for narrow images), samples in parallel.
@@ -182,10 +201,7 @@ void k_conv2d(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (p >= kSmallGemmMinColumns) small_gemm(cout, p, ckk, w, ckk, 1, cols + i * ckk * p, p, y + i * cout * p, p);
-    else gemm(false, false, cout, p, ckk, w, cols + i * ckk * p, y + i * cout * p);
-  }
+  for (std::int64_t i = 0; i < n; ++i) conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p);
 }
 
 // dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T (batched_gemm_nt: threads split dw's tiles,
@@ -206,9 +222,45 @@ void k_conv2d_backward_cols(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* dcols = c.outputs[0].f32();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (p >= kSmallGemmMinColumns) small_gemm(ckk, p, cout, w, 1, ckk, dy + i * cout * p, p, dcols + i * ckk * p, p);
-    else gemm(true, false, ckk, p, cout, w, dy + i * cout * p, dcols + i * ckk * p);
+  for (std::int64_t i = 0; i < n; ++i) conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p);
+}
+
+// --- fused pairs (kernels/kernel.h: find_fused_kernel) ----------------------------------------
+// Each runs two adjacent ops sample by sample, so the columns one writes are read back by the
+// other while they are in cache instead of after the whole batch. Every value is computed by the
+// same code in the same order as the two kernels one after the other (their loops split only
+// over independent samples and planes), so the results are bitwise equal; the columns are still
+// written in full (the backward pass reads them).
+
+// im2col(x) -> cols, then conv2d(cols, w) -> y.
+void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
+  const Window g = window_of(*a.inputs[0].shape, *a.attrs);
+  const float* x = a.inputs[0].f32();
+  float* cols = a.outputs[0].f32();
+  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t cout = (*b.inputs[1].shape)[0];
+  const float* w = b.inputs[1].f32();
+  float* y = b.outputs[0].f32();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < g.n; ++i) {
+    for (std::int64_t plane = i * g.c; plane < (i + 1) * g.c; ++plane) im2col_plane(g, x, cols, plane);
+    conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p);
+  }
+}
+
+// conv2d_backward_cols(dy, w) -> dcols, then col2im(dcols) -> dx.
+void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b) {
+  const Window g = window_of(*b.outputs[0].shape, *b.attrs);
+  const float* dy = a.inputs[0].f32();
+  const float* w = a.inputs[1].f32();
+  float* dcols = a.outputs[0].f32();
+  float* dx = b.outputs[0].f32();
+  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t cout = (*a.inputs[1].shape)[0];
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < g.n; ++i) {
+    conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p);
+    for (std::int64_t plane = i * g.c; plane < (i + 1) * g.c; ++plane) col2im_plane(g, dcols, dx, plane);
   }
 }
 
@@ -728,6 +780,13 @@ std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
       {OpKind::layer_norm_dgamma, k_layer_norm_dgamma},
       {OpKind::embedding_backward, k_embedding_backward},
       {OpKind::softmax_backward, k_softmax_backward},
+  };
+}
+
+std::vector<FusedKernelEntry> nn_fused_kernel_entries() {
+  return {
+      {OpKind::im2col, OpKind::conv2d, k_im2col_then_conv2d},
+      {OpKind::conv2d_backward_cols, OpKind::col2im, k_conv2d_backward_cols_then_col2im},
   };
 }
 
