@@ -260,7 +260,9 @@ TEST(Fit, AnyFittingProbesAnswerAsTheLeastRecomputationDoes) {
     };
     EXPECT_TRUE(plan_at(r.max_batch, false).fits) << planner::checkpoint_strategy_name(r.strategy);
     EXPECT_FALSE(plan_at(r.max_batch + 1, false).fits) << planner::checkpoint_strategy_name(r.strategy);
-    for (std::int64_t batch = none_max; batch <= r.max_batch + 3; ++batch) {
+    // Either side of both boundaries (none's and this strategy's) and between them.
+    for (std::int64_t batch : {none_max, none_max + 1, (none_max + r.max_batch) / 2, r.max_batch - 1, r.max_batch,
+                               r.max_batch + 1, r.max_batch + 2}) {
       const planner::PlannedStep any = plan_at(batch, true);
       EXPECT_EQ(any.fits, plan_at(batch, false).fits) << "batch " << batch;
       if (any.fits) {
