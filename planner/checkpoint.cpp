@@ -355,22 +355,10 @@ class Checkpointer {
     find_frontier();
     const std::size_t n = frontier_->size();
     std::optional<std::size_t> best;
-    const std::size_t batch = std::max(1u, std::thread::hardware_concurrency());
     if (budget) {
-      for (std::size_t i = 0; i < n; ++i) {  // increasing recomputation: the first that fits
-        if (i % batch == 0) {
-          if (Status s = prefetch_lower_bounds(i, i + batch); !s) return s.error();
-        }
-        auto bound = lower_bound(i);
-        if (!bound) return bound.error();
-        if (bound.value() > *budget) continue;
-        auto arena = measure(i);
-        if (!arena) return arena.error();
-        if (arena.value() <= *budget) {
-          best = i;
-          break;
-        }
-      }
+      auto first = first_fitting(*budget, /*from_least_memory=*/false);
+      if (!first) return first.error();
+      best = first.value();
     } else {
       // Points by increasing lower bound: once a bound exceeds the best arena found (or equals
       // it at more recomputation), no later point can win.
@@ -393,36 +381,17 @@ class Checkpointer {
         }
       }
     }
-    if (!best) return std::optional<Candidate>();
-    auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*best].actions);
-    if (!c) return c.error();
-    return std::optional<Candidate>(std::move(c).value());
+    return candidate_at(best);
   }
 
   // Some frontier point whose planned arena fits `budget`, or none when no point does: the same
   // yes or no as optimal(budget), found from the least-memory end (a batch-size search's probes
-  // near the largest batch fit only there). A point is packed only when its lower bound fits.
+  // near the largest batch fit only there).
   Result<std::optional<Candidate>> any_fitting(Bytes budget) {
     find_frontier();
-    const std::size_t n = frontier_->size();
-    const std::size_t batch = std::max(1u, std::thread::hardware_concurrency());
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t i = n - 1 - k;
-      if (k % batch == 0) {
-        if (Status s = prefetch_lower_bounds(i + 1 >= batch ? i + 1 - batch : 0, i + 1); !s) return s.error();
-      }
-      auto bound = lower_bound(i);
-      if (!bound) return bound.error();
-      if (bound.value() > budget) continue;
-      auto arena = measure(i);
-      if (!arena) return arena.error();
-      if (arena.value() <= budget) {
-        auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
-        if (!c) return c.error();
-        return std::optional<Candidate>(std::move(c).value());
-      }
-    }
-    return std::optional<Candidate>();
+    auto first = first_fitting(budget, /*from_least_memory=*/true);
+    if (!first) return first.error();
+    return candidate_at(first.value());
   }
 
   double base_flops() const { return base_flops_; }
@@ -469,6 +438,36 @@ class Checkpointer {
   std::optional<std::vector<ChainSchedule>> frontier_;
   std::vector<std::optional<Measured>> measured_;
   std::vector<std::optional<Bytes>> lower_bound_;
+
+  // The first frontier point whose planned arena fits `budget`, visiting them by increasing
+  // recomputation or from the least-memory end. A point is packed only when its lower bound fits;
+  // lower bounds are computed a machine's worth of threads at a time, in visiting order.
+  Result<std::optional<std::size_t>> first_fitting(Bytes budget, bool from_least_memory) {
+    const std::size_t n = frontier_->size();
+    const std::size_t batch = std::max(1u, std::thread::hardware_concurrency());
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = from_least_memory ? n - 1 - k : k;
+      if (k % batch == 0) {
+        const std::size_t from = from_least_memory ? (i + 1 >= batch ? i + 1 - batch : 0) : i;
+        if (Status s = prefetch_lower_bounds(from, from_least_memory ? i + 1 : i + batch); !s) return s.error();
+      }
+      auto bound = lower_bound(i);
+      if (!bound) return bound.error();
+      if (bound.value() > budget) continue;
+      auto arena = measure(i);
+      if (!arena) return arena.error();
+      if (arena.value() <= budget) return std::optional<std::size_t>(i);
+    }
+    return std::optional<std::size_t>();
+  }
+
+  // Frontier point i's candidate (its graph rematerialized and planned), or none.
+  Result<std::optional<Candidate>> candidate_at(std::optional<std::size_t> i) {
+    if (!i) return std::optional<Candidate>();
+    auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*i].actions);
+    if (!c) return c.error();
+    return std::optional<Candidate>(std::move(c).value());
+  }
 
   // Frontier point i's planned arena (greedy packing), cached.
   Result<Bytes> measure(std::size_t i) {

@@ -104,29 +104,27 @@ void k_channel_scale_backward(const KernelCall& c) {
 // One (sample, channel) plane's rows of the columns; planes are independent.
 void im2col_plane(const Window& g, const float* x, float* cols, std::int64_t plane) {
   const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-  {
-    const float* src = x + plane * g.h * g.w;
-    float* dst_plane = cols + plane * kk * p;  // rows c*K*K.. of sample n are contiguous
-    for (std::int64_t kh = 0; kh < g.k; ++kh) {
-      for (std::int64_t kw = 0; kw < g.k; ++kw) {
-        float* dst = dst_plane + (kh * g.k + kw) * p;
-        const ValidRange v = valid_columns(g, kw);
-        for (std::int64_t oh = 0; oh < g.oh; ++oh) {
-          const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
-          float* row = dst + oh * g.ow;
-          if (ih < 0 || ih >= g.h) {
-            std::fill(row, row + g.ow, 0.0f);
-            continue;
-          }
-          std::fill(row, row + v.lo, 0.0f);
-          const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
-          if (g.stride == 1) {
-            std::copy(in, in + (v.hi - v.lo), row + v.lo);
-          } else {
-            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) row[ow] = in[(ow - v.lo) * g.stride];
-          }
-          std::fill(row + v.hi, row + g.ow, 0.0f);
+  const float* src = x + plane * g.h * g.w;
+  float* dst_plane = cols + plane * kk * p;  // rows c*K*K.. of sample n are contiguous
+  for (std::int64_t kh = 0; kh < g.k; ++kh) {
+    for (std::int64_t kw = 0; kw < g.k; ++kw) {
+      float* dst = dst_plane + (kh * g.k + kw) * p;
+      const ValidRange v = valid_columns(g, kw);
+      for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+        const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
+        float* row = dst + oh * g.ow;
+        if (ih < 0 || ih >= g.h) {
+          std::fill(row, row + g.ow, 0.0f);
+          continue;
         }
+        std::fill(row, row + v.lo, 0.0f);
+        const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
+        if (g.stride == 1) {
+          std::copy(in, in + (v.hi - v.lo), row + v.lo);
+        } else {
+          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) row[ow] = in[(ow - v.lo) * g.stride];
+        }
+        std::fill(row + v.hi, row + g.ow, 0.0f);
       }
     }
   }
@@ -144,24 +142,22 @@ void k_im2col(const KernelCall& c) {
 // (with a dilation several taps reach one pixel; they add up in that order too).
 void col2im_plane(const Window& g, const float* cols, float* x, std::int64_t plane) {
   const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-  {
-    float* dst = x + plane * g.h * g.w;
-    std::fill(dst, dst + g.h * g.w, 0.0f);
-    const float* src_plane = cols + plane * kk * p;
-    for (std::int64_t kh = 0; kh < g.k; ++kh) {
-      for (std::int64_t kw = 0; kw < g.k; ++kw) {
-        const float* src = src_plane + (kh * g.k + kw) * p;
-        const ValidRange v = valid_columns(g, kw);
-        for (std::int64_t oh = 0; oh < g.oh; ++oh) {
-          const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
-          if (ih < 0 || ih >= g.h) continue;
-          float* out = dst + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
-          const float* row = src + oh * g.ow;
-          if (g.stride == 1) {
-            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
-          } else {
-            for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
-          }
+  float* dst = x + plane * g.h * g.w;
+  std::fill(dst, dst + g.h * g.w, 0.0f);
+  const float* src_plane = cols + plane * kk * p;
+  for (std::int64_t kh = 0; kh < g.k; ++kh) {
+    for (std::int64_t kw = 0; kw < g.k; ++kw) {
+      const float* src = src_plane + (kh * g.k + kw) * p;
+      const ValidRange v = valid_columns(g, kw);
+      for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+        const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
+        if (ih < 0 || ih >= g.h) continue;
+        float* out = dst + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
+        const float* row = src + oh * g.ow;
+        if (g.stride == 1) {
+          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
+        } else {
+          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[(ow - v.lo) * g.stride] += row[ow];
         }
       }
     }
