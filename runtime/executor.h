@@ -119,6 +119,8 @@ class Executor {
   Bytes device_bytes_at_setup() const { return device_bytes_at_setup_; }
   const graph::Graph& graph() const { return graph_; }
   ExecutionMode mode() const { return mode_; }
+  // Where storage() points: host memory for the CPU, device memory for CUDA.
+  kernels::DeviceKind device_kind() const { return device_.kind(); }
   // The plan whose offsets are in use (planned mode), or nullptr.
   const planner::MemoryPlan* plan() const { return mode_ == ExecutionMode::planned ? &plan_ : nullptr; }
   // The plan whose schedule and lifetimes every mode follows.

@@ -324,6 +324,17 @@ void compare_op(runtime::Device& gpu, const graph::Graph& g, const graph::Op& op
   for (TensorId id : op.inputs) cpu.push_back(fresh(id, true));
   for (TensorId id : op.outputs) cpu.push_back(fresh(id, false));
   for (TensorId id : op.updates) cpu.push_back(fresh(id, true));
+  // Fused attention takes the rows' log-sum-exp of its scores as an input: a random one would
+  // make exp(score - lse) overflow (both kernels assume probabilities <= 1), so it is the true
+  // one, computed from the random q and k by the CPU's attention_lse.
+  if (op.kind == OpKind::attention || op.kind == OpKind::attention_backward) {
+    const std::size_t q = op.kind == OpKind::attention ? 0 : 1;  // attention_backward: dy, q, k, v, lse, delta
+    const std::size_t lse = q + 3;  // after q, k and v
+    const std::vector<kernels::TensorRef> qk = {{cpu[q].bytes.data(), cpu[q].shape, cpu[q].dtype},
+                                                {cpu[q + 1].bytes.data(), cpu[q + 1].shape, cpu[q + 1].dtype}};
+    const std::vector<kernels::TensorRef> out = {{cpu[lse].bytes.data(), cpu[lse].shape, cpu[lse].dtype}};
+    kernels::find_kernel(OpKind::attention_lse, DeviceKind::cpu)(kernels::KernelCall{OpKind::attention_lse, &op.attrs, qk, out, {}, 3});
+  }
 
   std::vector<void*> device_ptrs;
   std::vector<kernels::TensorRef> cpu_refs, gpu_refs;

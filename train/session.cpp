@@ -264,7 +264,11 @@ Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const run
 }
 
 Result<SessionEvaluation> TrainingSession::evaluate() const {
-  runtime::CpuDevice eval_device;
+  // The evaluation graph reads the trained tensors where they are (on the GPU after a CUDA run),
+  // so it runs on a device of the same kind, without the training device's memory cap.
+  auto made = runtime::make_device(executor_->device_kind());
+  if (!made) return made.error();
+  runtime::Device& eval_device = *made.value();
   SessionEvaluation out;
   if (data_.text) {
     auto r = evaluate_language_model(data_.model, *executor_, data_.text->val, eval_device, /*max_windows=*/1024);

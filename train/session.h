@@ -116,7 +116,8 @@ class TrainingSession {
   // follows options.schedule over these steps (check_lr_schedule first: an Error otherwise).
   Result<runtime::TrainSummary> run(std::int64_t steps, const runtime::ProgressFn& progress);
   // Test accuracy (image models) or validation loss (the GPT), with a forward graph of its own
-  // planned on the CPU (the training device's memory limit is for the training step).
+  // planned for a device of the training device's kind, without its memory limit (that limit is
+  // for the training step).
   Result<SessionEvaluation> evaluate() const;
   Status save(const std::string& path) const;
   // An ONNX run: a copy of the imported file with every initializer replaced by its trained

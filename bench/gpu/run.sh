@@ -1,33 +1,80 @@
 #!/bin/bash
 # The GPU check, one call (< 8 minutes on an H200 with 16 cores): build memplan with CUDA, run
 # the GPU tests (every op CUDA vs CPU, short trainings CPU vs GPU, planned/naive/dynamic bits),
-# then benchmark against PyTorch eager on the same models and batches and write
+# train on the GPU from the command line, profile one step of each model per op, then
+# benchmark against PyTorch eager on the same models and batches and write
 # bench/results/gpu.json + bench/results/gpu.md. Nothing is downloaded.
 # Usage: bench/gpu/run.sh [--quick]   (--quick leaves GPT-2 124M out)
-set -euo pipefail
+# Environment:
+#   MEMPLAN_GPU_BUILD=DIR      build folder (default build-gpu)
+#   MEMPLAN_GPU_PREBUILT=1     use the binaries already in DIR (built on a machine with the same
+#                              toolkit; their shared libraries must be on LD_LIBRARY_PATH)
+#   MEMPLAN_GPU_LIBS=DIRS      folders (colon-separated) of the shared libraries memplan's binaries
+#                              need, put on LD_LIBRARY_PATH for them alone (not for PyTorch)
+#   MEMPLAN_FMNIST_DIR=DIR     Fashion-MNIST for the command-line training stage (default: Debian's)
+#   MEMPLAN_GPU_LOGS=DIR       also copy each stage's full output there
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 QUICK=${1:-}
 JOBS=$(nproc)
-BUILD=build-gpu
+BUILD=${MEMPLAN_GPU_BUILD:-build-gpu}
+LOGS=${MEMPLAN_GPU_LOGS:-}
+FMNIST=${MEMPLAN_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 start=$(date +%s)
+failures=()
 stamp() { echo "== $(( $(date +%s) - start )) s: $*"; }
+# stage NAME SECONDS COMMAND...: runs one stage under a time limit; a failure is reported at the
+# end and the later stages still run (one call should show everything that is wrong).
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  stamp "$name"
+  local log=/dev/null
+  [ -n "$LOGS" ] && log="$LOGS/${name// /_}.log"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then
+    echo "!! stage '$name' failed (exit $rc$([ "$rc" -eq 124 ] && echo ", over its ${limit} s"))"
+    failures+=("$name")
+  fi
+  return 0
+}
+[ -n "$LOGS" ] && mkdir -p "$LOGS"
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-stamp "configure + build (-j$JOBS)"
-LAUNCHER=()
-command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_CUDA=ON -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_NATIVE=ON \
-  "${LAUNCHER[@]}" >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target memplan memplan_tests bench_gpu_step
+if [ "${MEMPLAN_GPU_PREBUILT:-0}" != 1 ]; then
+  stamp "configure + build (-j$JOBS)"
+  LAUNCHER=()
+  command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_CUDA=ON -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON \
+    -DMEMPLAN_NATIVE=ON "${LAUNCHER[@]}" >/dev/null || exit 1
+  cmake --build "$BUILD" -j"$JOBS" --target memplan memplan_tests bench_gpu_step || exit 1
+fi
+MEMPLAN="$BUILD/tools/memplan"
+MP=(env "LD_LIBRARY_PATH=${MEMPLAN_GPU_LIBS:+$MEMPLAN_GPU_LIBS:}${LD_LIBRARY_PATH:-}")
 
-stamp "GPU tests"
-"$BUILD"/tests/memplan_tests --gtest_filter='Cuda*:*CudaTraining*' --gtest_brief=1
+stage "GPU tests" 150 "${MP[@]}" "$BUILD"/tests/memplan_tests \
+  --gtest_filter='Cuda*:*CudaTraining*:DecodeStep.Cuda*:NcclCommunicator.*:StepProfile.*'
 
-stamp "memplan on the GPU"
+stage "train on the GPU" 150 "${MP[@]}" bash -c "
+  set -e
+  if [ -d '$FMNIST' ]; then
+    '$MEMPLAN' train --model mlp --device cuda --data '$FMNIST' --epochs 1 --json
+    '$MEMPLAN' train --model cnn --device cuda --data '$FMNIST' --epochs 1 --json
+  else
+    echo 'no Fashion-MNIST at $FMNIST: the MLP and CNN command-line runs are left out'
+  fi
+  '$MEMPLAN' train --model gpt --device cuda --data docs --steps 300 --profile --json"
+
+stage "profile on the GPU" 150 "${MP[@]}" bash -c "
+  set -e
+  '$MEMPLAN' plan --model cnn --batch 64 --device cuda --profile
+  '$MEMPLAN' plan --model gpt --batch 32 --device cuda --profile
+  if [ -z '$QUICK' ]; then '$MEMPLAN' plan --model gpt2 --batch 8 --seq 1024 --device cuda --profile; fi"
+
 mkdir -p bench/results
-"$BUILD"/bench/bench_gpu_step --out bench/results/gpu_memplan.json $QUICK
+stage "memplan bench" 200 "${MP[@]}" "$BUILD"/bench/bench_gpu_step --out bench/results/gpu_memplan.json $QUICK
 
-stamp "PyTorch eager on the GPU"
 PY=""
 for candidate in python3 /usr/bin/python3; do
   if "$candidate" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -36,14 +83,19 @@ for candidate in python3 /usr/bin/python3; do
   fi
 done
 rm -f bench/results/gpu_torch.json
-if [ -n "$PY" ]; then
-  $PY bench/gpu/torch_step.py --memplan bench/results/gpu_memplan.json --out bench/results/gpu_torch.json || \
-    echo "torch_step.py failed; the table's PyTorch columns stay n/a"
-else
+if [ -z "$PY" ]; then
   echo "PyTorch with CUDA is not available here; the table's PyTorch columns stay n/a"
+elif [ -f bench/results/gpu_memplan.json ]; then
+  stage "PyTorch eager on the GPU" 200 "$PY" bench/gpu/torch_step.py --memplan bench/results/gpu_memplan.json \
+    --out bench/results/gpu_torch.json
 fi
 
-stamp "table"
-python3 bench/gpu/render.py --memplan bench/results/gpu_memplan.json --torch bench/results/gpu_torch.json \
-  --out-json bench/results/gpu.json --out-md bench/results/gpu.md
+if [ -f bench/results/gpu_memplan.json ]; then
+  stage "table" 30 python3 bench/gpu/render.py --memplan bench/results/gpu_memplan.json \
+    --torch bench/results/gpu_torch.json --out-json bench/results/gpu.json --out-md bench/results/gpu.md
+fi
+if ((${#failures[@]})); then
+  stamp "done; failed stages: ${failures[*]}"
+  exit 1
+fi
 stamp "done"

@@ -8,7 +8,6 @@ Reads bench_gpu_step's JSON (--memplan) for the cases; writes one JSON object (-
 import argparse
 import gc
 import json
-import math
 import statistics
 import sys
 import time
@@ -92,10 +91,9 @@ class GPT(nn.Module):
             a = blk["ln_1"](h)
             q, k, v = blk["qkv"](a).split(C, dim=-1)
             q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-            # Materialised attention, as memplan computes it (no fused/flash kernel).
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-            att = att.masked_fill(torch.ones(T, T, device=x.device, dtype=torch.bool).triu(1), float("-inf"))
-            y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+            # Fused attention (no [T, T] tensor kept), as memplan's default: PyTorch's own
+            # scaled_dot_product_attention, which picks its memory-efficient kernel for FP32.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
             h = h + blk["proj"](y)
             h = h + blk["out"](F.gelu(blk["fc"](blk["ln_2"](h))))
         return (self.ln_f(h) @ self.wte.weight.t()).view(B * T, -1)
