@@ -218,6 +218,28 @@ graph::Graph dilated_step() {
   return g;
 }
 
+// Fused attention at the head sizes the GPU runs tiled (16, 32, 64), over more rows than one
+// block (128) and tile (32) hold, with and without the causal mask and dropout, and with grouped
+// K/V heads.
+graph::Graph attention_step(std::int64_t heads, std::int64_t kv_heads, std::int64_t t, std::int64_t d, bool causal,
+                            float dropout) {
+  graph::Graph g;
+  graph::Builder b(g);
+  const graph::InitSpec init{graph::InitSpec::Kind::normal, 1.0f};
+  const TensorId q = b.parameter("q", {2, heads, t, d}, init);
+  const TensorId k = b.parameter("k", {2, kv_heads, t, d}, init);
+  const TensorId v = b.parameter("v", {2, kv_heads, t, d}, init);
+  const TensorId y = b.attention(q, k, v, causal, 1.0f / std::sqrt(float(d)), dropout, "attn");
+  const TensorId e = b.mul(y, b.parameter("w", {2, heads, t, d}, init), "weighted");
+  g.output = b.sum(e, "total");
+  g.loss = b.mean(e, "loss");
+  graph::OptimizerConfig opt;
+  opt.kind = graph::OptimizerKind::sgd;
+  opt.lr = 0.1f;
+  graph::make_training_step(g, opt);
+  return g;
+}
+
 std::vector<graph::Graph> reference_graphs() {
   std::vector<graph::Graph> graphs;
   graphs.push_back(training_step("mlp", 16, graph::OptimizerKind::adamw));
@@ -228,6 +250,9 @@ std::vector<graph::Graph> reference_graphs() {
   graphs.push_back(pooling_step());
   graphs.push_back(mobile_step());
   graphs.push_back(dilated_step());
+  graphs.push_back(attention_step(2, 1, 150, 64, true, 0.1f));
+  graphs.push_back(attention_step(3, 3, 40, 32, false, 0.0f));
+  graphs.push_back(attention_step(4, 2, 129, 16, true, 0.0f));
   return graphs;
 }
 
@@ -379,6 +404,21 @@ void compare_op(runtime::Device& gpu, const graph::Graph& g, const graph::Op& op
                                   << worst_at << " cpu " << w[worst_at] << " cuda " << o[worst_at];
   }
   for (std::size_t i = 0; i < cpu.size(); ++i) gpu.deallocate(device_ptrs[i], static_cast<Bytes>(cpu[i].bytes.size()));
+}
+
+// The graphs the GPU comparison runs must reach the tiled attention kernels at every head size
+// they serve (16, 32, 64) and the per-row ones at another (the small GPT's 4), forward and
+// backward; checked wherever the tests run, so a changed graph cannot drop a case unseen.
+TEST(CudaKernels, ComparisonGraphsReachEveryAttentionHeadSize) {
+  std::set<std::int64_t> forward, backward;
+  for (const graph::Graph& g : reference_graphs()) {
+    for (const graph::Op& op : g.ops()) {
+      if (op.kind == OpKind::attention) forward.insert(g.tensor(op.inputs[0]).shape[3]);
+      if (op.kind == OpKind::attention_backward) backward.insert(g.tensor(op.inputs[1]).shape[3]);
+    }
+  }
+  EXPECT_EQ(forward, (std::set<std::int64_t>{4, 16, 32, 64}));
+  EXPECT_EQ(backward, (std::set<std::int64_t>{4, 16, 32, 64}));
 }
 
 TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsMatchesTheCpuWithinItsTolerance) {

@@ -1,8 +1,11 @@
 // CUDA kernels of fused attention, the same algorithm as kernels/cpu/attention_kernels.cpp: no
 // [T, T] tensor exists; each thread owns one row (a query row forward and for dq, a key row for
 // dk and dv), walks the keys (queries) in index order and recomputes each probability from the
-// saved log-sum-exp, so results are deterministic and need no atomics. Also `slice`, which hands
-// the packed backward result to dq, dk and dv.
+// saved log-sum-exp, so results are deterministic and need no atomics. For the head sizes of the
+// reference models and GPT-2 (16, 32, 64) the row lives in registers and the keys (queries) come
+// through shared memory a tile at a time, read by every thread of the block at once; other head
+// sizes take a plain per-row loop over global memory. Also `slice`, which hands the packed
+// backward result to dq, dk and dv.
 #include <cmath>
 
 #include "memplan/kernels/cuda/common.cuh"
@@ -32,8 +35,294 @@ __device__ inline std::int64_t kv_base(const Dims& d, std::int64_t bh) {
   return (b * d.kv_heads + kvh) * d.t * d.d;
 }
 
+// --- tiled kernels (head size D in {16, 32, 64}) ------------------------------------------------
+// A block of kRows threads owns kRows consecutive rows of one head; tiles of kTile rows of the
+// other side are staged in shared memory, where every thread reads the same element at once (a
+// broadcast). Each thread's dot products and sums run in a fixed order, so runs agree bit for bit.
+constexpr int kRows = 128;
+constexpr int kTile = 32;
+
+// a . b, a in registers, b 16-byte aligned in shared memory; four partial sums in a fixed order.
+template <int D>
+__device__ inline float dot_shared(const float (&a)[D], const float* b) {
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma unroll
+  for (int x = 0; x < D; x += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(b + x);
+    s0 = fmaf(a[x], v.x, s0);
+    s1 = fmaf(a[x + 1], v.y, s1);
+    s2 = fmaf(a[x + 2], v.z, s2);
+    s3 = fmaf(a[x + 3], v.w, s3);
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+// acc += w * b, b in shared memory.
+template <int D>
+__device__ inline void axpy_shared(float (&acc)[D], float w, const float* b) {
+#pragma unroll
+  for (int x = 0; x < D; x += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(b + x);
+    acc[x] = fmaf(w, v.x, acc[x]);
+    acc[x + 1] = fmaf(w, v.y, acc[x + 1]);
+    acc[x + 2] = fmaf(w, v.z, acc[x + 2]);
+    acc[x + 3] = fmaf(w, v.w, acc[x + 3]);
+  }
+}
+
+template <int D>
+__device__ inline void load_row(float (&r)[D], const float* src, bool active) {
+#pragma unroll
+  for (int x = 0; x < D; ++x) r[x] = active ? src[x] : 0.0f;
+}
+
+template <int D>
+__device__ inline void store_row(float* dst, const float (&r)[D]) {
+#pragma unroll
+  for (int x = 0; x < D; ++x) dst[x] = r[x];
+}
+
+// Rows [first, first + n) of a [T, D] head into shared memory (n <= kTile), by the whole block.
+template <int D>
+__device__ inline void stage(float* tile, const float* head, int first, int n) {
+  const float* src = head + std::int64_t(first) * D;
+  for (int e = threadIdx.x; e < n * D; e += blockDim.x) tile[e] = src[e];
+}
+
+struct TiledArgs {
+  Dims d;
+  float alpha, drop, keep;
+  bool causal;
+  std::uint64_t stream_id;
+};
+
+// Grid: x = b*H + h, y = block of kRows query rows.
+template <int D>
+__global__ void __launch_bounds__(kRows) attention_lse_tiled(const float* q, const float* k, float* lse, TiledArgs a) {
+  __shared__ __align__(16) float ks[kTile * D];
+  const Dims d = a.d;
+  const std::int64_t bh = blockIdx.x;
+  const int i0 = blockIdx.y * kRows, i = i0 + threadIdx.x;
+  const bool active = i < d.t;
+  const std::int64_t row = bh * d.t + i;
+  float qr[D];
+  load_row(qr, q + row * D, active);
+  const float* kh = k + kv_base(d, bh);
+  const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
+  const int my_end = a.causal ? i + 1 : int(d.t);
+  float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
+  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+    const int n = min(kTile, int(d.t) - j0);
+    __syncthreads();
+    stage<D>(ks, kh, j0, n);
+    __syncthreads();
+    const int jn = active ? min(n, my_end - j0) : 0;
+    for (int jj = 0; jj < jn; ++jj) {
+      const float s = a.alpha * dot_shared<D>(qr, ks + jj * D);
+      const float new_m = fmaxf(m, s);
+      l = l * expf(m - new_m) + expf(s - new_m);
+      m = new_m;
+    }
+  }
+  if (active) lse[row] = m + logf(l);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kRows) attention_tiled(const float* q, const float* k, const float* v, const float* lse,
+                                                          float* y, TiledArgs a) {
+  __shared__ __align__(16) float ks[kTile * D];
+  __shared__ __align__(16) float vs[kTile * D];
+  const Dims d = a.d;
+  const std::int64_t bh = blockIdx.x;
+  const int i0 = blockIdx.y * kRows, i = i0 + threadIdx.x;
+  const bool active = i < d.t;
+  const std::int64_t row = bh * d.t + i;
+  float qr[D], acc[D];
+  load_row(qr, q + row * D, active);
+#pragma unroll
+  for (int x = 0; x < D; ++x) acc[x] = 0.0f;
+  const float li = active ? lse[row] : 0.0f;
+  const float* kh = k + kv_base(d, bh);
+  const float* vh = v + kv_base(d, bh);
+  const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
+  const int my_end = a.causal ? i + 1 : int(d.t);
+  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+    const int n = min(kTile, int(d.t) - j0);
+    __syncthreads();
+    stage<D>(ks, kh, j0, n);
+    stage<D>(vs, vh, j0, n);
+    __syncthreads();
+    const int jn = active ? min(n, my_end - j0) : 0;
+    for (int jj = 0; jj < jn; ++jj) {
+      float p = expf(a.alpha * dot_shared<D>(qr, ks + jj * D) - li);
+      if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep);
+      axpy_shared<D>(acc, p, vs + jj * D);
+    }
+  }
+  if (active) store_row(y + row * D, acc);
+}
+
+// dq by query rows: dq_i = sum_j ds_ij k_j, ds_ij = alpha p_ij (dy_i . v_j mask_ij - delta_i).
+template <int D>
+__global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const float* dy, const float* q, const float* k,
+                                                                      const float* v, const float* lse, const float* delta,
+                                                                      float* out, TiledArgs a) {
+  __shared__ __align__(16) float ks[kTile * D];
+  __shared__ __align__(16) float vs[kTile * D];
+  const Dims d = a.d;
+  const std::int64_t bh = blockIdx.x, b = bh / d.heads, h = bh % d.heads;
+  const int i0 = blockIdx.y * kRows, i = i0 + threadIdx.x;
+  const bool active = i < d.t;
+  const std::int64_t row = bh * d.t + i;
+  float qr[D], dyr[D], acc[D];
+  load_row(qr, q + row * D, active);
+  load_row(dyr, dy + row * D, active);
+#pragma unroll
+  for (int x = 0; x < D; ++x) acc[x] = 0.0f;
+  const float li = active ? lse[row] : 0.0f, di = active ? delta[row] : 0.0f;
+  const float* kh = k + kv_base(d, bh);
+  const float* vh = v + kv_base(d, bh);
+  const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
+  const int my_end = a.causal ? i + 1 : int(d.t);
+  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+    const int n = min(kTile, int(d.t) - j0);
+    __syncthreads();
+    stage<D>(ks, kh, j0, n);
+    stage<D>(vs, vh, j0, n);
+    __syncthreads();
+    const int jn = active ? min(n, my_end - j0) : 0;
+    for (int jj = 0; jj < jn; ++jj) {
+      const float p = expf(a.alpha * dot_shared<D>(qr, ks + jj * D) - li);
+      const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep) : 1.0f;
+      const float ds = a.alpha * p * (dot_shared<D>(dyr, vs + jj * D) * mask - di);
+      axpy_shared<D>(acc, ds, ks + jj * D);
+    }
+  }
+  const std::int64_t out_heads = d.heads + 2 * d.kv_heads;
+  if (active) store_row(out + ((b * out_heads + h) * d.t + i) * D, acc);
+}
+
+// dk or dv by key rows, summing over the query rows of every head in the key's group (heads, then
+// rows, in order): dv_j = sum_i p_ij mask_ij dy_i; dk_j = sum_i ds_ij q_i. Two launches, so each
+// thread keeps only the rows it needs in registers. Grid: x = b*KH + kv head, y = block of keys.
+template <int D, bool kWantDk>
+__global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const float* dy, const float* q, const float* k,
+                                                                        const float* v, const float* lse,
+                                                                        const float* delta, float* out, TiledArgs a) {
+  __shared__ __align__(16) float qs[kTile * D];
+  __shared__ __align__(16) float dys[kTile * D];
+  __shared__ float lses[kTile], deltas[kTile];
+  const Dims d = a.d;
+  const std::int64_t bk = blockIdx.x, b = bk / d.kv_heads, kvh = bk % d.kv_heads;
+  const int j0b = blockIdx.y * kRows, j = j0b + threadIdx.x;
+  const bool active = j < d.t;
+  const std::int64_t key_row = bk * d.t + j;
+  float kr[D], vr[D], acc[D];
+  load_row(kr, k + key_row * D, active);
+  load_row(vr, v + key_row * D, active && kWantDk);  // dk's pass needs v_j, dv's does not
+#pragma unroll
+  for (int x = 0; x < D; ++x) acc[x] = 0.0f;
+  // Under a causal mask no query before the block's first key sees it.
+  const int first_tile = a.causal ? (j0b / kTile) * kTile : 0;
+  for (std::int64_t g = 0; g < d.group; ++g) {
+    const std::int64_t bh = b * d.heads + kvh * d.group + g;
+    const float* qh = q + bh * d.t * D;
+    const float* dyh = dy + bh * d.t * D;
+    for (int i0 = first_tile; i0 < d.t; i0 += kTile) {
+      const int n = min(kTile, int(d.t) - i0);
+      __syncthreads();
+      stage<D>(qs, qh, i0, n);
+      stage<D>(dys, dyh, i0, n);
+      if (threadIdx.x < n) {
+        lses[threadIdx.x] = lse[bh * d.t + i0 + threadIdx.x];
+        deltas[threadIdx.x] = delta[bh * d.t + i0 + threadIdx.x];
+      }
+      __syncthreads();
+      if (!active) continue;
+      // Under a causal mask only queries i >= j see key j.
+      const int ii_first = a.causal ? max(0, j - i0) : 0;
+      for (int ii = ii_first; ii < n; ++ii) {
+        const std::int64_t row = bh * d.t + i0 + ii;
+        const float p = expf(a.alpha * dot_shared<D>(kr, qs + ii * D) - lses[ii]);
+        const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
+        if constexpr (kWantDk) {
+          const float ds = a.alpha * p * (dot_shared<D>(vr, dys + ii * D) * mask - deltas[ii]);
+          axpy_shared<D>(acc, ds, qs + ii * D);
+        } else {
+          axpy_shared<D>(acc, p * mask, dys + ii * D);
+        }
+      }
+    }
+  }
+  const std::int64_t out_heads = d.heads + 2 * d.kv_heads;
+  const std::int64_t head = kWantDk ? d.heads + kvh : d.heads + d.kv_heads + kvh;
+  if (active) store_row(out + ((b * out_heads + head) * d.t + j) * D, acc);
+}
+
+dim3 tiled_grid(std::int64_t heads, std::int64_t t) {
+  MEMPLAN_CHECK(heads <= 0x7fffffffLL && t <= 0x7fffffffLL, "attention too large for the CUDA kernels");
+  return dim3(static_cast<unsigned>(heads), static_cast<unsigned>((t + kRows - 1) / kRows));
+}
+
+template <int D>
+void launch_tiled_lse(const KernelCall& c, const TiledArgs& a) {
+  attention_lse_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
+      c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32(), a);
+  check_launch("attention_lse");
+}
+
+template <int D>
+void launch_tiled_forward(const KernelCall& c, const TiledArgs& a) {
+  attention_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
+      c.inputs[0].f32(), c.inputs[1].f32(), c.inputs[2].f32(), c.inputs[3].f32(), c.outputs[0].f32(), a);
+  check_launch("attention");
+}
+
+template <int D>
+void launch_tiled_backward(const KernelCall& c, const TiledArgs& a) {
+  const float* dy = c.inputs[0].f32();
+  const float* q = c.inputs[1].f32();
+  const float* k = c.inputs[2].f32();
+  const float* v = c.inputs[3].f32();
+  const float* lse = c.inputs[4].f32();
+  const float* delta = c.inputs[5].f32();
+  float* out = c.outputs[0].f32();
+  attention_backward_dq_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(dy, q, k, v, lse, delta,
+                                                                                                    out, a);
+  check_launch("attention_backward (dq)");
+  const dim3 keys = tiled_grid(a.d.batch * a.d.kv_heads, a.d.t);
+  attention_backward_dkdv_tiled<D, true><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
+  check_launch("attention_backward (dk)");
+  attention_backward_dkdv_tiled<D, false><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
+  check_launch("attention_backward (dv)");
+}
+
+TiledArgs tiled_args(const KernelCall& c, const Dims& d) {
+  const float drop = c.attrs->dropout;
+  return {d, c.attrs->alpha, drop, drop > 0.0f ? dropout_keep_scale(drop) : 1.0f, c.attrs->causal,
+          dropout_stream(c.attrs->seed, c.step)};
+}
+
+// Runs launch<16|32|64>(c, args) for a tiled head size; false for any other.
+template <template <int> class Launch>
+bool dispatch_tiled(const KernelCall& c, const Dims& d) {
+  const TiledArgs a = tiled_args(c, d);
+  switch (d.d) {
+    case 16: Launch<16>::run(c, a); return true;
+    case 32: Launch<32>::run(c, a); return true;
+    case 64: Launch<64>::run(c, a); return true;
+    default: return false;
+  }
+}
+template <int D> struct LseLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_lse<D>(c, a); } };
+template <int D> struct ForwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_forward<D>(c, a); } };
+template <int D> struct BackwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_backward<D>(c, a); } };
+
+// --- per-row kernels (any head size) ----------------------------------------------------------------
+
 void k_attention_lse(const KernelCall& c) {
   const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
+  if (dispatch_tiled<LseLaunch>(c, d)) return;
   const float* q = c.inputs[0].f32();
   const float* k = c.inputs[1].f32();
   float* lse = c.outputs[0].f32();
@@ -57,6 +346,7 @@ void k_attention_lse(const KernelCall& c) {
 
 void k_attention(const KernelCall& c) {
   const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
+  if (dispatch_tiled<ForwardLaunch>(c, d)) return;
   const float* q = c.inputs[0].f32();
   const float* k = c.inputs[1].f32();
   const float* v = c.inputs[2].f32();
@@ -99,6 +389,7 @@ void k_attention_backward_dot(const KernelCall& c) {
 // (each summing over the query rows of every head in its group, heads then rows in order).
 void k_attention_backward(const KernelCall& c) {
   const Dims d = dims_of(*c.inputs[1].shape, *c.inputs[2].shape);
+  if (dispatch_tiled<BackwardLaunch>(c, d)) return;
   const float* dy = c.inputs[0].f32();
   const float* q = c.inputs[1].f32();
   const float* k = c.inputs[2].f32();

@@ -1,6 +1,8 @@
 // GEMM-shaped ops through cuBLAS: matmul, batched matmul (attention) and the convolution GEMMs
 // (forward, weight gradient, column gradient) on im2col columns. Row-major operands are passed
 // to column-major cuBLAS as their transposes: C^T = op(B)^T op(A)^T.
+#include <algorithm>
+
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
 
@@ -65,15 +67,43 @@ void k_conv2d_backward_cols(const KernelCall& c) {
                ckk * p, n, 0.0f);
 }
 
-// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T: samples accumulated in order (beta = 1
-// after the first), so the sum order is fixed.
+// out[e] (+)= partials[0][e] + partials[1][e] + ... in that order.
+__global__ void sum_partials_kernel(const float* partials, std::int64_t count, std::int64_t size, bool accumulate,
+                                    float* out) {
+  MEMPLAN_GRID_STRIDE(e, size) {
+    float s = accumulate ? out[e] : 0.0f;
+    for (std::int64_t i = 0; i < count; ++i) s += partials[i * size + e];
+    out[e] = s;
+  }
+}
+
+// dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T, samples summed in order, so the result does
+// not depend on the run. One strided-batched GEMM writes as many samples' products as the
+// scratch holds, a kernel adds them to dw; a GEMM per sample (accumulating with beta = 1) costs
+// a launch each, which dominated the CNN's step.
 void k_conv2d_backward_weight(const KernelCall& c) {
   const graph::Shape& cs = *c.inputs[1].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
   const std::int64_t cout = (*c.inputs[0].shape)[1];
-  for (std::int64_t i = 0; i < n; ++i) {
-    gemm_batched(false, true, cout, ckk, p, c.inputs[0].f32() + i * cout * p, 0, c.inputs[1].f32() + i * ckk * p, 0,
-                 c.outputs[0].f32(), 0, 1, i == 0 ? 0.0f : 1.0f);
+  const float* dy = c.inputs[0].f32();
+  const float* cols = c.inputs[1].f32();
+  float* dw = c.outputs[0].f32();
+  const std::int64_t size = cout * ckk;
+  const auto per_sample = static_cast<std::size_t>(size) * sizeof(float);
+  const std::int64_t chunk = std::min<std::int64_t>(n, static_cast<std::int64_t>(scratch_capacity() / per_sample));
+  if (chunk < 2) {  // a layer whose gradient alone fills the scratch
+    for (std::int64_t i = 0; i < n; ++i) {
+      gemm_batched(false, true, cout, ckk, p, dy + i * cout * p, 0, cols + i * ckk * p, 0, dw, 0, 1, i == 0 ? 0.0f : 1.0f);
+    }
+    return;
+  }
+  auto* partials = static_cast<float*>(scratch(static_cast<std::size_t>(chunk) * per_sample, "conv2d_backward_weight"));
+  for (std::int64_t first = 0; first < n; first += chunk) {
+    const std::int64_t count = std::min(chunk, n - first);
+    gemm_batched(false, true, cout, ckk, p, dy + first * cout * p, cout * p, cols + first * ckk * p, ckk * p, partials,
+                 size, count, 0.0f);
+    sum_partials_kernel<<<blocks_for(size), kThreads, 0, stream()>>>(partials, count, size, first > 0, dw);
+    check_launch("conv2d_backward_weight");
   }
 }
 

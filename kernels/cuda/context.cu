@@ -43,15 +43,21 @@ void set_workspace(void* ptr, std::size_t size_bytes) {
   ctx.workspace = ptr;
   ctx.workspace_bytes = ptr == nullptr ? 0 : size_bytes;
   // Without a workspace of ours cuBLAS would allocate its own; with one it allocates nothing.
-  MEMPLAN_CUBLAS_CHECK(cublas_api().set_workspace(ctx.cublas, ptr, ctx.workspace_bytes));
+  // Its half is rounded down to 256 bytes, the alignment cuBLAS asks of a workspace.
+  MEMPLAN_CUBLAS_CHECK(cublas_api().set_workspace(ctx.cublas, ptr, ctx.workspace_bytes / 2 / 256 * 256));
+}
+
+std::size_t scratch_capacity() {
+  const Context& ctx = context();
+  return ctx.workspace_bytes - ctx.workspace_bytes / 2 / 256 * 256;
 }
 
 void* scratch(std::size_t size_bytes, const char* op) {
   const Context& ctx = context();
-  MEMPLAN_CHECK(ctx.workspace != nullptr && size_bytes <= ctx.workspace_bytes,
-                "op '" << op << "' needs " << size_bytes << " bytes of CUDA workspace, the plan holds "
-                       << ctx.workspace_bytes);
-  return ctx.workspace;
+  MEMPLAN_CHECK(ctx.workspace != nullptr && size_bytes <= scratch_capacity(),
+                "op '" << op << "' needs " << size_bytes << " bytes of CUDA scratch, the plan's workspace holds "
+                       << scratch_capacity());
+  return static_cast<char*>(ctx.workspace) + ctx.workspace_bytes / 2 / 256 * 256;
 }
 
 KernelEntries kernel_entries() {

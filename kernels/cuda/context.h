@@ -21,7 +21,10 @@ struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
-  void* workspace = nullptr;  // inside the arena; shared by cuBLAS and kernels' scratch
+  // Inside the arena. Its first half is cuBLAS's workspace, its second the kernels' scratch: a
+  // kernel may keep scratch across a cuBLAS call it makes (the convolution weight gradient's
+  // per-sample products), so the two never share bytes.
+  void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };
 
@@ -33,12 +36,13 @@ bool context_created();
 // that holds it is freed).
 void set_workspace(void* ptr, std::size_t size_bytes);
 
-// Bytes the kernels want as workspace: cuBLAS's recommendation for Hopper (32 MiB) covers the
-// kernels' own scratch (one double per softmax-cross-entropy row).
+// Bytes the kernels want as workspace: 16 MiB for cuBLAS and 16 MiB of scratch (one double per
+// softmax-cross-entropy row; per-sample weight-gradient products, as many samples as fit).
 inline constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
-// Scratch for a kernel: the workspace, checked to be large enough.
+// Scratch for a kernel: the workspace's second half, checked to be large enough.
 void* scratch(std::size_t size_bytes, const char* op);
+std::size_t scratch_capacity();
 
 std::string error_string(cudaError_t status);
 
