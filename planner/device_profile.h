@@ -41,9 +41,9 @@ inline constexpr Bytes kCudaWorkspaceBytes = Bytes{32} << 20;
 
 // The documented profile of a device kind, for planning without the device: "cpu" (no
 // workspace, no overheads) or "cuda": the workspace above inside the arena and, outside it, a
-// CUDA context of ~500 MiB (it varies with driver, card and loaded modules: measure with
-// `nvidia-smi` after cudaFree(0)), the cuBLAS handle ~8 MiB and the cuDNN handle ~16 MiB —
-// typical for a current driver and toolkit on Hopper.
+// CUDA context of 586 MiB, the cuBLAS handle 8 MiB and the cuDNN handle 16 MiB: 610 MiB in all,
+// as measured with memplan's kernels loaded on an H200 (driver 580, CUDA 13). It varies with
+// the driver, the card and the modules loaded: `--overhead` overrides it.
 Result<DeviceProfile> documented_device_profile(std::string_view kind);
 
 }  // namespace memplan::planner
