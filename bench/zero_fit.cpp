@@ -52,6 +52,10 @@ double zero_paper_bytes(double p, int n, int zero) {
 int main(int argc, char** argv) {
   using namespace memplan;
   using namespace memplan::bench;
+  if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+    std::fprintf(stderr, "usage: bench_zero_fit [results.json]   (default zero_fit.json)\n");
+    return argc == 2 && std::string(argv[1]) == "--help" ? 0 : 2;
+  }
   const std::string out_path = argc > 1 ? argv[1] : "zero_fit.json";
   const std::vector<std::string> models = {"gpt2-xl", "llama-1b", "llama2-7b"};
   const planner::DeviceProfile device = planner::documented_device_profile("cuda").value();
