@@ -109,7 +109,7 @@ TEST_F(SolveCli, StatsReportTheSearchAndWhatProvedTheAnswer) {
   const CliRun j = run("--input " + in.string() + " --json --stats");
   ASSERT_EQ(j.exit_code, 0) << j.err;
   const nlohmann::json stats = nlohmann::json::parse(j.out)["stats"];
-  for (const char* key : {"nodes", "backtracks", "attempts", "greedy_ms", "setup_ms", "search_ms", "zero_waste", "proof"}) {
+  for (const char* key : {"nodes", "backtracks", "attempts", "greedy_ms", "setup_ms", "search_ms", "zero_waste", "bands", "proof"}) {
     EXPECT_TRUE(stats.contains(key)) << key << " missing in " << j.out;
   }
   EXPECT_EQ(stats["proof"], "greedy");  // the greedy packing meets the lower bound here

@@ -89,6 +89,7 @@ int run_solve(const SolveOptions& options) {
                       {"attempts", stats.attempts},
                       {"searched", stats.searched},
                       {"zero_waste", stats.zero_waste},
+                      {"bands", stats.bands},
                       {"greedy_ms", stats.greedy_ms},
                       {"setup_ms", stats.setup_ms},
                       {"search_ms", stats.search_ms},
@@ -119,7 +120,7 @@ int run_solve(const SolveOptions& options) {
       std::cout << std::setprecision(1) << "  greedy        " << stats.greedy_ms << " ms (height "
                 << stats.greedy_height_bytes << " B)\n"
                 << "  setup         " << stats.setup_ms << " ms\n"
-                << "  search        " << stats.search_ms << " ms" << (stats.zero_waste ? " (zero-waste)" : "")
+                << "  search        " << stats.search_ms << " ms" << (stats.zero_waste ? (stats.bands ? " (zero-waste, found by band decomposition)" : " (zero-waste)") : "")
                 << "\n"
                 << "  nodes         " << stats.nodes << "\n"
                 << "  backtracks    " << stats.backtracks << "\n"
