@@ -2,7 +2,10 @@
 """Unseen members of the solver bench's two hard families, as MiniMalloc CSV files.
 
 zero-slack SEED N: cut a 1048576 x T rectangle recursively (guillotine cuts, offsets on 512-byte
-  steps) into N buffers; a packing at exactly 1048576 exists by construction.
+  steps) into N buffers; a packing at exactly 1048576 exists by construction. The piece cut next
+  is drawn with odds growing with its area (pieces stay of similar sizes).
+zero-slack-uniform SEED N: the same, the piece cut next drawn uniformly (deeper cuts: a few
+  large pieces beside many slivers).
 trace SEED N: an eager-execution-like allocation trace: a forward pass allocating activations
   kept until a mirrored backward pass, short-lived temporaries in between, a few long-lived
   buffers, sizes from a handful of classes (as real traces have).
@@ -11,12 +14,15 @@ import random
 import sys
 
 
-def zero_slack(seed, n):
+def zero_slack(seed, n, uniform=False):
     rng = random.Random(seed)
     cap, span = 1048576, rng.choice([40, 80, 160])
     pieces = [(0, span, 0, cap)]  # (t0, t1, y0, y1)
     while len(pieces) < n:
-        k = max(range(len(pieces)), key=lambda i: rng.random() * (pieces[i][1] - pieces[i][0]) * (pieces[i][3] - pieces[i][2]))
+        if uniform:
+            k = rng.randrange(len(pieces))
+        else:
+            k = max(range(len(pieces)), key=lambda i: rng.random() * (pieces[i][1] - pieces[i][0]) * (pieces[i][3] - pieces[i][2]))
         t0, t1, y0, y1 = pieces[k]
         if rng.random() < 0.5 and t1 - t0 >= 2:
             t = rng.randint(t0 + 1, t1 - 1)
@@ -56,9 +62,13 @@ def trace(seed, n):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("zero-slack", "trace"):
-        sys.exit("usage: gen_problems.py zero-slack|trace SEED N")
-    rows = (zero_slack if sys.argv[1] == "zero-slack" else trace)(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) != 4 or sys.argv[1] not in ("zero-slack", "zero-slack-uniform", "trace"):
+        sys.exit("usage: gen_problems.py zero-slack|zero-slack-uniform|trace SEED N")
+    seed, n = int(sys.argv[2]), int(sys.argv[3])
+    if sys.argv[1] == "trace":
+        rows = trace(seed, n)
+    else:
+        rows = zero_slack(seed, n, uniform=sys.argv[1] == "zero-slack-uniform")
     print("id,lower,upper,size")
     for i, (a, b, s) in enumerate(rows):
         print(f"b{i},{a},{b},{s}")

@@ -1116,8 +1116,16 @@ class PerfectSearch {
 // since many bands leave the same rest.
 class BandSearch {
  public:
-  BandSearch(const Instance& inst, Bytes capacity, Budget& budget, const std::vector<std::uint64_t>& item_key)
-      : inst_(inst), capacity_(capacity), budget_(budget), item_key_(item_key) {
+  // Sets of buffers (as multisets, with the base's misalignment) that have no guillotine
+  // packing: kept across attempts, since a restart with a larger node limit meets them again.
+  using Key = std::pair<std::uint64_t, std::uint64_t>;
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const { return std::size_t(k.first ^ (k.second * 0x9e3779b97f4a7c15ULL)); }
+  };
+  using Memo = std::unordered_set<Key, KeyHash>;
+
+  BandSearch(const Instance& inst, Bytes capacity, Budget& budget, const std::vector<std::uint64_t>& item_key, Memo& failed)
+      : inst_(inst), capacity_(capacity), budget_(budget), item_key_(item_key), failed_(failed) {
     offset_.assign(inst.items.size(), kUnplaced);
     unit_ = capacity;
     for (const auto& item : inst.items) {
@@ -1138,11 +1146,6 @@ class BandSearch {
   std::int64_t backtracks() const { return backtracks_; }
 
  private:
-  using Key = std::pair<std::uint64_t, std::uint64_t>;
-  struct KeyHash {
-    std::size_t operator()(const Key& k) const { return std::size_t(k.first ^ (k.second * 0x9e3779b97f4a7c15ULL)); }
-  };
-
   Key set_key(const std::vector<int>& items, Offset base) const {
     // Order-free: sums of two hashes of each buffer's class, with the base's misalignment.
     std::uint64_t a = mix(std::uint64_t(base % align_) + 0x51ed27fULL), b = mix(a + 1);
@@ -1397,7 +1400,7 @@ class BandSearch {
   std::size_t words_ = 0;
   std::vector<Offset> offset_;
   std::vector<std::uint64_t> end_bits_, start_bits_;
-  std::unordered_set<Key, KeyHash> failed_;
+  Memo& failed_;
   std::int64_t backtracks_ = 0;
 };
 
@@ -1448,14 +1451,25 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
                                             mix(0x2545f4914f6cdd1dULL + keys.size()));
       memo.item_key.push_back(it->second);
     }
-    if (band_search) {
-      // First the band decomposition, under a node limit of its own (a few thousand nodes a
-      // buffer: the named zero-slack problems need up to ~500); what it fails to find goes on
-      // to the zero-waste search, since it only knows guillotine packings.
+  }
+  // The band decomposition and the zero-waste search share the nodes about equally: a band
+  // attempt runs before a round whenever the zero-waste search has spent as many nodes as it,
+  // its node limit growing fourfold each time up to a few thousand nodes a buffer (the named
+  // zero-slack problems need up to ~530 a buffer), its refuted sets kept. So problems the
+  // zero-waste search packs in milliseconds do not wait for it. It only knows guillotine
+  // packings: its not finding one proves nothing.
+  BandSearch::Memo band_memo;
+  std::int64_t band_limit = std::int64_t{1} << 15;
+  const std::int64_t band_cap = std::max<std::int64_t>(std::int64_t{1} << 16, std::int64_t(inst.items.size()) * 4096);
+  std::int64_t band_nodes = 0, zero_waste_nodes = 0;
+  for (int attempt = 0;; ++attempt) {
+    if (perfect && band_search && band_limit <= band_cap && band_nodes <= zero_waste_nodes) {
       ++stats.attempts;
-      budget.start_attempt(std::max<std::int64_t>(1 << 16, std::int64_t(inst.items.size()) * 4096));
-      BandSearch bands(inst, capacity, budget, memo.item_key);
+      const std::int64_t before = budget.nodes();
+      budget.start_attempt(band_limit);
+      BandSearch bands(inst, capacity, budget, memo.item_key, band_memo);
       const Outcome outcome = bands.run();
+      band_nodes += budget.nodes() - before;
       stats.backtracks += bands.backtracks();
       if (outcome == Outcome::found) {
         item_offsets = bands.offsets();
@@ -1463,9 +1477,13 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
         return outcome;
       }
       if (budget.exhausted()) return Outcome::budget;
+      if (outcome == Outcome::infeasible || band_limit == band_cap) {
+        band_limit = band_cap + 1;  // searched to the end, or as far as it goes: no more attempts
+      } else {
+        band_limit = std::min(band_limit * 4, band_cap);
+      }
     }
-  }
-  for (int attempt = 0;; ++attempt) {
+    const std::int64_t round_start = budget.nodes();
     for (int k = 0; k < 3; ++k) {
       ++stats.attempts;
       budget.start_attempt(limit);
@@ -1497,6 +1515,7 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
       // the heavy tail of one ordering is what restarts cure.
       if (perfect) limit += limit / 8;
     }
+    zero_waste_nodes += budget.nodes() - round_start;
     if (!perfect) limit *= 2;
   }
 }

@@ -309,9 +309,9 @@ TEST(ExactSolver, BandDecompositionPacksLargeRectangleCutsAtTheBound) {
 }
 
 TEST(ExactSolver, BandDecompositionIsDeterministicUnderANodeBudget) {
-  AllocationProblem p = rectangle_cuts(31, 160, 4096, 40);
-  p.capacity_bytes = 4096;
-  for (const std::int64_t nodes : {300, 1'000'000}) {
+  AllocationProblem p = rectangle_cuts(903, 320, Bytes{1} << 20, 40);  // packed by the band decomposition
+  p.capacity_bytes = Bytes{1} << 20;
+  for (const std::int64_t nodes : {20'000, 1'000'000}) {
     ExactSolverStats a, b;
     const Solution first = solve_exact(p, node_budget(nodes), &a);
     const Solution second = solve_exact(p, node_budget(nodes), &b);
@@ -319,6 +319,9 @@ TEST(ExactSolver, BandDecompositionIsDeterministicUnderANodeBudget) {
     EXPECT_EQ(first.offsets, second.offsets) << nodes;
     EXPECT_EQ(a.nodes, b.nodes) << nodes;
     EXPECT_EQ(a.backtracks, b.backtracks) << nodes;
+    if (nodes > 20'000) {
+      EXPECT_TRUE(a.bands);
+    }
   }
 }
 
