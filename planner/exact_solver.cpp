@@ -1098,8 +1098,8 @@ class PerfectSearch {
 // Band decomposition, for zero-waste targets whose packing can be cut recursively, in time or
 // in offset, into rectangles each filled by one buffer (a guillotine packing: the zero-slack
 // family is built that way, and so are arenas where groups of buffers fill a band exactly).
-// Complete for such packings, and not beyond them: it finding none proves nothing, so the
-// zero-waste search above runs after it. Over a set of buffers that fills [a, b) x height:
+// Complete for such packings, and not beyond them: it finding none proves nothing, so it takes
+// turns with the zero-waste search above (feasible_within). Over a set of buffers that fills [a, b) x height:
 //  * where no buffer of the set crosses a time, the two sides are independent rectangles;
 //  * a buffer spanning all of [a, b) can go to the bottom (what lies above and below it are
 //    full rectangles, so it can be moved below the lower one);
@@ -1134,7 +1134,6 @@ class BandSearch {
     }
     // Subset sums as bitsets up to the height in units; past 2^16 bits the plain sums prune.
     use_bitsets_ = unit_ > 0 && capacity / unit_ < (Bytes{1} << 16);
-    words_ = use_bitsets_ ? std::size_t(capacity / unit_ / 64 + 1) : 0;
   }
 
   Outcome run() {
@@ -1397,7 +1396,6 @@ class BandSearch {
   Bytes unit_ = 1;
   Bytes align_ = 1;
   bool use_bitsets_ = false;
-  std::size_t words_ = 0;
   std::vector<Offset> offset_;
   std::vector<std::uint64_t> end_bits_, start_bits_;
   Memo& failed_;
@@ -1459,11 +1457,12 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
   // zero-waste search packs in milliseconds do not wait for it. It only knows guillotine
   // packings: its not finding one proves nothing.
   BandSearch::Memo band_memo;
+  bool bands_left = perfect && band_search;
   std::int64_t band_limit = std::int64_t{1} << 15;
   const std::int64_t band_cap = std::max<std::int64_t>(std::int64_t{1} << 16, std::int64_t(inst.items.size()) * 4096);
   std::int64_t band_nodes = 0, zero_waste_nodes = 0;
   for (int attempt = 0;; ++attempt) {
-    if (perfect && band_search && band_limit <= band_cap && band_nodes <= zero_waste_nodes) {
+    if (bands_left && band_nodes <= zero_waste_nodes) {
       ++stats.attempts;
       const std::int64_t before = budget.nodes();
       budget.start_attempt(band_limit);
@@ -1477,11 +1476,9 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
         return outcome;
       }
       if (budget.exhausted()) return Outcome::budget;
-      if (outcome == Outcome::infeasible || band_limit == band_cap) {
-        band_limit = band_cap + 1;  // searched to the end, or as far as it goes: no more attempts
-      } else {
-        band_limit = std::min(band_limit * 4, band_cap);
-      }
+      // Searched to the end, or as far as it goes: no more attempts.
+      bands_left = outcome == Outcome::budget && band_limit < band_cap;
+      band_limit = std::min(band_limit * 4, band_cap);
     }
     const std::int64_t round_start = budget.nodes();
     for (int k = 0; k < 3; ++k) {

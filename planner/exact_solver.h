@@ -5,8 +5,8 @@
 // its answers are proofs. Large problems fall back to the greedy portfolio (greedy_solver.h).
 // A target height that every occupied section fills exactly (zero slack) goes to a narrower
 // complete search instead: valleys of the placed profile filled from their ends, independent
-// time ranges solved apart, refuted states remembered across restarts. Before it, a band
-// decomposition looks for a packing cut recursively in time and offset (guillotine), which
+// time ranges solved apart, refuted states remembered across restarts. Taking turns with it, a
+// band decomposition looks for a packing cut recursively in time and offset (guillotine), which
 // it finds far faster when one exists.
 #pragma once
 
@@ -24,8 +24,8 @@ struct ExactSolverOptions {
   std::int64_t max_conflict_pairs = 20'000'000;
   // The search recurses once per placed buffer; above this many it would risk the stack.
   std::int64_t max_search_buffers = 20'000;
-  // Zero-waste targets try the band decomposition (guillotine packings) before the zero-waste
-  // search; off only to exercise that search alone.
+  // Zero-waste targets try the band decomposition (guillotine packings) in turns with the
+  // zero-waste search; off only to exercise that search alone.
   bool band_search = true;
 };
 

@@ -247,7 +247,7 @@ AllocationProblem rectangle_cuts(std::uint64_t seed, int n, Bytes capacity, Time
   return problem;
 }
 
-// The zero-waste search on its own, without the band decomposition that runs first.
+// The zero-waste search on its own, without the band decomposition that takes turns with it.
 ExactSolverOptions zero_waste_alone(std::int64_t nodes) {
   ExactSolverOptions options = node_budget(nodes);
   options.band_search = false;
