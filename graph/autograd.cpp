@@ -30,9 +30,14 @@ class GradContext {
     }
   }
 
-  TensorId emit(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs, const std::string& name) {
-    return graph_.add_op(kind, std::move(inputs), std::move(attrs), name, Role::gradient,
-                         Phase::backward);
+  TensorId emit(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs, const std::string& name,
+                Role role = Role::gradient) {
+    return graph_.add_op(kind, std::move(inputs), std::move(attrs), name, role, Phase::backward);
+  }
+  // The op producing `id`, or nullptr for tensors no op produces.
+  const Op* producer(TensorId id) const {
+    const int p = graph_.producer(id);
+    return p < 0 ? nullptr : &graph_.ops()[static_cast<std::size_t>(p)];
   }
 
   std::string gname(TensorId id) const { return "d(" + tensor(id).name + ")"; }
@@ -164,11 +169,19 @@ void grad_im2col(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(x, c.emit(OpKind::col2im, {dy}, with_shape(op.attrs, c.tensor(x).shape), c.gname(x)));
 }
 
+// The weight's gradient reads the columns again. Where they are im2col's, they are rebuilt from
+// the image here rather than kept from the forward pass: the image is a ninth of 3x3 columns
+// (and usually kept anyway), and rebuilding columns costs far less than their trip through
+// memory (the CPU fuses each im2col with its product, the columns never leaving the cache).
 void grad_conv2d(GradContext& c, const Op& op, TensorId dy) {
   const TensorId cols = op.inputs[0], w = op.inputs[1];
   if (c.needs_grad(w)) {
-    c.accumulate(w, c.emit(OpKind::conv2d_backward_weight, {dy, cols}, with_shape(op.attrs, c.tensor(w).shape),
-                           c.gname(w)));
+    TensorId cols_again = cols;
+    if (const Op* p = c.producer(cols); p != nullptr && p->kind == OpKind::im2col) {
+      cols_again = c.emit(OpKind::im2col, {p->inputs[0]}, p->attrs, c.tensor(cols).name + ".again", Role::temporary);
+    }
+    c.accumulate(w, c.emit(OpKind::conv2d_backward_weight, {dy, cols_again},
+                           with_shape(op.attrs, c.tensor(w).shape), c.gname(w)));
   }
   if (c.needs_grad(cols)) c.accumulate(cols, c.emit(OpKind::conv2d_backward_cols, {dy, w}, {}, c.gname(cols)));
 }

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
@@ -48,13 +50,30 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
   return table()[static_cast<std::size_t>(kind)][static_cast<std::size_t>(device)];
 }
 
-FusedKernelFn find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {
-  if (device != DeviceKind::cpu) return nullptr;
+FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {
+  if (device != DeviceKind::cpu) return {};
   static const std::vector<cpu::FusedKernelEntry> entries = cpu::nn_fused_kernel_entries();
   for (const cpu::FusedKernelEntry& e : entries) {
-    if (e.first == first && e.second == second) return e.fn;
+    if (e.first == first && e.second == second) return e.kernel;
   }
-  return nullptr;
+  return {};
+}
+
+SampleOrder sample_wave_order(const void* out, std::int64_t out_bytes, const void* in, std::int64_t in_bytes,
+                              std::int64_t samples) {
+  const auto o = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(out));
+  const auto r = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(in));
+  if (o + out_bytes <= r || r + in_bytes <= o) return SampleOrder::ascending;  // apart
+  if (samples <= 0 || out_bytes % samples != 0 || in_bytes % samples != 0) return SampleOrder::none;
+  const std::int64_t so = out_bytes / samples, si = in_bytes / samples;
+  bool ascending = true, descending = true;
+  for (std::int64_t i = 0; i < samples; ++i) {
+    const std::int64_t lo = std::max(o + i * so, r), hi = std::min(o + (i + 1) * so, r + in_bytes);  // [lo, hi)
+    if (lo >= hi) continue;
+    ascending = ascending && (hi - 1 - r) / si <= i;
+    descending = descending && (lo - r) / si >= i;
+  }
+  return ascending ? SampleOrder::ascending : descending ? SampleOrder::descending : SampleOrder::none;
 }
 
 }  // namespace memplan::kernels

@@ -56,14 +56,33 @@ using KernelFn = void (*)(const KernelCall&);
 // back while in cache. Only where their tensors do not overlap in memory (the executor checks),
 // since the second writes its output while the first still reads its inputs.
 using FusedKernelFn = void (*)(const KernelCall& first, const KernelCall& second);
+struct FusedKernel {
+  FusedKernelFn fn = nullptr;
+  // The first op's output serves as the kernel's scratch and holds no defined values after it:
+  // the executor fuses such a pair only where the second op is that output's one reader.
+  bool first_output_is_scratch = false;
+  // The kernel works through the samples (dimension 0) in waves, writing the second op's
+  // output for a wave only once the first op has read its first input for that wave's samples:
+  // the output may overlap that input wherever sample_wave_order finds an order (e.g. a
+  // gradient planned where the incoming gradient was).
+  bool sample_waves = false;
+};
+
+// The order of samples in which writing `out` never overwrites an `in` sample still to be read,
+// when sample i of each is its i-th slice of equal bytes: ascending where every out sample
+// overlaps only in samples at or before its index (or nothing at all), descending where only
+// those at or after it, none otherwise.
+enum class SampleOrder { none, ascending, descending };
+SampleOrder sample_wave_order(const void* out, std::int64_t out_bytes, const void* in, std::int64_t in_bytes,
+                              std::int64_t samples);
 
 // Whether this build holds the CUDA kernels (the CUDA toolkit was found at configure time).
 bool built_with_cuda();
 
 // The kernel for (kind, device), or nullptr when that device has none.
 KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
-// The fused kernel for `first` then `second` on `device`, or nullptr.
-FusedKernelFn find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device);
+// The fused kernel for `first` then `second` on `device` (fn nullptr where there is none).
+FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device);
 
 // Threads the CPU kernels use (Eigen GEMM and the OpenMP loops, for parallel regions this thread
 // starts); 0 = OpenMP's default (OMP_NUM_THREADS, else all cores).

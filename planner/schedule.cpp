@@ -27,12 +27,27 @@ std::vector<std::vector<int>> readers_of_persistent(const Graph& graph) {
   return readers;
 }
 
+// Whether op `next` should follow op `i` directly, with no update run between: the pairs the CPU
+// runs as one kernel (kernels/kernel.h: find_fused_kernel), an im2col and the product reading
+// its columns, and the columns' gradient and its col2im. An update between would free its
+// gradient for the second op's output to be planned over, and the two could not run together.
+bool keep_next_adjacent(const Graph& graph, int i, int next) {
+  using graph::OpKind;
+  if (next >= graph.num_ops()) return false;
+  const Op& a = graph.ops()[static_cast<std::size_t>(i)];
+  const Op& b = graph.ops()[static_cast<std::size_t>(next)];
+  const bool pair = (a.kind == OpKind::im2col && (b.kind == OpKind::conv2d || b.kind == OpKind::conv2d_backward_weight)) ||
+                    (a.kind == OpKind::conv2d_backward_cols && b.kind == OpKind::col2im);
+  return pair && a.outputs.size() == 1 && std::find(b.inputs.begin(), b.inputs.end(), a.outputs[0]) != b.inputs.end();
+}
+
 }  // namespace
 
 Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
   if (kind == ScheduleKind::program) return default_schedule(graph);
   // Program order, with every update op run as soon as it is ready: the producers of its inputs
-  // have run, and so has every other op that reads a tensor it updates. After each non-update op
+  // have run, and so has every other op that reads a tensor it updates (or one op later, where
+  // keep_next_adjacent says so). After each non-update op
   // one pass over the updates in program order runs those ready when the pass reaches them (one
   // that becomes ready behind the pass waits for the next). Each update counts its unmet
   // dependencies, so a pass touches only ready updates rather than scanning all of them.
@@ -83,6 +98,7 @@ Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
   for (int i = 0; i < num_ops; ++i) {
     if (!graph.ops()[static_cast<std::size_t>(i)].updates.empty()) continue;
     emit(i);
+    if (keep_next_adjacent(graph, i, i + 1)) continue;  // the ready updates run after op i + 1
     for (int cursor = 0;;) {
       const auto it = ready.lower_bound(cursor);
       if (it == ready.end()) break;

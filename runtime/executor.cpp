@@ -330,23 +330,62 @@ void Executor::find_fused_pairs() {
     return Range{p, p + graph_.tensor(id).size_bytes()};
   };
   auto overlap = [](const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; };
+  auto touches = [&](TensorId t, const std::vector<TensorId>& list) {
+    for (TensorId u : list) {
+      if (overlap(range(t), range(u))) return true;
+    }
+    return false;
+  };
+  // Whether a sample_waves kernel has an order of samples writing `out` over `in`.
+  auto waves_allow = [&](TensorId out, TensorId in) {
+    const graph::Shape& os = graph_.tensor(out).shape;
+    const graph::Shape& is = graph_.tensor(in).shape;
+    if (os.rank() == 0 || is.rank() == 0 || os[0] != is[0]) return false;
+    return kernels::sample_wave_order(storage(out), graph_.tensor(out).size_bytes(), storage(in),
+                                      graph_.tensor(in).size_bytes(), os[0]) != kernels::SampleOrder::none;
+  };
+  // Whether an op other than `reader`, or the step's caller, reads the storage of `t`.
+  auto read_elsewhere = [&](TensorId t, const Op& reader) {
+    const int buffer = buffer_index(t);
+    if (buffer < 0) return true;  // not in the arena
+    for (const Op& op : graph_.ops()) {
+      if (&op == &reader) continue;
+      for (const auto* list : {&op.inputs, &op.updates}) {
+        for (TensorId u : *list) {
+          if (buffer_index(u) == buffer) return true;
+        }
+      }
+    }
+    for (TensorId u : graph_.retained) {
+      if (buffer_index(u) == buffer) return true;
+    }
+    for (TensorId u : {graph_.loss, graph_.output}) {
+      if (u != kNoTensor && buffer_index(u) == buffer) return true;
+    }
+    return false;
+  };
   for (std::size_t pos = 0; pos + 1 < schedule_.size(); ++pos) {
     const Op& a = graph_.ops()[static_cast<std::size_t>(schedule_[pos])];
     const Op& b = graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])];
-    kernels::FusedKernelFn fn = kernels::find_fused_kernel(a.kind, b.kind, device_.kind());
-    if (fn == nullptr || a.outputs.size() != 1 || b.inputs.empty() || b.inputs[0] != a.outputs[0]) continue;
-    // The second op writes sample i's output while the first still reads (and writes) later
-    // samples: its outputs must not share a byte with anything the first touches, and the
-    // first's output must not share one with the second's other inputs.
-    bool disjoint = true;
+    const kernels::FusedKernel kernel = kernels::find_fused_kernel(a.kind, b.kind, device_.kind());
+    if (kernel.fn == nullptr || a.outputs.size() != 1) continue;
+    const TensorId mid = a.outputs[0];
+    if (std::find(b.inputs.begin(), b.inputs.end(), mid) == b.inputs.end()) continue;
+    // The second op writes its outputs while the first still reads (and writes) later samples:
+    // they must not share a byte with anything the first touches (but for samples of its first
+    // input already read, in waves), and the first's output must not share one with the
+    // second's other inputs. A first output used as scratch must have no other reader.
+    bool ok = a.updates.empty() && b.updates.empty() && !(kernel.first_output_is_scratch && read_elsewhere(mid, b));
     for (TensorId out : b.outputs) {
-      for (TensorId t : a.inputs) disjoint = disjoint && !overlap(range(out), range(t));
-      for (TensorId t : a.outputs) disjoint = disjoint && !overlap(range(out), range(t));
+      ok = ok && !touches(out, a.outputs);
+      for (std::size_t k = 0; k < a.inputs.size(); ++k) {
+        const TensorId in = a.inputs[k];
+        ok = ok && (!overlap(range(out), range(in)) || (k == 0 && kernel.sample_waves && waves_allow(out, in)));
+      }
     }
-    for (std::size_t k = 1; k < b.inputs.size(); ++k) disjoint = disjoint && !overlap(range(a.outputs[0]), range(b.inputs[k]));
-    if (!a.updates.empty() || !b.updates.empty()) disjoint = false;
-    if (disjoint) {
-      fused_with_next_[pos] = fn;
+    for (TensorId in : b.inputs) ok = ok && (in == mid || !overlap(range(mid), range(in)));
+    if (ok) {
+      fused_with_next_[pos] = kernel.fn;
       ++pos;  // an op runs in one pair at most
     }
   }

@@ -58,7 +58,8 @@ StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>&
     k.flops += t.flops;
     if (t.timed_in >= 0) {
       k.timed_elsewhere += 1;
-      k.timed_in = graph.ops()[static_cast<std::size_t>(schedule[static_cast<std::size_t>(t.timed_in)])].kind;
+      const graph::OpKind within = graph.ops()[static_cast<std::size_t>(schedule[static_cast<std::size_t>(t.timed_in)])].kind;
+      if (std::find(k.timed_in.begin(), k.timed_in.end(), within) == k.timed_in.end()) k.timed_in.push_back(within);
     }
     p.ops.push_back(std::move(t));
   }

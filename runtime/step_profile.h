@@ -36,7 +36,7 @@ struct KindTime {
   double share = 0.0;
   double flops = 0.0;
   int timed_elsewhere = 0;    // ops of this kind run fused and timed within another op
-  graph::OpKind timed_in{};   // the kind of that op (when timed_elsewhere > 0)
+  std::vector<graph::OpKind> timed_in;  // the kinds of those ops, each once, as first met
   double gflops_per_s() const { return ms > 0.0 && flops > 0.0 ? flops / (ms * 1e6) : 0.0; }
 };
 

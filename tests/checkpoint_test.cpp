@@ -255,7 +255,7 @@ models::ModelOptions cnn() {
   o.name = "cnn";
   o.cnn.image = 8;
   o.cnn.widths = {4, 8};
-  o.cnn.blocks_per_stage = 2;
+  o.cnn.blocks_per_stage = 4;  // deep enough for sqrt's segments to pay for their recomputation
   o.cnn.classes = 5;
   return o;
 }

@@ -2,6 +2,8 @@
 // base's buffer, persistent and result buffers, in-place reuse, and the memory-aware order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "memplan/graph/builder.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/mlp.h"
@@ -110,7 +112,9 @@ TEST(Schedule, MemoryAwareRunsEachUpdateAsSoonAsItsGradientIsFinal) {
 
 // The memory-aware order stated directly: after each non-update op, scan every update in
 // program order and run each whose dependencies have all run (quadratic; the planner counts
-// unmet dependencies instead). The two must agree op for op.
+// unmet dependencies instead), except right after an im2col whose next op reads its columns or
+// a columns' gradient whose next op is its col2im (pairs the CPU runs fused). The two must
+// agree op for op.
 Schedule memory_aware_by_scanning(const Graph& g) {
   std::vector<std::vector<int>> readers(static_cast<std::size_t>(g.num_tensors()));
   for (int i = 0; i < g.num_ops(); ++i) {
@@ -134,10 +138,20 @@ Schedule memory_aware_by_scanning(const Graph& g) {
     return true;
   };
   auto is_update = [&](int i) { return !g.ops()[static_cast<std::size_t>(i)].updates.empty(); };
+  auto fused_with_next = [&](int i) {
+    if (i + 1 >= g.num_ops()) return false;
+    const graph::Op& a = g.ops()[static_cast<std::size_t>(i)];
+    const graph::Op& b = g.ops()[static_cast<std::size_t>(i + 1)];
+    const bool reads = std::count(b.inputs.begin(), b.inputs.end(), a.outputs.empty() ? kNoTensor : a.outputs[0]) > 0;
+    return reads && ((a.kind == graph::OpKind::im2col &&
+                      (b.kind == graph::OpKind::conv2d || b.kind == graph::OpKind::conv2d_backward_weight)) ||
+                     (a.kind == graph::OpKind::conv2d_backward_cols && b.kind == graph::OpKind::col2im));
+  };
   for (int i = 0; i < g.num_ops(); ++i) {
     if (is_update(i)) continue;
     schedule.push_back(i);
     done[static_cast<std::size_t>(i)] = true;
+    if (fused_with_next(i)) continue;
     for (int u = 0; u < g.num_ops(); ++u) {
       if (is_update(u) && !done[static_cast<std::size_t>(u)] && ready(u)) {
         schedule.push_back(u);

@@ -98,6 +98,36 @@ TEST(StepProfile, EveryOpTimedAndTheOpsAddUpToTheStep) {
   EXPECT_DOUBLE_EQ(p.flops, 3 * fwd - first_dx);
 }
 
+// A small CNN's fused pairs: each im2col timed within the product reading its columns (the
+// convolution in the forward, the weight gradient in the backward), each col2im within the
+// input gradient's product, and the kind lists both partners of im2col.
+TEST(StepProfile, FusedOpsAreTimedWithinTheirPartnersAndTheKindNamesEach) {
+  models::ModelOptions cnn;
+  cnn.name = "cnn";
+  cnn.cnn.image = 12;
+  cnn.cnn.widths = {4, 8};
+  cnn.cnn.classes = 5;
+  runtime::CpuDevice device;
+  const planner::PlannedStep step =
+      runtime::plan_step_for(planner::StepDescription::of_model(cnn, 4, graph::OptimizerConfig{}), device).value();
+  auto timed = runtime::time_steps(step, device, /*seed=*/3, /*warmup=*/1, /*steps=*/2);
+  ASSERT_TRUE(timed.ok()) << timed.error().message;
+  const runtime::StepProfile& p = timed.value();
+  bool saw_im2col = false;
+  for (const runtime::KindTime& k : p.kinds) {
+    if (k.kind == graph::OpKind::im2col) {
+      saw_im2col = true;
+      EXPECT_GT(k.timed_elsewhere, 0);
+      EXPECT_EQ(k.timed_in, (std::vector<graph::OpKind>{graph::OpKind::conv2d, graph::OpKind::conv2d_backward_weight}));
+    }
+    if (k.kind == graph::OpKind::col2im) {
+      EXPECT_EQ(k.timed_elsewhere, k.ops);
+      EXPECT_EQ(k.timed_in, std::vector<graph::OpKind>{graph::OpKind::conv2d_backward_cols});
+    }
+  }
+  EXPECT_TRUE(saw_im2col);
+}
+
 TEST(StepProfile, OffByDefaultAndProfilingChangesNoResult) {
   const planner::PlannedStep step = profiled_mlp_step(16);
   auto run = [&](bool profile) {

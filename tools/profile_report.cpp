@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace memplan::tools {
 namespace {
@@ -14,6 +15,15 @@ std::string fixed(double v, int precision) {
 }
 
 std::string rate(double gflops_per_s) { return gflops_per_s > 0.0 ? fixed(gflops_per_s, 1) : "-"; }
+
+// "conv2d", "conv2d or conv2d_backward_weight", ...
+std::string kind_list(const std::vector<graph::OpKind>& kinds) {
+  std::string out;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + std::string(graph::op_name(kinds[i]));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -33,7 +43,7 @@ std::string profile_text(const runtime::StepProfile& p) {
            " | " + fixed(100.0 * k.share, 1) + "% | " + rate(k.gflops_per_s()) + " |\n";
     if (k.timed_elsewhere > 0) {
       fused_notes += std::string(graph::op_name(k.kind)) + ": " + std::to_string(k.timed_elsewhere) + " of " +
-                     std::to_string(k.ops) + " ran fused with " + std::string(graph::op_name(k.timed_in)) +
+                     std::to_string(k.ops) + " ran fused with " + kind_list(k.timed_in) +
                      ", their time counted there\n";
     }
   }
@@ -64,7 +74,9 @@ nlohmann::json profile_json(const runtime::StepProfile& p) {
     nlohmann::json row{{"kind", graph::op_name(k.kind)}, {"ops", k.ops}, {"ms", k.ms}, {"share", k.share}};
     with_rate(row, k.flops, k.gflops_per_s());
     if (k.timed_elsewhere > 0) {
-      row["timed_within"] = graph::op_name(k.timed_in);
+      nlohmann::json within = nlohmann::json::array();
+      for (graph::OpKind kind : k.timed_in) within.push_back(graph::op_name(kind));
+      row["timed_within"] = within;
       row["ops_timed_within"] = k.timed_elsewhere;
     }
     kinds.push_back(row);

@@ -156,8 +156,11 @@ void nt_tile(std::int64_t segs, std::int64_t kc, const float* a, std::int64_t se
 
 }  // namespace
 
-void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                     const float* b, float* c) {
+namespace {
+
+// batched_gemm_nt, B given (fill null) or made pass by pass into `slots` (fill set).
+void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                          const float* b, float* slots, float* c, const RowFill* fill) {
   // C^T [N, M] = sum_s B[s] A[s]^T: 16 rows of A at a time (one vector of C's column), A's K
   // columns in chunks transposed onto the stack, B's rows 8 at a time broadcast against them.
   // A sample shorter than a chunk shares its pass with the next ones (a 7x7 image has K = 49:
@@ -179,6 +182,12 @@ void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::in
     alignas(64) float at[kNtChunk * kLanes];
     for (std::int64_t s0 = 0; s0 < batch; s0 += group) {
       const std::int64_t segs = std::min(group, batch - s0);
+      // This thread's rows of the pass's samples, into the first slots.
+      const std::int64_t r0 = std::min(n, rb_begin * 8), r1 = std::min(n, rb_end * 8);
+      if (fill != nullptr && r0 < r1) {
+        for (std::int64_t g = 0; g < segs; ++g) (*fill)(s0 + g, r0, r1, slots + g * n * k);
+      }
+      const float* bpass = fill != nullptr ? slots : b + s0 * n * k;
       for (std::int64_t i0 = 0; i0 < m; i0 += kLanes) {
         const int mb = static_cast<int>(std::min<std::int64_t>(kLanes, m - i0));
         for (std::int64_t k0 = 0; k0 < k; k0 += kNtChunk) {
@@ -193,7 +202,7 @@ void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::in
           const bool first = s0 == 0 && k0 == 0;
           for (std::int64_t rb = rb_begin; rb < rb_end; ++rb) {
             const std::int64_t j0 = rb * 8;
-            const float* bs = b + (s0 * n + j0) * k + k0;
+            const float* bs = bpass + j0 * k + k0;
             float* cs = c + i0 * n + j0;
             const std::int64_t rows = std::min<std::int64_t>(8, n - j0);
             if (rows == 8) {
@@ -206,6 +215,18 @@ void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::in
       }
     }
   }
+}
+
+}  // namespace
+
+void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                     const float* b, float* c) {
+  batched_gemm_nt_impl(batch, m, n, k, a, b, nullptr, c, nullptr);
+}
+
+void batched_gemm_nt_filled(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                            float* slots, float* c, const RowFill& fill) {
+  batched_gemm_nt_impl(batch, m, n, k, a, nullptr, slots, c, &fill);
 }
 
 }  // namespace memplan::kernels::cpu

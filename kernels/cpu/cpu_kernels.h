@@ -3,6 +3,7 @@
 // depends on scheduling.
 #pragma once
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,7 @@ std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
 // product then col2im), sample by sample (nn_kernels.cpp).
 struct FusedKernelEntry {
   graph::OpKind first, second;
-  FusedKernelFn fn;
+  FusedKernel kernel;
 };
 std::vector<FusedKernelEntry> nn_fused_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
@@ -53,5 +54,12 @@ void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
 // convolution's weight gradient. Threads split C's tiles; the result does not depend on their count.
 void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                      const float* b, float* c);
+// The same sum, the same bits, with B's rows made on the way: each thread calls
+// fill(s, r0, r1, dst) for the rows [r0, r1) of sample s it needs, which it writes at
+// dst + r * k, dst a sample-sized slot of `slots` ([batch, N, K], reused for every pass), so the
+// rows are read back while in cache.
+using RowFill = std::function<void(std::int64_t s, std::int64_t r0, std::int64_t r1, float* dst)>;
+void batched_gemm_nt_filled(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                            float* slots, float* c, const RowFill& fill);
 
 }  // namespace memplan::kernels::cpu

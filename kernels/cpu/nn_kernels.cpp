@@ -2,9 +2,16 @@
 // (layer norm, embedding, batched matmul, softmax, permute, dropout). Every reduction runs in a
 // fixed order: parallel loops split only over independent outputs (samples, planes, channels,
 // rows), so results never depend on the thread count or on where tensors live.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
@@ -101,32 +108,108 @@ void k_channel_scale_backward(const KernelCall& c) {
   }
 }
 
-// One (sample, channel) plane's rows of the columns; planes are independent.
-void im2col_plane(const Window& g, const float* x, float* cols, std::int64_t plane) {
-  const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-  const float* src = x + plane * g.h * g.w;
-  float* dst_plane = cols + plane * kk * p;  // rows c*K*K.. of sample n are contiguous
-  for (std::int64_t kh = 0; kh < g.k; ++kh) {
-    for (std::int64_t kw = 0; kw < g.k; ++kw) {
-      float* dst = dst_plane + (kh * g.k + kw) * p;
-      const ValidRange v = valid_columns(g, kw);
-      for (std::int64_t oh = 0; oh < g.oh; ++oh) {
-        const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
-        float* row = dst + oh * g.ow;
-        if (ih < 0 || ih >= g.h) {
-          std::fill(row, row + g.ow, 0.0f);
-          continue;
-        }
-        std::fill(row, row + v.lo, 0.0f);
-        const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
-        if (g.stride == 1) {
-          std::copy(in, in + (v.hi - v.lo), row + v.lo);
-        } else {
-          for (std::int64_t ow = v.lo; ow < v.hi; ++ow) row[ow] = in[(ow - v.lo) * g.stride];
-        }
-        std::fill(row + v.hi, row + g.ow, 0.0f);
-      }
+#if defined(__AVX512F__)
+// Stride-1 windows a row of 16 lanes at a time, with masks for the image's edges (AVX-512 masked
+// loads touch no masked-off element, so a row read may start before the plane or end after it).
+
+// The lanes l of the chunk at j0 with lo <= j0 + l < hi.
+inline __mmask16 lane_mask(std::int64_t lo, std::int64_t hi, std::int64_t j0) {
+  const std::int64_t a = std::clamp<std::int64_t>(lo - j0, 0, 16), b = std::clamp<std::int64_t>(hi - j0, 0, 16);
+  return b <= a ? __mmask16{0} : static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
+}
+// p + elems as an address only (it may lie outside the array; the masked lanes never read there).
+inline const float* shifted(const float* p, std::int64_t elems) {
+  return reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(p) +
+                                        static_cast<std::uintptr_t>(elems * std::int64_t{sizeof(float)}));
+}
+
+// One tap's row of columns (im2col_tap), stride 1: chunk by chunk, its masks made once.
+void im2col_tap_stride1(const Window& g, const float* src, std::int64_t kh, std::int64_t kw, float* dst) {
+  const std::int64_t shift = kw * g.dil - g.pad;  // iw = ow + shift
+  const std::int64_t oh_lo = std::clamp<std::int64_t>(g.pad - kh * g.dil, 0, g.oh);  // rows inside the image
+  const std::int64_t oh_hi = std::clamp<std::int64_t>(g.h + g.pad - kh * g.dil, oh_lo, g.oh);
+  for (std::int64_t j0 = 0; j0 < g.ow; j0 += 16) {
+    const __mmask16 load = lane_mask(-shift, g.w - shift, j0), store = lane_mask(0, g.ow, j0);
+    float* out = dst + j0;
+    for (std::int64_t oh = 0; oh < oh_lo; ++oh) _mm512_mask_storeu_ps(out + oh * g.ow, store, _mm512_setzero_ps());
+    const float* in = shifted(src, (oh_lo + kh * g.dil - g.pad) * g.w + j0 + shift);
+    for (std::int64_t oh = oh_lo; oh < oh_hi; ++oh, in += g.w) {
+      _mm512_mask_storeu_ps(out + oh * g.ow, store, _mm512_maskz_loadu_ps(load, in));
     }
+    for (std::int64_t oh = oh_hi; oh < g.oh; ++oh) _mm512_mask_storeu_ps(out + oh * g.ow, store, _mm512_setzero_ps());
+  }
+}
+
+// Each output row is summed in registers over the taps in (kh, kw) order, the order the scalar
+// loop adds them in; a tap that misses a pixel leaves its lane as it is. Chunk by chunk, with
+// the taps' masks made once per chunk.
+void col2im_plane_stride1(const Window& g, const float* src_plane, float* dst) {
+  const std::int64_t p = g.oh * g.ow;
+  constexpr std::int64_t kMaxTaps = 16;  // masks kept for kernels up to 16 wide
+  __mmask16 masks[kMaxTaps];
+  for (std::int64_t j0 = 0; j0 < g.w; j0 += 16) {
+    const __mmask16 store = lane_mask(0, g.w, j0);
+    auto mask = [&](std::int64_t kw) {
+      const std::int64_t shift = kw * g.dil - g.pad;  // ow = iw - shift
+      return static_cast<__mmask16>(lane_mask(shift, g.ow + shift, j0) & store);
+    };
+    for (std::int64_t kw = 0; kw < std::min(g.k, kMaxTaps); ++kw) masks[kw] = mask(kw);
+    for (std::int64_t ih = 0; ih < g.h; ++ih) {
+      __m512 acc = _mm512_setzero_ps();
+      for (std::int64_t kh = 0; kh < g.k; ++kh) {
+        const std::int64_t oh = ih - kh * g.dil + g.pad;
+        if (oh < 0 || oh >= g.oh) continue;
+        for (std::int64_t kw = 0; kw < g.k; ++kw) {
+          const __mmask16 m = kw < kMaxTaps ? masks[kw] : mask(kw);
+          const float* row = src_plane + (kh * g.k + kw) * p + oh * g.ow;
+          acc = _mm512_mask_add_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, shifted(row, j0 - (kw * g.dil - g.pad))));
+        }
+      }
+      _mm512_mask_storeu_ps(dst + ih * g.w + j0, store, acc);
+    }
+  }
+}
+#endif
+
+// Tap (kh, kw)'s row of one (sample, channel) plane's columns: dst[oh * OW + ow] is the pixel
+// the tap reads for output (oh, ow), zero in the padding.
+void im2col_tap(const Window& g, const float* src, std::int64_t kh, std::int64_t kw, float* dst) {
+#if defined(__AVX512F__)
+  if (g.stride == 1) return im2col_tap_stride1(g, src, kh, kw, dst);
+#endif
+  const ValidRange v = valid_columns(g, kw);
+  for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+    const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
+    float* row = dst + oh * g.ow;
+    if (ih < 0 || ih >= g.h) {
+      std::fill(row, row + g.ow, 0.0f);
+      continue;
+    }
+    std::fill(row, row + v.lo, 0.0f);
+    const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
+    if (g.stride == 1) {
+      std::copy(in, in + (v.hi - v.lo), row + v.lo);
+    } else {
+      for (std::int64_t ow = v.lo; ow < v.hi; ++ow) row[ow] = in[(ow - v.lo) * g.stride];
+    }
+    std::fill(row + v.hi, row + g.ow, 0.0f);
+  }
+}
+
+// One (sample, channel) plane's rows of the columns, at `dst_plane`; planes are independent.
+void im2col_plane(const Window& g, const float* src, float* dst_plane) {
+  const std::int64_t p = g.oh * g.ow;
+  for (std::int64_t kh = 0; kh < g.k; ++kh) {
+    for (std::int64_t kw = 0; kw < g.k; ++kw) im2col_tap(g, src, kh, kw, dst_plane + (kh * g.k + kw) * p);
+  }
+}
+
+// Rows [r0, r1) of one sample's columns (row r: channel r / K^2, tap r % K^2) at dst + r * P.
+void im2col_rows(const Window& g, const float* x_sample, std::int64_t r0, std::int64_t r1, float* dst) {
+  const std::int64_t kk = g.k * g.k, p = g.oh * g.ow;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::int64_t c = r / kk, tap = r % kk;
+    im2col_tap(g, x_sample + c * g.h * g.w, tap / g.k, tap % g.k, dst + r * p);
   }
 }
 
@@ -134,17 +217,20 @@ void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
   float* cols = c.outputs[0].f32();
+  const std::int64_t kkp = g.k * g.k * g.oh * g.ow;
 #pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) im2col_plane(g, x, cols, plane);
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp);
 }
 
 // The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order
-// (with a dilation several taps reach one pixel; they add up in that order too).
-void col2im_plane(const Window& g, const float* cols, float* x, std::int64_t plane) {
-  const std::int64_t p = g.oh * g.ow, kk = g.k * g.k;
-  float* dst = x + plane * g.h * g.w;
+// (with a dilation several taps reach one pixel; they add up in that order too). `src` holds the
+// plane's K*K rows of columns, `dst` its H*W pixels.
+void col2im_plane(const Window& g, const float* src_plane, float* dst) {
+#if defined(__AVX512F__)
+  if (g.stride == 1) return col2im_plane_stride1(g, src_plane, dst);
+#endif
+  const std::int64_t p = g.oh * g.ow;
   std::fill(dst, dst + g.h * g.w, 0.0f);
-  const float* src_plane = cols + plane * kk * p;
   for (std::int64_t kh = 0; kh < g.k; ++kh) {
     for (std::int64_t kw = 0; kw < g.k; ++kw) {
       const float* src = src_plane + (kh * g.k + kw) * p;
@@ -169,7 +255,9 @@ void k_col2im(const KernelCall& c) {
   const float* cols = c.inputs[0].f32();
   float* x = c.outputs[0].f32();
 #pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) col2im_plane(g, cols, x, plane);
+  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    col2im_plane(g, cols + plane * g.k * g.k * g.oh * g.ow, x + plane * g.h * g.w);
+  }
 }
 
 // Images of fewer output positions than this go through Eigen: small_gemm's 32-column tiles
@@ -228,7 +316,10 @@ void k_conv2d_backward_cols(const KernelCall& c) {
 // over independent samples and planes), so the results are bitwise equal; the columns are still
 // written in full (the backward pass reads them).
 
-// im2col(x) -> cols, then conv2d(cols, w) -> y.
+// im2col(x) -> cols, then conv2d(cols, w) -> y. cols has no other reader (the weight gradient
+// rebuilds them: graph/autograd.cpp; FusedKernel::first_output_is_scratch): each thread makes
+// its sample's columns in its own sample-sized slot of cols, where the product reads them from
+// the cache.
 void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   const Window g = window_of(*a.inputs[0].shape, *a.attrs);
   const float* x = a.inputs[0].f32();
@@ -237,14 +328,39 @@ void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   const std::int64_t cout = (*b.inputs[1].shape)[0];
   const float* w = b.inputs[1].f32();
   float* y = b.outputs[0].f32();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < g.n; ++i) {
-    for (std::int64_t plane = i * g.c; plane < (i + 1) * g.c; ++plane) im2col_plane(g, x, cols, plane);
-    conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p);
+  const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), g.n));
+#pragma omp parallel num_threads(threads)
+  {
+    float* slot = cols + omp_get_thread_num() * ckk * p;
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < g.n; ++i) {
+      for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
+      conv_image(cout, ckk, p, w, slot, y + i * cout * p);
+    }
   }
 }
 
-// conv2d_backward_cols(dy, w) -> dcols, then col2im(dcols) -> dx.
+// im2col(x) -> cols, then conv2d_backward_weight(dy, cols) -> dw: cols has no other reader, and
+// each thread makes the rows of the columns its tiles of dw need, pass by pass, into the first
+// sample slots of cols (batched_gemm_nt_filled).
+void k_im2col_then_conv2d_backward_weight(const KernelCall& a, const KernelCall& b) {
+  const Window g = window_of(*a.inputs[0].shape, *a.attrs);
+  const float* x = a.inputs[0].f32();
+  float* cols = a.outputs[0].f32();
+  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t cout = (*b.inputs[0].shape)[1];
+  const RowFill fill = [&](std::int64_t s, std::int64_t r0, std::int64_t r1, float* dst) {
+    im2col_rows(g, x + s * g.c * g.h * g.w, r0, r1, dst);
+  };
+  batched_gemm_nt_filled(g.n, cout, ckk, p, b.inputs[0].f32(), cols, b.outputs[0].f32(), fill);
+}
+
+// conv2d_backward_cols(dy, w) -> dcols, then col2im(dcols) -> dx. dcols has no other reader
+// (FusedKernel::first_output_is_scratch): each thread keeps its sample's columns in its own
+// sample-sized slot of it, so they stay in cache instead of going out to memory and back. In
+// waves of one sample a thread (FusedKernel::sample_waves): every thread reads its dy sample,
+// then, after a barrier, writes its dx sample, the waves in the order that never overwrites a dy
+// sample still to be read where dx is planned over dy.
 void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b) {
   const Window g = window_of(*b.outputs[0].shape, *b.attrs);
   const float* dy = a.inputs[0].f32();
@@ -253,10 +369,24 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
   float* dx = b.outputs[0].f32();
   const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
   const std::int64_t cout = (*a.inputs[1].shape)[0];
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < g.n; ++i) {
-    conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p);
-    for (std::int64_t plane = i * g.c; plane < (i + 1) * g.c; ++plane) col2im_plane(g, dcols, dx, plane);
+  const SampleOrder order = sample_wave_order(dx, b.outputs[0].numel() * std::int64_t{sizeof(float)}, dy,
+                                              a.inputs[0].numel() * std::int64_t{sizeof(float)}, g.n);
+  MEMPLAN_CHECK(order != SampleOrder::none, "dx overlaps samples of dy it would overwrite before they are read");
+  const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), g.n));
+#pragma omp parallel num_threads(threads)
+  {
+    const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    float* slot = dcols + t * ckk * p;
+    for (std::int64_t wave = 0; wave < g.n; wave += team) {
+      const std::int64_t i = order == SampleOrder::ascending ? wave + t : g.n - 1 - (wave + t);
+      if (i >= 0 && i < g.n) conv_cols_image(cout, ckk, p, w, dy + i * cout * p, slot);
+#pragma omp barrier
+      if (i >= 0 && i < g.n) {
+        for (std::int64_t c = 0; c < g.c; ++c) {
+          col2im_plane(g, slot + c * g.k * g.k * p, dx + (i * g.c + c) * g.h * g.w);
+        }
+      }
+    }
   }
 }
 
@@ -781,8 +911,11 @@ std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
 
 std::vector<FusedKernelEntry> nn_fused_kernel_entries() {
   return {
-      {OpKind::im2col, OpKind::conv2d, k_im2col_then_conv2d},
-      {OpKind::conv2d_backward_cols, OpKind::col2im, k_conv2d_backward_cols_then_col2im},
+      {OpKind::im2col, OpKind::conv2d, {k_im2col_then_conv2d, /*first_output_is_scratch=*/true}},
+      {OpKind::im2col, OpKind::conv2d_backward_weight,
+       {k_im2col_then_conv2d_backward_weight, /*first_output_is_scratch=*/true}},
+      {OpKind::conv2d_backward_cols, OpKind::col2im,
+       {k_conv2d_backward_cols_then_col2im, /*first_output_is_scratch=*/true, /*sample_waves=*/true}},
   };
 }
 
