@@ -119,7 +119,7 @@ double torch_ms(const ModelCase& mc, int threads, const Options& o, std::string&
   while (std::fgets(buf, sizeof(buf), pipe.get())) out += buf;
   try {
     auto j = nlohmann::json::parse(out);
-    version = j["torch_version"].get<std::string>();
+    version = j["torch_version"].get<std::string>() + ", BLAS " + j.value("blas", std::string("unknown"));
     if (!(j["final_loss"].get<double>() < j["first_loss"].get<double>())) return -1.0;
     return j["step_time_ms_median"].get<double>();
   } catch (const std::exception&) {
@@ -289,6 +289,10 @@ int main(int argc, char** argv) {
     bench::print_table({"", "ms without", "ms with busy processes", "slowdown"}, srows);
   }
   std::printf("\nPyTorch: %s\n", o.torch ? torch_version.c_str() : "not measured");
+  if (o.torch && torch_version.find("/blas/libblas") != std::string::npos) {
+    std::printf("warning: PyTorch ran on the reference BLAS, far slower than its usual GEMMs: install Debian's "
+                "libopenblas0 for a fair comparison\n");
+  }
   if (o.torch) {
     std::printf("target (memplan <= 0.8x PyTorch at each side's best thread count, <= 1.0x at every count): %s\n",
                 all_within_target ? "met" : "not met");

@@ -8,6 +8,7 @@ reference models at the shapes bench/model_step.cpp uses:
 Prints one JSON object: median step time in ms over --steps steps after --warmup steps."""
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -118,6 +119,12 @@ for step in range(args.warmup + args.steps):
     losses.append(float(loss))
     if step >= args.warmup:
         times.append((t1 - t0) * 1000.0)
-print(json.dumps({"torch_version": torch.__version__, "threads": torch.get_num_threads(), "model": args.model,
+# The BLAS library PyTorch's GEMMs went to: Debian's python3-torch calls whichever libblas.so.3
+# the alternatives system names, the reference BLAS unless OpenBLAS (libopenblas0) is installed.
+with open("/proc/self/maps") as maps:
+    blas = sorted({path for path in (line.split()[-1] for line in maps)
+                   if "blas" in os.path.basename(path) or "mkl" in os.path.basename(path)})
+print(json.dumps({"torch_version": torch.__version__, "blas": ", ".join(blas) or "none found",
+                  "threads": torch.get_num_threads(), "model": args.model,
                   "batch": args.batch, "step_time_ms_median": statistics.median(times),
                   "first_loss": losses[0], "final_loss": losses[-1]}))
