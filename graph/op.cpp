@@ -875,6 +875,11 @@ const OpInfo& op_info(OpKind kind) {
 
 std::span<const OpInfo> op_table() { return kOpTable; }
 
+bool fusable_pair(OpKind first, OpKind second) {
+  return (first == OpKind::im2col && (second == OpKind::conv2d || second == OpKind::conv2d_backward_weight)) ||
+         (first == OpKind::conv2d_backward_cols && second == OpKind::col2im);
+}
+
 std::string_view phase_name(Phase phase) {
   switch (phase) {
     case Phase::forward: return "forward";

@@ -212,5 +212,9 @@ const OpInfo& op_info(OpKind kind);
 // Every row, in OpKind order: row i states kind i (tests/op_table_test.cpp checks this).
 std::span<const OpInfo> op_table();
 inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
+// Pairs of ops a backend may run as one kernel when the second directly follows the first and
+// reads its output (kernels/kernel.h: find_fused_kernel): an im2col and the product reading its
+// columns, the columns' gradient and its col2im. The memory-aware schedule keeps them adjacent.
+bool fusable_pair(OpKind first, OpKind second);
 
 }  // namespace memplan::graph

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/kernel.h"
 #ifdef MEMPLAN_HAVE_CUDA
@@ -52,7 +53,16 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
 
 FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {
   if (device != DeviceKind::cpu) return {};
-  static const std::vector<cpu::FusedKernelEntry> entries = cpu::nn_fused_kernel_entries();
+  static const std::vector<cpu::FusedKernelEntry> entries = [] {
+    std::vector<cpu::FusedKernelEntry> list = cpu::nn_fused_kernel_entries();
+    // The schedule keeps only graph::fusable_pair's pairs adjacent.
+    for (const cpu::FusedKernelEntry& e : list) {
+      MEMPLAN_CHECK(graph::fusable_pair(e.first, e.second),
+                    "fused kernel for " << graph::op_name(e.first) << " then " << graph::op_name(e.second)
+                                        << " is not a graph::fusable_pair");
+    }
+    return list;
+  }();
   for (const cpu::FusedKernelEntry& e : entries) {
     if (e.first == first && e.second == second) return e.kernel;
   }

@@ -27,18 +27,15 @@ std::vector<std::vector<int>> readers_of_persistent(const Graph& graph) {
   return readers;
 }
 
-// Whether op `next` should follow op `i` directly, with no update run between: the pairs the CPU
-// runs as one kernel (kernels/kernel.h: find_fused_kernel), an im2col and the product reading
-// its columns, and the columns' gradient and its col2im. An update between would free its
-// gradient for the second op's output to be planned over, and the two could not run together.
+// Whether op `next` should follow op `i` directly, with no update run between: a pair a backend
+// runs as one kernel (graph::fusable_pair). An update between would free its gradient for the
+// second op's output to be planned over, and the two could not run together.
 bool keep_next_adjacent(const Graph& graph, int i, int next) {
-  using graph::OpKind;
   if (next >= graph.num_ops()) return false;
   const Op& a = graph.ops()[static_cast<std::size_t>(i)];
   const Op& b = graph.ops()[static_cast<std::size_t>(next)];
-  const bool pair = (a.kind == OpKind::im2col && (b.kind == OpKind::conv2d || b.kind == OpKind::conv2d_backward_weight)) ||
-                    (a.kind == OpKind::conv2d_backward_cols && b.kind == OpKind::col2im);
-  return pair && a.outputs.size() == 1 && std::find(b.inputs.begin(), b.inputs.end(), a.outputs[0]) != b.inputs.end();
+  return graph::fusable_pair(a.kind, b.kind) && a.outputs.size() == 1 &&
+         std::find(b.inputs.begin(), b.inputs.end(), a.outputs[0]) != b.inputs.end();
 }
 
 }  // namespace

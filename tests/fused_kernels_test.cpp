@@ -136,6 +136,20 @@ TEST(FusedKernels, EachPairGivesTheBitsOfItsTwoOps) {
   }
 }
 
+// The CPU fuses exactly the pairs the schedule keeps adjacent (graph::fusable_pair).
+TEST(FusedKernels, TheCpuFusesExactlyTheFusablePairs) {
+  int pairs = 0;
+  for (int i = 0; i < graph::kOpKindCount; ++i) {
+    for (int j = 0; j < graph::kOpKindCount; ++j) {
+      const auto a = static_cast<OpKind>(i), b = static_cast<OpKind>(j);
+      const bool fused = kernels::find_fused_kernel(a, b, kernels::DeviceKind::cpu).fn != nullptr;
+      EXPECT_EQ(fused, graph::fusable_pair(a, b)) << graph::op_name(a) << " then " << graph::op_name(b);
+      pairs += fused;
+    }
+  }
+  EXPECT_EQ(pairs, 3);
+}
+
 // FusedKernel::sample_waves: dx may lie over dy where each dx sample covers only dy samples at or
 // before its own index, or only ones at or after it; laid out so here (from the same start, dx
 // no larger a sample or twice as large, or ending where dy ends while twice its size a sample),

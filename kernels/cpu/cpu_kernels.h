@@ -18,8 +18,9 @@ inline constexpr std::int64_t kParallelMin = 1 << 15;
 std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
-// The pairs of adjacent ops that run fused on the CPU (im2col then conv2d; the input gradient's
-// product then col2im), sample by sample (nn_kernels.cpp).
+// The pairs of adjacent ops that run fused on the CPU (graph::fusable_pair: im2col then conv2d
+// or the weight gradient; the input gradient's product then col2im), sample by sample
+// (nn_kernels.cpp).
 struct FusedKernelEntry {
   graph::OpKind first, second;
   FusedKernel kernel;

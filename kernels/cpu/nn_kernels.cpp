@@ -313,8 +313,9 @@ void k_conv2d_backward_cols(const KernelCall& c) {
 // Each runs two adjacent ops sample by sample, so the columns one writes are read back by the
 // other while they are in cache instead of after the whole batch. Every value is computed by the
 // same code in the same order as the two kernels one after the other (their loops split only
-// over independent samples and planes), so the results are bitwise equal; the columns are still
-// written in full (the backward pass reads them).
+// over independent samples, planes and tiles of the result), so the results are bitwise equal.
+// The columns are the kernel's scratch: no other op reads them (the executor checks), so each
+// thread reuses a sample-sized slot of them instead of writing them in full.
 
 // im2col(x) -> cols, then conv2d(cols, w) -> y. cols has no other reader (the weight gradient
 // rebuilds them: graph/autograd.cpp; FusedKernel::first_output_is_scratch): each thread makes
