@@ -2,7 +2,9 @@
 // same models in PyTorch eager (bench/torch_model_step.py, Debian's python3-torch) when it is
 // installed: each thread count, interleaved round by round in one run so machine noise hits both
 // alike, each side at its best thread count, and the shared-machine case: the MLP step with
-// competing busy processes on the cores against the same step without them.
+// competing busy processes on the cores against the same step without them. There the steps'
+// times are far apart (most steps run as if alone, some wait out a busy process's time slice), so
+// it reports the mean step time (the throughput a training job gets) beside the median.
 //
 //   bench_model_step [--models mlp,cnn,gpt] [--threads 1,2] [--rounds 3] [--steps-scale 1.0]
 //                    [--busy 2] [--json-out bench_model_step.json] [--no-torch] [--python /usr/bin/python3]
@@ -22,7 +24,7 @@
 #include "bench/bench_util.h"
 #include "memplan/common/rng.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/kernels/openmp_wait.h"
+#include "memplan/kernels/cpu/parallel.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
@@ -64,9 +66,13 @@ models::ModelOptions model_options(const std::string& name) {
 
 int scaled(int steps, const Options& o) { return std::max(2, static_cast<int>(std::lround(steps * o.steps_scale))); }
 
-// Median step time of memplan's planned executor at `threads`; checks first that a few steps on
-// a fixed batch lower the loss.
-double ours_ms(const ModelCase& mc, int threads, const Options& o) {
+struct StepTimes {
+  double median_ms = -1.0, mean_ms = -1.0;
+};
+
+// Step times of memplan's planned executor at `threads`; checks first that a few steps on a fixed
+// batch lower the loss.
+StepTimes ours_times(const ModelCase& mc, int threads, const Options& o) {
   kernels::set_cpu_threads(threads);
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   runtime::CpuDevice device;
@@ -104,27 +110,35 @@ double ours_ms(const ModelCase& mc, int threads, const Options& o) {
   }
   std::vector<double> times;
   for (int i = 0; i < scaled(mc.steps, o); ++i) times.push_back(bench::time_ms([&] { (void)exec.run_step(); }));
-  return bench::median(times);
+  double sum = 0.0;
+  for (double t : times) sum += t;
+  return {bench::median(times), sum / static_cast<double>(times.size())};
 }
 
-// Runs the PyTorch script; a negative value when torch is unavailable or the run failed.
-double torch_ms(const ModelCase& mc, int threads, const Options& o, std::string& version) {
+double ours_ms(const ModelCase& mc, int threads, const Options& o) { return ours_times(mc, threads, o).median_ms; }
+
+// Runs the PyTorch script; negative values when torch is unavailable or the run failed.
+StepTimes torch_times(const ModelCase& mc, int threads, const Options& o, std::string& version) {
   std::ostringstream cmd;
   cmd << o.python << " " << MEMPLAN_SOURCE_DIR << "/bench/torch_model_step.py --model " << mc.name << " --batch "
       << mc.batch << " --steps " << scaled(mc.steps, o) << " --warmup 3 --threads " << threads << " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
-  if (!pipe) return -1.0;
+  if (!pipe) return {};
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof(buf), pipe.get())) out += buf;
   try {
     auto j = nlohmann::json::parse(out);
     version = j["torch_version"].get<std::string>() + ", BLAS " + j.value("blas", std::string("unknown"));
-    if (!(j["final_loss"].get<double>() < j["first_loss"].get<double>())) return -1.0;
-    return j["step_time_ms_median"].get<double>();
+    if (!(j["final_loss"].get<double>() < j["first_loss"].get<double>())) return {};
+    return {j["step_time_ms_median"].get<double>(), j["step_time_ms_mean"].get<double>()};
   } catch (const std::exception&) {
-    return -1.0;
+    return {};
   }
+}
+
+double torch_ms(const ModelCase& mc, int threads, const Options& o, std::string& version) {
+  return torch_times(mc, threads, o, version).median_ms;
 }
 
 // Busy processes competing for the cores while alive (each a spinning child).
@@ -191,8 +205,6 @@ std::string ratio(double ours, double theirs) { return ours > 0 && theirs > 0 ? 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As the memplan CLI: idle OpenMP threads sleep unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
-  kernels::default_to_short_openmp_spin(argv);
   Options o;
   try {
     o = parse(argc, argv);
@@ -209,8 +221,7 @@ int main(int argc, char** argv) {
       o.torch = false;
     }
   }
-  std::printf("AdamW step on the CPU, median step time per round, median of %d interleaved rounds; OpenMP wait "
-              "policy %s\n\n", o.rounds, kernels::openmp_wait_policy().c_str());
+  std::printf("AdamW step on the CPU, median step time per round, median of %d interleaved rounds\n\n", o.rounds);
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::vector<std::string>> rows, best_rows;
   bool all_within_target = o.torch;
@@ -266,27 +277,47 @@ int main(int argc, char** argv) {
   if (o.busy > 0) {
     const ModelCase& mlp = kModels[0];
     const int t = *std::max_element(o.threads.begin(), o.threads.end());
-    std::vector<double> quiet, loaded, torch_quiet, torch_loaded;
-    for (int r = 0; r < o.rounds; ++r) {
-      quiet.push_back(ours_ms(mlp, t, o));
-      if (o.torch) torch_quiet.push_back(torch_ms(mlp, t, o, torch_version));
+    // At least 5 rounds: which rounds the scheduler treats well varies.
+    const int rounds = std::max(o.rounds, 5);
+    std::vector<double> quiet_mean, quiet_median, busy_mean, busy_median, torch_quiet, torch_busy;
+    kernels::cpu::reset_parallel_stats();
+    for (int r = 0; r < rounds; ++r) {
+      const StepTimes q = ours_times(mlp, t, o);
+      quiet_mean.push_back(q.mean_ms);
+      quiet_median.push_back(q.median_ms);
+      if (o.torch) torch_quiet.push_back(torch_times(mlp, t, o, torch_version).mean_ms);
       BusyProcesses busy(o.busy);
-      loaded.push_back(ours_ms(mlp, t, o));
-      if (o.torch) torch_loaded.push_back(torch_ms(mlp, t, o, torch_version));
+      const StepTimes l = ours_times(mlp, t, o);
+      busy_mean.push_back(l.mean_ms);
+      busy_median.push_back(l.median_ms);
+      if (o.torch) torch_busy.push_back(torch_times(mlp, t, o, torch_version).mean_ms);
     }
-    const double q = bench::median(quiet), l = bench::median(loaded);
-    std::printf("\nShared machine: %s at %d threads with %d busy processes on the cores\n\n", mlp.shape.c_str(), t,
-                o.busy);
-    std::vector<std::vector<std::string>> srows = {{"memplan", cell(q), cell(l), bench::fmt(l / q, 2) + "x"}};
-    shared = {{"model", "mlp"}, {"threads", t}, {"busy_processes", o.busy}, {"memplan_quiet_ms", q},
-              {"memplan_busy_ms", l}, {"memplan_slowdown", l / q}, {"memplan_quiet_rounds_ms", quiet},
-              {"memplan_busy_rounds_ms", loaded}};
+    const kernels::cpu::ParallelStats pool = kernels::cpu::parallel_stats();
+    const double qm = bench::median(quiet_mean), lm = bench::median(busy_mean);
+    const double qd = bench::median(quiet_median), ld = bench::median(busy_median);
+    std::printf("\nShared machine: %s at %d threads with %d busy processes on the cores, median of %d rounds of "
+                "the mean step time (and of the median step)\n\n", mlp.shape.c_str(), t, o.busy, rounds);
+    std::vector<std::vector<std::string>> srows = {
+        {"memplan", cell(qm) + " (" + cell(qd) + ")", cell(lm) + " (" + cell(ld) + ")",
+         bench::fmt(lm / qm, 2) + "x (" + bench::fmt(ld / qd, 2) + "x)"}};
+    shared = {{"model", "mlp"}, {"threads", t}, {"busy_processes", o.busy}, {"rounds", rounds},
+              {"memplan_quiet_ms", qm}, {"memplan_busy_ms", lm}, {"memplan_slowdown", lm / qm},
+              {"memplan_quiet_median_step_ms", qd}, {"memplan_busy_median_step_ms", ld},
+              {"memplan_slowdown_median_step", ld / qd}, {"memplan_quiet_rounds_ms", quiet_mean},
+              {"memplan_busy_rounds_ms", busy_mean},
+              {"memplan_pool", {{"loops_across_threads", pool.loops_across_threads},
+                                {"stalls_on_preempted_threads", pool.stalls}}}};
     if (o.torch) {
-      const double tq = bench::median(torch_quiet), tl = bench::median(torch_loaded);
+      const double tq = bench::median(torch_quiet), tl = bench::median(torch_busy);
       srows.push_back({"PyTorch", cell(tq), cell(tl), tq > 0 && tl > 0 ? bench::fmt(tl / tq, 2) + "x" : "-"});
-      shared.update({{"torch_quiet_ms", tq}, {"torch_busy_ms", tl}});
+      shared.update({{"torch_quiet_ms", tq}, {"torch_busy_ms", tl}, {"torch_quiet_rounds_ms", torch_quiet},
+                     {"torch_busy_rounds_ms", torch_busy}});
     }
     bench::print_table({"", "ms without", "ms with busy processes", "slowdown"}, srows);
+    std::printf("\nmemplan's thread pool: %lld loops across threads, %lld of them stalled on a preempted thread\n"
+                "shared-machine target (mean step at most 3x its time alone): %s\n",
+                static_cast<long long>(pool.loops_across_threads), static_cast<long long>(pool.stalls),
+                lm <= 3.0 * qm ? "met" : "not met");
   }
   std::printf("\nPyTorch: %s\n", o.torch ? torch_version.c_str() : "not measured");
   if (o.torch && torch_version.find("/blas/libblas") != std::string::npos) {
@@ -298,7 +329,6 @@ int main(int argc, char** argv) {
                 all_within_target ? "met" : "not met");
   }
   bench::write_json(o.json_out, {{"benchmark", "model_step"}, {"optimizer", "adamw lr 1e-3"}, {"rounds", o.rounds},
-                                 {"openmp_wait_policy", kernels::openmp_wait_policy()},
                                  {"torch", o.torch ? torch_version : "not measured"}, {"results", results},
                                  {"shared_machine", shared}});
   return 0;

@@ -5,7 +5,7 @@ reference models at the shapes bench/model_step.cpp uses:
   mlp: 784-256-256-10, ReLU;  cnn: ResNet, stem 3x3 16, stages 16/32/64 (one basic block each,
   1x1 conv shortcut when the shape changes), batch norm, on 1x28x28;  gpt: 2 blocks, width 128,
   4 heads, context 64, vocab 96, GELU, tied head.
-Prints one JSON object: median step time in ms over --steps steps after --warmup steps."""
+Prints one JSON object: median and mean step time in ms over --steps steps after --warmup steps."""
 import argparse
 import json
 import os
@@ -127,4 +127,5 @@ with open("/proc/self/maps") as maps:
 print(json.dumps({"torch_version": torch.__version__, "blas": ", ".join(blas) or "none found",
                   "threads": torch.get_num_threads(), "model": args.model,
                   "batch": args.batch, "step_time_ms_median": statistics.median(times),
+                  "step_time_ms_mean": statistics.fmean(times),
                   "first_loss": losses[0], "final_loss": losses[-1]}))

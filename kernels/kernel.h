@@ -84,8 +84,9 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
 // The fused kernel for `first` then `second` on `device` (fn nullptr where there is none).
 FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device);
 
-// Threads the CPU kernels use (Eigen GEMM and the OpenMP loops, for parallel regions this thread
-// starts); 0 = OpenMP's default (OMP_NUM_THREADS, else all cores).
+// Threads the CPU kernels use (memplan's thread pool, kernels/cpu/parallel.h, which every CPU
+// kernel's loops run on); 0 = the default: OMP_NUM_THREADS when set, else every core this process
+// may run on.
 void set_cpu_threads(int threads);
 int cpu_threads();
 

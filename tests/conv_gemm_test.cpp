@@ -1,8 +1,6 @@
 // The convolutions' register-tiled products (kernels/cpu/conv_gemm.cpp) against a double-precision
 // reference on shapes that hit every tile edge: rows not a multiple of 8 or 4, columns not a
 // multiple of 16 or 32, weight-gradient chunks past 256, and the same bits at 1 and 2 threads.
-#include <omp.h>
-
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -10,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/kernel.h"
 
 namespace {
 
@@ -54,12 +53,12 @@ TEST(ConvGemm, BatchedNtSumsEverySampleAndGivesTheSameBitsAtOneAndTwoThreads) {
     const auto a = conv_gemm_wave(static_cast<std::size_t>(batch * d.m * d.k), 0.07f);
     const auto b = conv_gemm_wave(static_cast<std::size_t>(batch * d.n * d.k), 0.05f);
     std::vector<float> c1(static_cast<std::size_t>(d.m * d.n), -1.0f), c2(c1.size(), -2.0f);
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const int before = memplan::kernels::cpu_threads();
+    memplan::kernels::set_cpu_threads(1);
     batched_gemm_nt(batch, d.m, d.n, d.k, a.data(), b.data(), c1.data());
-    omp_set_num_threads(2);
+    memplan::kernels::set_cpu_threads(2);
     batched_gemm_nt(batch, d.m, d.n, d.k, a.data(), b.data(), c2.data());
-    omp_set_num_threads(before);
+    memplan::kernels::set_cpu_threads(before);
     for (std::int64_t i = 0; i < d.m; ++i) {
       for (std::int64_t j = 0; j < d.n; ++j) {
         double s = 0.0;

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/kernels/kernel.h"
-#include "memplan/kernels/openmp_wait.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
@@ -97,7 +96,7 @@ int run_plan(const PlanFlags& flags) {
     profile = timed.value();
     j["profile"] = profile_json(*profile);
     j["threads"] = kernels::cpu_threads();
-    j["openmp_wait_policy"] = kernels::openmp_wait_policy();
+    j["cpu_pool"] = cpu_pool_json();
   }
   if (!flags.out.empty()) {
     if (Status s = write_file_atomically(flags.out, j.dump(2) + "\n"); !s) {

@@ -5,7 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "memplan/kernels/cpu/parallel.h"
+
 namespace memplan::tools {
+
+nlohmann::json cpu_pool_json() {
+  const kernels::cpu::ParallelStats s = kernels::cpu::parallel_stats();
+  return {{"loops_across_threads", s.loops_across_threads}, {"stalls_on_preempted_threads", s.stalls}};
+}
+
 namespace {
 
 std::string fixed(double v, int precision) {

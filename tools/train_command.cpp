@@ -14,7 +14,6 @@
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/step_size.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/kernels/openmp_wait.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/devices.h"
@@ -465,7 +464,7 @@ int run_train(const TrainFlags& flags) {
     out["device_allocations_during_steps"] = executor.device_allocations_during_steps();
     out["device_bytes_at_setup"] = executor.device_bytes_at_setup();
     out["threads"] = kernels::cpu_threads();
-    out["openmp_wait_policy"] = kernels::openmp_wait_policy();
+    out["cpu_pool"] = cpu_pool_json();
     if (checkpoint) out["checkpoint"] = checkpoint_json(*checkpoint);
     if (!flags.save.empty()) out["saved"] = flags.save;
     if (!flags.export_onnx.empty()) out["exported_onnx"] = flags.export_onnx;

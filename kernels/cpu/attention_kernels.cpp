@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/shared/dropout.h"
 
 namespace memplan::kernels::cpu {
@@ -131,8 +132,7 @@ void k_attention_lse(const KernelCall& c) {
   float* lse = c.outputs[0].f32();
   const float alpha = c.attrs->alpha;
   const bool causal = c.attrs->causal;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t bh = 0; bh < d.batch * d.heads; ++bh) {
+  parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
     const std::int64_t b = bh / d.heads, kvh = (bh % d.heads) / d.group;
     const float* qh = q + bh * d.t * d.d;
     const float* kh = k + (b * d.kv_heads + kvh) * d.t * d.d;
@@ -160,7 +160,7 @@ void k_attention_lse(const KernelCall& c) {
       }
       for (std::int64_t r = 0; r < rows; ++r) lse[bh * d.t + i0 + r] = m[r] + std::log(l[r]);
     }
-  }
+  });
 }
 
 void k_attention(const KernelCall& c) {
@@ -173,8 +173,7 @@ void k_attention(const KernelCall& c) {
   const float alpha = c.attrs->alpha, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t bh = 0; bh < d.batch * d.heads; ++bh) {
+  parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
     const std::int64_t b = bh / d.heads, kvh = (bh % d.heads) / d.group;
     const float* qh = q + bh * d.t * d.d;
     const float* kh = k + (b * d.kv_heads + kvh) * d.t * d.d;
@@ -192,7 +191,7 @@ void k_attention(const KernelCall& c) {
         gemm_accumulate_strided(false, false, rows, d.d, cols, s, kTile, vh + j0 * d.d, d.d, yh + i0 * d.d, d.d);
       }
     }
-  }
+  });
 }
 
 void k_attention_backward_dot(const KernelCall& c) {
@@ -200,12 +199,11 @@ void k_attention_backward_dot(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* y = c.inputs[1].f32();
   float* delta = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     double dot = 0.0;
     for (std::int64_t j = 0; j < cols; ++j) dot += double(dy[r * cols + j]) * double(y[r * cols + j]);
     delta[r] = float(dot);
-  }
+  });
 }
 
 // One thread owns a (batch, K/V head): dk and dv of that head and dq of its query heads, so
@@ -223,8 +221,7 @@ void k_attention_backward(const KernelCall& c) {
   const bool causal = c.attrs->causal;
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   const std::int64_t head_size = d.t * d.d, out_heads = d.heads + 2 * d.kv_heads;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t bk = 0; bk < d.batch * d.kv_heads; ++bk) {
+  parallel_each(d.batch * d.kv_heads, kChunkElements, [&](std::int64_t bk) {
     const std::int64_t b = bk / d.kv_heads, kvh = bk % d.kv_heads;
     const float* kh = k + bk * head_size;
     const float* vh = v + bk * head_size;
@@ -272,7 +269,7 @@ void k_attention_backward(const KernelCall& c) {
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

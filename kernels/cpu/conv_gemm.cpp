@@ -3,8 +3,6 @@
 // multiplying. Every output element sums its terms in one fixed order set by the shapes alone
 // (never by the thread count, the tile it falls in or the address), with one fused multiply-add
 // per term where the target has FMA.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -13,6 +11,7 @@
 #endif
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"
 
 namespace memplan::kernels::cpu {
@@ -170,13 +169,12 @@ void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, st
   const std::int64_t row_blocks = (n + 7) / 8;
   const std::int64_t group = k >= kNtChunk ? 1 : kNtChunk / k;  // samples per pass
   const bool parallel = 2.0 * double(batch) * double(m) * double(n) * double(k) >= 4.0e6 && row_blocks > 2;
-#pragma omp parallel if (parallel)
-  {
-    // Each thread owns a contiguous run of B's row blocks, in pairs: a pair is 16 columns of C,
-    // one 64-byte line per row, so no two threads write the same line (interleaved blocks made
-    // every tile store a false-sharing miss and two threads slower than one).
-    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const std::int64_t pairs = (row_blocks + 1) / 2;
+  // Each part owns a contiguous run of B's row blocks, in pairs: a pair is 16 columns of C, one
+  // 64-byte line per row, so no two parts write the same line (interleaved blocks made every tile
+  // store a false-sharing miss and two threads slower than one). One part a thread.
+  const std::int64_t pairs = (row_blocks + 1) / 2;
+  const std::int64_t nt = parallel ? std::min<std::int64_t>(parallel_slots(), pairs) : 1;
+  parallel_for(nt, 1, [&](std::int64_t t, std::int64_t, int) {
     const std::int64_t rb_begin = std::min(row_blocks, 2 * (pairs * t / nt));
     const std::int64_t rb_end = std::min(row_blocks, 2 * (pairs * (t + 1) / nt));
     alignas(64) float at[kNtChunk * kLanes];
@@ -214,7 +212,7 @@ void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, st
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

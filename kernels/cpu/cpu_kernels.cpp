@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"
 #include "memplan/kernels/shared/optimizers.h"
 
@@ -15,8 +16,7 @@ using graph::OpKind;
 
 template <typename F>
 void for_each_index(std::int64_t n, F f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
+  parallel_each(n, 1, f);
 }
 
 void k_matmul(const KernelCall& c) {
@@ -33,10 +33,9 @@ void k_bias_add(const KernelCall& c) {
   float* y = c.outputs[0].f32();
   const std::int64_t cols = c.outputs[0].shape->cols();
   const std::int64_t rows = c.outputs[0].shape->rows();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [=](std::int64_t r) {
     for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = x[r * cols + j] + b[j];
-  }
+  });
 }
 
 void k_add(const KernelCall& c) {
@@ -88,11 +87,13 @@ void k_gelu(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float xi = x[i];
-    y[i] = 0.5f * xi * (1.0f + erf_approx(xi * kInvSqrt2));
-  }
+  parallel_ranges(n, 1, [=](std::int64_t begin, std::int64_t end) {
+#pragma omp simd
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float xi = x[i];
+      y[i] = 0.5f * xi * (1.0f + erf_approx(xi * kInvSqrt2));
+    }
+  });
 }
 
 void k_gelu_backward(const KernelCall& c) {
@@ -100,13 +101,15 @@ void k_gelu_backward(const KernelCall& c) {
   const float* x = c.inputs[1].f32();
   float* dx = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float xi = x[i];
-    const float cdf = 0.5f * (1.0f + erf_approx(xi * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * exp_approx(-0.5f * xi * xi);
-    dx[i] = dy[i] * madd(xi, pdf, cdf);
-  }
+  parallel_ranges(n, 1, [=](std::int64_t begin, std::int64_t end) {
+#pragma omp simd
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float xi = x[i];
+      const float cdf = 0.5f * (1.0f + erf_approx(xi * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * exp_approx(-0.5f * xi * xi);
+      dx[i] = dy[i] * madd(xi, pdf, cdf);
+    }
+  });
 }
 
 // Sigmoid through 1 / (1 + exp(-x)); its gradient and tanh's from the output y.
@@ -221,8 +224,7 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
   const std::int64_t batch = (*c.inputs[1].shape)[0];
   const std::int64_t classes = (*c.inputs[1].shape)[1];
   const float scale = dloss / static_cast<float>(batch);
-#pragma omp parallel for schedule(static) if (batch * classes >= kParallelMin)
-  for (std::int64_t i = 0; i < batch; ++i) {
+  parallel_each(batch, classes, [=](std::int64_t i) {
     const float* row = logits + i * classes;
     float* out = dlogits + i * classes;
     const float max = *std::max_element(row, row + classes);
@@ -233,7 +235,7 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
     const float inv = 1.0f / z;
     for (std::int64_t j = 0; j < classes; ++j) out[j] = out[j] * inv * scale;
     out[labels[i]] -= scale;
-  }
+  });
 }
 
 // The optimizer updates: the per-element arithmetic of kernels/shared/optimizers.h (PyTorch's

@@ -1,6 +1,6 @@
 // CPU implementations of every op but the mixed-precision updates, which are planned only (Eigen
-// GEMM, OpenMP loops). Results are deterministic for a given thread count: no reduction order
-// depends on scheduling.
+// GEMM, loops on the thread pool of parallel.h). Loops split over independent outputs in chunks
+// set by the shapes, so no value depends on the thread count or on which thread runs a chunk.
 #pragma once
 
 #include <functional>
@@ -10,10 +10,6 @@
 #include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cpu {
-
-// Parallelise elementwise loops only where the work outweighs waking the threads. Every element
-// is written by exactly one iteration, so the result never depends on the thread count.
-inline constexpr std::int64_t kParallelMin = 1 << 15;
 
 std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 
 namespace memplan::kernels::cpu {
 namespace {
@@ -74,14 +75,16 @@ void k_decode_attention(const KernelCall& c) {
   const std::int32_t* positions = c.inputs[6].i32();
   float* y = c.outputs[0].f32();
   const double scale = 1.0 / std::sqrt(double(hd));
-#pragma omp parallel
-  {
+  // A few chunks a thread (each chunk's scratch is its own); heads are independent, so the split
+  // changes no value.
+  const std::int64_t heads = slots * nh;
+  const std::int64_t chunk = std::max<std::int64_t>(1, heads / (4 * std::int64_t{parallel_slots()}));
+  parallel_for(heads, chunk, [&](std::int64_t begin, std::int64_t end, int) {
     std::vector<double> weights(static_cast<std::size_t>(max_positions));
     std::vector<double> acc(static_cast<std::size_t>(hd));
     std::vector<float> q_rot(static_cast<std::size_t>(hd)), k_rot(static_cast<std::size_t>(hd));
     const bool rotary = c.attrs->shape.size() == 3;
-#pragma omp for schedule(static)
-    for (std::int64_t bh = 0; bh < slots * nh; ++bh) {
+    for (std::int64_t bh = begin; bh < end; ++bh) {
       const std::int64_t b = bh / nh, h = bh % nh, g = h / group;
       float* out = y + b * q_width + h * hd;
       const std::int32_t* blocks = table_row(c, 5, b);
@@ -128,7 +131,7 @@ void k_decode_attention(const KernelCall& c) {
       }
       for (std::int64_t d = 0; d < hd; ++d) out[d] = float(acc[static_cast<std::size_t>(d)] / total);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 // The only translation unit that includes Eigen: GEMM dominates the MLP's time, and keeping the
 // heavy templates here keeps the rest of the build fast.
-#include <omp.h>
-
 #include <algorithm>
 
 #include <Eigen/Core>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 
 namespace memplan::kernels::cpu {
 
@@ -34,10 +33,9 @@ void gemm_block(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std
 }
 
 // Threads split C into a fixed number of row or column blocks (set by the sizes alone, never by
-// the thread count), each a single-threaded GEMM; the only synchronisation is the end of the
-// parallel loop, which waits as OpenMP's wait policy says. Eigen's own multi-threaded GEMM
-// instead busy-waits on shared counters inside the product, and collapses when another process
-// takes one of the cores (a 2-thread GPT step went from 0.2 s to 2.7 s with two busy processes).
+// the thread count), each a single-threaded GEMM and one chunk of a parallel loop. Eigen's own
+// multi-threaded GEMM instead busy-waits on shared counters inside the product, and collapses
+// when another process takes one of the cores (a 2-thread GPT step went from 0.2 s to 2.7 s with two busy processes).
 constexpr std::int64_t kBlockAlign = 16;      // block edges on whole cache lines of C
 constexpr std::int64_t kMaxBlocks = 8;
 constexpr double kFlopsPerBlock = 2.0e6;       // below this a block is not worth a thread
@@ -59,8 +57,7 @@ void gemm_split(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std
   const std::int64_t width = (extent + blocks - 1) / blocks;
   const std::int64_t step = (width + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
   const std::int64_t count = (extent + step - 1) / step;
-#pragma omp parallel for schedule(static) if (count > 1)
-  for (std::int64_t i = 0; i < count; ++i) {
+  parallel_for(count, 1, [&](std::int64_t i, std::int64_t, int) {
     const std::int64_t lo = i * step, hi = std::min(extent, lo + step);
     if (split_rows) {
       // Rows lo..hi of op(A) and of C.
@@ -71,7 +68,7 @@ void gemm_split(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std
       const float* b_cols = trans_b ? b + lo * ldb : b + lo;
       gemm_block(accumulate, trans_a, trans_b, m, hi - lo, k, a, lda, b_cols, ldb, c + lo, n);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -104,14 +101,12 @@ void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::in
 namespace memplan::kernels {
 
 void set_cpu_threads(int threads) {
-  // The parallel loops follow OpenMP's thread count; GEMMs split into blocks over those threads
+  // The loops run on memplan's thread pool (cpu/parallel.h); GEMMs split into blocks over it
   // (gemm_split), each block a single-threaded Eigen product, so Eigen itself stays at one.
-  // 0 goes back to what OpenMP had at the first call (OMP_NUM_THREADS, else every core).
-  static const int initial = omp_get_max_threads();
-  omp_set_num_threads(threads > 0 ? threads : initial);
+  cpu::set_parallel_threads(threads > 0 ? threads : cpu::default_parallel_threads());
   Eigen::setNbThreads(1);
 }
 
-int cpu_threads() { return omp_get_max_threads(); }
+int cpu_threads() { return cpu::parallel_threads(); }
 
 }  // namespace memplan::kernels

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 
 namespace memplan::kernels::cpu {
 namespace {
@@ -27,12 +28,11 @@ void k_rms_norm(const KernelCall& c) {
   const float* gamma = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
   const float eps = c.attrs->norm_eps;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const float* xr = x + r * cols;
     const float s = rms_scale(xr, cols, eps);
     for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = xr[j] * s * gamma[j];
-  }
+  });
 }
 
 // dx = s * (g - xhat * mean(g * xhat)) with g = gamma * dy, xhat = x * s, per row.
@@ -43,8 +43,7 @@ void k_rms_norm_backward(const KernelCall& c) {
   const float* gamma = c.inputs[2].f32();
   float* dx = c.outputs[0].f32();
   const float eps = c.attrs->norm_eps;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
     const float s = rms_scale(xr, cols, eps);
@@ -54,7 +53,7 @@ void k_rms_norm_backward(const KernelCall& c) {
     for (std::int64_t j = 0; j < cols; ++j) {
       dx[r * cols + j] = s * (gamma[j] * dyr[j] - xr[j] * s * mean_gx);
     }
-  }
+  });
 }
 
 void k_rms_norm_dgamma(const KernelCall& c) {
@@ -64,14 +63,13 @@ void k_rms_norm_dgamma(const KernelCall& c) {
   float* dgamma = c.outputs[0].f32();
   std::vector<float> scale(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) scale[static_cast<std::size_t>(r)] = rms_scale(x + r * cols, cols, c.attrs->norm_eps);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t j = 0; j < cols; ++j) {
+  parallel_each(cols, rows, [&](std::int64_t j) {
     double acc = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
       acc += double(dy[r * cols + j]) * double(x[r * cols + j] * scale[static_cast<std::size_t>(r)]);
     }
     dgamma[j] = float(acc);
-  }
+  });
 }
 
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
@@ -80,8 +78,7 @@ void k_silu(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
+  parallel_each(n, 1, [&](std::int64_t i) { y[i] = x[i] * sigmoid(x[i]); });
 }
 
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
@@ -90,11 +87,10 @@ void k_silu_backward(const KernelCall& c) {
   const float* x = c.inputs[1].f32();
   float* dx = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) {
+  parallel_each(n, 1, [&](std::int64_t i) {
     const float s = sigmoid(x[i]);
     dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
+  });
 }
 
 // Pairs (i, i + HD/2) of each row at position t rotate by t * base^(-2i/HD) (the half-split
@@ -107,8 +103,7 @@ void k_rotary(const KernelCall& c) {
   float* y = c.outputs[0].f32();
   const double sign = c.attrs->inverse ? -1.0 : 1.0;
   const double base = c.attrs->rope_base;
-#pragma omp parallel for schedule(static) if (rows * hd >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, hd, [&](std::int64_t r) {
     const double pos = double(r % t_len);
     const float* xr = x + r * hd;
     float* yr = y + r * hd;
@@ -119,7 +114,7 @@ void k_rotary(const KernelCall& c) {
       yr[i] = a * cs - b * sn;
       yr[i + half] = b * cs + a * sn;
     }
-  }
+  });
 }
 
 // x [B, H, S...] -> y [B, H*R, S...]: each head's block of S elements copied R times.
@@ -128,11 +123,10 @@ void k_repeat_heads(const KernelCall& c) {
   const std::int64_t batch = s[0], heads = s[1], block = s.numel() / (batch * heads), rep = c.attrs->repeats;
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t bh = 0; bh < batch * heads * rep; ++bh) {
+  parallel_each(batch * heads * rep, elements_per(c.outputs[0].numel(), batch * heads * rep), [&](std::int64_t bh) {
     const std::int64_t b = bh / (heads * rep), h = (bh % (heads * rep)) / rep;
     std::memcpy(y + bh * block, x + (b * heads + h) * block, static_cast<std::size_t>(block) * sizeof(float));
-  }
+  });
 }
 
 void k_repeat_heads_backward(const KernelCall& c) {
@@ -140,15 +134,14 @@ void k_repeat_heads_backward(const KernelCall& c) {
   const std::int64_t batch = s[0], heads = s[1], block = s.numel() / (batch * heads), rep = c.attrs->repeats;
   const float* dy = c.inputs[0].f32();
   float* dx = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t bh = 0; bh < batch * heads; ++bh) {
+  parallel_each(batch * heads, elements_per(c.outputs[0].numel(), batch * heads), [&](std::int64_t bh) {
     float* out = dx + bh * block;
     for (std::int64_t i = 0; i < block; ++i) out[i] = 0.0f;
     for (std::int64_t r = 0; r < rep; ++r) {
       const float* in = dy + (bh * rep + r) * block;
       for (std::int64_t i = 0; i < block; ++i) out[i] += in[i];
     }
-  }
+  });
 }
 
 // A shape as (outer, extent along axis, inner) around `axis`.

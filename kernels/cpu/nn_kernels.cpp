@@ -2,8 +2,6 @@
 // (layer norm, embedding, batched matmul, softmax, permute, dropout). Every reduction runs in a
 // fixed order: parallel loops split only over independent outputs (samples, planes, channels,
 // rows), so results never depend on the thread count or on where tensors live.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +13,7 @@
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"
 #include "memplan/kernels/shared/dropout.h"
 #include "memplan/kernels/shared/grouped_conv.h"
@@ -56,8 +55,7 @@ void k_grouped_conv2d(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) y[i] = grouped_conv_output(x, w, g, i);
+  parallel_each(n, 1, [&](std::int64_t i) { y[i] = grouped_conv_output(x, w, g, i); });
 }
 
 void k_grouped_conv2d_backward_input(const KernelCall& c) {
@@ -66,8 +64,7 @@ void k_grouped_conv2d_backward_input(const KernelCall& c) {
   const float* w = c.inputs[1].f32();
   float* dx = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = grouped_conv_input_grad(dy, w, g, i);
+  parallel_each(n, 1, [&](std::int64_t i) { dx[i] = grouped_conv_input_grad(dy, w, g, i); });
 }
 
 void k_grouped_conv2d_backward_weight(const KernelCall& c) {
@@ -76,8 +73,7 @@ void k_grouped_conv2d_backward_weight(const KernelCall& c) {
   const float* x = c.inputs[1].f32();
   float* dw = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) dw[i] = grouped_conv_weight_grad(dy, x, g, i);
+  parallel_each(n, kChunkElements, [&](std::int64_t i) { dw[i] = grouped_conv_weight_grad(dy, x, g, i); });
 }
 
 // cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P], 0 outside.
@@ -88,11 +84,10 @@ void k_channel_scale(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   const float* g = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, elements_per(c.outputs[0].numel(), d.n * d.c), [&](std::int64_t plane) {
     const float gate = g[plane];
     for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) y[i] = x[i] * gate;
-  }
+  });
 }
 
 void k_channel_scale_backward(const KernelCall& c) {
@@ -100,12 +95,11 @@ void k_channel_scale_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* x = c.inputs[1].f32();
   float* dg = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, elements_per(c.inputs[0].numel(), d.n * d.c), [&](std::int64_t plane) {
     double s = 0.0;
     for (std::int64_t i = plane * d.s; i < (plane + 1) * d.s; ++i) s += double(dy[i]) * double(x[i]);
     dg[plane] = static_cast<float>(s);
-  }
+  });
 }
 
 #if defined(__AVX512F__)
@@ -218,8 +212,7 @@ void k_im2col(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* cols = c.outputs[0].f32();
   const std::int64_t kkp = g.k * g.k * g.oh * g.ow;
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp);
+  parallel_each(g.n * g.c, elements_per(c.outputs[0].numel(), g.n * g.c), [&](std::int64_t plane) { im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp); });
 }
 
 // The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order
@@ -254,10 +247,9 @@ void k_col2im(const KernelCall& c) {
   const Window g = window_of(*c.outputs[0].shape, *c.attrs);
   const float* cols = c.inputs[0].f32();
   float* x = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  parallel_each(g.n * g.c, elements_per(c.inputs[0].numel(), g.n * g.c), [&](std::int64_t plane) {
     col2im_plane(g, cols + plane * g.k * g.k * g.oh * g.ow, x + plane * g.h * g.w);
-  }
+  });
 }
 
 // Images of fewer output positions than this go through Eigen: small_gemm's 32-column tiles
@@ -284,8 +276,7 @@ void k_conv2d(const KernelCall& c) {
   const float* cols = c.inputs[0].f32();
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p);
+  parallel_each(n, kChunkElements, [&](std::int64_t i) { conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p); });
 }
 
 // dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T (batched_gemm_nt: threads split dw's tiles,
@@ -305,8 +296,7 @@ void k_conv2d_backward_cols(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* w = c.inputs[1].f32();
   float* dcols = c.outputs[0].f32();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p);
+  parallel_each(n, kChunkElements, [&](std::int64_t i) { conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p); });
 }
 
 // --- fused pairs (kernels/kernel.h: find_fused_kernel) ----------------------------------------
@@ -329,16 +319,12 @@ void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   const std::int64_t cout = (*b.inputs[1].shape)[0];
   const float* w = b.inputs[1].f32();
   float* y = b.outputs[0].f32();
-  const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), g.n));
-#pragma omp parallel num_threads(threads)
-  {
-    float* slot = cols + omp_get_thread_num() * ckk * p;
-#pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < g.n; ++i) {
-      for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
-      conv_image(cout, ckk, p, w, slot, y + i * cout * p);
-    }
-  }
+  // A chunk's slot is below the loop's chunk count, g.n: a sample slot of cols.
+  parallel_for(g.n, 1, [&](std::int64_t i, std::int64_t, int thread_slot) {
+    float* slot = cols + thread_slot * ckk * p;
+    for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
+    conv_image(cout, ckk, p, w, slot, y + i * cout * p);
+  });
 }
 
 // im2col(x) -> cols, then conv2d_backward_weight(dy, cols) -> dw: cols has no other reader, and
@@ -356,11 +342,14 @@ void k_im2col_then_conv2d_backward_weight(const KernelCall& a, const KernelCall&
   batched_gemm_nt_filled(g.n, cout, ckk, p, b.inputs[0].f32(), cols, b.outputs[0].f32(), fill);
 }
 
+// Columns a thread keeps per wave of the backward pair below: about what its L2 cache holds.
+constexpr std::int64_t kWaveBytes = 512 * 1024;
+
 // conv2d_backward_cols(dy, w) -> dcols, then col2im(dcols) -> dx. dcols has no other reader
 // (FusedKernel::first_output_is_scratch): each thread keeps its sample's columns in its own
 // sample-sized slot of it, so they stay in cache instead of going out to memory and back. In
-// waves of one sample a thread (FusedKernel::sample_waves): every thread reads its dy sample,
-// then, after a barrier, writes its dx sample, the waves in the order that never overwrites a dy
+// waves of a few samples a thread (FusedKernel::sample_waves): the wave's dy samples are all read
+// before any of its dx samples is written, the waves in the order that never overwrites a dy
 // sample still to be read where dx is planned over dy.
 void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b) {
   const Window g = window_of(*b.outputs[0].shape, *b.attrs);
@@ -373,21 +362,22 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
   const SampleOrder order = sample_wave_order(dx, b.outputs[0].numel() * std::int64_t{sizeof(float)}, dy,
                                               a.inputs[0].numel() * std::int64_t{sizeof(float)}, g.n);
   MEMPLAN_CHECK(order != SampleOrder::none, "dx overlaps samples of dy it would overwrite before they are read");
-  const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), g.n));
-#pragma omp parallel num_threads(threads)
-  {
-    const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-    float* slot = dcols + t * ckk * p;
-    for (std::int64_t wave = 0; wave < g.n; wave += team) {
-      const std::int64_t i = order == SampleOrder::ascending ? wave + t : g.n - 1 - (wave + t);
-      if (i >= 0 && i < g.n) conv_cols_image(cout, ckk, p, w, dy + i * cout * p, slot);
-#pragma omp barrier
-      if (i >= 0 && i < g.n) {
-        for (std::int64_t c = 0; c < g.c; ++c) {
-          col2im_plane(g, slot + c * g.k * g.k * p, dx + (i * g.c + c) * g.h * g.w);
-        }
+  // A wave holds a few samples a thread (as many as fit kWaveBytes of columns), each in the slot
+  // of dcols at its place in the wave.
+  const std::int64_t per_thread = std::max<std::int64_t>(1, kWaveBytes / (ckk * p * std::int64_t{sizeof(float)}));
+  const std::int64_t wave_size = std::min(g.n, per_thread * parallel_slots());
+  for (std::int64_t wave = 0; wave < g.n; wave += wave_size) {
+    const std::int64_t size = std::min(wave_size, g.n - wave);
+    const auto sample = [&](std::int64_t j) { return order == SampleOrder::ascending ? wave + j : g.n - 1 - (wave + j); };
+    parallel_for(size, 1, [&](std::int64_t j, std::int64_t, int) {
+      conv_cols_image(cout, ckk, p, w, dy + sample(j) * cout * p, dcols + j * ckk * p);
+    });
+    // Every dy sample of the wave is read before any dx sample of it is written.
+    parallel_for(size, 1, [&](std::int64_t j, std::int64_t, int) {
+      for (std::int64_t c = 0; c < g.c; ++c) {
+        col2im_plane(g, dcols + (j * g.c + c) * g.k * g.k * p, dx + (sample(j) * g.c + c) * g.h * g.w);
       }
-    }
+    });
   }
 }
 
@@ -399,13 +389,12 @@ void k_max_pool2d(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  parallel_each(g.n * g.c, elements_per(c.inputs[0].numel(), g.n * g.c), [&](std::int64_t plane) {
     const float* src = x + plane * g.h * g.w;
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
       for (std::int64_t ow = 0; ow < g.ow; ++ow) y[(plane * g.oh + oh) * g.ow + ow] = src[window_argmax(src, g, oh, ow)];
     }
-  }
+  });
 }
 
 void k_max_pool2d_backward(const KernelCall& c) {
@@ -413,15 +402,14 @@ void k_max_pool2d_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* x = c.inputs[1].f32();
   float* dx = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.inputs[1].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  parallel_each(g.n * g.c, elements_per(c.inputs[1].numel(), g.n * g.c), [&](std::int64_t plane) {
     const float* src = x + plane * g.h * g.w;
     float* dst = dx + plane * g.h * g.w;
     std::fill(dst, dst + g.h * g.w, 0.0f);
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
       for (std::int64_t ow = 0; ow < g.ow; ++ow) dst[window_argmax(src, g, oh, ow)] += dy[(plane * g.oh + oh) * g.ow + ow];
     }
-  }
+  });
 }
 
 void k_avg_pool2d(const KernelCall& c) {
@@ -429,8 +417,7 @@ void k_avg_pool2d(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
   const float inv = 1.0f / static_cast<float>(g.k * g.k);
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  parallel_each(g.n * g.c, elements_per(c.inputs[0].numel(), g.n * g.c), [&](std::int64_t plane) {
     const float* src = x + plane * g.h * g.w;
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
       for (std::int64_t ow = 0; ow < g.ow; ++ow) {
@@ -441,7 +428,7 @@ void k_avg_pool2d(const KernelCall& c) {
         y[(plane * g.oh + oh) * g.ow + ow] = s * inv;
       }
     }
-  }
+  });
 }
 
 void k_avg_pool2d_backward(const KernelCall& c) {
@@ -449,8 +436,7 @@ void k_avg_pool2d_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   float* dx = c.outputs[0].f32();
   const float inv = 1.0f / static_cast<float>(g.k * g.k);
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < g.n * g.c; ++plane) {
+  parallel_each(g.n * g.c, elements_per(c.outputs[0].numel(), g.n * g.c), [&](std::int64_t plane) {
     float* dst = dx + plane * g.h * g.w;
     std::fill(dst, dst + g.h * g.w, 0.0f);
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
@@ -461,19 +447,18 @@ void k_avg_pool2d_backward(const KernelCall& c) {
         }
       }
     }
-  }
+  });
 }
 
 void k_global_avg_pool(const KernelCall& c) {
   const Nc d = nc_of(*c.inputs[0].shape);
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, elements_per(c.inputs[0].numel(), d.n * d.c), [&](std::int64_t plane) {
     double s = 0.0;
     for (std::int64_t i = 0; i < d.s; ++i) s += x[plane * d.s + i];
     y[plane] = static_cast<float>(s / double(d.s));
-  }
+  });
 }
 
 void k_global_avg_pool_backward(const KernelCall& c) {
@@ -481,10 +466,9 @@ void k_global_avg_pool_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   float* dx = c.outputs[0].f32();
   const float inv = 1.0f / static_cast<float>(d.s);
-#pragma omp parallel for schedule(static) if (c.outputs[0].numel() >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, elements_per(c.outputs[0].numel(), d.n * d.c), [&](std::int64_t plane) {
     std::fill(dx + plane * d.s, dx + (plane + 1) * d.s, dy[plane] * inv);
-  }
+  });
 }
 
 // --- batch norm: x [N, C, S]; statistics [2, C] = (mean, biased variance) ------------------
@@ -514,13 +498,12 @@ void k_batch_norm_stats(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* stats = c.outputs[0].f32();
   const double count = double(d.n * d.s);
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+  parallel_each(d.c, elements_per(c.inputs[0].numel(), d.c), [&](std::int64_t ch) {
     const double mean = channel_sum_of(d, ch, [=](std::int64_t i) { return double(x[i]); }) / count;
     const double sq = channel_sum_of(d, ch, [=](std::int64_t i) { return (x[i] - mean) * (x[i] - mean); });
     stats[ch] = static_cast<float>(mean);
     stats[d.c + ch] = static_cast<float>(sq / count);
-  }
+  });
 }
 
 // The mean comes from the input (every rank's, averaged); the deviation about it is this rank's,
@@ -531,8 +514,7 @@ void k_batch_norm_centered_stats(const KernelCall& c) {
   const float* centre = c.inputs[1].f32();
   float* stats = c.outputs[0].f32();
   const double count = double(d.n * d.s);
-#pragma omp parallel for schedule(static) if (c.inputs[0].numel() >= kParallelMin)
-  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+  parallel_each(d.c, elements_per(c.inputs[0].numel(), d.c), [&](std::int64_t ch) {
     const double mean = centre[ch];
     double sq = 0.0;
     for (std::int64_t n = 0; n < d.n; ++n) {
@@ -541,14 +523,13 @@ void k_batch_norm_centered_stats(const KernelCall& c) {
     }
     stats[ch] = centre[ch];
     stats[d.c + ch] = static_cast<float>(sq / count);
-  }
+  });
 }
 
 // y = x * scale[c] + shift[c] with scale = gamma * rstd, shift = beta - mean * scale.
 void normalize_channels(const Nc& d, const float* x, const float* mean, const float* var, const float* gamma,
                         const float* beta, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, d.s, [&](std::int64_t plane) {
     const std::int64_t ch = plane % d.c;
     const float rstd = 1.0f / std::sqrt(var[ch] + eps);
     const float scale = gamma[ch] * rstd;
@@ -556,7 +537,7 @@ void normalize_channels(const Nc& d, const float* x, const float* mean, const fl
     const float* src = x + plane * d.s;
     float* dst = y + plane * d.s;
     for (std::int64_t i = 0; i < d.s; ++i) dst[i] = src[i] * scale + shift;
-  }
+  });
 }
 
 void k_batch_norm(const KernelCall& c) {
@@ -587,10 +568,9 @@ void k_running_stats_update(const KernelCall& c) {
 // Per channel: channel_sum_of f(ch, offset), as float.
 template <typename F>
 void per_channel_sum(const Nc& d, float* out, F term) {
-#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
-  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+  parallel_each(d.c, d.n * d.s, [&](std::int64_t ch) {
     out[ch] = static_cast<float>(channel_sum_of(d, ch, [&](std::int64_t i) { return term(ch, i); }));
-  }
+  });
 }
 
 void k_channel_sum(const KernelCall& c) {
@@ -604,12 +584,11 @@ void k_batch_norm_dgamma(const KernelCall& c) {
   const float* x = c.inputs[1].f32();
   const float* stats = c.inputs[2].f32();
   const float eps = c.attrs->norm_eps;
-#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
-  for (std::int64_t ch = 0; ch < d.c; ++ch) {
+  parallel_each(d.c, d.n * d.s, [&](std::int64_t ch) {
     const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps), mean = stats[ch];
     c.outputs[0].f32()[ch] = static_cast<float>(
         channel_sum_of(d, ch, [=](std::int64_t i) { return double(dy[i]) * double((x[i] - mean) * rstd); }));
-  }
+  });
 }
 
 // dx = gamma * rstd * (dy - dbeta / M - xhat * dgamma / M), M = N * S.
@@ -624,8 +603,7 @@ void k_batch_norm_backward(const KernelCall& c) {
   float* dx = c.outputs[0].f32();
   const float eps = c.attrs->norm_eps;
   const float inv_m = 1.0f / static_cast<float>(d.n * d.s);
-#pragma omp parallel for schedule(static) if (d.n * d.c * d.s >= kParallelMin)
-  for (std::int64_t plane = 0; plane < d.n * d.c; ++plane) {
+  parallel_each(d.n * d.c, d.s, [&](std::int64_t plane) {
     const std::int64_t ch = plane % d.c;
     const float mean = stats[ch];
     const float rstd = 1.0f / std::sqrt(stats[d.c + ch] + eps);
@@ -635,7 +613,7 @@ void k_batch_norm_backward(const KernelCall& c) {
       const float xhat = (x[i] - mean) * rstd;
       dx[i] = k * (dy[i] - db - xhat * dg);
     }
-  }
+  });
 }
 
 // --- layer norm: statistics [rows, 2] = (mean, rstd) -------------------------------------
@@ -660,14 +638,13 @@ void k_layer_norm_stats(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* stats = c.outputs[0].f32();
   const double eps = c.attrs->norm_eps;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const float* row = x + r * cols;
     const double mean = lane_sum(cols, [=](std::int64_t j) { return double(row[j]); }) / double(cols);
     const double sq = lane_sum(cols, [=](std::int64_t j) { return (row[j] - mean) * (row[j] - mean); });
     stats[2 * r] = static_cast<float>(mean);
     stats[2 * r + 1] = static_cast<float>(1.0 / std::sqrt(sq / double(cols) + eps));
-  }
+  });
 }
 
 void k_layer_norm(const KernelCall& c) {
@@ -677,11 +654,10 @@ void k_layer_norm(const KernelCall& c) {
   const float* gamma = c.inputs[2].f32();
   const float* beta = c.inputs[3].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = (x[r * cols + j] - mean) * rstd * gamma[j] + beta[j];
-  }
+  });
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gamma * dy, per row.
@@ -692,8 +668,7 @@ void k_layer_norm_backward(const KernelCall& c) {
   const float* stats = c.inputs[2].f32();
   const float* gamma = c.inputs[3].f32();
   float* dx = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
@@ -705,7 +680,7 @@ void k_layer_norm_backward(const KernelCall& c) {
       const float xhat = (xr[j] - mean) * rstd;
       dx[r * cols + j] = rstd * (gamma[j] * dyr[j] - mg - xhat * mgx);
     }
-  }
+  });
 }
 
 // Column sums in row order; threads split the columns.
@@ -718,15 +693,14 @@ void k_layer_norm_dgamma(const KernelCall& c) {
   const float* stats = c.inputs[2].f32();
   float* dg = c.outputs[0].f32();
   const std::int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+  parallel_each(blocks, elements_per(rows * cols, blocks), [&](std::int64_t blk) {
     const std::int64_t j0 = blk * kColumnBlock, j1 = std::min(cols, j0 + kColumnBlock);
     std::fill(dg + j0, dg + j1, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float mean = stats[2 * r], rstd = stats[2 * r + 1];
       for (std::int64_t j = j0; j < j1; ++j) dg[j] += dy[r * cols + j] * ((x[r * cols + j] - mean) * rstd);
     }
-  }
+  });
 }
 
 // --- embedding ----------------------------------------------------------------------------
@@ -770,8 +744,7 @@ void k_batched_matmul(const KernelCall& c) {
   const float* pb = c.inputs[1].f32();
   float* pc = c.outputs[0].f32();
   const bool ta = c.attrs->trans_a, tb = c.attrs->trans_b;
-#pragma omp parallel for schedule(static) if (batch > 1)
-  for (std::int64_t i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, pa + i * m * k, pb + i * k * n, pc + i * m * n);
+  parallel_each(batch, kChunkElements, [&](std::int64_t i) { gemm(ta, tb, m, n, k, pa + i * m * k, pb + i * k * n, pc + i * m * n); });
 }
 
 void k_softmax(const KernelCall& c) {
@@ -781,8 +754,7 @@ void k_softmax(const KernelCall& c) {
   const std::int64_t t = causal ? s[s.rank() - 2] : 1;
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     const std::int64_t valid = causal ? r % t + 1 : cols;  // row i of its [T, T] block sees j <= i
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -795,7 +767,7 @@ void k_softmax(const KernelCall& c) {
 #pragma omp simd
     for (std::int64_t j = 0; j < valid; ++j) yr[j] *= inv;
     std::fill(yr + valid, yr + cols, 0.0f);
-  }
+  });
 }
 
 void k_softmax_backward(const KernelCall& c) {
@@ -803,13 +775,12 @@ void k_softmax_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* y = c.inputs[1].f32();
   float* dx = c.outputs[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  parallel_each(rows, cols, [&](std::int64_t r) {
     double dot = 0.0;
     for (std::int64_t j = 0; j < cols; ++j) dot += double(dy[r * cols + j]) * double(y[r * cols + j]);
     const float d = static_cast<float>(dot);
     for (std::int64_t j = 0; j < cols; ++j) dx[r * cols + j] = y[r * cols + j] * (dy[r * cols + j] - d);
-  }
+  });
 }
 
 // Output rows (all dims but the last) in parallel; each row walks the input with the stride of
@@ -832,8 +803,7 @@ void k_permute(const KernelCall& c) {
   const std::int64_t rows = out.numel() / cols;
   const auto* src = static_cast<const std::byte*>(c.inputs[0].data);
   auto* dst = static_cast<std::byte*>(c.outputs[0].data);
-#pragma omp parallel for schedule(static) if (out.numel() >= kParallelMin)
-  for (std::int64_t row = 0; row < rows; ++row) {
+  parallel_each(rows, elements_per(out.numel(), rows), [&](std::int64_t row) {
     std::int64_t rem = row, base = 0;
     for (int i = r - 2; i >= 0; --i) {
       base += (rem % out[i]) * stride_of_out[static_cast<std::size_t>(i)];
@@ -853,7 +823,7 @@ void k_permute(const KernelCall& c) {
                     dst + (row * cols + j) * static_cast<std::int64_t>(elem));
       }
     }
-  }
+  });
 }
 
 // The counter-based stream of kernels/shared/dropout.h: element i's draw depends only on
@@ -864,8 +834,7 @@ void k_dropout_mask(const KernelCall& c) {
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   float* mask = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) mask[i] = dropout_mask_element(stream, i, p, keep);
+  parallel_each(n, 1, [&](std::int64_t i) { mask[i] = dropout_mask_element(stream, i, p, keep); });
 }
 
 }  // namespace

@@ -1,0 +1,261 @@
+// memplan's CPU thread pool (see parallel.h). Each thread's run of a loop's chunks is one atomic
+// word naming the loop (its generation) and the run's first and last chunk: the owner claims from
+// the front, others from the back, and a thread that wakes late can never claim a chunk of a loop
+// other than the one it read.
+#include "memplan/kernels/cpu/parallel.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace memplan::kernels::cpu {
+namespace {
+
+// How long an idle worker spins for the next loop before it sleeps, and the caller for chunks
+// other threads still run: a step's loops follow each other within tens of microseconds, and a
+// futex wake-up costs about as much; longer spins hold a core another process could use.
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+constexpr auto kCallerSpin = std::chrono::microseconds(20);
+
+using Clock = std::chrono::steady_clock;
+// A caller's wait for other threads' chunks longer than this (and than twice its own work in the
+// loop) is a stall: the thread holding a chunk was preempted.
+constexpr Clock::duration kStallMin = std::chrono::milliseconds(1);
+
+void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Spins until ready() or `limit` has passed; true when ready() held.
+template <typename Ready>
+bool spin_until(Ready ready, std::chrono::microseconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    pause();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > limit) return ready();
+  }
+}
+
+// A run's word: generation (32 bits) | one past its last chunk (16) | its first chunk (16).
+constexpr std::uint64_t run_word(std::uint32_t generation, std::uint64_t first, std::uint64_t last) {
+  return (std::uint64_t{generation} << 32) | (last << 16) | first;
+}
+constexpr std::uint32_t generation_of(std::uint64_t word) { return static_cast<std::uint32_t>(word >> 32); }
+constexpr std::uint32_t last_of(std::uint64_t word) { return static_cast<std::uint32_t>((word >> 16) & 0xffff); }
+constexpr std::uint32_t first_of(std::uint64_t word) { return static_cast<std::uint32_t>(word & 0xffff); }
+static_assert(kMaxChunks < (1 << 16));
+
+// The slot of the chunk this thread is running, or -1 outside any chunk.
+thread_local int t_slot = -1;
+
+class Pool {
+ public:
+  Pool() { set_threads(default_parallel_threads()); }
+  ~Pool() { stop_workers(); }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  void set_threads(int threads) {
+    std::lock_guard<std::mutex> hold(busy_);
+    threads = std::max(1, threads);
+    if (threads == threads_) return;
+    stop_workers();
+    threads_ = threads;
+    runs_ = std::make_unique<Run[]>(static_cast<std::size_t>(threads));
+  }
+
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
+
+  ParallelStats stats() const {
+    return {loops_shared_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed)};
+  }
+  void reset_stats() {
+    loops_shared_.store(0);
+    stalls_.store(0);
+  }
+
+  void run(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx) {
+    if (n <= 0) return;
+    chunk = std::max<std::int64_t>(chunk, 1);
+    if ((n + chunk - 1) / chunk > kMaxChunks) chunk = (n + kMaxChunks - 1) / kMaxChunks;
+    const std::int64_t chunks = (n + chunk - 1) / chunk;
+    std::unique_lock<std::mutex> hold(busy_, std::defer_lock);
+    if (threads_ <= 1 || chunks == 1 || t_slot >= 0 || !hold.try_lock()) {
+      const int slot = std::max(t_slot, 0);
+      for (std::int64_t begin = 0; begin < n; begin += chunk) fn(ctx, begin, std::min(n, begin + chunk), slot);
+      return;
+    }
+    const int threads = threads_.load(std::memory_order_relaxed);
+    if (static_cast<int>(workers_.size()) != threads - 1) start_workers();
+    fn_ = fn;
+    ctx_ = ctx;
+    n_ = n;
+    chunk_ = chunk;
+    chunks_ = static_cast<std::uint32_t>(chunks);
+    done_.store(0, std::memory_order_relaxed);
+    const std::uint32_t generation = posted_.load() + 1;
+    loop_.store((std::uint64_t{generation} << 32) | static_cast<std::uint64_t>(chunks), std::memory_order_release);
+    // Each slot starts with its own run of chunks, as a static schedule would give it, so that a
+    // thread finds the rows it wrote in the loop before in its cache; the others take from its end.
+    // With fewer chunks than threads, the first slots get one each.
+    for (int s = 0; s < threads; ++s) {
+      const auto first = static_cast<std::uint64_t>(chunks >= threads ? chunks * s / threads : std::min<std::int64_t>(s, chunks));
+      const auto last = static_cast<std::uint64_t>(chunks >= threads ? chunks * (s + 1) / threads : std::min<std::int64_t>(s + 1, chunks));
+      runs_[s].word.store(run_word(generation, first, last), std::memory_order_release);
+    }
+    posted_.store(generation);
+    if (sleeping_.load() > 0) posted_.notify_all();
+    const Clock::time_point start = Clock::now();
+    run_claims(generation, 0);
+    const Clock::time_point claimed = Clock::now();
+    const auto all_done = [&] { return done_.load(std::memory_order_acquire) == chunks_; };
+    if (!spin_until(all_done, kCallerSpin)) {
+      for (std::uint32_t seen; (seen = done_.load(std::memory_order_acquire)) != chunks_;) {
+        done_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    const Clock::time_point end = Clock::now();
+    loops_shared_.fetch_add(1, std::memory_order_relaxed);
+    // A wait far longer than the caller's own share of the loop means the thread that holds the
+    // last chunk was not running: the cores are shared with other work. Only counted: running the
+    // next loops on the caller alone then measured slower (bench_model_step's shared-machine case,
+    // mean step 4.4-5.1 ms against 3.1-3.4 ms with every thread kept on).
+    if (end - claimed > kStallMin && end - claimed > 2 * (claimed - start)) stalls_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  // Claims a chunk of loop `generation` from run `s`: its first chunk when `own`, else its last.
+  // -1 when the run is empty or belongs to another loop.
+  std::int64_t claim(int s, std::uint32_t generation, bool own) {
+    std::atomic<std::uint64_t>& w = runs_[s].word;
+    std::uint64_t word = w.load(std::memory_order_acquire);
+    for (;;) {
+      if (generation_of(word) != generation || first_of(word) >= last_of(word)) return -1;
+      const std::uint64_t claimed = own ? word + 1 : word - (std::uint64_t{1} << 16);
+      if (w.compare_exchange_weak(word, claimed, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return own ? first_of(word) : last_of(word) - 1;
+      }
+    }
+  }
+
+  // Runs chunks of loop `generation`, its own run's first, then the others' from their ends,
+  // until none is left to claim.
+  void run_claims(std::uint32_t generation, int slot) {
+    // Slots stay below the chunk count (a late thread may read a newer loop's word: it leaves).
+    const std::uint64_t loop = loop_.load(std::memory_order_acquire);
+    if (generation_of(loop) != generation || static_cast<std::uint32_t>(slot) >= static_cast<std::uint32_t>(loop)) return;
+    t_slot = slot;
+    const int threads = threads_.load(std::memory_order_relaxed);
+    for (int k = 0; k < threads; ++k) {
+      const int s = (slot + k) % threads;
+      for (std::int64_t i; (i = claim(s, generation, k == 0)) >= 0;) {
+        // The loop's fields stay until its last chunk is done: read them before this one is.
+        const std::uint32_t chunks = chunks_;
+        const std::int64_t begin = i * chunk_;
+        fn_(ctx_, begin, std::min(n_, begin + chunk_), slot);
+        if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+      }
+    }
+    t_slot = -1;
+  }
+
+  void worker(int slot) {
+    std::uint32_t seen = posted_.load();
+    for (;;) {
+      std::uint32_t posted = seen;
+      const auto new_loop = [&] { return (posted = posted_.load()) != seen || stopping_.load(); };
+      if (!spin_until(new_loop, kWorkerSpin)) {
+        sleeping_.fetch_add(1);
+        posted_.wait(seen);
+        sleeping_.fetch_sub(1);
+        continue;
+      }
+      if (stopping_.load()) return;
+      seen = posted;
+      run_claims(posted, slot);
+    }
+  }
+
+  void start_workers() {
+    stop_workers();
+    stopping_.store(false);
+    for (int slot = 1; slot < threads_; ++slot) workers_.emplace_back([this, slot] { worker(slot); });
+  }
+
+  void stop_workers() {
+    if (workers_.empty()) return;
+    stopping_.store(true);
+    posted_.fetch_add(1);
+    posted_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  std::mutex busy_;  // held by the thread whose loop the pool runs
+  std::atomic<int> threads_{1};  // changed only while busy_ is held
+  std::vector<std::thread> workers_;
+
+  // The loop being run: written before its claim word is published, read after a claim.
+  ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::int64_t n_ = 0, chunk_ = 1;
+  std::uint32_t chunks_ = 0;
+
+  struct Run {
+    alignas(64) std::atomic<std::uint64_t> word{0};
+  };
+  std::unique_ptr<Run[]> runs_ = std::make_unique<Run[]>(1);  // one per slot
+  std::atomic<std::uint64_t> loop_{0};  // the current loop's generation (high half) and chunk count
+  std::atomic<std::uint32_t> done_{0};     // chunks of the current loop finished
+  std::atomic<std::uint32_t> posted_{0};   // the newest loop's generation (workers wait on it)
+  std::atomic<int> sleeping_{0};           // workers asleep in posted_.wait
+  std::atomic<bool> stopping_{false};
+
+  std::atomic<std::int64_t> loops_shared_{0}, stalls_{0};
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void parallel_chunks(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx) { pool().run(n, chunk, fn, ctx); }
+
+int parallel_threads() { return pool().threads(); }
+
+ParallelStats parallel_stats() { return pool().stats(); }
+
+void reset_parallel_stats() { pool().reset_stats(); }
+
+int default_parallel_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && n > 0 && n <= 4096) return static_cast<int>(n);
+  }
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int parallel_slots() { return pool().threads(); }
+
+void set_parallel_threads(int threads) { pool().set_threads(threads); }
+
+}  // namespace memplan::kernels::cpu

@@ -1,0 +1,162 @@
+// memplan's CPU thread pool (kernels/cpu/parallel.h): every index of a loop runs exactly once,
+// a chunk's slot is never shared by two chunks running at once and stays below the slot and
+// chunk counts, loops nested in a chunk and loops from a second thread run on their caller, and a
+// caller waiting on a thread that holds a chunk without running (as a preempted one does) counts
+// a stall.
+#include "memplan/kernels/cpu/parallel.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "memplan/kernels/kernel.h"
+
+namespace memplan::kernels::cpu {
+namespace {
+
+// Restores the thread count a test changed.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : before_(cpu_threads()) { set_cpu_threads(threads); }
+  ~ThreadCount() { set_cpu_threads(before_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int before_;
+};
+
+TEST(ParallelPool, SetCpuThreadsSetsThePoolsCount) {
+  ThreadCount keep(1);
+  EXPECT_EQ(cpu_threads(), 1);
+  EXPECT_EQ(parallel_threads(), 1);
+  set_cpu_threads(3);
+  EXPECT_EQ(cpu_threads(), 3);
+  EXPECT_EQ(parallel_slots(), 3);
+  set_cpu_threads(0);  // the default
+  EXPECT_EQ(cpu_threads(), default_parallel_threads());
+  EXPECT_GE(cpu_threads(), 1);
+}
+
+TEST(ParallelPool, EveryIndexRunsOnceInChunksOfTheRightSize) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadCount keep(threads);
+    for (std::int64_t n : {1, 2, 3, 7, 64, 1000, 100003}) {
+      for (std::int64_t chunk : {1, 2, 5, 64, 4096}) {
+        std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+        std::atomic<bool> bad_chunk{false};
+        // Chunks hold `chunk` indices (the last may hold fewer), more when that would make more
+        // than kMaxChunks of them.
+        const std::int64_t size = (n + chunk - 1) / chunk > kMaxChunks ? (n + kMaxChunks - 1) / kMaxChunks : chunk;
+        parallel_for(n, chunk, [&](std::int64_t begin, std::int64_t end, int) {
+          if (begin % size != 0 || end <= begin || (end - begin != size && end != n)) bad_chunk = true;
+          for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+        });
+        EXPECT_FALSE(bad_chunk.load()) << "n " << n << " chunk " << chunk << " threads " << threads;
+        for (std::int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1)
+              << "index " << i << " of " << n << ", chunk " << chunk << ", threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(ParallelPool, ALoopOfMoreThanTheMostChunksStillCoversEveryIndex) {
+  ThreadCount keep(2);
+  const std::int64_t n = 3 * kMaxChunks + 5;
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+  std::atomic<std::int64_t> chunks{0};
+  parallel_for(n, 1, [&](std::int64_t begin, std::int64_t end, int) {
+    chunks.fetch_add(1);
+    for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+  });
+  EXPECT_LE(chunks.load(), kMaxChunks);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << i;
+}
+
+TEST(ParallelPool, NoTwoRunningChunksShareASlotAndSlotsStayBelowTheChunkCount) {
+  for (int threads : {2, 3, 4}) {
+    ThreadCount keep(threads);
+    for (std::int64_t n : {1, 2, 3, 5, 40}) {
+      std::vector<std::atomic<int>> in_use(static_cast<std::size_t>(threads));
+      std::atomic<bool> shared{false}, out_of_range{false};
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        parallel_for(n, 1, [&](std::int64_t, std::int64_t, int slot) {
+          if (slot < 0 || slot >= parallel_slots() || slot >= n) {
+            out_of_range = true;
+            return;
+          }
+          if (in_use[static_cast<std::size_t>(slot)].fetch_add(1) != 0) shared = true;
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          in_use[static_cast<std::size_t>(slot)].fetch_sub(1);
+        });
+      }
+      EXPECT_FALSE(shared.load()) << "threads " << threads << " n " << n;
+      EXPECT_FALSE(out_of_range.load()) << "threads " << threads << " n " << n;
+    }
+  }
+}
+
+TEST(ParallelPool, ALoopInsideAChunkRunsOnThatChunksThreadWithItsSlot) {
+  ThreadCount keep(3);
+  std::atomic<bool> wrong{false};
+  std::vector<std::atomic<int>> hits(6 * 100);
+  parallel_for(6, 1, [&](std::int64_t outer, std::int64_t, int slot) {
+    const std::thread::id self = std::this_thread::get_id();
+    parallel_for(100, 7, [&](std::int64_t begin, std::int64_t end, int inner_slot) {
+      if (std::this_thread::get_id() != self || inner_slot != slot) wrong = true;
+      for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(outer * 100 + i)].fetch_add(1);
+    });
+  });
+  EXPECT_FALSE(wrong.load());
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+}
+
+TEST(ParallelPool, TwoCallingThreadsEachGetEveryIndexOfTheirOwnLoops) {
+  ThreadCount keep(2);
+  auto caller = [](std::vector<int>& out) {
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> hits(513);
+      parallel_for(513, 16, [&](std::int64_t begin, std::int64_t end, int) {
+        for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+      });
+      for (auto& h : hits) out.push_back(h.load());
+    }
+  };
+  std::vector<int> a, b;
+  std::thread other(caller, std::ref(b));
+  caller(a);
+  other.join();
+  for (int v : a) ASSERT_EQ(v, 1);
+  for (int v : b) ASSERT_EQ(v, 1);
+}
+
+TEST(ParallelPool, AThreadHoldingAChunkWithoutRunningIsCountedAsAStallAndTheLoopStillCompletes) {
+  ThreadCount keep(2);
+  reset_parallel_stats();
+  // The worker's chunk takes 40 ms, as if its thread were preempted, the caller's 2 ms (time for
+  // the worker to wake and claim its chunk; should it not, the caller runs both chunks, nothing
+  // stalls, and the loop is repeated).
+  std::atomic<int> ran{0};
+  int loops = 0;
+  for (; loops < 20 && parallel_stats().stalls == 0; ++loops) {
+    parallel_for(2, 1, [&](std::int64_t, std::int64_t, int slot) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(slot == 0 ? 2 : 40));
+      ran.fetch_add(1);
+    });
+    EXPECT_EQ(ran.load(), 2 * (loops + 1));  // the loop returned only once both chunks had run
+  }
+  EXPECT_EQ(parallel_stats().stalls, 1);
+  EXPECT_EQ(parallel_stats().loops_across_threads, loops);
+  // A loop whose chunks all take about as long is not a stall.
+  parallel_for(2, 1, [](std::int64_t, std::int64_t, int) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
+  EXPECT_EQ(parallel_stats().stalls, 1);
+}
+
+}  // namespace
+}  // namespace memplan::kernels::cpu
