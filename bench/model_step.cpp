@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
               {"memplan_slowdown_median_step", ld / qd}, {"memplan_quiet_rounds_ms", quiet_mean},
               {"memplan_busy_rounds_ms", busy_mean},
               {"memplan_pool", {{"loops_across_threads", pool.loops_across_threads},
-                                {"stalls_on_preempted_threads", pool.stalls}}}};
+                                {"stalled_loops", pool.stalls}}}};
     if (o.torch) {
       const double tq = bench::median(torch_quiet), tl = bench::median(torch_busy);
       srows.push_back({"PyTorch", cell(tq), cell(tl), tq > 0 && tl > 0 ? bench::fmt(tl / tq, 2) + "x" : "-"});
@@ -314,8 +314,8 @@ int main(int argc, char** argv) {
                      {"torch_busy_rounds_ms", torch_busy}});
     }
     bench::print_table({"", "ms without", "ms with busy processes", "slowdown"}, srows);
-    std::printf("\nmemplan's thread pool: %lld loops across threads, %lld of them stalled on a preempted thread\n"
-                "shared-machine target (mean step at most 3x its time alone): %s\n",
+    std::printf("\nmemplan's thread pool: %lld loops across threads, %lld of them stalled over 1 ms on a thread "
+                "that was not running\nshared-machine target (mean step at most 3x its time alone): %s\n",
                 static_cast<long long>(pool.loops_across_threads), static_cast<long long>(pool.stalls),
                 lm <= 3.0 * qm ? "met" : "not met");
   }

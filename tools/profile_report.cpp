@@ -11,7 +11,7 @@ namespace memplan::tools {
 
 nlohmann::json cpu_pool_json() {
   const kernels::cpu::ParallelStats s = kernels::cpu::parallel_stats();
-  return {{"loops_across_threads", s.loops_across_threads}, {"stalls_on_preempted_threads", s.stalls}};
+  return {{"loops_across_threads", s.loops_across_threads}, {"stalled_loops", s.stalls}};
 }
 
 namespace {

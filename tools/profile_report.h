@@ -12,8 +12,8 @@ namespace memplan::tools {
 
 std::string profile_text(const runtime::StepProfile& profile);
 nlohmann::json profile_json(const runtime::StepProfile& profile);
-// The CPU thread pool's counts (kernels/cpu/parallel.h): loops it ran across threads, and the
-// stalls among them on a thread that was not running (other processes sharing the cores).
+// The CPU thread pool's counts (kernels/cpu/parallel.h): loops it ran across threads, and those
+// that stalled on a thread that was not running (other processes sharing the cores).
 nlohmann::json cpu_pool_json();
 
 }  // namespace memplan::tools

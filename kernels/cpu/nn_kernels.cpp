@@ -212,7 +212,7 @@ void k_im2col(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* cols = c.outputs[0].f32();
   const std::int64_t kkp = g.k * g.k * g.oh * g.ow;
-  parallel_each(g.n * g.c, elements_per(c.outputs[0].numel(), g.n * g.c), [&](std::int64_t plane) { im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp); });
+  parallel_each(g.n * g.c, kkp, [&](std::int64_t plane) { im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp); });
 }
 
 // The adjoint of im2col: each (sample, channel) plane sums its columns in (kh, kw, oh, ow) order
@@ -276,7 +276,8 @@ void k_conv2d(const KernelCall& c) {
   const float* cols = c.inputs[0].f32();
   const float* w = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
-  parallel_each(n, kChunkElements, [&](std::int64_t i) { conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p); });
+  parallel_each(n, kChunkElements,
+                [&](std::int64_t i) { conv_image(cout, ckk, p, w, cols + i * ckk * p, y + i * cout * p); });
 }
 
 // dw [Cout, CKK] = sum_n dy[n] [Cout, P] cols[n]^T (batched_gemm_nt: threads split dw's tiles,
@@ -296,7 +297,8 @@ void k_conv2d_backward_cols(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const float* w = c.inputs[1].f32();
   float* dcols = c.outputs[0].f32();
-  parallel_each(n, kChunkElements, [&](std::int64_t i) { conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p); });
+  parallel_each(n, kChunkElements,
+                [&](std::int64_t i) { conv_cols_image(cout, ckk, p, w, dy + i * cout * p, dcols + i * ckk * p); });
 }
 
 // --- fused pairs (kernels/kernel.h: find_fused_kernel) ----------------------------------------
@@ -368,7 +370,9 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
   const std::int64_t wave_size = std::min(g.n, per_thread * parallel_slots());
   for (std::int64_t wave = 0; wave < g.n; wave += wave_size) {
     const std::int64_t size = std::min(wave_size, g.n - wave);
-    const auto sample = [&](std::int64_t j) { return order == SampleOrder::ascending ? wave + j : g.n - 1 - (wave + j); };
+    const auto sample = [&](std::int64_t j) {
+      return order == SampleOrder::ascending ? wave + j : g.n - 1 - (wave + j);
+    };
     parallel_for(size, 1, [&](std::int64_t j, std::int64_t, int) {
       conv_cols_image(cout, ckk, p, w, dy + sample(j) * cout * p, dcols + j * ckk * p);
     });
@@ -744,7 +748,8 @@ void k_batched_matmul(const KernelCall& c) {
   const float* pb = c.inputs[1].f32();
   float* pc = c.outputs[0].f32();
   const bool ta = c.attrs->trans_a, tb = c.attrs->trans_b;
-  parallel_each(batch, kChunkElements, [&](std::int64_t i) { gemm(ta, tb, m, n, k, pa + i * m * k, pb + i * k * n, pc + i * m * n); });
+  parallel_each(batch, kChunkElements,
+                [&](std::int64_t i) { gemm(ta, tb, m, n, k, pa + i * m * k, pb + i * k * n, pc + i * m * n); });
 }
 
 void k_softmax(const KernelCall& c) {

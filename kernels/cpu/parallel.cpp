@@ -5,6 +5,8 @@
 #include "memplan/kernels/cpu/parallel.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,15 +24,22 @@
 namespace memplan::kernels::cpu {
 namespace {
 
-// How long an idle worker spins for the next loop before it sleeps, and the caller for chunks
-// other threads still run: a step's loops follow each other within tens of microseconds, and a
-// futex wake-up costs about as much; longer spins hold a core another process could use.
+// How long an idle worker spins for the next loop before it sleeps: a step's loops follow each
+// other within tens of microseconds, and a futex wake-up costs about as much.
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
-constexpr auto kCallerSpin = std::chrono::microseconds(20);
+// How long the caller spins for chunks other threads still run before it sleeps. Longer than a
+// worker: a caller that sleeps and is woken on a core another process holds waits for that
+// process's time slice (bench_model_step's MLP with two busy processes on the two cores: 56-344
+// waits over 1 ms in 500 steps at 20 us, 2-3 at 200 us, mean step 1.6-3.5x against 2.2-2.5x its
+// time alone).
+constexpr auto kCallerSpin = std::chrono::microseconds(200);
+
+// The time slice a worker asks for (see request_short_time_slice): the shortest Linux allows.
+constexpr std::uint64_t kWorkerTimeSliceNs = 100'000;
 
 using Clock = std::chrono::steady_clock;
 // A caller's wait for other threads' chunks longer than this (and than twice its own work in the
-// loop) is a stall: the thread holding a chunk was preempted.
+// loop) is a stall: a thread was not running.
 constexpr Clock::duration kStallMin = std::chrono::milliseconds(1);
 
 void pause() {
@@ -58,6 +67,31 @@ constexpr std::uint32_t generation_of(std::uint64_t word) { return static_cast<s
 constexpr std::uint32_t last_of(std::uint64_t word) { return static_cast<std::uint32_t>((word >> 16) & 0xffff); }
 constexpr std::uint32_t first_of(std::uint64_t word) { return static_cast<std::uint32_t>(word & 0xffff); }
 static_assert(kMaxChunks < (1 << 16));
+
+// Asks the scheduler for a short time slice for the calling thread (a pool worker). On a core
+// shared with other processes, Linux's EEVDF scheduler (6.12 and later) then runs a worker soon
+// after it wakes and, should it be preempted holding a chunk, soon again, instead of after a busy
+// process's full slice, for which the caller would wait (bench_model_step's MLP with two busy
+// processes, three runs each, interleaved: mean step 1.8-2.3x its time alone with it, 2.1-2.6x
+// without). Kernels that do not know the setting keep their default; other policies (a batch or
+// real-time one the user chose) and the nice value are left as they are.
+void request_short_time_slice() {
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+  struct SchedAttr {  // the kernel's struct sched_attr
+    std::uint32_t size, policy;
+    std::uint64_t flags;
+    std::int32_t nice;
+    std::uint32_t priority;
+    std::uint64_t runtime, deadline, period;
+    std::uint32_t util_min, util_max;
+  } attr{};
+  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0 || attr.policy != SCHED_OTHER) return;
+  attr.size = sizeof(attr);
+  attr.flags = 0;
+  attr.runtime = kWorkerTimeSliceNs;
+  (void)syscall(SYS_sched_setattr, 0, &attr, 0);
+#endif
+}
 
 // The slot of the chunk this thread is running, or -1 outside any chunk.
 thread_local int t_slot = -1;
@@ -105,7 +139,6 @@ class Pool {
     ctx_ = ctx;
     n_ = n;
     chunk_ = chunk;
-    chunks_ = static_cast<std::uint32_t>(chunks);
     done_.store(0, std::memory_order_relaxed);
     const std::uint32_t generation = posted_.load() + 1;
     loop_.store((std::uint64_t{generation} << 32) | static_cast<std::uint64_t>(chunks), std::memory_order_release);
@@ -113,28 +146,32 @@ class Pool {
     // thread finds the rows it wrote in the loop before in its cache; the others take from its end.
     // With fewer chunks than threads, the first slots get one each.
     for (int s = 0; s < threads; ++s) {
-      const auto first = static_cast<std::uint64_t>(chunks >= threads ? chunks * s / threads : std::min<std::int64_t>(s, chunks));
-      const auto last = static_cast<std::uint64_t>(chunks >= threads ? chunks * (s + 1) / threads : std::min<std::int64_t>(s + 1, chunks));
-      runs_[s].word.store(run_word(generation, first, last), std::memory_order_release);
+      const std::int64_t first = chunks >= threads ? chunks * s / threads : std::min<std::int64_t>(s, chunks);
+      const std::int64_t last = chunks >= threads ? chunks * (s + 1) / threads : std::min<std::int64_t>(s + 1, chunks);
+      runs_[s].word.store(run_word(generation, static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(last)),
+                          std::memory_order_release);
     }
     posted_.store(generation);
     if (sleeping_.load() > 0) posted_.notify_all();
     const Clock::time_point start = Clock::now();
     run_claims(generation, 0);
     const Clock::time_point claimed = Clock::now();
-    const auto all_done = [&] { return done_.load(std::memory_order_acquire) == chunks_; };
+    const auto total = static_cast<std::uint32_t>(chunks);
+    const auto all_done = [&] { return done_.load(std::memory_order_acquire) == total; };
     if (!spin_until(all_done, kCallerSpin)) {
-      for (std::uint32_t seen; (seen = done_.load(std::memory_order_acquire)) != chunks_;) {
+      for (std::uint32_t seen; (seen = done_.load(std::memory_order_acquire)) != total;) {
         done_.wait(seen, std::memory_order_acquire);
       }
     }
     const Clock::time_point end = Clock::now();
     loops_shared_.fetch_add(1, std::memory_order_relaxed);
-    // A wait far longer than the caller's own share of the loop means the thread that holds the
-    // last chunk was not running: the cores are shared with other work. Only counted: running the
-    // next loops on the caller alone then measured slower (bench_model_step's shared-machine case,
-    // mean step 4.4-5.1 ms against 3.1-3.4 ms with every thread kept on).
-    if (end - claimed > kStallMin && end - claimed > 2 * (claimed - start)) stalls_.fetch_add(1, std::memory_order_relaxed);
+    // A wait far longer than the caller's own share of the loop means a thread was not running
+    // (the one holding the last chunk, or the caller once it slept): other processes share the
+    // cores. Only counted: running the next loops on the caller alone measured slower than
+    // keeping every thread on.
+    if (end - claimed > kStallMin && end - claimed > 2 * (claimed - start)) {
+      stalls_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
  private:
@@ -157,14 +194,14 @@ class Pool {
   void run_claims(std::uint32_t generation, int slot) {
     // Slots stay below the chunk count (a late thread may read a newer loop's word: it leaves).
     const std::uint64_t loop = loop_.load(std::memory_order_acquire);
-    if (generation_of(loop) != generation || static_cast<std::uint32_t>(slot) >= static_cast<std::uint32_t>(loop)) return;
+    const auto chunks = static_cast<std::uint32_t>(loop);
+    if (generation_of(loop) != generation || static_cast<std::uint32_t>(slot) >= chunks) return;
     t_slot = slot;
     const int threads = threads_.load(std::memory_order_relaxed);
     for (int k = 0; k < threads; ++k) {
       const int s = (slot + k) % threads;
       for (std::int64_t i; (i = claim(s, generation, k == 0)) >= 0;) {
         // The loop's fields stay until its last chunk is done: read them before this one is.
-        const std::uint32_t chunks = chunks_;
         const std::int64_t begin = i * chunk_;
         fn_(ctx_, begin, std::min(n_, begin + chunk_), slot);
         if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
@@ -174,6 +211,7 @@ class Pool {
   }
 
   void worker(int slot) {
+    request_short_time_slice();
     std::uint32_t seen = posted_.load();
     for (;;) {
       std::uint32_t posted = seen;
@@ -213,7 +251,6 @@ class Pool {
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::int64_t n_ = 0, chunk_ = 1;
-  std::uint32_t chunks_ = 0;
 
   struct Run {
     alignas(64) std::atomic<std::uint64_t> word{0};

@@ -41,8 +41,8 @@ void set_parallel_threads(int threads);
 int default_parallel_threads();
 
 // What the pool has done since the process started (or since reset_parallel_stats): loops run
-// across threads, and stalls among them: the caller waited over a millisecond for a chunk another
-// thread held without running, a sign that other processes share the cores.
+// across threads, and stalls among them: the caller waited over a millisecond for other threads'
+// chunks because a thread was not running, a sign that other processes share the cores.
 struct ParallelStats {
   std::int64_t loops_across_threads = 0;
   std::int64_t stalls = 0;
@@ -80,7 +80,9 @@ void parallel_ranges(std::int64_t n, std::int64_t item_elements, F&& f) {
 }
 
 // Elements of work per item when `items` items hold `total` elements.
-constexpr std::int64_t elements_per(std::int64_t total, std::int64_t items) { return items > 0 ? total / items : total; }
+constexpr std::int64_t elements_per(std::int64_t total, std::int64_t items) {
+  return items > 0 ? total / items : total;
+}
 
 // f(i) for each i in [0, n), items of about `item_elements` elements each (see parallel_ranges).
 template <typename F>
