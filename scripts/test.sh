@@ -11,8 +11,9 @@ memplan_install_deps "${MEMPLAN_TEST_PACKAGES[@]}"
 stage() { echo "== $1 (at ${SECONDS}s) =="; }
 stage "build (Release, -Werror)"
 memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_WERROR=ON
-# Tests run in parallel processes, so each keeps to one OpenMP thread: busy-waiting OpenMP
-# teams oversubscribing the cores slow everything down, and no test measures speed.
+# Tests run in parallel processes, so each keeps to one CPU thread (memplan's thread pool takes
+# its default count from OMP_NUM_THREADS): more would only oversubscribe the cores, and no test
+# measures speed. Tests that need several threads set them.
 export OMP_NUM_THREADS=1
 stage "tests"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
