@@ -321,11 +321,13 @@ void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   const std::int64_t cout = (*b.inputs[1].shape)[0];
   const float* w = b.inputs[1].f32();
   float* y = b.outputs[0].f32();
-  // A chunk's slot is below the loop's chunk count, g.n: a sample slot of cols.
-  parallel_for(g.n, 1, [&](std::int64_t i, std::int64_t, int thread_slot) {
+  // A chunk's slot is below the loop's chunk count, at most g.n: a sample slot of cols.
+  parallel_for(g.n, 1, [&](std::int64_t begin, std::int64_t end, int thread_slot) {
     float* slot = cols + thread_slot * ckk * p;
-    for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
-    conv_image(cout, ckk, p, w, slot, y + i * cout * p);
+    for (std::int64_t i = begin; i < end; ++i) {
+      for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
+      conv_image(cout, ckk, p, w, slot, y + i * cout * p);
+    }
   });
 }
 
@@ -373,11 +375,11 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
     const auto sample = [&](std::int64_t j) {
       return order == SampleOrder::ascending ? wave + j : g.n - 1 - (wave + j);
     };
-    parallel_for(size, 1, [&](std::int64_t j, std::int64_t, int) {
+    parallel_each(size, kChunkElements, [&](std::int64_t j) {
       conv_cols_image(cout, ckk, p, w, dy + sample(j) * cout * p, dcols + j * ckk * p);
     });
     // Every dy sample of the wave is read before any dx sample of it is written.
-    parallel_for(size, 1, [&](std::int64_t j, std::int64_t, int) {
+    parallel_each(size, kChunkElements, [&](std::int64_t j) {
       for (std::int64_t c = 0; c < g.c; ++c) {
         col2im_plane(g, dcols + (j * g.c + c) * g.k * g.k * p, dx + (sample(j) * g.c + c) * g.h * g.w);
       }

@@ -99,7 +99,10 @@ thread_local int t_slot = -1;
 class Pool {
  public:
   Pool() { set_threads(default_parallel_threads()); }
-  ~Pool() { stop_workers(); }
+  ~Pool() {
+    std::lock_guard<std::mutex> hold(busy_);
+    stop_workers();
+  }
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -124,7 +127,7 @@ class Pool {
 
   void run(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx) {
     if (n <= 0) return;
-    chunk = std::max<std::int64_t>(chunk, 1);
+    chunk = std::clamp<std::int64_t>(chunk, 1, n);
     if ((n + chunk - 1) / chunk > kMaxChunks) chunk = (n + kMaxChunks - 1) / kMaxChunks;
     const std::int64_t chunks = (n + chunk - 1) / chunk;
     std::unique_lock<std::mutex> hold(busy_, std::defer_lock);

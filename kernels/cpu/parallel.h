@@ -25,9 +25,12 @@ inline constexpr std::int64_t kMaxChunks = 1 << 15;
 // a time, so per-slot scratch is never shared.
 using ChunkFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end, int slot);
 
-// Runs fn over [0, n) in chunks of `chunk` (the last one shorter) on the pool's threads and the
-// caller's, and returns when every chunk has run. On one thread, inside another loop's chunk, or
-// while another thread's loop holds the pool, the chunks run in order on the calling thread.
+// Runs fn over [0, n) in chunks of `chunk` (the last one shorter; more per chunk when that would
+// make over kMaxChunks chunks, so fn must handle every index of [begin, end)) on the pool's
+// threads and the caller's, and returns when every chunk has run. On one thread, with one chunk,
+// or while another thread's loop holds the pool, the chunks run in order on the calling thread; a
+// loop inside a chunk of a loop that went across threads runs there too, with that chunk's slot.
+// fn must not throw: an exception in a chunk terminates the process.
 void parallel_chunks(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx);
 
 // The pool's thread count, the caller's included (kernels::set_cpu_threads sets it).
@@ -56,7 +59,9 @@ void parallel_for(std::int64_t n, std::int64_t chunk, F&& f) {
   using Fn = std::remove_reference_t<F>;
   parallel_chunks(
       n, chunk,
-      [](void* ctx, std::int64_t begin, std::int64_t end, int slot) { (*static_cast<Fn*>(ctx))(begin, end, slot); },
+      [](void* ctx, std::int64_t begin, std::int64_t end, int slot) noexcept {
+        (*static_cast<Fn*>(ctx))(begin, end, slot);
+      },
       const_cast<void*>(static_cast<const void*>(&f)));
 }
 
