@@ -2,12 +2,17 @@
 // a chunk's slot is never shared by two chunks running at once and stays below the slot and
 // chunk counts, loops nested in a chunk and loops from a second thread run on their caller, and a
 // caller waiting on a thread that holds a chunk without running (as a preempted one does) counts
-// a stall.
+// a stall, and a child forked after the workers started runs loops and exits.
 #include "memplan/kernels/cpu/parallel.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -156,6 +161,38 @@ TEST(ParallelPool, AThreadHoldingAChunkWithoutRunningIsCountedAsAStallAndTheLoop
   // A loop whose chunks all take about as long is not a stall.
   parallel_for(2, 1, [](std::int64_t, std::int64_t, int) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
   EXPECT_EQ(parallel_stats().stalls, 1);
+}
+
+TEST(ParallelPool, AForkedChildRunsLoopsAndExitsThoughTheWorkersStayedInTheParent) {
+  ThreadCount keep(2);
+  std::vector<std::atomic<int>> warm(64);
+  parallel_for(64, 1, [&](std::int64_t begin, std::int64_t, int) { warm[static_cast<std::size_t>(begin)] = 1; });
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only this thread exists here. Every index must still run once, and exit() (static
+    // destructors included) must not wait for the parent's workers.
+    std::vector<std::atomic<int>> hits(1000);
+    parallel_for(1000, 10, [&](std::int64_t begin, std::int64_t end, int) {
+      for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+    });
+    for (auto& h : hits) {
+      if (h.load() != 1) std::exit(3);
+    }
+    std::exit(0);
+  }
+  int status = -1;
+  pid_t done = 0;
+  for (int waited_ms = 0; waited_ms < 20000 && (done = waitpid(child, &status, WNOHANG)) == 0; waited_ms += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child did not exit within 20 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: an index of the child's loop did not run exactly once";
 }
 
 }  // namespace

@@ -99,10 +99,7 @@ thread_local int t_slot = -1;
 class Pool {
  public:
   Pool() { set_threads(default_parallel_threads()); }
-  ~Pool() {
-    std::lock_guard<std::mutex> hold(busy_);
-    stop_workers();
-  }
+  ~Pool() = delete;  // see pool()
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -268,9 +265,12 @@ class Pool {
   std::atomic<std::int64_t> loops_shared_{0}, stalls_{0};
 };
 
+// Never destroyed: at exit the workers simply end with the process, so no exit path joins them:
+// not a thread's exit while another runs a loop, and not a forked child's, where the workers do
+// not exist (there the caller, never waiting for a thread to arrive, runs every chunk itself).
 Pool& pool() {
-  static Pool p;
-  return p;
+  static Pool* const p = new Pool;
+  return *p;
 }
 
 }  // namespace
