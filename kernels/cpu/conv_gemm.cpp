@@ -173,7 +173,7 @@ void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, st
   // 64-byte line per row, so no two parts write the same line (interleaved blocks made every tile
   // store a false-sharing miss and two threads slower than one). One part a thread.
   const std::int64_t pairs = (row_blocks + 1) / 2;
-  const std::int64_t nt = parallel ? std::min<std::int64_t>(parallel_slots(), pairs) : 1;
+  const std::int64_t nt = parallel ? std::min<std::int64_t>(parallel_threads(), pairs) : 1;
   parallel_for(nt, 1, [&](std::int64_t t, std::int64_t, int) {
     const std::int64_t rb_begin = std::min(row_blocks, 2 * (pairs * t / nt));
     const std::int64_t rb_end = std::min(row_blocks, 2 * (pairs * (t + 1) / nt));

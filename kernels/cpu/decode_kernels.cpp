@@ -78,7 +78,7 @@ void k_decode_attention(const KernelCall& c) {
   // A few chunks a thread (each chunk's scratch is its own); heads are independent, so the split
   // changes no value.
   const std::int64_t heads = slots * nh;
-  const std::int64_t chunk = std::max<std::int64_t>(1, heads / (4 * std::int64_t{parallel_slots()}));
+  const std::int64_t chunk = std::max<std::int64_t>(1, heads / (4 * std::int64_t{parallel_threads()}));
   parallel_for(heads, chunk, [&](std::int64_t begin, std::int64_t end, int) {
     std::vector<double> weights(static_cast<std::size_t>(max_positions));
     std::vector<double> acc(static_cast<std::size_t>(hd));

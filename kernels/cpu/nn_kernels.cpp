@@ -369,7 +369,7 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
   // A wave holds a few samples a thread (as many as fit kWaveBytes of columns), each in the slot
   // of dcols at its place in the wave.
   const std::int64_t per_thread = std::max<std::int64_t>(1, kWaveBytes / (ckk * p * std::int64_t{sizeof(float)}));
-  const std::int64_t wave_size = std::min(g.n, per_thread * parallel_slots());
+  const std::int64_t wave_size = std::min(g.n, per_thread * parallel_threads());
   for (std::int64_t wave = 0; wave < g.n; wave += wave_size) {
     const std::int64_t size = std::min(wave_size, g.n - wave);
     const auto sample = [&](std::int64_t j) {

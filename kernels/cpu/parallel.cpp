@@ -42,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 // loop) is a stall: a thread was not running.
 constexpr Clock::duration kStallMin = std::chrono::milliseconds(1);
 
-void pause() {
+void spin_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
@@ -54,7 +54,7 @@ bool spin_until(Ready ready, std::chrono::microseconds limit) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {
     if (ready()) return true;
-    pause();
+    spin_pause();
     if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > limit) return ready();
   }
 }
@@ -115,10 +115,10 @@ class Pool {
   int threads() const { return threads_.load(std::memory_order_relaxed); }
 
   ParallelStats stats() const {
-    return {loops_shared_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed)};
+    return {loops_across_threads_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed)};
   }
   void reset_stats() {
-    loops_shared_.store(0);
+    loops_across_threads_.store(0);
     stalls_.store(0);
   }
 
@@ -164,7 +164,7 @@ class Pool {
       }
     }
     const Clock::time_point end = Clock::now();
-    loops_shared_.fetch_add(1, std::memory_order_relaxed);
+    loops_across_threads_.fetch_add(1, std::memory_order_relaxed);
     // A wait far longer than the caller's own share of the loop means a thread was not running
     // (the one holding the last chunk, or the caller once it slept): other processes share the
     // cores. Only counted: running the next loops on the caller alone measured slower than
@@ -212,6 +212,8 @@ class Pool {
 
   void worker(int slot) {
     request_short_time_slice();
+    started_.fetch_add(1);
+    started_.notify_all();
     std::uint32_t seen = posted_.load();
     for (;;) {
       std::uint32_t posted = seen;
@@ -231,7 +233,13 @@ class Pool {
   void start_workers() {
     stop_workers();
     stopping_.store(false);
+    started_.store(0);
     for (int slot = 1; slot < threads_; ++slot) workers_.emplace_back([this, slot] { worker(slot); });
+    // Returns once every worker waits for loops, so no thread is still starting when the loop
+    // that started them returns. A process may fork between loops then: a thread's start takes
+    // allocator locks in some runtimes (AddressSanitizer's, which has no fork handler to release
+    // them), and a child forked in the middle of it would deadlock in its first allocation.
+    for (int n; (n = started_.load()) != threads_ - 1;) started_.wait(n);
   }
 
   void stop_workers() {
@@ -260,9 +268,10 @@ class Pool {
   std::atomic<std::uint32_t> done_{0};     // chunks of the current loop finished
   std::atomic<std::uint32_t> posted_{0};   // the newest loop's generation (workers wait on it)
   std::atomic<int> sleeping_{0};           // workers asleep in posted_.wait
+  std::atomic<int> started_{0};            // workers that reached their loop
   std::atomic<bool> stopping_{false};
 
-  std::atomic<std::int64_t> loops_shared_{0}, stalls_{0};
+  std::atomic<std::int64_t> loops_across_threads_{0}, stalls_{0};
 };
 
 // Never destroyed: at exit the workers simply end with the process, so no exit path joins them:
@@ -293,8 +302,6 @@ int default_parallel_threads() {
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return std::max(1, CPU_COUNT(&mask));
   return std::max(1u, std::thread::hardware_concurrency());
 }
-
-int parallel_slots() { return pool().threads(); }
 
 void set_parallel_threads(int threads) { pool().set_threads(threads); }
 

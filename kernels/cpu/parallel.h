@@ -20,7 +20,7 @@ namespace memplan::kernels::cpu {
 inline constexpr std::int64_t kMaxChunks = 1 << 15;
 
 // The function a loop runs: fn(ctx, begin, end, slot) over [begin, end), a chunk of the loop.
-// `slot` is the running thread's own, below parallel_slots() and below the loop's chunk count (in
+// `slot` is the running thread's own, below parallel_threads() and below the loop's chunk count (in
 // a loop run inside another loop's chunk, it is that chunk's slot): one thread runs one chunk at
 // a time, so per-slot scratch is never shared.
 using ChunkFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end, int slot);
@@ -33,10 +33,9 @@ using ChunkFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end, int sl
 // fn must not throw: an exception in a chunk terminates the process.
 void parallel_chunks(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx);
 
-// The pool's thread count, the caller's included (kernels::set_cpu_threads sets it).
+// The pool's thread count, the caller's included (kernels::set_cpu_threads sets it); also the
+// number of slots a loop's chunks may be given, which sizes per-slot scratch.
 int parallel_threads();
-// Slots a loop's chunks may be given: scratch arrays are sized by this.
-int parallel_slots();
 // Sets the pool's thread count (at least 1); call between loops.
 void set_parallel_threads(int threads);
 // The count a process starts with: OMP_NUM_THREADS when it holds a positive number (the variable
