@@ -2,7 +2,7 @@
 // a chunk's slot is never shared by two chunks running at once and stays below the slot and
 // chunk counts, loops nested in a chunk and loops from a second thread run on their caller, and a
 // caller waiting on a thread that holds a chunk without running (as a preempted one does) counts
-// a stall, and a child forked after the workers started runs loops and exits.
+// a stall, and a child forked after the workers started runs loops on workers of its own and exits.
 #include "memplan/kernels/cpu/parallel.h"
 
 #include <signal.h>
@@ -163,7 +163,7 @@ TEST(ParallelPool, AThreadHoldingAChunkWithoutRunningIsCountedAsAStallAndTheLoop
   EXPECT_EQ(parallel_stats().stalls, 1);
 }
 
-TEST(ParallelPool, AForkedChildRunsLoopsAndExitsThoughTheWorkersStayedInTheParent) {
+TEST(ParallelPool, AForkedChildStartsWorkersOfItsOwnAndExitsThoughTheParentsStayed) {
   ThreadCount keep(2);
   std::vector<std::atomic<int>> warm(64);
   parallel_for(64, 1, [&](std::int64_t begin, std::int64_t, int) { warm[static_cast<std::size_t>(begin)] = 1; });
@@ -173,15 +173,32 @@ TEST(ParallelPool, AForkedChildRunsLoopsAndExitsThoughTheWorkersStayedInTheParen
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // Only this thread exists here. Every index must still run once, and exit() (static
-    // destructors included) must not wait for the parent's workers.
-    std::vector<std::atomic<int>> hits(1000);
-    parallel_for(1000, 10, [&](std::int64_t begin, std::int64_t end, int) {
-      for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
-    });
-    for (auto& h : hits) {
-      if (h.load() != 1) std::exit(3);
+    // Only this thread exists here. Every index must still run once, a worker of the child's own
+    // must take part (a chunk on slot 1: the caller's is 0), set_cpu_threads must not wait for the
+    // parent's workers, and exit() (static destructors included) must not either.
+    const auto every_index_once = [](std::int64_t n) {
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      parallel_for(n, 10, [&](std::int64_t begin, std::int64_t end, int) {
+        for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+      });
+      for (auto& h : hits) {
+        if (h.load() != 1) return false;
+      }
+      return true;
+    };
+    if (!every_index_once(1000)) std::exit(3);
+    bool worker_ran = false;
+    for (int tries = 0; tries < 50 && !worker_ran; ++tries) {
+      std::atomic<bool> on_slot_1{false};
+      parallel_for(2, 1, [&](std::int64_t, std::int64_t, int slot) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (slot == 1) on_slot_1 = true;
+      });
+      worker_ran = on_slot_1.load();
     }
+    if (!worker_ran) std::exit(4);
+    set_cpu_threads(3);
+    if (parallel_threads() != 3 || !every_index_once(1001)) std::exit(5);
     std::exit(0);
   }
   int status = -1;
@@ -195,7 +212,8 @@ TEST(ParallelPool, AForkedChildRunsLoopsAndExitsThoughTheWorkersStayedInTheParen
     FAIL() << "the forked child did not exit within 20 s";
   }
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: an index of the child's loop did not run exactly once";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: an index of the child's loop did not run exactly once; 4: no worker of "
+                                       "the child ran a chunk; 5: the child's loop at 3 threads went wrong";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // other than the one it read.
 #include "memplan/kernels/cpu/parallel.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -96,9 +98,15 @@ void request_short_time_slice() {
 // The slot of the chunk this thread is running, or -1 outside any chunk.
 thread_local int t_slot = -1;
 
+class Pool;
+Pool& pool();
+
 class Pool {
  public:
-  Pool() { set_threads(default_parallel_threads()); }
+  Pool() {
+    set_threads(default_parallel_threads());
+    pthread_atfork(nullptr, nullptr, [] { pool().forget_workers_in_forked_child(); });
+  }
   ~Pool() = delete;  // see pool()
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -113,6 +121,22 @@ class Pool {
   }
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
+
+  // A forked child has only the thread that forked: the workers stayed in the parent. Their
+  // std::thread objects name threads that are gone, so they can be neither joined nor destroyed;
+  // they are kept aside, and the child's next loop across threads starts workers of its own. A
+  // thread of the parent may have held busy_ for a loop, which no thread of the child will finish:
+  // the lock starts afresh. Not from inside a chunk, whose loop the child could not complete
+  // anyway (its other chunks ran in the parent): the pool is then left as it was.
+  void forget_workers_in_forked_child() {
+    if (t_slot >= 0) return;
+    for (std::thread& t : workers_) orphaned_.push_back(std::move(t));
+    workers_.clear();
+    new (&busy_) std::mutex;
+    sleeping_.store(0);
+    started_.store(0);
+    stopping_.store(false);
+  }
 
   ParallelStats stats() const {
     return {loops_across_threads_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed)};
@@ -254,6 +278,7 @@ class Pool {
   std::mutex busy_;  // held by the thread whose loop the pool runs
   std::atomic<int> threads_{1};  // changed only while busy_ is held
   std::vector<std::thread> workers_;
+  std::vector<std::thread> orphaned_;  // a forked child's: the parent's workers (see above)
 
   // The loop being run: written before its claim word is published, read after a claim.
   ChunkFn fn_ = nullptr;
@@ -274,9 +299,8 @@ class Pool {
   std::atomic<std::int64_t> loops_across_threads_{0}, stalls_{0};
 };
 
-// Never destroyed: at exit the workers simply end with the process, so no exit path joins them:
-// not a thread's exit while another runs a loop, and not a forked child's, where the workers do
-// not exist (there the caller, never waiting for a thread to arrive, runs every chunk itself).
+// Never destroyed: at exit the workers simply end with the process, so no exit path joins them,
+// not a thread's exit while another runs a loop, nor a forked child's (its orphaned_ workers).
 Pool& pool() {
   static Pool* const p = new Pool;
   return *p;

@@ -36,7 +36,8 @@ void parallel_chunks(std::int64_t n, std::int64_t chunk, ChunkFn fn, void* ctx);
 // The pool's thread count, the caller's included (kernels::set_cpu_threads sets it); also the
 // number of slots a loop's chunks may be given, which sizes per-slot scratch.
 int parallel_threads();
-// Sets the pool's thread count (at least 1); call between loops.
+// Sets the pool's thread count (at least 1); call between loops. A child forked between loops
+// keeps the count and starts workers of its own at its first loop across threads.
 void set_parallel_threads(int threads);
 // The count a process starts with: OMP_NUM_THREADS when it holds a positive number (the variable
 // users already set for CPU frameworks), else the cores in this process's CPU affinity mask.
