@@ -29,6 +29,14 @@ memplan_install_deps() {
   fi
 }
 
+# The cores this process may run on, for parallel builds and test runs. Not plain nproc: GNU
+# nproc answers OMP_NUM_THREADS when that is set (scripts/test.sh sets it to 1 for the tests,
+# and users often set it for CPU frameworks), and every later build and ctest then ran one job
+# at a time.
+memplan_jobs() {
+  env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
 # Configures and builds into $1 with extra CMake arguments after it. A unity build (sources
 # compiled eight to a translation unit) parses the heavy headers — CLI11, nlohmann/json,
 # GoogleTest — once per batch rather than once per file: a clean build takes about 40% of the
@@ -41,5 +49,5 @@ memplan_build() {
   shift
   cmake -S "$(dirname "${BASH_SOURCE[0]}")/.." -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON -DMEMPLAN_NATIVE=ON \
     "$@" >/dev/null
-  cmake --build "$dir" -j "$(nproc)"
+  cmake --build "$dir" -j "$(memplan_jobs)"
 }

@@ -16,7 +16,7 @@ memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_
 # measures speed. Tests that need several threads set them.
 export OMP_NUM_THREADS=1
 stage "tests"
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+ctest --test-dir build --output-on-failure -j "$(memplan_jobs)"
 
 stage "libraries without unity build"
 # The unity builds compile sources eight to a translation unit, where one file's includes cover
@@ -25,7 +25,7 @@ stage "libraries without unity build"
 # keep this stage short.
 cmake -S . -B build-nounity -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_UNITY_BUILD=OFF \
   -DMEMPLAN_CUDA=OFF -DMEMPLAN_BUILD_TESTS=OFF -DMEMPLAN_BUILD_BENCH=OFF -DMEMPLAN_WERROR=ON >/dev/null
-cmake --build build-nounity -j "$(nproc)" --target memplan_libraries
+cmake --build build-nounity -j "$(memplan_jobs)" --target memplan_libraries
 
 stage "build (ASan + UBSan)"
 # The sanitizer build skips the CUDA backend: the CUDA runtime is not ASan-instrumented. -g1
@@ -42,5 +42,5 @@ if [ -f build/Testing/Temporary/CTestCostData.txt ]; then
   cp build/Testing/Temporary/CTestCostData.txt build-sanitize/Testing/Temporary/CTestCostData.txt
 fi
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)"
+  ctest --test-dir build-sanitize --output-on-failure -j "$(memplan_jobs)"
 echo "== all tests passed in ${SECONDS}s =="
