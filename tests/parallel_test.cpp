@@ -158,9 +158,15 @@ TEST(ParallelPool, AThreadHoldingAChunkWithoutRunningIsCountedAsAStallAndTheLoop
   }
   EXPECT_EQ(parallel_stats().stalls, 1);
   EXPECT_EQ(parallel_stats().loops_across_threads, loops);
-  // A loop whose chunks all take about as long is not a stall.
-  parallel_for(2, 1, [](std::int64_t, std::int64_t, int) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
-  EXPECT_EQ(parallel_stats().stalls, 1);
+  // A loop whose chunks all take about as long is not a stall. Up to five tries: on a loaded
+  // machine the worker may really be kept off a core for over 6 ms, which is a stall.
+  bool quiet_loop = false;
+  for (int tries = 0; tries < 5 && !quiet_loop; ++tries) {
+    const std::int64_t before = parallel_stats().stalls;
+    parallel_for(2, 1, [](std::int64_t, std::int64_t, int) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
+    quiet_loop = parallel_stats().stalls == before;
+  }
+  EXPECT_TRUE(quiet_loop) << "five loops of equal 3 ms chunks all counted as stalls";
 }
 
 TEST(ParallelPool, AForkedChildStartsWorkersOfItsOwnAndExitsThoughTheParentsStayed) {
