@@ -16,7 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 QUICK=${1:-}
-JOBS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone answers OMP_NUM_THREADS
+JOBS=$(source scripts/deps.sh && memplan_jobs)  # in a subshell: deps.sh sets -e, this script goes on after failures
 BUILD=${MEMPLAN_GPU_BUILD:-build-gpu}
 LOGS=${MEMPLAN_GPU_LOGS:-}
 FMNIST=${MEMPLAN_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}

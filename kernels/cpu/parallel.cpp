@@ -126,16 +126,15 @@ class Pool {
   // std::thread objects name threads that are gone, so they can be neither joined nor destroyed;
   // they are kept aside, and the child's next loop across threads starts workers of its own. A
   // thread of the parent may have held busy_ for a loop, which no thread of the child will finish:
-  // the lock starts afresh. Not from inside a chunk, whose loop the child could not complete
-  // anyway (its other chunks ran in the parent): the pool is then left as it was.
+  // the lock starts afresh (start_workers resets the rest). Not from inside a chunk, whose loop
+  // the child could not complete anyway (its other chunks ran in the parent): the pool is then
+  // left as it was.
   void forget_workers_in_forked_child() {
     if (t_slot >= 0) return;
     for (std::thread& t : workers_) orphaned_.push_back(std::move(t));
     workers_.clear();
     new (&busy_) std::mutex;
     sleeping_.store(0);
-    started_.store(0);
-    stopping_.store(false);
   }
 
   ParallelStats stats() const {
