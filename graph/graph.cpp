@@ -41,6 +41,12 @@ TensorId Graph::add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs,
     MEMPLAN_CHECK(is_persistent(tensor(id).role),
                   info.name << " may only update persistent tensors, not '" << tensor(id).name << "'");
   }
+  for (const TensorDesc* t : in) {
+    if (is_floating(t->dtype) && !info.accepts.contains(t->dtype)) {
+      throw GraphError(std::string(info.name) + ": '" + t->name + "' is " + std::string(dtype_name(t->dtype)) +
+                       ", a dtype this op does not take");
+    }
+  }
   OutputSpec spec = info.infer(in, attrs);
 
   Op op;
@@ -131,6 +137,23 @@ void Graph::reorder_ops(const std::vector<int>& order) {
   for (int i = 0; i < num_ops(); ++i) {
     for (TensorId t : ops_[static_cast<std::size_t>(i)].outputs) producer_[static_cast<std::size_t>(t)] = i;
   }
+}
+
+DType op_dtype(const Graph& graph, const Op& op) {
+  for (const std::vector<TensorId>* ids : {&op.inputs, &op.updates, &op.outputs}) {
+    for (TensorId t : *ids) {
+      if (is_floating(graph.tensor(t).dtype)) return graph.tensor(t).dtype;
+    }
+  }
+  return DType::f32;
+}
+
+double op_flops(const Graph& graph, const Op& op) {
+  std::vector<const TensorDesc*> in;
+  in.reserve(op.inputs.size());
+  for (TensorId t : op.inputs) in.push_back(&graph.tensor(t));
+  const TensorDesc* out = op.outputs.empty() ? nullptr : &graph.tensor(op.outputs[0]);
+  return op_info(op.kind).flops(in, out);
 }
 
 }  // namespace memplan::graph

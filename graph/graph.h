@@ -59,4 +59,10 @@ class Graph {
   std::vector<int> producer_;  // per tensor
 };
 
+// Floating-point operations of one execution of `op` (its row's formula, graph/op.h).
+double op_flops(const Graph& graph, const Op& op);
+// The dtype `op` computes in, which picks its kernel: that of its first floating input, else of
+// the tensors it updates, else of its output (fill, dropout_mask); f32 for an op with none.
+DType op_dtype(const Graph& graph, const Op& op);
+
 }  // namespace memplan::graph

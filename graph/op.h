@@ -1,8 +1,10 @@
-// Ops of the static training graph: kind, operands, attributes, and one metadata table (name,
-// shape inference, FLOPs) keyed by kind. Gradient rules live in autograd.cpp, one per kind.
+// Ops of the static training graph: kind, operands, attributes, and one table of rows keyed by
+// kind (name, shape rule, dtype rule, FLOPs, in-place inputs, gradient rule), each row written in
+// its family's file (graph/op_*.cpp).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -192,22 +194,58 @@ struct OutputSpec {
 // OpInfo::num_inputs of an op taking one or more inputs (pack).
 inline constexpr int kVariadic = -1;
 
-struct OpInfo {
-  OpKind kind;  // the row's key: op_info(kind).kind == kind
-  std::string_view name;
-  int num_inputs;   // exact count, or kVariadic
+class GradContext;  // graph/grad_context.h
+// Appends the backward ops of `op` given dy, the gradient of its output (graph/autograd.h).
+using GradRule = void (*)(GradContext& context, const Op& op, TensorId dy);
 
-  int num_updates;  // exact count
-  int num_outputs;  // 1, or 0 for in-place updates
-  bool output_is_view;  // the output aliases inputs[0] (no storage of its own)
+// A set of dtypes (one bit per DType).
+struct DTypeSet {
+  std::uint8_t bits = 0;
+  constexpr bool contains(DType d) const { return (bits >> static_cast<int>(d)) & 1u; }
+  static constexpr DTypeSet of(std::initializer_list<DType> dtypes) {
+    DTypeSet s;
+    for (DType d : dtypes) s.bits = static_cast<std::uint8_t>(s.bits | (1u << static_cast<int>(d)));
+    return s;
+  }
+};
+inline constexpr DTypeSet kFloatingDTypes = DTypeSet::of({DType::f32, DType::f16, DType::bf16});
+
+// One op: everything the graph, autograd, the planner and the profiler know of it. Rows live with
+// their family (graph/op_elementwise.cpp, op_normalization.cpp, ...); adding an op is adding its
+// kind to OpKind and its row there (and kernels, which register beside themselves).
+struct OpInfo {
+  OpKind kind = OpKind::count_;  // the row's key: op_info(kind).kind == kind
+  std::string_view name;
+  int num_inputs = 0;   // exact count, or kVariadic
+  int num_updates = 0;  // exact count
+  int num_outputs = 1;  // 1, or 0 for in-place updates
+  bool output_is_view = false;  // the output aliases inputs[0] (no storage of its own)
   // Shape inference; throws GraphError naming the op and the mismatch.
-  OutputSpec (*infer)(std::span<const TensorDesc* const> inputs, const OpAttrs& attrs);
-  // Floating-point operations for one execution, from shapes (documented per op in op.cpp).
-  double (*flops)(std::span<const TensorDesc* const> inputs, const TensorDesc* output);
+  OutputSpec (*infer)(std::span<const TensorDesc* const> inputs, const OpAttrs& attrs) = nullptr;
+  // Floating-point operations for one execution, from shapes: multiply-adds count 2,
+  // transcendental functions 1 each; ops that only move data count 0. The one formula:
+  // checkpointing's recompute cost and the step profile both read it (op_flops in graph.h).
+  double (*flops)(std::span<const TensorDesc* const> inputs, const TensorDesc* output) = nullptr;
+  // Bit i: the output may take input i's storage when that input dies here (the elementwise
+  // kernels read each element before writing it); liveness reads this.
+  std::uint8_t in_place_inputs = 0;
+  // The floating dtypes the op accepts for its floating operands (Graph::add_op checks), and the
+  // dtype its reductions and products accumulate in.
+  DTypeSet accepts = kFloatingDTypes;
+  DType accumulates = DType::f32;
+  // nullptr where the op is never differentiated: backward helpers and optimizer updates (not on
+  // a path from parameters to the loss), running_stats_update (no output), the statistics ops
+  // (their gradient paths are inside batch_norm_backward, layer_norm_backward and
+  // attention_backward), dropout_mask (no inputs), batch_norm_inference (no backward).
+  GradRule grad = nullptr;
+
+  bool may_run_in_place(int input_index) const {
+    return input_index >= 0 && input_index < 8 && ((in_place_inputs >> input_index) & 1u) != 0;
+  }
 };
 
-// The row of `kind`; a table row out of place fails here (MEMPLAN_CHECK) rather than returning
-// another op's metadata.
+// The row of `kind`. The table is assembled from the families' rows on first use; a kind with no
+// row or with two fails there (MEMPLAN_CHECK) rather than returning another op's metadata.
 const OpInfo& op_info(OpKind kind);
 // Every row, in OpKind order: row i states kind i (tests/op_table_test.cpp checks this).
 std::span<const OpInfo> op_table();

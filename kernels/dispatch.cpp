@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -16,23 +15,40 @@ std::string_view device_kind_name(DeviceKind kind) { return enum_name(kDeviceKin
 
 Result<DeviceKind> parse_device_kind(std::string_view name) { return parse_enum(kDeviceKindNames, name, "device"); }
 
+std::size_t KernelTable::index(graph::OpKind kind, DeviceKind device, graph::DType dtype) {
+  return (static_cast<std::size_t>(kind) * kDeviceKinds + static_cast<std::size_t>(device)) * kDTypes +
+         static_cast<std::size_t>(dtype);
+}
+
+KernelTable::KernelTable(std::span<const KernelEntries> per_device)
+    : fns_(static_cast<std::size_t>(graph::kOpKindCount) * kDeviceKinds * kDTypes, nullptr) {
+  MEMPLAN_CHECK(per_device.size() <= kDeviceKinds, "kernel lists for " << per_device.size() << " device kinds");
+  for (std::size_t d = 0; d < per_device.size(); ++d) {
+    const auto device = static_cast<DeviceKind>(d);
+    for (const KernelEntry& e : per_device[d]) {
+      MEMPLAN_CHECK(static_cast<int>(e.kind) < graph::kOpKindCount && e.fn != nullptr, "a kernel entry without an op or a function");
+      KernelFn& slot = fns_[index(e.kind, device, e.dtype)];
+      MEMPLAN_CHECK(slot == nullptr, "two kernels registered for op " << graph::op_name(e.kind) << " on "
+                                                                     << device_kind_name(device) << " at "
+                                                                     << graph::dtype_name(e.dtype));
+      slot = e.fn;
+    }
+  }
+}
+
+KernelFn KernelTable::find(graph::OpKind kind, DeviceKind device, graph::DType dtype) const {
+  return fns_[index(kind, device, dtype)];
+}
+
 namespace {
 
-constexpr int kDeviceKinds = 2;
-using Table = std::array<std::array<KernelFn, kDeviceKinds>, graph::kOpKindCount>;
-
-const Table& table() {
-  static const Table instance = [] {
-    Table t{};
-    for (const auto& [kind, fn] : cpu::kernel_entries()) {
-      t[static_cast<std::size_t>(kind)][static_cast<std::size_t>(DeviceKind::cpu)] = fn;
-    }
+const KernelTable& table() {
+  static const KernelTable instance = [] {
+    std::vector<KernelEntries> lists{cpu::kernel_entries()};
 #ifdef MEMPLAN_HAVE_CUDA
-    for (const auto& [kind, fn] : cuda::kernel_entries()) {
-      t[static_cast<std::size_t>(kind)][static_cast<std::size_t>(DeviceKind::cuda)] = fn;
-    }
+    lists.push_back(cuda::kernel_entries());
 #endif
-    return t;
+    return KernelTable(lists);
   }();
   return instance;
 }
@@ -47,8 +63,16 @@ bool built_with_cuda() {
 #endif
 }
 
-KernelFn find_kernel(graph::OpKind kind, DeviceKind device) {
-  return table()[static_cast<std::size_t>(kind)][static_cast<std::size_t>(device)];
+KernelFn find_kernel(graph::OpKind kind, DeviceKind device, graph::DType dtype) {
+  return table().find(kind, device, dtype);
+}
+
+std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype) {
+  std::vector<graph::OpKind> missing;
+  for (int k = 0; k < graph::kOpKindCount; ++k) {
+    if (find_kernel(static_cast<graph::OpKind>(k), device, dtype) == nullptr) missing.push_back(static_cast<graph::OpKind>(k));
+  }
+  return missing;
 }
 
 FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {

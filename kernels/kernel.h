@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "memplan/common/enum_names.h"
 #include "memplan/graph/op.h"
@@ -51,6 +52,16 @@ struct KernelCall {
 
 using KernelFn = void (*)(const KernelCall&);
 
+// One kernel under its key: each kernel file lists the kernels it defines beside them (its
+// `..._kernel_entries()`), and the dispatch table takes every file's list. A key registered
+// twice is an error when the table is built (the first kernel lookup), not a silent overwrite.
+struct KernelEntry {
+  graph::OpKind kind;
+  KernelFn fn = nullptr;
+  graph::DType dtype = graph::DType::f32;  // the dtype of the op's floating operands
+};
+using KernelEntries = std::vector<KernelEntry>;
+
 // Two ops adjacent in the schedule, the second reading the first's output, run as one: the
 // result is bitwise what the two kernels give one after the other, with the intermediate read
 // back while in cache. Only where their tensors do not overlap in memory (the executor checks),
@@ -79,8 +90,25 @@ SampleOrder sample_wave_order(const void* out, std::int64_t out_bytes, const voi
 // Whether this build holds the CUDA kernels (the CUDA toolkit was found at configure time).
 bool built_with_cuda();
 
-// The kernel for (kind, device), or nullptr when that device has none.
-KernelFn find_kernel(graph::OpKind kind, DeviceKind device);
+// The kernel for (kind, device, dtype), or nullptr when that device has none.
+KernelFn find_kernel(graph::OpKind kind, DeviceKind device, graph::DType dtype = graph::DType::f32);
+// Every op `device` has no kernel for at `dtype`, in OpKind order (what an executor on that
+// device would refuse; the CUDA coverage test reads it).
+std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype = graph::DType::f32);
+
+// The dispatch table of the given entries, one list per device kind: throws (InternalError,
+// naming the op, device and dtype) when a key is registered twice. Exposed for tests.
+class KernelTable {
+ public:
+  KernelTable(std::span<const KernelEntries> per_device);
+  KernelFn find(graph::OpKind kind, DeviceKind device, graph::DType dtype) const;
+
+ private:
+  static constexpr int kDeviceKinds = 2;
+  static constexpr int kDTypes = 5;  // graph::DType's values
+  std::vector<KernelFn> fns_;        // [kind][device][dtype]
+  static std::size_t index(graph::OpKind kind, DeviceKind device, graph::DType dtype);
+};
 // The fused kernel for `first` then `second` on `device` (fn nullptr where there is none).
 FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device);
 

@@ -22,13 +22,6 @@ std::string_view checkpoint_strategy_name(CheckpointStrategy s) { return enum_na
 
 namespace {
 
-double op_flops(const Graph& g, const Op& op) {
-  std::vector<const graph::TensorDesc*> in;
-  for (TensorId t : op.inputs) in.push_back(&g.tensor(t));
-  const graph::TensorDesc* out = op.outputs.empty() ? nullptr : &g.tensor(op.outputs[0]);
-  return graph::op_info(op.kind).flops(in, out);
-}
-
 // Inputs and persistent state (and views of them) are alive for the whole step anyway.
 bool is_free(const Graph& g, TensorId t) {
   const graph::Role role = g.tensor(g.storage_root(t)).role;
@@ -58,7 +51,7 @@ std::vector<bool> step_result_roots(const Graph& g) {
 
 double graph_flops(const Graph& graph) {
   double total = 0.0;
-  for (const Op& op : graph.ops()) total += op_flops(graph, op);
+  for (const Op& op : graph.ops()) total += graph::op_flops(graph, op);
   return total;
 }
 
@@ -113,7 +106,7 @@ CheckpointChain find_checkpoint_chain(const Graph& g) {
     std::set<TensorId> produced, saved_roots;
     for (int p = first; p <= end; ++p) {
       const Op& op = g.ops()[static_cast<std::size_t>(forward[static_cast<std::size_t>(p)])];
-      stage.forward_flops += op_flops(g, op);
+      stage.forward_flops += graph::op_flops(g, op);
       for (TensorId t : op.outputs) produced.insert(t);
     }
     for (TensorId t : produced) {

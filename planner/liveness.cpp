@@ -16,29 +16,6 @@ Schedule default_schedule(const Graph& graph) {
   return schedule;
 }
 
-bool may_run_in_place(const Op& op, int input_index) {
-  switch (op.kind) {
-    case OpKind::add:
-    case OpKind::mul:
-      return input_index == 0 || input_index == 1;
-    case OpKind::relu:
-    case OpKind::scale:
-    case OpKind::bias_add:
-    case OpKind::relu_backward:
-    case OpKind::gelu_backward:
-    case OpKind::sigmoid:
-    case OpKind::tanh:
-    case OpKind::clip:
-    case OpKind::sigmoid_backward:
-    case OpKind::tanh_backward:
-    case OpKind::clip_backward:
-    case OpKind::channel_scale:
-      return input_index == 0;
-    default:
-      return false;
-  }
-}
-
 namespace {
 
 // Storage roots merged by in-place decisions, with path compression.
@@ -91,7 +68,7 @@ Lifetimes compute_lifetimes(const Graph& graph, const Schedule& schedule, const 
       if (op.outputs.size() != 1 || graph.tensor(op.outputs[0]).is_view()) continue;
       const TensorId out = op.outputs[0];
       for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i) {
-        if (!may_run_in_place(op, i)) continue;
+        if (!graph::op_info(op.kind).may_run_in_place(i)) continue;
         const TensorId in_root = merges.find(graph.storage_root(op.inputs[static_cast<std::size_t>(i)]));
         const graph::TensorDesc& in_desc = graph.tensor(in_root);
         if (graph::is_persistent(in_desc.role) || merged_result[static_cast<std::size_t>(in_root)]) continue;

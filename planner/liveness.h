@@ -45,8 +45,5 @@ struct LivenessOptions {
 Lifetimes compute_lifetimes(const graph::Graph& graph, const Schedule& schedule,
                             const LivenessOptions& options = {});
 
-// True if `op` may write its output into the storage of input `input_index` (same size, the
-// kernel reads each element before writing it).
-bool may_run_in_place(const graph::Op& op, int input_index);
 
 }  // namespace memplan::planner

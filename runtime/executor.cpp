@@ -134,9 +134,11 @@ Status Executor::setup() {
   kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
   for (int i = 0; i < graph_.num_ops(); ++i) {
     const Op& op = graph_.ops()[static_cast<std::size_t>(i)];
-    kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind());
+    const graph::DType dtype = graph::op_dtype(graph_, op);
+    kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind(), dtype);
     if (fn == nullptr) {
-      return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no kernel on device " + device_.name()};
+      return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no " + std::string(graph::dtype_name(dtype)) +
+                   " kernel on device " + device_.name()};
     }
     kernels_[static_cast<std::size_t>(i)] = fn;
     if (op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
@@ -412,8 +414,8 @@ void Executor::set_profiling(bool on) {
   // pair's), the other op marked as timed there.
   for (std::size_t pos = 0; pos < fused_with_next_.size(); ++pos) {
     if (fused_with_next_[pos] == nullptr) continue;
-    const bool second_counts = op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])]) > 0.0 &&
-                               op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos])]) <= 0.0;
+    const bool second_counts = graph::op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])]) > 0.0 &&
+                               graph::op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos])]) <= 0.0;
     profile_record_.timed_in[second_counts ? pos : pos + 1] = static_cast<int>(second_counts ? pos + 1 : pos);
   }
 }

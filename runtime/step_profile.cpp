@@ -10,28 +10,6 @@ namespace memplan::runtime {
 
 using graph::OpKind;
 
-double op_flops(const graph::Graph& graph, const graph::Op& op) {
-  auto shape = [&](TensorId id) -> const graph::Shape& { return graph.tensor(id).shape; };
-  switch (op.kind) {
-    case OpKind::matmul:
-    case OpKind::batched_matmul: {
-      // out [..., M, N] from A [..., M, K] (or [..., K, M] transposed): 2 M N K per leading index.
-      const graph::Shape& a = shape(op.inputs[0]);
-      const int r = a.rank();
-      const std::int64_t k = op.attrs.trans_a ? a[r - 2] : a[r - 1];
-      return 2.0 * double(shape(op.outputs[0]).numel()) * double(k);
-    }
-    case OpKind::conv2d:  // y [N, Cout, P] = w [Cout, CKK] cols [N, CKK, P]
-      return 2.0 * double(shape(op.outputs[0]).numel()) * double(shape(op.inputs[0])[1]);
-    case OpKind::conv2d_backward_weight:  // dw [Cout, CKK] = sum_n dy [Cout, P] cols^T: 2 Cout CKK P N
-      return 2.0 * double(shape(op.inputs[0]).numel()) * double(shape(op.inputs[1])[1]);
-    case OpKind::conv2d_backward_cols:  // dcols [N, CKK, P] = w^T [CKK, Cout] dy [Cout, P]
-      return 2.0 * double(shape(op.outputs[0]).numel()) * double(shape(op.inputs[1])[0]);
-    default:
-      return 0.0;
-  }
-}
-
 StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>& schedule, const ProfileRecord& record) {
   MEMPLAN_CHECK(record.op_ns.size() == schedule.size(), "profile record does not match the schedule");
   StepProfile p;
@@ -47,7 +25,7 @@ StepProfile make_step_profile(const graph::Graph& graph, const std::vector<int>&
     t.name = op.name;
     t.kind = op.kind;
     t.ms = record.op_ns[pos] * per_step;
-    t.flops = op_flops(graph, op);
+    t.flops = graph::op_flops(graph, op);
     if (pos < record.timed_in.size()) t.timed_in = record.timed_in[pos];
     p.ops_ms += t.ms;
     p.flops += t.flops;

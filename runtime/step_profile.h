@@ -1,6 +1,6 @@
 // Where a training step's time goes: per-op wall time measured by the executor (opt-in, a clock
-// read per op), summed per op kind, each op's share of the step and, for the ops that do
-// multiply-adds (GEMMs and convolutions), the FLOPs and the rate reached.
+// read per op), summed per op kind, each op's share of the step, and the FLOPs (each op's row's
+// count, graph::op_flops, the one checkpointing reads) and the rate reached.
 // The executor records; this file turns the record into a report. tools/ renders it.
 #pragma once
 
@@ -11,10 +11,6 @@
 #include "memplan/graph/graph.h"
 
 namespace memplan::runtime {
-
-// Floating-point operations of one op (a multiply-add counts 2); 0 for ops not counted (the
-// memory-bound elementwise, normalisation and reduction ops).
-double op_flops(const graph::Graph& graph, const graph::Op& op);
 
 struct OpTime {
   int op_index = 0;  // into graph.ops()

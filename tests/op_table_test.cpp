@@ -1,12 +1,15 @@
-// graph/op.cpp's op table: one row per OpKind, row i stating kind i, and op_info returning the
-// row of the kind it was asked for. A row added out of order, left out or duplicated fails here.
+// The op table assembled from the families' rows (graph/op_*.cpp): one row per OpKind, row i
+// stating kind i, op_info returning the row of the kind it was asked for, a kind with two rows or
+// none refused, and the rows' in-place inputs and gradient rules consistent with their shapes.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "memplan/common/check.h"
 #include "memplan/graph/op.h"
+#include "memplan/graph/op_rules.h"
 
 namespace memplan::graph {
 namespace {
@@ -61,6 +64,64 @@ TEST(OpTable, SpotChecksAgainstTheEnum) {
   EXPECT_EQ(op_name(OpKind::adamw_update_mixed), "adamw_update_mixed");
   EXPECT_TRUE(op_info(OpKind::reshape).output_is_view);
   EXPECT_EQ(op_info(OpKind::adamw_update).num_updates, 3);
+}
+
+std::vector<OpInfo> all_rows() { return {op_table().begin(), op_table().end()}; }
+
+TEST(OpTable, AKindWithTwoRowsOrNoneIsRefusedNamingIt) {
+  std::vector<OpInfo> rows = all_rows();
+  const std::span<const OpInfo> complete[] = {rows};
+  EXPECT_EQ(assemble_op_table(complete)[3].name, op_table()[3].name);
+  OpInfo again = op_info(OpKind::relu);
+  again.name = "relu_again";
+  const std::span<const OpInfo> one_more(&again, 1);
+  const std::span<const OpInfo> duplicated[] = {rows, one_more};
+  try {
+    assemble_op_table(duplicated);
+    FAIL() << "a second row for relu was accepted";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("two rows: 'relu' and 'relu_again'"), std::string::npos) << e.what();
+  }
+  rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(OpKind::gelu));
+  const std::span<const OpInfo> missing[] = {rows};
+  try {
+    assemble_op_table(missing);
+    FAIL() << "a table without gelu was accepted";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("op kind " + std::to_string(static_cast<int>(OpKind::gelu)) + " has no row"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Liveness lets an output take an input's storage by the row's in-place bits alone: only ops
+// with one output of that input's shape and dtype may set them.
+TEST(OpTable, InPlaceInputsAreInputsOfOpsWithOneOutput) {
+  int in_place_ops = 0;
+  for (const OpInfo& row : op_table()) {
+    if (row.in_place_inputs == 0) continue;
+    ++in_place_ops;
+    EXPECT_EQ(row.num_outputs, 1) << row.name;
+    EXPECT_FALSE(row.output_is_view) << row.name;
+    EXPECT_NE(row.num_inputs, kVariadic) << row.name;
+    EXPECT_LT(row.in_place_inputs, 1u << row.num_inputs) << row.name << " marks an input it does not have";
+  }
+  EXPECT_TRUE(op_info(OpKind::add).may_run_in_place(1));
+  EXPECT_FALSE(op_info(OpKind::matmul).may_run_in_place(0));
+  EXPECT_GE(in_place_ops, 14);
+}
+
+TEST(OpTable, GradientRulesBelongToOpsWithAnOutput) {
+  for (const OpInfo& row : op_table()) {
+    if (row.grad != nullptr) {
+      EXPECT_EQ(row.num_outputs, 1) << row.name;
+      EXPECT_TRUE(row.name.find("_backward") == std::string_view::npos) << row.name << ": a backward op with a gradient rule";
+    }
+    EXPECT_TRUE(row.accepts.contains(DType::f32)) << row.name;
+    EXPECT_EQ(row.accumulates, DType::f32) << row.name;
+  }
+  EXPECT_NE(op_info(OpKind::matmul).grad, nullptr);
+  EXPECT_EQ(op_info(OpKind::adamw_update).grad, nullptr);
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ std::string profile_text(const runtime::StepProfile& p) {
   char line[512];
   std::snprintf(line, sizeof(line),
                 "profile: mean of %lld step%s: %.3f ms per step = ops %.3f ms + inputs and executor %.3f ms; "
-                "%.3f GFLOP per step in GEMMs and convolutions\n\n",
+                "%.3f GFLOP per step\n\n",
                 static_cast<long long>(p.steps), p.steps == 1 ? "" : "s", p.step_ms, p.ops_ms, p.other_ms,
                 p.flops * 1e-9);
   out += line;

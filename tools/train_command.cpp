@@ -608,8 +608,8 @@ Command add_train_command(CLI::App& root) {
   app->add_flag("--json", flags->json, "Print one JSON object with the results on stdout");
   app->add_flag("--quiet", flags->quiet, "No progress output on stderr");
   app->add_flag("--profile", flags->profile,
-                "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s of "
-                "GEMMs and convolutions, the five slowest ops; with --json every op under \"profile\"");
+                "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s "
+                "(FLOPs as the plan counts them), the five slowest ops; with --json every op under \"profile\"");
   add_checkpoint_options(*app, flags->checkpoint);
   app->add_option("--zero", flags->zero,
                   "Under mpirun: ZeRO stage 0 (data parallel, gradients all-reduced), 1 (optimizer state sharded), 2 "

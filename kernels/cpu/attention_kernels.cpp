@@ -274,7 +274,7 @@ void k_attention_backward(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> attention_kernel_entries() {
+KernelEntries attention_kernel_entries() {
   return {
       {OpKind::attention_lse, k_attention_lse},
       {OpKind::attention, k_attention},

@@ -68,7 +68,7 @@ void k_all_gather_into(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> collective_kernel_entries() {
+KernelEntries collective_kernel_entries() {
   return {
       {OpKind::pack, k_pack},
       {OpKind::all_reduce, k_all_reduce},

@@ -273,8 +273,8 @@ void k_adamw_update(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> kernel_entries() {
-  std::vector<std::pair<OpKind, KernelFn>> entries = nn_kernel_entries();
+KernelEntries kernel_entries() {
+  KernelEntries entries = nn_kernel_entries();
   const auto llm = llm_kernel_entries();
   entries.insert(entries.end(), llm.begin(), llm.end());
   const auto attention = attention_kernel_entries();

@@ -11,9 +11,9 @@
 
 namespace memplan::kernels::cpu {
 
-std::vector<std::pair<graph::OpKind, KernelFn>> kernel_entries();
+KernelEntries kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
-std::vector<std::pair<graph::OpKind, KernelFn>> nn_kernel_entries();
+KernelEntries nn_kernel_entries();
 // The pairs of adjacent ops that run fused on the CPU (graph::fusable_pair: im2col then conv2d
 // or the weight gradient; the input gradient's product then col2im), sample by sample
 // (nn_kernels.cpp).
@@ -23,13 +23,13 @@ struct FusedKernelEntry {
 };
 std::vector<FusedKernelEntry> nn_fused_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
-std::vector<std::pair<graph::OpKind, KernelFn>> llm_kernel_entries();
+KernelEntries llm_kernel_entries();
 // Fused attention: its log-sum-exp, output and backward ops (attention_kernels.cpp).
-std::vector<std::pair<graph::OpKind, KernelFn>> attention_kernel_entries();
+KernelEntries attention_kernel_entries();
 // KV cache writes and decode attention through a block table (decode_kernels.cpp).
-std::vector<std::pair<graph::OpKind, KernelFn>> decode_kernel_entries();
+KernelEntries decode_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
-std::vector<std::pair<graph::OpKind, KernelFn>> collective_kernel_entries();
+KernelEntries collective_kernel_entries();
 
 // C[M,N] = op(A) op(B), all row-major and contiguous: A stored [M,K] ([K,M] when trans_a), B stored
 // [K,N] ([N,K] when trans_b).

@@ -136,7 +136,7 @@ void k_decode_attention(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> decode_kernel_entries() {
+KernelEntries decode_kernel_entries() {
   return {
       {OpKind::kv_cache_write, k_kv_cache_write},
       {OpKind::decode_attention, k_decode_attention},

@@ -183,7 +183,7 @@ void k_slice(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> llm_kernel_entries() {
+KernelEntries llm_kernel_entries() {
   return {
       {OpKind::rms_norm, k_rms_norm},
       {OpKind::rms_norm_backward, k_rms_norm_backward},

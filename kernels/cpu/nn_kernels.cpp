@@ -846,7 +846,7 @@ void k_dropout_mask(const KernelCall& c) {
 
 }  // namespace
 
-std::vector<std::pair<OpKind, KernelFn>> nn_kernel_entries() {
+KernelEntries nn_kernel_entries() {
   return {
       {OpKind::im2col, k_im2col},
       {OpKind::grouped_conv2d, k_grouped_conv2d},

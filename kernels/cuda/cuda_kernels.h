@@ -1,18 +1,15 @@
-// CUDA implementations of every op that has a CPU kernel but the LLaMA-style ones (RMSNorm, SiLU,
-// rotary, repeat_heads, concat and their backward ops: the zoo plans them, nothing trains
-// them; tests/cuda_kernels_test.cpp keeps that list), registered in the same dispatch table.
-// Each file contributes its entries; kernels run on the context's one stream and take their
+// CUDA implementations of the ops CUDA training runs, registered in the same dispatch table
+// (kernels::missing_kernels(DeviceKind::cuda) lists the rest: the LLaMA-style ops the zoo plans
+// and the collectives, which GPU ranks do not run yet). Each file lists its entries beside its
+// kernels; kernels run on the context's one stream and take their
 // scratch from the workspace inside the arena.
 #pragma once
 
-#include <utility>
 #include <vector>
 
 #include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cuda {
-
-using KernelEntries = std::vector<std::pair<graph::OpKind, KernelFn>>;
 
 KernelEntries kernel_entries();
 KernelEntries elementwise_kernel_entries();  // elementwise.cu

@@ -1,0 +1,93 @@
+// Data-parallel collectives over `world` ranks and the flat layout they move (dist/shard.h states the split).
+// One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memplan/graph/grad_context.h"
+#include "memplan/graph/op_rules.h"
+
+namespace memplan::graph {
+namespace {
+
+using namespace op_rules;
+
+// Data parallel: flat layouts over `world` ranks (dist/shard.h states the split).
+std::int64_t world_of(std::string_view op, const OpAttrs& attrs) {
+  if (attrs.world < 1) fail(op, "the number of ranks must be at least 1, got " + str(attrs.world));
+  return attrs.world;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+OutputSpec infer_pack(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("pack", attrs);
+  std::int64_t chunk = 0;
+  for (const TensorDesc* x : in) {
+    expect_float("pack", *x);
+    expect_same_dtype("pack", *in[0], *x);
+    chunk += ceil_div(x->shape.numel(), world);
+  }
+  return {Shape{checked_mul(chunk, world)}, in[0]->dtype};
+}
+
+OutputSpec infer_all_reduce(Inputs in, const OpAttrs& attrs) {
+  world_of("all_reduce", attrs);
+  expect_float("all_reduce", *in[0]);
+  return {in[0]->shape, in[0]->dtype};
+}
+
+OutputSpec infer_reduce_scatter(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("reduce_scatter", attrs);
+  const TensorDesc& x = *in[0];
+  expect_float("reduce_scatter", x);
+  if (x.shape.rank() != 1 || x.shape[0] % world != 0) {
+    fail("reduce_scatter", "'" + x.name + "' " + x.shape.to_string() + " must be flat with a multiple of " + str(world) +
+                               " elements (one chunk per rank)");
+  }
+  return {Shape{x.shape[0] / world}, x.dtype};
+}
+
+OutputSpec infer_all_gather(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("all_gather", attrs);
+  const TensorDesc& x = *in[0];
+  expect_float("all_gather", x);
+  const Shape full = shape_from_attrs("all_gather", attrs);
+  if (x.shape.rank() != 1 || x.shape[0] != ceil_div(full.numel(), world)) {
+    fail("all_gather", "the shard '" + x.name + "' " + x.shape.to_string() + " of " + full.to_string() + " over " +
+                           str(world) + " ranks must be flat with " + str(ceil_div(full.numel(), world)) + " elements");
+  }
+  return {full, x.dtype};
+}
+
+OutputSpec infer_all_gather_into(Inputs, const OpAttrs& attrs) {
+  world_of("all_gather_into", attrs);
+  return {};
+}
+
+// Reductions across ranks: one add per element this rank contributes (moving bytes is not a FLOP).
+double flops_collective_sum(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
+
+// clang-format off
+constexpr OpInfo kRows[] = {
+  {.kind = OpKind::pack, .name = "pack", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_pack, .flops = flops_zero},
+  {.kind = OpKind::all_reduce, .name = "all_reduce", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
+    .infer = infer_all_reduce, .flops = flops_collective_sum},
+  {.kind = OpKind::reduce_scatter, .name = "reduce_scatter", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_reduce_scatter, .flops = flops_collective_sum},
+  {.kind = OpKind::all_gather, .name = "all_gather", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_all_gather, .flops = flops_zero},
+  {.kind = OpKind::all_gather_into, .name = "all_gather_into", .num_inputs = 0, .num_updates = 1, .num_outputs = 0,
+    .infer = infer_all_gather_into, .flops = flops_zero},
+};
+// clang-format on
+
+}  // namespace
+
+std::span<const OpInfo> collectives_rows() { return kRows; }
+
+}  // namespace memplan::graph

@@ -1,0 +1,97 @@
+// Generation with a KV cache: writing keys and values, and one query token's attention over the cache.
+// One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memplan/graph/grad_context.h"
+#include "memplan/graph/op_rules.h"
+
+namespace memplan::graph {
+namespace {
+
+using namespace op_rules;
+
+// The operands generation with a KV cache shares: per-slot k, v [B, KW] (KW = NKV*HD), a block
+// table [B, MB] and positions [B], both i32.
+void expect_kv_slots(std::string_view op, const TensorDesc& k, const TensorDesc& v, const TensorDesc& table,
+                     const TensorDesc& positions) {
+  expect_float(op, k);
+  expect_rank(op, k, 2);
+  expect_same_shape(op, k, v);
+  expect_same_dtype(op, k, v);
+  if (table.dtype != DType::i32 || positions.dtype != DType::i32) fail(op, "block table and positions must be i32");
+  expect_rank(op, table, 2);
+  expect_rank(op, positions, 1);
+  if (table.shape[0] != k.shape[0] || positions.shape[0] != k.shape[0]) {
+    fail(op, "block table " + table.shape.to_string() + " and positions " + positions.shape.to_string() +
+                 " must have one row per slot of '" + k.name + "' " + k.shape.to_string());
+  }
+}
+
+// attrs.shape: {} stores keys as they are; {HD} rotates each head of HD values of the key by its
+// position first (rotary embedding with attrs.rope_base).
+OutputSpec infer_kv_cache_write(Inputs in, const OpAttrs& attrs) {
+  expect_kv_slots("kv_cache_write", *in[0], *in[1], *in[2], *in[3]);
+  if (!attrs.shape.empty() &&
+      (attrs.shape.size() != 1 || attrs.shape[0] <= 0 || attrs.shape[0] % 2 != 0 || in[0]->shape[1] % attrs.shape[0] != 0)) {
+    fail("kv_cache_write", "shape must be {} or {head size} (even, dividing the key's width)");
+  }
+  return {};
+}
+
+OutputSpec infer_decode_attention(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& q = *in[0];
+  const TensorDesc& k = *in[1];
+  expect_kv_slots("decode_attention", k, *in[2], *in[5], *in[6]);
+  expect_float("decode_attention", q);
+  expect_rank("decode_attention", q, 2);
+  expect_same_dtype("decode_attention", q, k);
+  // attrs.shape: {heads, kv_heads}, or {heads, kv_heads, 1} to rotate the query and the slot's own
+  // key by the slot's position first (rotary embedding with attrs.rope_base; the cache holds
+  // rotated keys, kv_cache_write's {HD}).
+  const bool shape_ok = (attrs.shape.size() == 2 || (attrs.shape.size() == 3 && attrs.shape[2] == 1)) &&
+                        attrs.shape[0] > 0 && attrs.shape[1] > 0 && attrs.shape[0] % attrs.shape[1] == 0;
+  if (!shape_ok) fail("decode_attention", "shape must be {heads, kv_heads} or {heads, kv_heads, 1}, kv_heads dividing heads");
+  const std::int64_t nh = attrs.shape[0], nkv = attrs.shape[1];
+  if (q.shape[0] != k.shape[0] || q.shape[1] % nh != 0 || k.shape[1] != q.shape[1] / nh * nkv) {
+    fail("decode_attention", "query '" + q.name + "' " + q.shape.to_string() + " and key '" + k.name + "' " +
+                                 k.shape.to_string() + " do not split into " + str(nh) + " and " + str(nkv) +
+                                 " heads of one size");
+  }
+  for (const TensorDesc* cache : {in[3], in[4]}) {
+    expect_rank("decode_attention", *cache, 3);
+    expect_same_dtype("decode_attention", *cache, k);
+    if (cache->shape[2] != k.shape[1]) {
+      fail("decode_attention", "cache '" + cache->name + "' " + cache->shape.to_string() + " must hold rows of " +
+                                   str(k.shape[1]) + " values");
+    }
+  }
+  expect_same_shape("decode_attention", *in[3], *in[4]);
+  return {q.shape, q.dtype};
+}
+
+// Attention of one query row per slot over a full context (the most a step can do): scores and
+// weighted values, 2 multiply-adds per cached element, plus the softmax.
+double flops_decode_attention(Inputs in, const TensorDesc* out) {
+  const double context = double(in[5]->shape[1]) * double(in[3]->shape[1]);  // MB * block size
+  return 4.0 * numel_of(out) * context + 5.0 * double(in[0]->shape[0]) * context;
+}
+
+// clang-format off
+constexpr OpInfo kRows[] = {
+  {.kind = OpKind::kv_cache_write, .name = "kv_cache_write", .num_inputs = 4, .num_updates = 2, .num_outputs = 0,
+    .infer = infer_kv_cache_write, .flops = flops_zero},
+  {.kind = OpKind::decode_attention, .name = "decode_attention", .num_inputs = 7, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_decode_attention, .flops = flops_decode_attention},
+};
+// clang-format on
+
+}  // namespace
+
+std::span<const OpInfo> decode_rows() { return kRows; }
+
+}  // namespace memplan::graph

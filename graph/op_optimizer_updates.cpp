@@ -1,0 +1,48 @@
+// Optimizer updates: in-place ops on parameters and their state (fp32, and 16-bit with an fp32 master copy).
+// One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memplan/graph/grad_context.h"
+#include "memplan/graph/op_rules.h"
+
+namespace memplan::graph {
+namespace {
+
+using namespace op_rules;
+
+double flops_sgd(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
+
+double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0]); }
+
+// Mixed updates also round the master copy into the 16-bit parameter.
+double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[0]); }
+
+double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
+
+// clang-format off
+constexpr OpInfo kRows[] = {
+  {.kind = OpKind::sgd_update, .name = "sgd_update", .num_inputs = 1, .num_updates = 1, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_sgd},
+  {.kind = OpKind::sgd_momentum_update, .name = "sgd_momentum_update", .num_inputs = 1, .num_updates = 2, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_sgd},
+  {.kind = OpKind::adamw_update, .name = "adamw_update", .num_inputs = 1, .num_updates = 3, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_adamw},
+  {.kind = OpKind::sgd_update_mixed, .name = "sgd_update_mixed", .num_inputs = 1, .num_updates = 2, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_sgd_mixed},
+  {.kind = OpKind::sgd_momentum_update_mixed, .name = "sgd_momentum_update_mixed", .num_inputs = 1, .num_updates = 3, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_sgd_mixed},
+  {.kind = OpKind::adamw_update_mixed, .name = "adamw_update_mixed", .num_inputs = 1, .num_updates = 4, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_adamw_mixed},
+};
+// clang-format on
+
+}  // namespace
+
+std::span<const OpInfo> optimizer_updates_rows() { return kRows; }
+
+}  // namespace memplan::graph
