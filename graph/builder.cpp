@@ -267,6 +267,10 @@ TensorId Builder::rms_norm(TensorId x, TensorId gamma, const std::string& name, 
 
 TensorId Builder::silu(TensorId x, const std::string& name) { return unary(OpKind::silu, x, name); }
 
+TensorId Builder::swiglu(TensorId gate, TensorId up, const std::string& name) {
+  return binary(OpKind::swiglu, gate, up, name);
+}
+
 TensorId Builder::rotary(TensorId x, float base, const std::string& name) {
   OpAttrs attrs;
   attrs.rope_base = base;

@@ -64,6 +64,8 @@ class Builder {
   // RMSNorm over the last dim with gamma [D] (LLaMA); no statistics tensor: backward recomputes them.
   TensorId rms_norm(TensorId x, TensorId gamma, const std::string& name, float eps = 1e-5f);
   TensorId silu(TensorId x, const std::string& name);
+  // silu(gate) * up (same shapes): the gated MLP's activation as one op.
+  TensorId swiglu(TensorId gate, TensorId up, const std::string& name);
   TensorId sigmoid(TensorId x, const std::string& name);
   TensorId tanh(TensorId x, const std::string& name);
   // min(max(x, lo), hi); an infinite bound leaves that side open (ReLU6: 0, 6).

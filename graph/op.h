@@ -76,6 +76,7 @@ enum class OpKind : std::uint8_t {
                           // co reads the input channels of its group (groups = C: depthwise)
   channel_scale,          // y[n, c, ...] = x[n, c, ...] * g[n, c]   inputs: x[N, C, ...], g[N, C] or [N, C, 1, ..., 1]
                           // (a squeeze-and-excitation gate; the gate is never broadcast into memory)
+  swiglu,                 // y = silu(gate) * up   inputs: gate, up (same shape): the gated MLP's activation
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x

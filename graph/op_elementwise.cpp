@@ -161,6 +161,20 @@ void grad_silu(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], c.emit(OpKind::silu_backward, {dy, op.inputs[0]}, {}, c.gname(op.inputs[0])));
 }
 
+// SwiGLU, the gated MLP's activation (LLaMA, Mistral, Qwen): silu(gate) * up in one pass. The
+// gradient reuses silu, mul and silu_backward, recomputing silu(gate) rather than keeping it.
+void grad_swiglu(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId gate = op.inputs[0], up = op.inputs[1];
+  if (c.needs_grad(up)) {
+    const TensorId act = c.emit(OpKind::silu, {gate}, {}, c.gname(up) + ".silu");
+    c.accumulate(up, c.emit(OpKind::mul, {dy, act}, {}, c.gname(up)));
+  }
+  if (c.needs_grad(gate)) {
+    const TensorId dact = c.emit(OpKind::mul, {dy, up}, {}, c.gname(gate) + ".act");
+    c.accumulate(gate, c.emit(OpKind::silu_backward, {dact, gate}, {}, c.gname(gate)));
+  }
+}
+
 // clang-format off
 constexpr OpInfo kRows[] = {
   {.kind = OpKind::bias_add, .name = "bias_add", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -205,6 +219,8 @@ constexpr OpInfo kRows[] = {
     .infer = infer_backward_like_second, .flops = flops_per_output, .in_place_inputs = 0b1},
   {.kind = OpKind::channel_scale_backward, .name = "channel_scale_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_shape_attr, .flops = flops_2_per_input},
+  {.kind = OpKind::swiglu, .name = "swiglu", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
+   .infer = infer_binary_same, .flops = flops_5_per_output, .in_place_inputs = 0b11, .grad = grad_swiglu},
 };
 // clang-format on
 

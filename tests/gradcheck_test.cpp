@@ -285,6 +285,17 @@ const std::vector<GradCase>& cases() {
       {"silu", OpKind::silu,
        [](Builder& b, const auto& d) { return b.silu(b.parameter("x", Shape(d), no_init()), "y"); },
        {{7}, {3, 4}}},
+      {"swiglu", OpKind::swiglu,
+       [](Builder& b, const auto& d) {
+         return b.swiglu(b.parameter("gate", Shape(d), no_init()), b.parameter("up", Shape(d), no_init()), "y");
+       },
+       {{7}, {3, 4}}},
+      {"swiglu_same_operand_twice", OpKind::swiglu,
+       [](Builder& b, const auto& d) {
+         auto x = b.parameter("x", Shape(d), no_init());
+         return b.swiglu(x, x, "y");  // both gradient paths accumulate into x
+       },
+       {{5}}},
       {"rotary", OpKind::rotary,
        [](Builder& b, const auto& d) { return b.rotary(b.parameter("x", Shape(d), no_init()), 10.0f, "y"); },
        {{2, 3, 4}, {1, 2, 5, 6}}},

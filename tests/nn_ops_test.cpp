@@ -28,6 +28,32 @@ std::pair<std::vector<float>, std::vector<float>> run_unary(const Shape& shape, 
   return {xs, testing::read_floats(run.executor, y)};
 }
 
+// The fused gated activation gives the bits of its two ops run one after the other.
+TEST(NnOps, SwigluIsSiluThenMulBitForBit) {
+  graph::Graph g;
+  Builder b(g);
+  const Shape shape{3, 37};
+  const TensorId gate = b.parameter("gate", shape, {});
+  const TensorId up = b.parameter("up", shape, {});
+  const TensorId fused = b.swiglu(gate, up, "fused");
+  const TensorId composed = b.mul(b.silu(gate, "act"), up, "composed");
+  g.retained = {fused, composed};
+  testing::CpuRun run(g);
+  const auto gs = testing::random_values(static_cast<std::size_t>(shape.numel()), 5);
+  const auto us = testing::random_values(static_cast<std::size_t>(shape.numel()), 6);
+  run.executor.write_tensor(gate, gs.data());
+  run.executor.write_tensor(up, us.data());
+  ASSERT_TRUE(run.executor.run_step().ok());
+  const auto y = testing::read_floats(run.executor, fused);
+  const auto want = testing::read_floats(run.executor, composed);
+  ASSERT_EQ(y.size(), want.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ASSERT_EQ(y[i], want[i]) << "element " << i;
+    const double g64 = gs[i], expect = g64 / (1.0 + std::exp(-g64)) * us[i];
+    ASSERT_NEAR(y[i], expect, 1e-6 * (1.0 + std::abs(expect))) << "element " << i;
+  }
+}
+
 TEST(NnOps, Conv2dMatchesDirectConvolution) {
   const std::int64_t N = 2, Ci = 3, H = 5, W = 6, Co = 4, K = 3, S = 2, P = 1;
   graph::Graph g;

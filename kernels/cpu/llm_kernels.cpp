@@ -81,6 +81,18 @@ void k_silu(const KernelCall& c) {
   parallel_each(n, 1, [&](std::int64_t i) { y[i] = x[i] * sigmoid(x[i]); });
 }
 
+// silu(gate) rounded to f32, then times up: the same bits as silu then mul.
+void k_swiglu(const KernelCall& c) {
+  const float* gate = c.inputs[0].f32();
+  const float* up = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t n = c.outputs[0].numel();
+  parallel_each(n, 1, [&](std::int64_t i) {
+    const float act = gate[i] * sigmoid(gate[i]);
+    y[i] = act * up[i];
+  });
+}
+
 // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
 void k_silu_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
@@ -190,6 +202,7 @@ KernelEntries llm_kernel_entries() {
       {OpKind::rms_norm_dgamma, k_rms_norm_dgamma},
       {OpKind::silu, k_silu},
       {OpKind::silu_backward, k_silu_backward},
+      {OpKind::swiglu, k_swiglu},
       {OpKind::rotary, k_rotary},
       {OpKind::repeat_heads, k_repeat_heads},
       {OpKind::repeat_heads_backward, k_repeat_heads_backward},

@@ -51,6 +51,17 @@ void k_relu(const KernelCall& c) {
   for_each_index(c.outputs[0].numel(), "relu", [=] __device__(std::int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
 
+// silu(gate) rounded to f32, then times up, as the CPU kernel computes it.
+void k_swiglu(const KernelCall& c) {
+  const float* gate = c.inputs[0].f32();
+  const float* up = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "swiglu", [=] __device__(std::int64_t i) {
+    const float act = gate[i] * (1.0f / (1.0f + expf(-gate[i])));
+    y[i] = act * up[i];
+  });
+}
+
 void k_sigmoid(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
@@ -212,6 +223,7 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::relu_backward, k_relu_backward},
       {OpKind::gelu_backward, k_gelu_backward},
       {OpKind::sigmoid, k_sigmoid},
+      {OpKind::swiglu, k_swiglu},
       {OpKind::sigmoid_backward, k_sigmoid_backward},
       {OpKind::tanh, k_tanh},
       {OpKind::tanh_backward, k_tanh_backward},
