@@ -57,7 +57,7 @@ class Importer {
 
   // ---- What handlers use; all of it is about the node being imported. ----
 
-  // Throws GraphError naming the node; run() adds the label to errors thrown below it.
+  // Refuses the node: a GraphError whose message starts with the node's name, op type and opset.
   [[noreturn]] void fail(const std::string& why) const;
 
   // Operands.
