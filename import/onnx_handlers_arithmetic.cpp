@@ -1,0 +1,182 @@
+// Elementwise arithmetic. Each handler folds constants, continues a recognised pattern
+// (LayerNormalization's decomposition, GELU's Erf form, a causal mask), or maps the tensors
+// onto one memplan op; broadcasts memplan has no op for are refused.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "memplan/import/onnx_handlers.h"
+#include "memplan/import/onnx_importer.h"
+
+namespace memplan::import {
+
+using graph::Shape;
+
+namespace {
+
+bool is_causal_mask(const Constant& c, std::int64_t t) {
+  if (!c.is_float || c.dims.size() < 2 || c.dims[c.dims.size() - 1] != t || c.dims[c.dims.size() - 2] != t) return false;
+  if (c.numel() != t * t) return false;
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t j = 0; j < t; ++j) {
+      const double v = c.floats[static_cast<std::size_t>(i * t + j)];
+      if (j <= i ? v != 0.0 : !(v < -1e9)) return false;
+    }
+  }
+  return true;
+}
+
+void h_add(Importer& im, const onnx::NodeProto& n) {
+  if (im.is_constant(0) && im.is_constant(1)) return im.set(0, constant_value(im.fold_binary(im.constant(0), im.constant(1), std::plus<>())));
+  double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (im.ln_step(i, Value::Kind::ln_variance) && im.is_scalar_constant(1 - i, &s)) {
+      Value v = im.ln_value(Value::Kind::ln_variance_eps, im.in(i));
+      v.eps = static_cast<float>(s);
+      return im.set(0, v);
+    }
+    if (im.ln_step(i, Value::Kind::ln_scaled) && im.in(1 - i).kind == Value::Kind::initializer) {
+      const Value v = im.in(i);
+      const TensorId beta = im.tensor(1 - i);
+      const std::int64_t d = im.shape_of(v.id).cols();
+      if (im.shape_of(beta) != Shape{d}) im.fail("the bias of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + im.shape_of(beta).to_string());
+      return im.set_tensor(0, im.builder().layer_norm(v.id, v.gamma, beta, im.out_name(), v.eps));
+    }
+  }
+  // GELU's decomposition: erf(x / sqrt 2) + 1.
+  for (int i = 0; i < 2; ++i) {
+    if (im.in(i).kind == Value::Kind::gelu_erf && im.is_scalar_constant(1 - i, &s) && s == 1.0) {
+      Value v = im.in(i);
+      v.kind = Value::Kind::gelu_erf1;
+      return im.set(0, v);
+    }
+  }
+  // An additive causal mask (0 on and below the diagonal, -inf above), read by a Softmax.
+  for (int i = 0; i < 2; ++i) {
+    const Value& m = (im.in(1 - i).kind == Value::Kind::initializer && im.in(1 - i).constant.numel() <= (std::int64_t{1} << 20)) ? im.loaded(1 - i) : im.in(1 - i);
+    if ((m.kind == Value::Kind::constant || m.kind == Value::Kind::initializer) && m.constant.is_float &&
+        im.in(i).kind == Value::Kind::tensor && im.shape_of(im.in(i).id).rank() >= 2 &&
+        is_causal_mask(m.constant, im.shape_of(im.in(i).id).cols())) {
+      return im.set(0, pending(Value::Kind::causal, im.in(i).id));
+    }
+  }
+  TensorId a = im.tensor(0), b = im.tensor(1);
+  Shape as = im.shape_of(a), bs = im.shape_of(b);
+  if (as == bs) return im.set_tensor(0, im.builder().add(a, b, im.out_name()));
+  if (as.numel() < bs.numel()) {
+    std::swap(a, b);
+    std::swap(as, bs);
+  }
+  // b broadcasts along leading dims only: a bias over the trailing numel(b) elements of each row.
+  std::vector<std::int64_t> tail = bs.dims;
+  while (!tail.empty() && tail.front() == 1) tail.erase(tail.begin());
+  const bool suffix = tail.size() <= as.dims.size() && std::equal(tail.begin(), tail.end(), as.dims.end() - static_cast<std::ptrdiff_t>(tail.size()));
+  if (!suffix || n.input_size() != 2) im.fail("memplan adds tensors of equal shape, or a tensor whose shape is a suffix of the other's; got " + as.to_string() + " and " + bs.to_string());
+  const std::int64_t inner = bs.numel();
+  const TensorId rows = im.reshape_to(a, Shape{as.numel() / inner, inner}, im.out_name() + ".rows");
+  const TensorId bias = im.reshape_to(b, Shape{inner}, im.out_name() + ".bias");
+  im.set_tensor(0, im.reshape_to(im.builder().bias_add(rows, bias, as.rank() == 2 && as == im.shape_of(rows) ? im.out_name() : im.out_name() + ".sum"), as, im.out_name()));
+}
+
+void h_sub(Importer& im, const onnx::NodeProto&) {
+  if (im.is_constant(0) && im.is_constant(1)) return im.set(0, constant_value(im.fold_binary(im.constant(0), im.constant(1), std::minus<>())));
+  if (im.in(0).kind == Value::Kind::tensor && im.ln_step(1, Value::Kind::ln_mean, im.in(0).id)) {
+    return im.set(0, im.ln_value(Value::Kind::ln_centered, im.in(1)));
+  }
+  const TensorId a = im.tensor(0), b = im.tensor(1);
+  if (im.shape_of(a) != im.shape_of(b)) im.fail("memplan subtracts tensors of equal shape, got " + im.shape_of(a).to_string() + " and " + im.shape_of(b).to_string());
+  im.set_tensor(0, im.builder().add(a, im.builder().scale(b, -1.0f, im.out_name() + ".negated"), im.out_name()));
+}
+
+void h_mul(Importer& im, const onnx::NodeProto&) {
+  if (im.is_constant(0) && im.is_constant(1)) return im.set(0, constant_value(im.fold_binary(im.constant(0), im.constant(1), std::multiplies<>())));
+  double s = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (im.ln_step(i, Value::Kind::ln_normalized) && im.in(1 - i).kind == Value::Kind::initializer) {
+      Value v = im.ln_value(Value::Kind::ln_scaled, im.in(i));
+      v.gamma = im.tensor(1 - i);
+      const std::int64_t d = im.shape_of(v.id).cols();
+      if (im.shape_of(v.gamma) != Shape{d}) im.fail("the scale of a LayerNormalization pattern must be [" + std::to_string(d) + "], got " + im.shape_of(v.gamma).to_string());
+      return im.set(0, v);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    const Value& v = im.in(i);
+    // GELU's decomposition: x * (1 + erf(x / sqrt 2)), then times 0.5.
+    if (v.kind == Value::Kind::gelu_erf1 && im.in(1 - i).kind == Value::Kind::tensor && im.in(1 - i).id == v.id) {
+      Value h = v;
+      h.kind = Value::Kind::gelu_half;
+      return im.set(0, h);
+    }
+    if (v.kind == Value::Kind::gelu_half && im.is_scalar_constant(1 - i, &s) && s == 0.5) {
+      return im.set_tensor(0, im.builder().gelu(v.id, im.out_name()));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (im.is_scalar_constant(1 - i, &s) && im.in(i).kind != Value::Kind::constant) {
+      return im.set_tensor(0, im.builder().scale(im.tensor(i), static_cast<float>(s), im.out_name()));
+    }
+  }
+  const TensorId a = im.tensor(0), b = im.tensor(1);
+  // A squeeze-and-excitation gate: [N, C, H, W] * [N, C, 1, 1] (either order) scales each
+  // (sample, channel) plane without broadcasting the gate into memory.
+  for (int i = 0; i < 2; ++i) {
+    const Shape& xs = im.shape_of(i == 0 ? a : b);
+    const Shape& gs = im.shape_of(i == 0 ? b : a);
+    bool gate = xs != gs && xs.rank() >= 3 && gs.rank() == xs.rank() && gs[0] == xs[0] && gs[1] == xs[1];
+    for (int k = 2; gate && k < gs.rank(); ++k) gate = gs[k] == 1;
+    if (gate) return im.set_tensor(0, im.builder().channel_scale(i == 0 ? a : b, i == 0 ? b : a, im.out_name()));
+  }
+  if (im.shape_of(a) != im.shape_of(b)) {
+    im.fail("memplan multiplies tensors of equal shape, by a scalar constant, or [N, C, ...] by a gate [N, C, 1, ...]; got " +
+         im.shape_of(a).to_string() + " and " + im.shape_of(b).to_string());
+  }
+  im.set_tensor(0, im.builder().mul(a, b, im.out_name()));
+}
+
+void h_div(Importer& im, const onnx::NodeProto&) {
+  if (im.is_constant(0) && im.is_constant(1)) {
+    const bool ints = !im.constant(0).is_float && !im.constant(1).is_float;
+    return im.set(0, constant_value(im.fold_binary(im.constant(0), im.constant(1), [&](double x, double y) {
+                     if (y == 0) im.fail("division by zero in a constant");
+                     return ints ? std::floor(x / y) : x / y;
+                   })));
+  }
+  if (im.ln_step(0, Value::Kind::ln_centered) && im.ln_step(1, Value::Kind::ln_std, im.in(0).id)) {
+    return im.set(0, im.ln_value(Value::Kind::ln_normalized, im.in(1)));
+  }
+  double s = 0;
+  if (!im.is_scalar_constant(1, &s) || s == 0) im.fail("memplan divides a tensor by a non-zero scalar constant only");
+  if (im.in(0).kind == Value::Kind::tensor && std::fabs(s - std::sqrt(2.0)) < 1e-5) {
+    // Perhaps GELU's x / sqrt 2: kept pending, a scale op if anything else reads it.
+    return im.set(0, pending(Value::Kind::gelu_scaled, im.in(0).id));
+  }
+  im.set_tensor(0, im.builder().scale(im.tensor(0), static_cast<float>(1.0 / s), im.out_name()));
+}
+
+// Pow: (x - mean)^2 of LayerNormalization's decomposition, or any tensor squared.
+void h_pow(Importer& im, const onnx::NodeProto&) {
+  double p = 0;
+  if (!im.is_scalar_constant(1, &p) || p != 2.0) im.fail("memplan imports Pow with the constant exponent 2 only");
+  if (im.ln_step(0, Value::Kind::ln_centered)) return im.set(0, im.ln_value(Value::Kind::ln_squared, im.in(0)));
+  const TensorId x = im.tensor(0);
+  im.set_tensor(0, im.builder().mul(x, x, im.out_name()));
+}
+
+}  // namespace
+
+HandlerRows arithmetic_handlers() {
+  static constexpr HandlerRow rows[] = {
+      {"Add", h_add},
+      {"Sub", h_sub},
+      {"Mul", h_mul},
+      {"Div", h_div},
+      {"Pow", h_pow},
+  };
+  return rows;
+}
+
+}  // namespace memplan::import
