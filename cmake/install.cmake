@@ -17,13 +17,14 @@ install(TARGETS ${MEMPLAN_LIBRARIES} EXPORT memplanTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Headers only; without the CUDA backend, not the CUDA ones (nothing behind them was built).
+# NAME_internal.h headers are shared by a library's own sources and are not API.
 set(memplan_cuda_headers)
 if(NOT MEMPLAN_HAVE_CUDA)
   set(memplan_cuda_headers PATTERN cuda EXCLUDE PATTERN cuda_device.h EXCLUDE)
 endif()
 foreach(folder IN LISTS MEMPLAN_HEADER_FOLDERS)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/memplan/${folder}
-    FILES_MATCHING PATTERN *.h PATTERN *.cuh ${memplan_cuda_headers})
+    FILES_MATCHING PATTERN *.h PATTERN *.cuh ${memplan_cuda_headers} PATTERN *_internal.h EXCLUDE)
 endforeach()
 
 # The CLI finds the CUDA libraries it links where they were at build time.

@@ -83,7 +83,6 @@ Lifetimes compute_lifetimes(const Graph& graph, const Schedule& schedule, const 
   }
 
   Lifetimes lifetimes;
-  lifetimes.num_steps_ops = graph.num_ops();
   lifetimes.buffer_of_tensor.assign(n_tensors, -1);
   std::vector<int> buffer_of_root(n_tensors, -1);
   for (TensorId t = 0; t < graph.num_tensors(); ++t) {

@@ -29,7 +29,6 @@ struct BufferLifetime {
 struct Lifetimes {
   std::vector<BufferLifetime> buffers;
   std::vector<int> buffer_of_tensor;  // per tensor: index into buffers (views share their base's); -1 unused or external
-  int num_steps_ops = 0;              // the schedule length
 };
 
 struct LivenessOptions {

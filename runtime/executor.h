@@ -123,8 +123,6 @@ class Executor {
   kernels::DeviceKind device_kind() const { return device_.kind(); }
   // The plan whose offsets are in use (planned mode), or nullptr.
   const planner::MemoryPlan* plan() const { return mode_ == ExecutionMode::planned ? &plan_ : nullptr; }
-  // The plan whose schedule and lifetimes every mode follows.
-  const planner::MemoryPlan& step_plan() const { return plan_; }
   const CachingAllocator* allocator() const { return allocator_.get(); }
 
   // Per-op timing: off by default (then it costs nothing). Turning it on (or off and on again)

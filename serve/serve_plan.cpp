@@ -1,11 +1,12 @@
-// answer_serve (serve/serve_plan.h): a search over the decode step's slot count, each candidate
-// planned through planner::plan_step.
+// answer_serve (serve/serve_plan.h): the planner's batch search (planner::search_max_batch) over
+// the decode step's slot count, each candidate planned through planner::plan_step.
 #include "memplan/serve/serve_plan.h"
 
 #include <algorithm>
 #include <string>
 
 #include "memplan/models/gpt_decode.h"
+#include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 
 namespace memplan::serve {
@@ -57,39 +58,22 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   a.kv_block_bytes = a.kv_bytes_per_token * q.block_size;
   a.runtime_overhead_bytes = q.device.overhead_bytes();
   auto total = [&](std::int64_t n, const Planned& p) { return q.device.total_bytes(p.arena) + n * a.kv_bytes_per_sequence; };
-  // The largest n with total(n) <= memory: doubling, then bisection (total grows with n).
-  auto one = plan_decode(q, 1);
-  if (!one) return one.error();
-  ++a.plans_made;
-  Planned best = one.value();
-  if (total(1, best) <= q.device_memory) {
-    std::int64_t lo = 1, hi = 2;
-    Planned at_lo = best;
-    for (;;) {
-      if (hi > q.device_memory / a.kv_bytes_per_sequence + 1) break;  // n * KV alone exceeds the memory
-      auto p = plan_decode(q, hi);
-      if (!p) return p.error();
-      ++a.plans_made;
-      if (total(hi, p.value()) > q.device_memory) break;
-      lo = hi;
-      at_lo = p.value();
-      hi *= 2;
-    }
-    while (hi - lo > 1) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
-      auto p = plan_decode(q, mid);
-      if (!p) return p.error();
-      ++a.plans_made;
-      if (total(mid, p.value()) <= q.device_memory) {
-        lo = mid;
-        at_lo = p.value();
-      } else {
-        hi = mid;
-      }
-    }
-    a.max_sequences = lo;
-    best = at_lo;
-  }
+  // The largest n with total(n) <= memory, by the planner's batch search (total grows with n);
+  // n * KV alone exceeding the memory bounds it. `best` keeps the decode step of the largest n
+  // that fit, or of one slot (the search's first probe) when none does.
+  Planned best;
+  auto fits = [&](std::int64_t n) -> Result<bool> {
+    auto p = plan_decode(q, n);
+    if (!p) return p.error();
+    const bool fit = total(n, p.value()) <= q.device_memory;
+    if (n == 1 || fit) best = p.value();  // probes after the first that fit only grow
+    return fit;
+  };
+  const std::int64_t limit = std::max<std::int64_t>(1, q.device_memory / a.kv_bytes_per_sequence);
+  auto search = planner::search_max_batch(planner::FitsAtBatch(fits), limit);
+  if (!search) return search.error();
+  a.plans_made = search.value().probes;
+  a.max_sequences = search.value().max_batch;
   a.slots = std::max<std::int64_t>(a.max_sequences, 1);
   a.weights_bytes = best.weights;
   a.decode_arena_bytes = best.arena;

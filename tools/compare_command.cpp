@@ -121,7 +121,8 @@ int run_compare(const CompareFlags& flags) {
     std::cerr << "memplan compare: " << description.error().message << "\n";
     return kExitUsage;
   }
-  auto planned = planner::plan_step(description.value(), planner::PlanRequest{});
+  const planner::PlanRequest request{};
+  auto planned = planner::plan_step(description.value(), request);
   if (!planned) {
     std::cerr << "memplan compare: " << planned.error().message << "\n";
     return kExitUsage;
@@ -143,7 +144,7 @@ int run_compare(const CompareFlags& flags) {
     variants[v].result = runtime::replay_dynamic(plan, device, options);
   }
 
-  const bool plan_fits = plan.arena_bytes <= capacity.value();
+  const bool plan_fits = request.device.fits(plan.arena_bytes, capacity.value());
   auto op_name = [&](OpIndex pos) -> std::string {
     if (pos < 0) return "(step start: inputs)";
     return step.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;

@@ -39,9 +39,6 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                              std::int64_t ldc);
-// C += op(A) op(B), same layout as gemm.
-void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                     const float* a, const float* b, float* c);
 
 // C[M,N] = A B for the convolutions' small shapes (conv_gemm.cpp), single-threaded: A(r, k) at
 // a[r * ars + k * acs] (so A or its transpose, in place), B [K,N] and C [M,N] with row strides.

@@ -46,8 +46,9 @@ constexpr double kFlopsPerBlock = 2.0e6;       // below this a block is not wort
   return true;
 }();
 
-void gemm_split(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                const float* a, const float* b, float* c) {
+// C = op(A) op(B), A, B and C contiguous.
+void gemm_split(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+                const float* b, float* c) {
   const std::int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   const bool split_rows = m >= n;
   const std::int64_t extent = split_rows ? m : n;
@@ -62,11 +63,11 @@ void gemm_split(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std
     if (split_rows) {
       // Rows lo..hi of op(A) and of C.
       const float* a_rows = trans_a ? a + lo : a + lo * lda;
-      gemm_block(accumulate, trans_a, trans_b, hi - lo, n, k, a_rows, lda, b, ldb, c + lo * n, n);
+      gemm_block(false, trans_a, trans_b, hi - lo, n, k, a_rows, lda, b, ldb, c + lo * n, n);
     } else {
       // Columns lo..hi of op(B) and of C.
       const float* b_cols = trans_b ? b + lo * ldb : b + lo;
-      gemm_block(accumulate, trans_a, trans_b, m, hi - lo, k, a, lda, b_cols, ldb, c + lo, n);
+      gemm_block(false, trans_a, trans_b, m, hi - lo, k, a, lda, b_cols, ldb, c + lo, n);
     }
   });
 }
@@ -75,25 +76,13 @@ void gemm_split(bool accumulate, bool trans_a, bool trans_b, std::int64_t m, std
 
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
           const float* b, float* c) {
-  gemm_split(false, trans_a, trans_b, m, n, k, a, b, c);
-}
-
-void gemm_accumulate(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                     const float* a, const float* b, float* c) {
-  gemm_split(true, trans_a, trans_b, m, n, k, a, b, c);
+  gemm_split(trans_a, trans_b, m, n, k, a, b, c);
 }
 
 void gemm_accumulate_strided(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                              std::int64_t ldc) {
-  using Strided = Eigen::OuterStride<Eigen::Dynamic>;
-  Eigen::Map<const RowMatrix, 0, Strided> a_map(a, trans_a ? k : m, trans_a ? m : k, Strided(lda));
-  Eigen::Map<const RowMatrix, 0, Strided> b_map(b, trans_b ? n : k, trans_b ? k : n, Strided(ldb));
-  Eigen::Map<RowMatrix, 0, Strided> c_map(c, m, n, Strided(ldc));
-  if (!trans_a && !trans_b) c_map.noalias() += a_map * b_map;
-  else if (!trans_a && trans_b) c_map.noalias() += a_map * b_map.transpose();
-  else if (trans_a && !trans_b) c_map.noalias() += a_map.transpose() * b_map;
-  else c_map.noalias() += a_map.transpose() * b_map.transpose();
+  gemm_block(true, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace memplan::kernels::cpu
