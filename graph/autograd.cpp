@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "memplan/common/check.h"
-#include "memplan/graph/grad_context.h"
+#include "memplan/graph/grad_context_internal.h"
 
 namespace memplan::graph {
 

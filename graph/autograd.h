@@ -1,5 +1,5 @@
 // Reverse-mode autodiff on the static graph: appends the backward ops for a scalar loss to the
-// same graph (phase backward), one gradient rule per op kind in one table (autograd.cpp).
+// same graph (phase backward), reading each op's gradient rule from its row (graph/op.h: OpInfo::grad).
 #pragma once
 
 #include "memplan/graph/graph.h"

@@ -43,8 +43,12 @@ TensorId Graph::add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs,
   }
   for (const TensorDesc* t : in) {
     if (is_floating(t->dtype) && !info.accepts.contains(t->dtype)) {
+      std::string takes;
+      for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+        if (info.accepts.contains(d)) takes += (takes.empty() ? "" : " or ") + std::string(dtype_name(d));
+      }
       throw GraphError(std::string(info.name) + ": '" + t->name + "' is " + std::string(dtype_name(t->dtype)) +
-                       ", a dtype this op does not take");
+                       "; this op takes " + takes);
     }
   }
   OutputSpec spec = info.infer(in, attrs);

@@ -3,7 +3,7 @@
 #include <array>
 
 #include "memplan/common/check.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 

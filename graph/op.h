@@ -195,7 +195,7 @@ struct OutputSpec {
 // OpInfo::num_inputs of an op taking one or more inputs (pack).
 inline constexpr int kVariadic = -1;
 
-class GradContext;  // graph/grad_context.h
+class GradContext;  // graph/grad_context_internal.h
 // Appends the backward ops of `op` given dy, the gradient of its output (graph/autograd.h).
 using GradRule = void (*)(GradContext& context, const Op& op, TensorId dy);
 
@@ -230,14 +230,15 @@ struct OpInfo {
   // Bit i: the output may take input i's storage when that input dies here (the elementwise
   // kernels read each element before writing it); liveness reads this.
   std::uint8_t in_place_inputs = 0;
-  // The floating dtypes the op accepts for its floating operands (Graph::add_op checks), and the
-  // dtype its reductions and products accumulate in.
+  // The floating dtypes the op takes for its floating inputs (Graph::add_op refuses others): every
+  // floating dtype unless the row says otherwise (an f32 optimizer update takes an f32 gradient;
+  // a 16-bit gradient takes the mixed update, whose master copy is f32).
   DTypeSet accepts = kFloatingDTypes;
-  DType accumulates = DType::f32;
   // nullptr where the op is never differentiated: backward helpers and optimizer updates (not on
   // a path from parameters to the loss), running_stats_update (no output), the statistics ops
   // (their gradient paths are inside batch_norm_backward, layer_norm_backward and
-  // attention_backward), dropout_mask (no inputs), batch_norm_inference (no backward).
+  // attention_backward), dropout_mask (no inputs), batch_norm_inference (inference graphs have no
+  // backward).
   GradRule grad = nullptr;
 
   bool may_run_in_place(int input_index) const {

@@ -1,14 +1,10 @@
 // Convolutions (im2col + GEMM, grouped and depthwise) and pooling, with their gradients.
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <sstream>
 #include <string>
-#include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/grad_context_internal.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {

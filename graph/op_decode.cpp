@@ -1,14 +1,8 @@
 // Generation with a KV cache: writing keys and values, and one query token's attention over the cache.
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {

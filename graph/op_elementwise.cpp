@@ -1,14 +1,9 @@
 // Elementwise ops and their gradients: activations, sums and products of equal shapes, scaling, fills and dropout masks.
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <sstream>
 #include <string>
-#include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/grad_context_internal.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {
@@ -77,9 +72,8 @@ OutputSpec infer_dropout_mask(Inputs, const OpAttrs& attrs) {
 
 double flops_gelu(Inputs, const TensorDesc* out) { return 8.0 * numel_of(out); }
 
-// RMSNorm: square-sum 2, scale 2 per element; backward 6 (dx), 3 (dgamma). SiLU: exp, add,
-// divide, multiply; its derivative 5 (dy * s * (1 + x * (1 - s)) given s = sigmoid(x)).
-// Rotary: 2 multiplies and an add per element (angles cached).
+// SiLU: exp, add, divide, multiply; its derivative 5 (dy * s * (1 + x * (1 - s)) given
+// s = sigmoid(x)); swiglu silu's 4 and a multiply.
 double flops_5_per_output(Inputs, const TensorDesc* out) { return 5.0 * numel_of(out); }
 
 // Channel scale: one multiply per output element; its gate gradient a multiply-add per element of dy.
@@ -134,7 +128,6 @@ void grad_broadcast_scalar(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], g);
 }
 
-// sigmoid' = y (1 - y), tanh' = 1 - y^2: both from the output, so x need not stay alive.
 // dx is dy scaled by the same gate; the gate's gradient sums dy * x over each (sample, channel).
 void grad_channel_scale(GradContext& c, const Op& op, TensorId dy) {
   const TensorId x = op.inputs[0], g = op.inputs[1];
@@ -144,6 +137,7 @@ void grad_channel_scale(GradContext& c, const Op& op, TensorId dy) {
   if (c.needs_grad(x)) c.accumulate(x, c.emit(OpKind::channel_scale, {dy, g}, {}, c.gname(x)));
 }
 
+// sigmoid' = y (1 - y), tanh' = 1 - y^2: both from the output, so x need not stay alive.
 void grad_sigmoid(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], c.emit(OpKind::sigmoid_backward, {dy, op.outputs[0]}, {}, c.gname(op.inputs[0])));
 }
@@ -166,7 +160,7 @@ void grad_silu(GradContext& c, const Op& op, TensorId dy) {
 void grad_swiglu(GradContext& c, const Op& op, TensorId dy) {
   const TensorId gate = op.inputs[0], up = op.inputs[1];
   if (c.needs_grad(up)) {
-    const TensorId act = c.emit(OpKind::silu, {gate}, {}, c.gname(up) + ".silu");
+    const TensorId act = c.emit(OpKind::silu, {gate}, {}, c.gname(up) + ".silu", Role::temporary);
     c.accumulate(up, c.emit(OpKind::mul, {dy, act}, {}, c.gname(up)));
   }
   if (c.needs_grad(gate)) {
@@ -201,6 +195,8 @@ constexpr OpInfo kRows[] = {
     .infer = infer_clip, .flops = flops_per_output, .in_place_inputs = 0b1, .grad = grad_clip},
   {.kind = OpKind::channel_scale, .name = "channel_scale", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_channel_scale, .flops = flops_per_output, .in_place_inputs = 0b1, .grad = grad_channel_scale},
+  {.kind = OpKind::swiglu, .name = "swiglu", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_binary_same, .flops = flops_5_per_output, .in_place_inputs = 0b11, .grad = grad_swiglu},
   {.kind = OpKind::relu_backward, .name = "relu_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_backward_like_second, .flops = flops_per_output, .in_place_inputs = 0b1},
   {.kind = OpKind::gelu_backward, .name = "gelu_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -219,8 +215,6 @@ constexpr OpInfo kRows[] = {
     .infer = infer_backward_like_second, .flops = flops_per_output, .in_place_inputs = 0b1},
   {.kind = OpKind::channel_scale_backward, .name = "channel_scale_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_shape_attr, .flops = flops_2_per_input},
-  {.kind = OpKind::swiglu, .name = "swiglu", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-   .infer = infer_binary_same, .flops = flops_5_per_output, .in_place_inputs = 0b11, .grad = grad_swiglu},
 };
 // clang-format on
 

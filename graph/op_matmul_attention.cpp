@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/grad_context_internal.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {

@@ -1,14 +1,9 @@
 // Normalisation: batch norm (its statistics and running statistics), layer norm and RMSNorm, with their gradients.
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/grad_context_internal.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {

@@ -1,19 +1,15 @@
 // Optimizer updates: in-place ops on parameters and their state (fp32, and 16-bit with an fp32 master copy).
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include "memplan/graph/grad_context.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {
 
 using namespace op_rules;
+
+constexpr DTypeSet kF32Only = DTypeSet::of({DType::f32});
+constexpr DTypeSet k16Bit = DTypeSet::of({DType::f16, DType::bf16});
 
 double flops_sgd(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
 
@@ -27,17 +23,17 @@ double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(
 // clang-format off
 constexpr OpInfo kRows[] = {
   {.kind = OpKind::sgd_update, .name = "sgd_update", .num_inputs = 1, .num_updates = 1, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_sgd},
+    .infer = infer_update, .flops = flops_sgd, .accepts = kF32Only},
   {.kind = OpKind::sgd_momentum_update, .name = "sgd_momentum_update", .num_inputs = 1, .num_updates = 2, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_sgd},
+    .infer = infer_update, .flops = flops_sgd, .accepts = kF32Only},
   {.kind = OpKind::adamw_update, .name = "adamw_update", .num_inputs = 1, .num_updates = 3, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_adamw},
+    .infer = infer_update, .flops = flops_adamw, .accepts = kF32Only},
   {.kind = OpKind::sgd_update_mixed, .name = "sgd_update_mixed", .num_inputs = 1, .num_updates = 2, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_sgd_mixed},
+    .infer = infer_update, .flops = flops_sgd_mixed, .accepts = k16Bit},
   {.kind = OpKind::sgd_momentum_update_mixed, .name = "sgd_momentum_update_mixed", .num_inputs = 1, .num_updates = 3, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_sgd_mixed},
+    .infer = infer_update, .flops = flops_sgd_mixed, .accepts = k16Bit},
   {.kind = OpKind::adamw_update_mixed, .name = "adamw_update_mixed", .num_inputs = 1, .num_updates = 4, .num_outputs = 0,
-    .infer = infer_update, .flops = flops_adamw_mixed},
+    .infer = infer_update, .flops = flops_adamw_mixed, .accepts = k16Bit},
 };
 // clang-format on
 

@@ -1,8 +1,4 @@
-#include "memplan/graph/op_rules.h"
-
-#include <sstream>
-
-#include "memplan/graph/grad_context.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph::op_rules {
 

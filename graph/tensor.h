@@ -18,7 +18,7 @@ namespace memplan::graph {
 
 // f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels
 // and token ids).
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };  // i64 last: kernels/kernel.h sizes its table by it
 
 // Every dtype's name (the first row of a value) and the aliases the CLI also takes (--dtype f32).
 inline constexpr EnumName<DType> kDTypeNames[] = {

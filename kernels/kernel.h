@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -56,7 +57,7 @@ using KernelFn = void (*)(const KernelCall&);
 // `..._kernel_entries()`), and the dispatch table takes every file's list. A key registered
 // twice is an error when the table is built (the first kernel lookup), not a silent overwrite.
 struct KernelEntry {
-  graph::OpKind kind;
+  graph::OpKind kind = graph::OpKind::count_;
   KernelFn fn = nullptr;
   graph::DType dtype = graph::DType::f32;  // the dtype of the op's floating operands
 };
@@ -100,12 +101,12 @@ std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype
 // naming the op, device and dtype) when a key is registered twice. Exposed for tests.
 class KernelTable {
  public:
-  KernelTable(std::span<const KernelEntries> per_device);
+  explicit KernelTable(std::span<const KernelEntries> per_device);
   KernelFn find(graph::OpKind kind, DeviceKind device, graph::DType dtype) const;
 
  private:
-  static constexpr int kDeviceKinds = 2;
-  static constexpr int kDTypes = 5;  // graph::DType's values
+  static constexpr int kDeviceKinds = static_cast<int>(std::size(kDeviceKindNames));
+  static constexpr int kDTypes = static_cast<int>(graph::DType::i64) + 1;  // graph::DType's values
   std::vector<KernelFn> fns_;        // [kind][device][dtype]
   static std::size_t index(graph::OpKind kind, DeviceKind device, graph::DType dtype);
 };

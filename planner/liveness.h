@@ -44,5 +44,4 @@ struct LivenessOptions {
 Lifetimes compute_lifetimes(const graph::Graph& graph, const Schedule& schedule,
                             const LivenessOptions& options = {});
 
-
 }  // namespace memplan::planner

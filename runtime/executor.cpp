@@ -410,8 +410,9 @@ void Executor::set_profiling(bool on) {
   profile_record_ = ProfileRecord{};
   profile_record_.op_ns.assign(schedule_.size(), 0.0);
   profile_record_.timed_in.assign(schedule_.size(), -1);
-  // A fused pair is timed as one, under the op with the multiply-adds (so its GFLOP/s is the
-  // pair's), the other op marked as timed there.
+  // A fused pair is timed as one, under the op with the multiply-adds (im2col moves data and
+  // col2im only adds what it scatters, a few FLOPs beside the product's), the other op marked as
+  // timed there.
   for (std::size_t pos = 0; pos < fused_with_next_.size(); ++pos) {
     if (fused_with_next_[pos] == nullptr) continue;
     const bool second_counts = graph::op_flops(graph_, graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])]) > 0.0 &&

@@ -18,7 +18,7 @@ struct OpTime {
   graph::OpKind kind{};
   double ms = 0.0;     // mean per step
   double share = 0.0;  // of the mean step time, 0..1
-  double flops = 0.0;  // per step, 0 when not counted
+  double flops = 0.0;  // per step (graph::op_flops; 0 for ops that only move data)
   // Run fused with a neighbour (Executor: fused kernels) whose time includes this op's: that
   // op's index into StepProfile::ops; -1 when timed on its own.
   int timed_in = -1;
@@ -41,7 +41,7 @@ struct StepProfile {
   double step_ms = 0.0;       // mean wall time of run_step
   double ops_ms = 0.0;        // sum of the ops' means
   double other_ms = 0.0;      // step_ms - ops_ms: copying the inputs in, executor bookkeeping
-  double flops = 0.0;         // per step, counted ops only
+  double flops = 0.0;         // per step, every op's
   std::vector<OpTime> ops;    // schedule order; each op's time includes its allocation events
   std::vector<KindTime> kinds;  // slowest first
   std::vector<int> slowest;   // up to five indices into `ops`, slowest first

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "memplan/common/check.h"
+#include "memplan/graph/graph.h"
 #include "memplan/graph/op.h"
-#include "memplan/graph/op_rules.h"
+#include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
 namespace {
@@ -117,11 +118,29 @@ TEST(OpTable, GradientRulesBelongToOpsWithAnOutput) {
       EXPECT_EQ(row.num_outputs, 1) << row.name;
       EXPECT_TRUE(row.name.find("_backward") == std::string_view::npos) << row.name << ": a backward op with a gradient rule";
     }
-    EXPECT_TRUE(row.accepts.contains(DType::f32)) << row.name;
-    EXPECT_EQ(row.accumulates, DType::f32) << row.name;
   }
   EXPECT_NE(op_info(OpKind::matmul).grad, nullptr);
   EXPECT_EQ(op_info(OpKind::adamw_update).grad, nullptr);
+}
+
+// An f32 update refuses a 16-bit gradient (that takes the mixed update, with an f32 master copy)
+// and the mixed update an f32 one; other ops take every floating dtype.
+TEST(OpTable, AnOpRefusesADtypeItsRowDoesNotAccept) {
+  Graph g;
+  const TensorId w = g.add_tensor({.name = "w", .shape = Shape{4}, .dtype = DType::bf16, .role = Role::parameter});
+  const TensorId dw = g.add_tensor({.name = "dw", .shape = Shape{4}, .dtype = DType::bf16, .role = Role::gradient});
+  try {
+    g.add_op(OpKind::sgd_update, {dw}, {}, "update", Role::temporary, Phase::optimizer, {w});
+    FAIL() << "an f32 update took a bf16 gradient";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("sgd_update: 'dw' is bf16; this op takes fp32"), std::string::npos) << e.what();
+  }
+  const TensorId master = g.add_tensor({.name = "w.master", .shape = Shape{4}, .dtype = DType::f32, .role = Role::optimizer_state});
+  EXPECT_NO_THROW(g.add_op(OpKind::sgd_update_mixed, {dw}, {}, "mixed", Role::temporary, Phase::optimizer, {w, master}));
+  const TensorId d32 = g.add_tensor({.name = "d32", .shape = Shape{4}, .dtype = DType::f32, .role = Role::gradient});
+  EXPECT_THROW(g.add_op(OpKind::sgd_update_mixed, {d32}, {}, "mixed32", Role::temporary, Phase::optimizer, {w, master}),
+               GraphError);
+  EXPECT_TRUE(op_info(OpKind::gelu).accepts.contains(DType::bf16));
 }
 
 }  // namespace

@@ -310,7 +310,7 @@ void k_conv2d_backward_cols(const KernelCall& c) {
 // thread reuses a sample-sized slot of them instead of writing them in full.
 
 // im2col(x) -> cols, then conv2d(cols, w) -> y. cols has no other reader (the weight gradient
-// rebuilds them: graph/autograd.cpp; FusedKernel::first_output_is_scratch): each thread makes
+// rebuilds them: grad_conv2d in graph/op_conv_pool.cpp; FusedKernel::first_output_is_scratch): each thread makes
 // its sample's columns in its own sample-sized slot of cols, where the product reads them from
 // the cache.
 void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {

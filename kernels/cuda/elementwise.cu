@@ -51,6 +51,25 @@ void k_relu(const KernelCall& c) {
   for_each_index(c.outputs[0].numel(), "relu", [=] __device__(std::int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
 }
 
+// SiLU and its gradient as the CPU computes them (kernels/cpu/llm_kernels.cpp): swiglu's gradient
+// is built from them.
+void k_silu(const KernelCall& c) {
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "silu", [=] __device__(std::int64_t i) { y[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))); });
+}
+
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
+void k_silu_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const float* x = c.inputs[1].f32();
+  float* dx = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "silu_backward", [=] __device__(std::int64_t i) {
+    const float s = 1.0f / (1.0f + expf(-x[i]));
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  });
+}
+
 // silu(gate) rounded to f32, then times up, as the CPU kernel computes it.
 void k_swiglu(const KernelCall& c) {
   const float* gate = c.inputs[0].f32();
@@ -224,6 +243,8 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::gelu_backward, k_gelu_backward},
       {OpKind::sigmoid, k_sigmoid},
       {OpKind::swiglu, k_swiglu},
+      {OpKind::silu, k_silu},
+      {OpKind::silu_backward, k_silu_backward},
       {OpKind::sigmoid_backward, k_sigmoid_backward},
       {OpKind::tanh, k_tanh},
       {OpKind::tanh_backward, k_tanh_backward},
