@@ -39,20 +39,10 @@ graph::ModelSource toy_source(std::int64_t width, std::int64_t depth) {
   graph::ModelSource s;
   s.name = "toy";
   s.default_batch = 8;
-  graph::SizeKnob w;
-  w.key = "width";
-  w.quantity = "the toy's width";
-  w.value = width;
-  w.usual = 16;
-  w.granule = 2;
-  graph::SizeKnob d;
-  d.key = "depth";
-  d.quantity = "the toy's depth";
-  d.value = depth;
-  d.usual = 2;
-  d.layers = true;
-  d.unit = "blocks";
-  s.knobs = {w, d};
+  s.knobs = {
+      graph::SizeKnob{.key = "width", .quantity = "the toy's width", .value = width, .usual = 16, .granule = 2},
+      graph::SizeKnob{.key = "depth", .quantity = "the toy's depth", .value = depth, .usual = 2, .unit = "blocks", .layers = true},
+  };
   s.build = [](std::int64_t batch, std::span<const std::int64_t> sizes) { return toy_forward(batch, sizes[0], sizes[1]); };
   return s;
 }
