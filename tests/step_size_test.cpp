@@ -95,10 +95,10 @@ TEST(StepSize, LayerCountsAreRefusedBeforeTheGraphIsBuilt) {
   ASSERT_FALSE(flagged.ok());
   EXPECT_EQ(flagged.error().message.rfind("--layers 1000000000: ", 0), 0u) << flagged.error().message;
   const Status widths = tools::check_step_size_flags(model_step("mlp", 4, [](models::ModelOptions& m) {
-    m.mlp.hidden.assign(600000, 1);
+    m.mlp.hidden.assign(200000, 1);  // about 2M ops
   }));
   ASSERT_FALSE(widths.ok());
-  EXPECT_EQ(widths.error().message.rfind("--hidden with 600000 widths: ", 0), 0u) << widths.error().message;
+  EXPECT_EQ(widths.error().message.rfind("--hidden with 200000 widths: ", 0), 0u) << widths.error().message;
 }
 
 TEST(StepSize, AnInconsistentStepIsLeftToThePlannerToReport) {
