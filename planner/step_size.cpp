@@ -1,7 +1,6 @@
 #include "memplan/planner/step_size.h"
 
 #include <algorithm>
-#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
