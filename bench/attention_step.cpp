@@ -12,6 +12,7 @@
 #include "bench/bench_util.h"
 #include "memplan/common/rng.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
@@ -39,7 +40,7 @@ Run run(const Case& c, models::AttentionKind kind, int steps) {
   model.gpt.attention = kind;
   runtime::CpuDevice device;
   const planner::PlannedStep step =
-      runtime::plan_step_for(planner::StepDescription::of_model(model, c.batch), device).value();
+      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model), c.batch), device).value();
   const graph::Graph& g = step.graph;
   runtime::Executor exec(g, step.plan, device, runtime::ExecutorOptions{});
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::string>> rows;
   nlohmann::json results = nlohmann::json::array();
   for (const Case& c : cases) {
-    auto planned = planner::plan_step(planner::StepDescription::of_model(c.model, c.batch), planner::PlanRequest{});
+    auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(c.model), c.batch), planner::PlanRequest{});
     if (!planned) {
       std::fprintf(stderr, "bench_compare_allocators: %s\n", planned.error().message.c_str());
       return 1;

@@ -13,11 +13,12 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "memplan/models/registry.h"
-#include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/mlp.h"
+#include "memplan/models/model_source.h"
+#include "memplan/models/registry.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 
 namespace {
@@ -39,7 +40,7 @@ double ours_ms(std::int64_t batch, const Options& o) {
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   runtime::CpuDevice device;
   const planner::PlannedStep planned =
-      runtime::plan_step_for(planner::StepDescription::of_model(models::ModelOptions{}, batch, opt), device).value();
+      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(models::ModelOptions{}), batch, opt), device).value();
   const graph::Graph& g = planned.graph;
   runtime::Executor exec(planned, device);  // planned, the default
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");

@@ -23,8 +23,9 @@
 
 #include "bench/bench_util.h"
 #include "memplan/common/rng.h"
-#include "memplan/kernels/kernel.h"
 #include "memplan/kernels/cpu/parallel.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
@@ -77,7 +78,7 @@ StepTimes ours_times(const ModelCase& mc, int threads, const Options& o) {
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   runtime::CpuDevice device;
   const planner::PlannedStep planned =
-      runtime::plan_step_for(planner::StepDescription::of_model(model_options(mc.name), mc.batch, opt), device).value();
+      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model_options(mc.name)), mc.batch, opt), device).value();
   const graph::Graph& g = planned.graph;
   runtime::Executor exec(planned, device);
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");

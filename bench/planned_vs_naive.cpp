@@ -9,11 +9,12 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "memplan/planner/plan_step.h"
-#include "memplan/runtime/devices.h"
 #include "memplan/common/rng.h"
 #include "memplan/models/mlp.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
+#include "memplan/planner/plan_step.h"
+#include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 
 namespace {
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   for (std::int64_t batch : {128, 512}) {
     runtime::CpuDevice cpu;
     const planner::PlannedStep step =
-        runtime::plan_step_for(planner::StepDescription::of_model(models::ModelOptions{}, batch), cpu).value();
+        runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(models::ModelOptions{}), batch), cpu).value();
     const graph::Graph& g = step.graph;
     std::vector<double> planned_ms, naive_ms;
     Run planned, naive;
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
         planner::PlanRequest request;
         request.schedule = schedule;
         request.choose_best_schedule = false;
-        auto planned = planner::plan_step(planner::StepDescription::of_model(c.model, batch), request);
+        auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(c.model), batch), request);
         if (!planned || !planner::validate_plan(planned.value().plan).ok()) {
           std::fprintf(stderr, "check failed: no valid plan for %s batch %lld\n", c.name, static_cast<long long>(batch));
           return 1;

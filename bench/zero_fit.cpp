@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "memplan/models/model_source.h"
 #include "memplan/planner/device_profile.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
     model.zoo.dtype = graph::DType::bf16;
     // Parameters and the largest layer (DeepSpeed's "largest_layer_params": the biggest module's
     // own parameters; here the tensors sharing a name up to the last '.').
-    auto single = planner::plan_step(planner::StepDescription::of_model(model, 1), planner::PlanRequest{.device = device});
+    auto single = planner::plan_step(planner::StepDescription::of_source(models::registry_source(model), 1), planner::PlanRequest{.device = device});
     check(single.ok(), name + " plans");
     const double params = double(single.value().parameter_count());
     std::map<std::string, double> layers;
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
     for (int devices : {1, 8, 64}) {
       for (int zero = 0; zero <= 3; ++zero) {
         if (devices == 1 && zero > 0) continue;  // one device: nothing to shard
-        planner::StepDescription step = planner::StepDescription::of_model(model, devices);  // one sequence per device
+        planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), devices);  // one sequence per device
         step.optimizer.kind = graph::OptimizerKind::adamw;
         step.parallel.world = devices;
         step.parallel.zero = zero;

@@ -17,6 +17,14 @@ std::string TextDataset::decode(const std::vector<std::int32_t>& ids) const {
   return out;
 }
 
+Result<std::int64_t> text_vocabulary(const std::string& path) {
+  auto text = read_text(path);
+  if (!text) return text.error();
+  std::array<bool, 256> seen{};
+  for (char ch : text.value()) seen[static_cast<unsigned char>(ch)] = true;
+  return static_cast<std::int64_t>(std::count(seen.begin(), seen.end(), true));
+}
+
 Result<TextDataset> make_text_dataset(const std::string& text, std::int64_t min_tokens) {
   std::array<bool, 256> seen{};
   for (char ch : text) seen[static_cast<unsigned char>(ch)] = true;

@@ -37,6 +37,10 @@ Result<std::string> read_fortunes(const std::string& dir);
 // else (a pipe, a device) and more than kMaxTextBytes are refused.
 Result<std::string> read_text(const std::string& path);
 
+// The vocabulary size make_text_dataset builds from the text at `path` (read as read_text does):
+// the distinct bytes in it.
+Result<std::int64_t> text_vocabulary(const std::string& path);
+
 // Fills x [batch, T] and labels [batch*T] (x shifted by one) from windows of `tokens` starting at
 // positions drawn from (seed, step): deterministic for a run.
 void sample_text_batch(const std::vector<std::int32_t>& tokens, std::int64_t batch, std::int64_t context,

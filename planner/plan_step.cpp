@@ -7,10 +7,10 @@
 
 namespace memplan::planner {
 
-StepDescription StepDescription::of_model(models::ModelOptions model, std::int64_t batch,
-                                          graph::OptimizerConfig optimizer) {
+StepDescription StepDescription::of_source(graph::ModelSource source, std::int64_t batch,
+                                           graph::OptimizerConfig optimizer) {
   StepDescription d;
-  d.model = std::move(model);
+  d.source = std::move(source);
   d.batch = batch;
   d.optimizer = optimizer;
   return d;
@@ -49,29 +49,25 @@ namespace {
 
 Result<graph::Graph> build_step(const StepDescription& step) {
   if (step.graph) return *step.graph;
+  if (!step.source) return Error{"the step has neither a model source nor a graph"};
+  const graph::ModelSource& source = *step.source;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
   const graph::DataParallelConfig& dp = step.parallel;
   if (dp.active()) {
     if (step.batch % dp.world != 0) {
-      return Error{"--batch " + std::to_string(step.batch) + " (the global batch) does not divide among " +
+      return Error{"the batch " + std::to_string(step.batch) + " (the global batch) does not divide among " +
                    std::to_string(dp.world) + " ranks: use a multiple of " + std::to_string(dp.world)};
     }
-    if (!step.model.training) return Error{"data parallelism applies to training steps"};
+    if (!source.training) return Error{"data parallelism applies to training steps"};
   }
   const std::int64_t rank_batch = dp.active() ? step.batch / dp.world : step.batch;
   graph::Graph g;
-  if (step.forward) {
-    try {
-      g = step.forward(rank_batch);
-    } catch (const graph::GraphError& e) {
-      return Error{e.what()};
-    }
-  } else {
-    auto forward = models::build_forward(step.model, rank_batch);
-    if (!forward) return forward.error();
-    g = std::move(forward).value();
+  try {
+    g = source.forward(rank_batch);
+  } catch (const graph::GraphError& e) {
+    return Error{source.name.empty() ? std::string(e.what()) : "model '" + source.name + "': " + e.what()};
   }
-  if (step.model.training) {
+  if (source.training) {
     try {
       graph::make_data_parallel_training_step(g, step.optimizer, dp);
     } catch (const graph::GraphError& e) {

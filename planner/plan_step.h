@@ -1,5 +1,5 @@
-// The one planning pipeline: a step description (a model at a batch size with an optimizer, or a
-// graph already built) and a request (the device's profile, debug guard bytes, a checkpoint
+// The one planning pipeline: a step description (a model source at a batch size with an
+// optimizer, or a graph already built) and a request (the device's profile, debug guard bytes, a checkpoint
 // strategy and budget, a deterministic solver budget) in; the planned step out: the graph as it
 // will run (recompute ops included), its MemoryPlan, the checkpointing outcome, and whether it
 // fits. `memplan plan`, `fit`, `train`, `compare`, the out-of-memory advice and the benches all
@@ -7,14 +7,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 
 #include "memplan/common/result.h"
 #include "memplan/graph/data_parallel.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/model_source.h"
 #include "memplan/graph/optimizer.h"
-#include "memplan/models/registry.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/device_profile.h"
 #include "memplan/planner/memory_plan.h"
@@ -22,24 +21,19 @@
 namespace memplan::planner {
 
 struct StepDescription {
-  // A model from the registry (trainable or zoo), built at `batch`. With model.training (the
-  // default) the forward graph becomes a training step (backward + `optimizer` updates);
-  // without, the forward graph is planned as it is (evaluation, generation).
-  models::ModelOptions model;
+  // The model, built at `batch` (planner/ sees it only through this interface). With
+  // source->training the forward graph becomes a training step (backward + `optimizer`
+  // updates); without, it is planned as it is (evaluation, generation).
+  std::optional<graph::ModelSource> source;
   std::int64_t batch = 1;
   graph::OptimizerConfig optimizer;
   // Data parallel (graph/data_parallel.h): with world > 1 the step is one rank's, `batch` stays
   // the global batch (it must divide by the world) and the model is built at batch / world.
   graph::DataParallelConfig parallel;
-  // A graph built elsewhere (a test's, an importer's), planned as it is; replaces `model`.
+  // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
-  // A forward graph (with its loss) built at any batch by a source outside the registry (an
-  // ONNX import); replaces `model`'s build, while model.training still decides whether it becomes
-  // a training step, so batch searches work on it. Throws graph::GraphError, graph::SizeError
-  // when the sizes cannot be represented (as models::build_forward_or_throw does).
-  std::function<graph::Graph(std::int64_t batch)> forward;
 
-  static StepDescription of_model(models::ModelOptions model, std::int64_t batch, graph::OptimizerConfig optimizer = {});
+  static StepDescription of_source(graph::ModelSource source, std::int64_t batch, graph::OptimizerConfig optimizer = {});
   static StepDescription of_graph(graph::Graph graph);
 };
 

@@ -1,11 +1,11 @@
 #include "memplan/planner/step_size.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "memplan/graph/training_step.h"
-#include "memplan/models/zoo.h"
 
 namespace memplan::planner {
 namespace {
@@ -18,10 +18,12 @@ struct Outcome {
   std::int64_t ops = 0;
 };
 
-Outcome evaluate(const StepDescription& step) {
+// The step at values[0] (the batch) with the source's knobs at values[1...].
+Outcome evaluate(const StepDescription& step, std::span<const std::int64_t> values) {
+  const graph::ModelSource& source = *step.source;
   try {
-    graph::Graph g = step.forward ? step.forward(step.batch) : models::build_forward_or_throw(step.model, step.batch);
-    if (step.model.training) graph::make_training_step(g, step.optimizer);
+    graph::Graph g = source.build(values.front(), values.subspan(1));
+    if (source.training) graph::make_training_step(g, step.optimizer);
     if (g.num_ops() > kMaxStepOps) {
       return {Fit::too_large, "the step would have " + std::to_string(g.num_ops()) + " ops, more than the planner's " +
                                   std::to_string(kMaxStepOps)};
@@ -43,187 +45,145 @@ Outcome evaluate(const StepDescription& step) {
   }
 }
 
-// A size the user chose, in a working copy of the step.
-struct Knob {
-  std::string flag;
-  std::int64_t* value;
-  std::int64_t usual;        // the model's default: a value at which it is valid
-  std::int64_t granule = 1;  // values must be multiples of it (patches, heads)
-  // Where the search for the largest value starts: a value that is valid for the model.
-  std::int64_t floor(std::int64_t asked) const {
-    return std::max(granule, std::min(asked, usual) / granule * granule);
-  }
-};
-
-// The knobs of a step, the one pushed furthest past its default first: the flag to name when
-// bringing it down alone makes the step representable.
-std::vector<Knob> knobs_of(StepDescription& s) {
-  const models::ModelInfo* info = models::find_model(s.model.name);
-  std::vector<Knob> knobs = {{"--batch", &s.batch, info ? info->default_batch : 1}};
-  models::ModelOptions& m = s.model;
-  if (m.config) {
-    // Without the flag the config's positions / image size are used. The search starts from a
-    // modest value (a config may allow far more positions than can be represented).
-    const std::int64_t patch = m.config->patch_size;
-    if (m.config->vision()) {
-      if (m.zoo.image_size <= 0) m.zoo.image_size = m.config->image_size;
-      knobs.push_back({"--image-size", &m.zoo.image_size, std::min(m.config->image_size, 16 * patch), patch});
-    } else {
-      if (m.zoo.seq <= 0) m.zoo.seq = m.config->positions;
-      knobs.push_back({"--seq", &m.zoo.seq, std::min<std::int64_t>(m.config->positions, 1024)});
-    }
-  } else if (m.name == "mlp") {
-    for (std::size_t i = 0; i < m.mlp.hidden.size(); ++i) {
-      const std::string which = m.mlp.hidden.size() == 1 ? "" : " (width " + std::to_string(i + 1) + ")";
-      knobs.push_back({"--hidden" + which, &m.mlp.hidden[i], 256});
-    }
-  } else if (m.name == "cnn") {
-    knobs.push_back({"--image-size", &m.cnn.image, models::CnnConfig{}.image});
-  } else if (m.name == "gpt") {
-    const models::GptConfig usual;
-    knobs.push_back({"--seq", &m.gpt.context, usual.context});
-    knobs.push_back({"--width", &m.gpt.width, usual.width, std::max<std::int64_t>(m.gpt.heads, 1)});
-    knobs.push_back({"--layers", &m.gpt.layers, usual.layers});
-  } else if (const models::ZooModel* zoo = models::find_zoo_model(m.name)) {
-    if (zoo->vision) {
-      if (m.zoo.image_size <= 0) m.zoo.image_size = zoo->default_image;
-      knobs.push_back({"--image-size", &m.zoo.image_size, zoo->default_image, zoo->image_multiple});
-    } else {
-      if (m.zoo.seq <= 0) m.zoo.seq = zoo->default_seq;
-      knobs.push_back({"--seq", &m.zoo.seq, zoo->default_seq});
-    }
-  }
-  std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) {
-    return static_cast<double>(*a.value) / static_cast<double>(a.usual) >
-           static_cast<double>(*b.value) / static_cast<double>(b.usual);
-  });
+// The batch, then the source's knobs: the sizes `evaluate` takes, in its order.
+std::vector<graph::SizeKnob> knobs_of(const StepDescription& step) {
+  std::vector<graph::SizeKnob> knobs = {batch_knob(step)};
+  knobs.insert(knobs.end(), step.source->knobs.begin(), step.source->knobs.end());
   return knobs;
 }
 
-// Layer counts decide how large the graph itself is: checked by extrapolating the op count of
-// one and two layers of a tiny model (ops grow linearly with layers), before building any more.
-// A config's layer count, checked the same way on its smallest sizes.
-Status check_config_layer_count(const StepDescription& step) {
-  const models::HfConfig& c = *step.model.config;
-  StepDescription tiny = step;
-  tiny.batch = 1;
-  tiny.model.zoo.seq = 1;
-  tiny.model.zoo.image_size = c.patch_size;
-  models::HfConfig& t = *tiny.model.config;
-  std::int64_t given = 0;
-  std::int64_t* layers = nullptr;
-  switch (c.family) {
-    case models::HfFamily::gpt2: layers = &t.gpt.layers; break;
-    case models::HfFamily::llama: layers = &t.llama.layers; break;
-    case models::HfFamily::bert: layers = &t.bert.encoder.layers; break;
-    case models::HfFamily::vit: layers = &t.vit.encoder.layers; break;
-  }
-  given = *layers;
-  *layers = 1;
-  const Outcome one = evaluate(tiny);
-  *layers = 2;
-  const Outcome two = evaluate(tiny);
-  if (one.fit != Fit::ok || two.fit != Fit::ok) return Status::success();  // plan_step names the problem
-  const std::int64_t per_layer = two.ops - one.ops;
-  const std::int64_t fixed = one.ops - per_layer;
-  if (per_layer <= 0 || given <= (kMaxStepOps - fixed) / per_layer) return Status::success();
-  return Error{"num_hidden_layers " + std::to_string(given) + " (the config's layer count): the step would have more than " +
-               std::to_string(kMaxStepOps) + " ops, the most the planner takes; the largest that works is " +
-               std::to_string((kMaxStepOps - fixed) / per_layer) + " layers"};
+std::vector<std::int64_t> values_of(const std::vector<graph::SizeKnob>& knobs) {
+  std::vector<std::int64_t> values;
+  for (const graph::SizeKnob& k : knobs) values.push_back(k.value);
+  return values;
 }
 
-Status check_layer_count(const StepDescription& step) {
-  const models::ModelOptions& m = step.model;
-  if (m.config) return check_config_layer_count(step);
-  if (m.name != "gpt" && m.name != "mlp") return Status::success();
-  StepDescription tiny = step;
-  tiny.batch = 1;
-  std::int64_t given = 0;
-  auto set_layers = [&](std::int64_t n) {
-    if (m.name == "gpt") {
-      tiny.model.gpt.layers = n;
-    } else {
-      tiny.model.mlp.hidden.assign(static_cast<std::size_t>(n), 1);
-    }
-  };
-  if (m.name == "gpt") {
-    tiny.model.gpt.context = 1;
-    tiny.model.gpt.width = 1;
-    tiny.model.gpt.heads = 1;
-    given = m.gpt.layers;
-  } else {
-    given = static_cast<std::int64_t>(m.mlp.hidden.size());
+// Layer counts decide how large the graph itself is: checked by extrapolating the op count at one
+// and two layers with every other size at its smallest (ops grow linearly with layers), before
+// building any more.
+std::optional<StepSizeProblem> check_layer_counts(const StepDescription& step) {
+  const std::vector<graph::SizeKnob> knobs = knobs_of(step);
+  for (std::size_t i = 1; i < knobs.size(); ++i) {
+    if (!knobs[i].layers) continue;
+    std::vector<std::int64_t> tiny(knobs.size());
+    for (std::size_t j = 0; j < knobs.size(); ++j) tiny[j] = std::max<std::int64_t>(knobs[j].granule, 1);
+    tiny[i] = 1;
+    const Outcome one = evaluate(step, tiny);
+    tiny[i] = 2;
+    const Outcome two = evaluate(step, tiny);
+    if (one.fit != Fit::ok || two.fit != Fit::ok) continue;  // plan_step names the problem
+    const std::int64_t per_layer = two.ops - one.ops;
+    const std::int64_t fixed = one.ops - per_layer;
+    if (per_layer <= 0 || knobs[i].value <= (kMaxStepOps - fixed) / per_layer) continue;
+    StepSizeProblem p;
+    p.kind = StepSizeProblem::Kind::too_many_ops;
+    p.knob = knobs[i];
+    p.largest = (kMaxStepOps - fixed) / per_layer;
+    return p;
   }
-  set_layers(1);
-  const Outcome one = evaluate(tiny);
-  set_layers(2);
-  const Outcome two = evaluate(tiny);
-  if (one.fit != Fit::ok || two.fit != Fit::ok) return Status::success();  // plan_step names the problem
-  const std::int64_t per_layer = two.ops - one.ops;
-  const std::int64_t fixed = one.ops - per_layer;
-  if (per_layer <= 0 || given <= (kMaxStepOps - fixed) / per_layer) return Status::success();
-  const std::int64_t largest = (kMaxStepOps - fixed) / per_layer;
-  const std::string flag = m.name == "gpt" ? "--layers " + std::to_string(given)
-                                           : "--hidden with " + std::to_string(given) + " widths";
-  return Error{flag + ": the step would have more than " + std::to_string(kMaxStepOps) +
-               " ops, the most the planner takes; the largest that works is " + std::to_string(largest) +
-               (m.name == "gpt" ? " layers" : " widths")};
+  return std::nullopt;
 }
 
 }  // namespace
 
-Status check_step_size(const StepDescription& step) {
-  if (step.graph || step.batch <= 0) return Status::success();
-  if (step.forward) {  // the batch is the one size a user chooses
-    const Outcome given = evaluate(step);
-    if (given.fit != Fit::too_large) return Status::success();
-    return Error{"--batch " + std::to_string(step.batch) + ": the step cannot be represented (" + given.why +
-                 "); the largest value that works is " + std::to_string(largest_representable_batch(step, step.batch))};
+graph::SizeKnob batch_knob(const StepDescription& step) {
+  graph::SizeKnob k;
+  k.key = "batch";
+  k.quantity = "the batch";
+  k.value = step.batch;
+  k.usual = step.source ? std::max<std::int64_t>(step.source->default_batch, 1) : 1;
+  return k;
+}
+
+SizeNaming quantity_naming() {
+  return {[](const graph::SizeKnob& k, std::optional<std::int64_t> value) {
+            return value ? k.quantity + " " + std::to_string(*value) : k.quantity;
+          },
+          "sizes"};
+}
+
+std::string describe(const StepSizeProblem& p, const SizeNaming& naming) {
+  switch (p.kind) {
+    case StepSizeProblem::Kind::too_large:
+      return naming.name(p.knob, p.knob.value) + ": the step cannot be represented (" + p.why +
+             "); the largest value that works with the other " + naming.others + " as given is " + std::to_string(p.largest);
+    case StepSizeProblem::Kind::too_many_ops:
+      return naming.name(p.knob, p.knob.value) + ": the step would have more than " + std::to_string(kMaxStepOps) +
+             " ops, the most the planner takes; the largest that works is " + std::to_string(p.largest) +
+             (p.knob.unit.empty() ? "" : " " + p.knob.unit);
+    case StepSizeProblem::Kind::reduce_several: {
+      if (p.tried.size() == 1) {
+        return naming.name(p.tried.front(), p.tried.front().value) + ": the step cannot be represented (" + p.why +
+               "), and bringing " + naming.name(p.tried.front(), std::nullopt) + " down alone does not change that";
+      }
+      std::string names;
+      for (const graph::SizeKnob& k : p.tried) names += (names.empty() ? "" : ", ") + naming.name(k, std::nullopt);
+      return "the step cannot be represented at these sizes (" + p.why + "), and no single one of " + names +
+             " brought down alone changes that: reduce several of them";
+    }
   }
-  if (Status s = check_layer_count(step); !s) return s;
-  StepDescription work = step;
-  std::vector<Knob> knobs = knobs_of(work);
-  const Outcome given = evaluate(work);
-  if (given.fit != Fit::too_large) return Status::success();
-  for (const Knob& knob : knobs) {
-    const std::int64_t asked = *knob.value;
-    const std::int64_t g = knob.granule;
-    const std::int64_t floor = knob.floor(asked);
+  return p.why;
+}
+
+std::optional<StepSizeProblem> find_step_size_problem(const StepDescription& step) {
+  if (step.graph || !step.source || step.batch <= 0) return std::nullopt;
+  if (auto layers = check_layer_counts(step)) return layers;
+  const std::vector<graph::SizeKnob> knobs = knobs_of(step);
+  std::vector<std::int64_t> work = values_of(knobs);
+  const Outcome given = evaluate(step, work);
+  if (given.fit != Fit::too_large) return std::nullopt;
+  // The knob pushed furthest past its usual value first: the one to name when bringing it down
+  // alone makes the step representable.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < knobs.size(); ++i) {
+    if (knobs[i].searched) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return static_cast<double>(knobs[a].value) / static_cast<double>(knobs[a].usual) >
+           static_cast<double>(knobs[b].value) / static_cast<double>(knobs[b].usual);
+  });
+  for (std::size_t i : order) {
+    const graph::SizeKnob& knob = knobs[i];
+    const std::int64_t asked = knob.value;
+    const std::int64_t g = std::max<std::int64_t>(knob.granule, 1);
+    const std::int64_t floor = std::max(g, std::min(asked, knob.usual) / g * g);  // a valid value to start from
     if (asked <= floor) continue;
-    *knob.value = floor;
-    if (evaluate(work).fit != Fit::ok) {
-      *knob.value = asked;
+    work[i] = floor;
+    if (evaluate(step, work).fit != Fit::ok) {
+      work[i] = asked;
       continue;
     }
     // Sizes only grow with the value: bisection between a value that works and one that does not.
     std::int64_t lo = floor / g, hi = asked / g + (asked % g != 0);  // in granules
     while (hi - lo > 1) {
       const std::int64_t mid = lo + (hi - lo) / 2;
-      *knob.value = mid * g;
-      (evaluate(work).fit == Fit::ok ? lo : hi) = mid;
+      work[i] = mid * g;
+      (evaluate(step, work).fit == Fit::ok ? lo : hi) = mid;
     }
-    *knob.value = asked;
-    return Error{knob.flag + " " + std::to_string(asked) + ": the step cannot be represented (" + given.why +
-                 "); the largest value that works with the other flags as given is " + std::to_string(lo * g)};
+    return StepSizeProblem{StepSizeProblem::Kind::too_large, knob, lo * g, given.why, {}};
   }
-  std::string flags;
-  for (const Knob& knob : knobs) flags += (flags.empty() ? "" : ", ") + knob.flag;
-  return Error{"the step cannot be represented at these sizes (" + given.why + "), and no single one of " + flags +
-               " brought down alone changes that: reduce several of them"};
+  StepSizeProblem p{StepSizeProblem::Kind::reduce_several, {}, 0, given.why, {}};
+  for (std::size_t i : order) p.tried.push_back(knobs[i]);
+  return p;
+}
+
+Status check_step_size(const StepDescription& step) {
+  if (auto problem = find_step_size_problem(step)) return Error{describe(*problem)};
+  return Status::success();
 }
 
 std::int64_t largest_representable_batch(const StepDescription& step, std::int64_t limit) {
-  if (step.graph) return limit;
-  StepDescription work = step;
-  work.batch = limit;
-  if (evaluate(work).fit != Fit::too_large) return limit;
-  work.batch = 1;
-  if (evaluate(work).fit == Fit::too_large) return 0;
+  if (step.graph || !step.source) return limit;
+  std::vector<std::int64_t> work = values_of(knobs_of(step));
+  work[0] = limit;
+  if (evaluate(step, work).fit != Fit::too_large) return limit;
+  work[0] = 1;
+  if (evaluate(step, work).fit == Fit::too_large) return 0;
   std::int64_t lo = 1, hi = limit;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    work.batch = mid;
-    (evaluate(work).fit == Fit::too_large ? hi : lo) = mid;
+    work[0] = mid;
+    (evaluate(step, work).fit == Fit::too_large ? hi : lo) = mid;
   }
   return lo;
 }

@@ -40,6 +40,17 @@ inline CliResult run_cli(const std::string& args, bool merge_stderr = true) {
   return run_cli_with_env("", args, merge_stderr);
 }
 
+// The `env` that runs memplan as `ranks` processes under Open MPI's mpirun as CI runs it: as root,
+// oversubscribed, the sanitizer settings passed to every rank and Open MPI's own allocations kept
+// out of the leak report (tests/lsan_mpi.supp; full unwinding, as the fast unwinder loses the
+// stack inside Open MPI's libraries and no suppression can match).
+inline std::string mpirun(int ranks) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+         "LSAN_OPTIONS=suppressions=" MEMPLAN_TEST_SOURCE_DIR "/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS} "
+         "mpirun -np " + std::to_string(ranks) + " --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS "
+         "-x OMP_NUM_THREADS";
+}
+
 // A run of memplan as a child process, measured: its own peak resident size (wait4's rusage, so
 // the test's memory does not count) and wall time, killed when it outlives `timeout_s`.
 struct MeasuredRun {

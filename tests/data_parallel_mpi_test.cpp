@@ -27,19 +27,11 @@ namespace {
 using testing::run_cli;
 using testing::run_cli_with_env;
 
-// mpirun as CI runs it: as root, oversubscribed, the sanitizer settings passed to every rank and
-// Open MPI's own allocations kept out of the leak report (tests/lsan_mpi.supp; full unwinding, as
-// the fast unwinder loses the stack inside Open MPI's libraries and no suppression can match).
-std::string mpirun(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
-         "LSAN_OPTIONS=suppressions=" MEMPLAN_TEST_SOURCE_DIR "/lsan_mpi.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS} "
-         "mpirun -np " + std::to_string(ranks) + " --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS "
-         "-x OMP_NUM_THREADS";
-}
+using testing::mpirun;
 
 // Small data so a run takes well under a second: a Fashion-MNIST in IDX format (uncompressed;
 // the reader takes both) with 64 training and 32 test images, and a text of exactly 96 distinct
-// characters (the GPT's default vocabulary, so `fit` plans the step `train` runs).
+// characters (fit plans it with --vocab 96, so it plans the step `train` runs).
 void write_be32(std::ofstream& f, std::uint32_t v) {
   const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
                               static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
@@ -90,7 +82,7 @@ struct Model {
 
 const Model kMlp{"mlp", "--model mlp --hidden 32 --batch 16", "--steps 3"};
 const Model kCnn{"cnn", "--model cnn --batch 8", "--steps 2"};
-const Model kGpt{"gpt", "--model gpt --batch 4 --seq 16", "--steps 3", true};
+const Model kGpt{"gpt", "--model gpt --batch 4 --seq 16 --vocab 96", "--steps 3", true};
 
 void PrintTo(const Model& m, std::ostream* os) { *os << m.name; }
 

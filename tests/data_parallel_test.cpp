@@ -12,6 +12,7 @@
 #include "memplan/dist/shard.h"
 #include "memplan/graph/data_parallel.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/models/model_source.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/validator.h"
@@ -138,7 +139,7 @@ TEST(SynchronisedBatchNorm, CentredStatisticsAreTheVarianceAboutTheGivenMean) {
 TEST(SynchronisedBatchNorm, EveryBatchNormOfARankGraphReadsStatisticsOverAllRanks) {
   models::ModelOptions model;
   model.name = "cnn";
-  planner::StepDescription step = planner::StepDescription::of_model(model, 8);
+  planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), 8);
   step.parallel.world = 2;
   step.parallel.rank = 1;
   auto planned = planner::plan_step(step, planner::PlanRequest{});
@@ -175,7 +176,7 @@ planner::StepDescription mlp_step(int world, int zero, Bytes bucket_bytes = Byte
   models::ModelOptions model;
   model.name = "mlp";
   model.mlp.hidden = {64, 32};
-  planner::StepDescription step = planner::StepDescription::of_model(model, 16);
+  planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), 16);
   step.parallel.world = world;
   step.parallel.rank = world - 1;
   step.parallel.zero = zero;

@@ -11,12 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "tests/test_util.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
+#include "tests/test_util.h"
 
 namespace memplan {
 namespace {
@@ -28,7 +29,7 @@ TEST(Fit, PredictedArenaEqualsWhatThePlannedExecutorAllocates) {
     for (std::int64_t batch : {1, 8, 33}) {
       models::ModelOptions model;
       model.name = name;
-      const auto step = planner::StepDescription::of_model(model, batch);
+      const auto step = planner::StepDescription::of_source(models::registry_source(model), batch);
       planner::FitQuestion question;
       question.step = step;
       question.device_memory = Bytes{1} << 40;
@@ -66,7 +67,7 @@ TEST(Fit, TheCudaProfilePlannedWithoutAGpuIsTheArenaTheCudaExecutorAllocates) {
   for (const char* name : {"mlp", "cnn", "gpt"}) {
     models::ModelOptions model;
     model.name = name;
-    const auto step = planner::StepDescription::of_model(model, 4);
+    const auto step = planner::StepDescription::of_source(models::registry_source(model), 4);
     planner::FitQuestion question;
     question.step = step;
     question.request.device = planner::documented_device_profile("cuda").value();
@@ -90,7 +91,7 @@ TEST(Fit, TheCudaProfilePlannedWithoutAGpuIsTheArenaTheCudaExecutorAllocates) {
 
 TEST(Fit, AnExecutorRefusesAPlanMadeWithoutItsDevicesWorkspace) {
   models::ModelOptions model;
-  const auto step = planner::StepDescription::of_model(model, 4);
+  const auto step = planner::StepDescription::of_source(models::registry_source(model), 4);
   runtime::CpuDevice cpu;
   const planner::PlannedStep cpu_plan = runtime::plan_step_for(step, cpu).value();
   WorkspaceDevice device;
@@ -126,6 +127,32 @@ TEST(Fit, PlanFitAndTrainGiveTheSameArenaOnALoadedMachine) {
   }
   stop = true;
   for (std::thread& t : load) t.join();
+}
+
+// The GPT takes its vocabulary from its text: fit plans the one train builds from its default
+// text, so the arena fit states is the arena train allocates, alone and on each of two ranks.
+TEST(Fit, TheGptFitPlansIsTheGptTrainRuns) {
+  const std::string step = "--model gpt --batch 32";
+  const auto fit = nlohmann::json::parse(run_cli("fit " + step + " --device cpu --device-memory 1TiB --json", false).output);
+  const auto train = nlohmann::json::parse(run_cli("train " + step + " --steps 2 --quiet --threads 1 --json", false).output);
+  ASSERT_TRUE(train.contains("arena_bytes")) << train.dump();
+  EXPECT_EQ(fit["arena_bytes"], train["arena_bytes"]) << "fit plans the vocabulary train builds";
+  EXPECT_EQ(train["device_bytes_at_setup"], train["arena_bytes"]);
+
+  const auto fit2 = nlohmann::json::parse(
+      run_cli("fit " + step + " --devices 2 --device cpu --device-memory 1TiB --json", false).output);
+  const auto r = testing::run_cli_with_env(testing::mpirun(2), "train " + step + " --steps 2 --quiet --threads 1 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto train2 = nlohmann::json::parse(r.output);
+  ASSERT_EQ(train2["ranks"].size(), 2u) << train2.dump();
+  for (const auto& rank : train2["ranks"]) EXPECT_EQ(rank["arena_bytes"], fit2["arena_bytes"]) << "per rank";
+
+  // --vocab plans another vocabulary; train refuses one smaller than its text's.
+  const auto wider = nlohmann::json::parse(run_cli("fit " + step + " --vocab 256 --device cpu --device-memory 1TiB --json", false).output);
+  EXPECT_GT(wider["arena_bytes"].get<std::int64_t>(), fit["arena_bytes"].get<std::int64_t>());
+  const auto narrow = run_cli("train " + step + " --vocab 20 --steps 1 --quiet");
+  EXPECT_EQ(narrow.exit_code, 2) << narrow.output;
+  EXPECT_NE(narrow.output.find("more than --vocab 20"), std::string::npos) << narrow.output;
 }
 
 TEST(Fit, BatchSearchIsExactOnAStepFunction) {
@@ -234,7 +261,7 @@ TEST(Fit, AnyFittingProbesAnswerAsTheLeastRecomputationDoes) {
   model.gpt.width = 32;
   const Bytes budget = 6 << 20;
   planner::FitQuestion question;
-  question.step = planner::StepDescription::of_model(model, 1);
+  question.step = planner::StepDescription::of_source(models::registry_source(model), 1);
   question.request.checkpoint = planner::CheckpointStrategy::kOptimal;
   question.device_memory = budget;
   question.max_batch_strategies = {planner::CheckpointStrategy::kNone, planner::CheckpointStrategy::kOptimal,

@@ -15,6 +15,7 @@
 #include "cli_util.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/hf_config.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/zoo.h"
 #include "memplan/planner/plan_step.h"
 
@@ -153,7 +154,7 @@ planner::MemoryPlan plan_of(const HfConfig& c, std::int64_t batch, std::int64_t 
   m.name = "config";
   m.config = c;
   m.zoo.seq = seq;
-  auto planned = planner::plan_step(planner::StepDescription::of_model(m, batch), planner::PlanRequest{});
+  auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(m), batch), planner::PlanRequest{});
   EXPECT_TRUE(planned.ok()) << (planned.ok() ? "" : planned.error().message);
   return planned.ok() ? planned.value().plan : planner::MemoryPlan{};
 }

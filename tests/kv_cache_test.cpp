@@ -11,6 +11,7 @@
 
 #include "memplan/models/gpt_decode.h"
 #include "memplan/models/llama.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/serve/generator.h"
@@ -280,7 +281,7 @@ std::vector<std::int32_t> uncached(const models::GptConfig& c, std::uint64_t see
   model.name = "gpt";
   model.gpt = c;
   model.training = false;
-  auto step = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device).value();
+  auto step = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model), 1), device).value();
   runtime::Executor executor(step, device);
   EXPECT_TRUE(executor.setup());
   executor.initialize_persistent(seed);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,16 +76,16 @@ std::vector<float> values_of(const runtime::Executor& e, const std::string& name
 // tensors (weights, batch-norm statistics) given by name.
 std::vector<float> forward_output(const import::OnnxModel& model,
                                   const std::function<std::vector<float>(const std::string&)>& weights) {
-  planner::StepDescription step;
-  step.model.training = false;
-  step.batch = 4;
-  step.forward = [&model](std::int64_t batch) {
+  graph::ModelSource source;
+  source.training = false;
+  source.build = [&model](std::int64_t batch, std::span<const std::int64_t>) {
     import::ImportOptions o;
     o.batch = batch;
     o.training = false;
     o.keep_values = false;
     return model.build(o).graph;
   };
+  const planner::StepDescription step = planner::StepDescription::of_source(std::move(source), 4);
   runtime::CpuDevice device;
   auto planned = runtime::plan_step_for(step, device);
   EXPECT_TRUE(planned.ok());

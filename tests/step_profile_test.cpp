@@ -8,6 +8,7 @@
 #include "cli_util.h"
 #include "memplan/graph/builder.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/timed_step.h"
 #include "test_util.h"
@@ -51,7 +52,7 @@ planner::PlannedStep profiled_mlp_step(std::int64_t batch) {
   mlp.name = "mlp";
   mlp.mlp = {784, {256, 256}, 10};
   runtime::CpuDevice device;
-  return runtime::plan_step_for(planner::StepDescription::of_model(mlp, batch, graph::OptimizerConfig{}), device).value();
+  return runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(mlp), batch, graph::OptimizerConfig{}), device).value();
 }
 
 TEST(StepProfile, EveryOpTimedAndTheOpsAddUpToTheStep) {
@@ -119,7 +120,7 @@ TEST(StepProfile, FusedOpsAreTimedWithinTheirPartnersAndTheKindNamesEach) {
   cnn.cnn.classes = 5;
   runtime::CpuDevice device;
   const planner::PlannedStep step =
-      runtime::plan_step_for(planner::StepDescription::of_model(cnn, 4, graph::OptimizerConfig{}), device).value();
+      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(cnn), 4, graph::OptimizerConfig{}), device).value();
   auto timed = runtime::time_steps(step, device, /*seed=*/3, /*warmup=*/1, /*steps=*/2);
   ASSERT_TRUE(timed.ok()) << timed.error().message;
   const runtime::StepProfile& p = timed.value();
@@ -168,7 +169,7 @@ TEST(StepProfile, TimedStepFeedsIdsInRangeForTheGpt) {
   gpt.gpt.width = 8;
   runtime::CpuDevice device;
   const planner::PlannedStep step =
-      runtime::plan_step_for(planner::StepDescription::of_model(gpt, 2, graph::OptimizerConfig{}), device).value();
+      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(gpt), 2, graph::OptimizerConfig{}), device).value();
   auto timed = runtime::time_steps(step, device);
   ASSERT_TRUE(timed.ok()) << timed.error().message;
   EXPECT_EQ(timed.value().ops.size(), step.plan.schedule.size());

@@ -8,6 +8,7 @@
 #include "cli_util.h"
 #include "tests/test_util.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/models/zoo.h"
 #include "memplan/planner/memory_plan.h"
@@ -91,6 +92,7 @@ TEST(Zoo, FitArenaEqualsWhatThePlannedExecutorAllocates) {
     ASSERT_TRUE(j.contains("arena_bytes"));
     models::ModelOptions options;
     options.name = model;
+    ASSERT_TRUE(models::set_data_sizes(options, 0).ok());  // the GPT's vocabulary, as fit plans it
     graph::Graph g = models::build_forward(options, batch).value();
     graph::make_training_step(g, graph::OptimizerConfig{});
     runtime::CpuDevice device;

@@ -11,9 +11,11 @@
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/import/onnx_source.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
-#include "memplan/runtime/caching_allocator.h"
 #include "memplan/planner/step_size.h"
+#include "memplan/runtime/caching_allocator.h"
 
 namespace memplan::tools {
 
@@ -121,6 +123,10 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                              "PATH"))
       ->each([&flags](const std::string& path) { flags.model = path; });
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
+  app.add_option("--vocab", flags.vocab,
+                 "Vocabulary size of a text model (gpt, decoder configs; default: gpt's is its default text's, "
+                 "as train builds it, a config's its own)")
+      ->check(positive_integer());
   app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
       ->check(positive_integer());
   add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
@@ -134,10 +140,34 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
 }
 
 namespace {
+
+// A size knob (graph/model_source.h) as the flag, or config field, that sets it.
+std::string flag_name(const graph::SizeKnob& k, std::optional<std::int64_t> value) {
+  const std::string v = value ? " " + std::to_string(*value) : "";
+  if (k.key == "num_hidden_layers") return "num_hidden_layers" + v + (value ? " (the config's layer count)" : "");
+  if (k.key == "hidden_count") return value ? "--hidden with " + std::to_string(*value) + " widths" : "the --hidden widths";
+  if (k.key == "hidden" && k.position > 0) return "--hidden (width " + std::to_string(k.position) + ")" + v;
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"batch", "--batch"}, {"seq", "--seq"}, {"image_size", "--image-size"}, {"width", "--width"},
+      {"layers", "--layers"}, {"hidden", "--hidden"}};
+  for (const auto& [key, flag] : kFlags) {
+    if (k.key == key) return flag + v;
+  }
+  return k.quantity + v;  // a knob no flag sets: its own name
+}
+
+// The sizes train takes from the data (the GPT's vocabulary), or --vocab.
+Status apply_data_sizes(models::ModelOptions& model, const ModelFlags& flags) {
+  Status s = models::set_data_sizes(model, flags.vocab);
+  if (s) return s;
+  return Error{flags.vocab > 0 ? "--vocab: " + s.error().message : s.error().message + "; or give --vocab N"};
+}
+
 Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) {
   if (flags.seq > 0 || flags.image_size > 0) {
     return Error{"--seq and --image-size do not apply to --onnx: the file fixes every size but the batch"};
   }
+  if (flags.vocab > 0) return Error{"--vocab does not apply to --onnx: the file fixes every size but the batch"};
   if (flags.attention) return Error{"--attention does not apply to --onnx: the file's own attention ops are imported as they are"};
   if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
   auto model = import::OnnxModel::load(flags.onnx);
@@ -146,23 +176,18 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
   options.loss = flags.loss;
   options.output = flags.output;
   options.dtype = flags.dtype;
-  options.keep_values = false;  // planning reads shapes only
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
-  planner::StepDescription step = planner::StepDescription::of_model({}, flags.batch > 0 ? flags.batch : 1, optimizer);
-  step.forward = [model = std::move(model).value(), options](std::int64_t batch) {
-    import::ImportOptions at = options;
-    at.batch = batch;
-    return model->build(at).graph;
-  };
+  planner::StepDescription step = planner::StepDescription::of_source(
+      import::onnx_source(std::move(model).value(), options), flags.batch > 0 ? flags.batch : 1, optimizer);
   // An unsupported op or inconsistent shapes are the file's fault: said now, naming the node.
   try {
-    (void)step.forward(1);
+    (void)step.source->forward(1);
   } catch (const graph::SizeError&) {
   } catch (const graph::GraphError& e) {
     return Error{"--onnx: " + std::string(e.what())};
   }
-  if (Status s = planner::check_step_size(step); !s) return s.error();
+  if (Status s = check_step_size_flags(step); !s) return s.error();
   return step;
 }
 
@@ -189,25 +214,29 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   model.config = c;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = flags.attention.value_or(models::AttentionKind::fused);  // every config is a transformer
+  if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
-  const std::int64_t batch = flags.batch > 0 ? flags.batch : (c.vision() ? 32 : 8);
-  planner::StepDescription step = planner::StepDescription::of_model(model, batch, optimizer);
-  if (Status s = planner::check_step_size(step); !s) {
-    std::string message = s.error().message;
-    if (flags.seq == 0 && message.rfind("--seq", 0) == 0) {
-      message += " (without --seq, the config's " + std::to_string(c.positions) + " positions are the sequence length)";
-    }
-    return Error{message};
+  graph::ModelSource source = models::registry_source(std::move(model));
+  const std::int64_t batch = flags.batch > 0 ? flags.batch : source.default_batch;
+  planner::StepDescription step = planner::StepDescription::of_source(std::move(source), batch, optimizer);
+  auto problem = planner::find_step_size_problem(step);
+  if (!problem) return step;
+  std::string message = planner::describe(*problem, {flag_name, "flags"});
+  if (flags.seq == 0 && problem->kind == planner::StepSizeProblem::Kind::too_large && problem->knob.key == "seq") {
+    message += " (without --seq, the config's " + std::to_string(c.positions) + " positions are the sequence length)";
   }
-  return step;
+  return Error{message};
 }
 
 }  // namespace
 
-Result<planner::StepDescription> step_description(const ModelFlags& flags) {
-  if (!flags.onnx.empty()) return onnx_step_description(flags);
-  if (!flags.config.empty()) return config_step_description(flags);
+Status check_step_size_flags(const planner::StepDescription& step) {
+  if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, {flag_name, "flags"})};
+  return Status::success();
+}
+
+Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   const models::ModelInfo* info = models::find_model(flags.model);
   if (info == nullptr) return Error{"--model: unknown model '" + flags.model + "'"};
   const bool zoo = !info->trainable;
@@ -234,11 +263,21 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   if (flags.image_size > 0) model.cnn.image = flags.image_size;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = model.gpt.attention = flags.attention.value_or(models::AttentionKind::fused);
+  if (Status s = apply_data_sizes(model, flags); !s) return s.error();
+  return model;
+}
+
+Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  if (!flags.onnx.empty()) return onnx_step_description(flags);
+  if (!flags.config.empty()) return config_step_description(flags);
+  auto model = model_options(flags);
+  if (!model) return model.error();
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
-  const std::int64_t batch = flags.batch > 0 ? flags.batch : info->default_batch;
-  planner::StepDescription step = planner::StepDescription::of_model(model, batch, optimizer);
-  if (Status s = planner::check_step_size(step); !s) return s.error();
+  graph::ModelSource source = models::registry_source(std::move(model).value());
+  const std::int64_t batch = flags.batch > 0 ? flags.batch : source.default_batch;
+  planner::StepDescription step = planner::StepDescription::of_source(std::move(source), batch, optimizer);
+  if (Status s = check_step_size_flags(step); !s) return s.error();
   return step;
 }
 

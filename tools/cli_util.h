@@ -18,6 +18,7 @@
 #include "memplan/graph/graph.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/models/attention.h"
+#include "memplan/models/registry.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/plan_step.h"
@@ -110,15 +111,21 @@ struct ModelFlags {
   import::LossKind loss = import::LossKind::cross_entropy;
   std::string output;
   std::string config;  // --config: a Hugging Face config.json (then `model` is its path, as a label)
+  std::int64_t vocab = 0;  // --vocab; 0: the model's (the GPT's: its default text's, as train builds it)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, --onnx, --loss, --output, and with `shapes` --seq, --image-size, --dtype and --config
 // (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
+// The registry model --model and its flags describe (not --onnx or --config), with the sizes
+// train takes from the data (models::set_data_sizes); an Error names the flag that cannot work.
+Result<models::ModelOptions> model_options(const ModelFlags& flags);
 // The step the flags describe; an Error names the flag that cannot work with the model, or that
 // is too large for the step to be represented (planner/step_size.h) and the largest that works.
 Result<planner::StepDescription> step_description(const ModelFlags& flags);
+// planner::check_step_size with the sizes named as the flags that set them (--batch, --seq, ...).
+Status check_step_size_flags(const planner::StepDescription& step);
 
 // "budget 1.00 MiB is below what checkpoint none can reach; the minimum feasible arena is ..."
 std::string unmet_budget_message(const planner::PlannedStep& step, planner::CheckpointStrategy asked);

@@ -82,9 +82,9 @@ int run_fit_serve(const FitFlags& flags) {
   };
   serve::ServeQuestion q;
   if (flags.model.model == "gpt") {
-    auto step = step_description(flags.model);
-    if (!step) return fail(step.error().message);
-    q.model = step.value().model.gpt;
+    auto model = model_options(flags.model);
+    if (!model) return fail(model.error().message);
+    q.model = model.value().gpt;
     q.model.dropout = 0.0f;
   } else if (!flags.model.config.empty()) {
     auto config = models::read_hf_config(flags.model.config);

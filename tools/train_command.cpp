@@ -10,11 +10,12 @@
 
 #include "memplan/common/byte_size.h"
 #include "memplan/dist/communicator.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/models/model_source.h"
+#include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/step_size.h"
-#include "memplan/kernels/kernel.h"
-#include "memplan/models/registry.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
@@ -45,6 +46,7 @@ struct TrainFlags {
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
+  std::int64_t vocab = 0;  // --vocab: a text model's vocabulary instead of the text's (at least the text's)
   std::string save, load;
   // An ONNX classifier instead of --model (train/session.h: load_onnx_run_data).
   std::string onnx;
@@ -236,14 +238,19 @@ int run_train(const TrainFlags& flags) {
   }
   if (flags.onnx.empty()) {
     // Sizes are checked before any data is read; the text's vocabulary is at most 256 bytes.
-    planner::StepDescription sizes = planner::StepDescription::of_model(model, flags.batch);
-    sizes.optimizer.kind = flags.optimizer;
-    sizes.model.gpt.vocab = 256;
-    if (sizes.model.config) sizes.model.config->gpt.vocab = sizes.model.config->llama.vocab = 256;
-    if (Status s = planner::check_step_size(sizes); !s) {
+    models::ModelOptions sizes = model;
+    const std::int64_t vocab = flags.vocab > 0 ? flags.vocab : 256;
+    sizes.gpt.vocab = vocab;
+    if (sizes.config) sizes.config->gpt.vocab = sizes.config->llama.vocab = vocab;
+    planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(sizes), flags.batch);
+    step.optimizer.kind = flags.optimizer;
+    if (Status s = check_step_size_flags(step); !s) {
       std::cerr << "memplan train: " << s.error().message << "\n";
       return kExitUsage;
     }
+  } else if (flags.vocab > 0) {
+    std::cerr << "memplan train: --vocab applies to text models (gpt and decoder configs), not --onnx\n";
+    return kExitUsage;
   }
   if (!flags.load.empty()) {
     // A file that cannot be a weights file is refused before the data is read.
@@ -252,13 +259,19 @@ int run_train(const TrainFlags& flags) {
       return kExitUsage;
     }
   }
-  auto data = flags.onnx.empty() ? train::load_run_data(model, flags.data, flags.batch)
+  auto data = flags.onnx.empty() ? train::load_run_data(model, flags.data, flags.batch, flags.vocab)
                                  : train::load_onnx_run_data(flags.onnx, flags.loss, flags.output, flags.data, flags.batch);
   if (!data) {
     std::cerr << "memplan train: " << data.error().message << "\n";
     return kExitUsage;
   }
   const bool text_model = data.value().text_model();
+  if (text_model && !flags.save.empty() && data.value().model.gpt.vocab != data.value().text->vocab_size()) {
+    std::cerr << "memplan train: --save keeps a GPT whose vocabulary is its text's characters (sample reads them back); "
+              << "--vocab " << flags.vocab << " differs from the text's " << data.value().text->vocab_size()
+              << ": leave out --vocab or --save\n";
+    return kExitUsage;
+  }
   if (flags.hf && !quiet) {
     const models::HfConfig& c = *data.value().model.config;
     std::fprintf(stderr, "memplan train: --config %s: %s\n", flags.config.c_str(), c.describe().c_str());
@@ -564,6 +577,9 @@ Command add_train_command(CLI::App& root) {
                   "mlp, cnn: folder with the Fashion-MNIST IDX files (default " +
                       std::string(models::kFashionMnistDefaultDir) + "); gpt: a text file, or a folder of fortune files (default " +
                       models::kFortunesDefaultDir + ")");
+  app->add_option("--vocab", flags->vocab,
+                  "gpt and --config decoders: vocabulary size (default: the text's characters); the text may not hold more")
+      ->check(positive_integer());
   auto* hidden = app->add_option("--hidden", flags->hidden, "mlp: hidden widths, e.g. --hidden 256,256")
                      ->delimiter(',')
                      ->check(positive_integer())

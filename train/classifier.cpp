@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "memplan/common/rng.h"
+#include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 
 namespace memplan::train {
@@ -107,7 +108,7 @@ Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
   models::ModelOptions eval_model = model;
   eval_model.training = false;  // running statistics, no dropout
   return evaluate_classifier(
-      [&eval_model](std::int64_t batch) { return planner::StepDescription::of_model(eval_model, batch); }, ClassifierIo{},
+      [&eval_model](std::int64_t batch) { return planner::StepDescription::of_source(models::registry_source(eval_model), batch); }, ClassifierIo{},
       trained, data, device);
 }
 

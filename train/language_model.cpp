@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/rng.h"
+#include "memplan/models/model_source.h"
 #include "memplan/planner/step_size.h"
 #include "memplan/runtime/devices.h"
 
@@ -68,7 +69,7 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
 
   models::ModelOptions eval_model = model;
   eval_model.training = false;
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(eval_model, batch), device);
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(eval_model), batch), device);
   if (!planned) return planned.error();
   const graph::Graph& g = planned.value().graph;
   runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
@@ -211,7 +212,7 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   sizes.gpt = saved.config;
   sizes.gpt.attention = models::AttentionKind::materialized;  // the larger form: sample may pick either
   sizes.training = false;
-  if (Status s = planner::check_step_size(planner::StepDescription::of_model(sizes, 1)); !s) {
+  if (Status s = planner::check_step_size(planner::StepDescription::of_source(models::registry_source(sizes), 1)); !s) {
     return Error{source + ": metadata memplan.config describes a model that cannot be represented: " + s.error().message};
   }
   return saved;
@@ -262,7 +263,7 @@ Status GptSampler::load(runtime::Device& device, Fault* fault) {
   model.name = "gpt";
   model.gpt = saved_.config;
   model.training = false;
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_model(model, 1), device);
+  auto planned = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model), 1), device);
   if (!planned) return fail(Fault::input, planned.error());
   graph_ = std::make_unique<graph::Graph>(std::move(planned.value().graph));
   executor_ = std::make_unique<runtime::Executor>(*graph_, std::move(planned.value().plan), device);

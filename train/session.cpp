@@ -9,6 +9,8 @@
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/sha256.h"
 #include "memplan/dist/communicator.h"
+#include "memplan/import/onnx_source.h"
+#include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/train/saved_run.h"
 
@@ -33,7 +35,8 @@ Result<std::int64_t> config_train_seq(const models::HfConfig& c, std::int64_t as
   return std::min(c.positions, kDefaultConfigTrainSeq);
 }
 
-Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch) {
+Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch,
+                              std::int64_t vocab) {
   RunData out;
   if (model.config && model.config->family == models::HfFamily::bert) {
     return Error{"--config " + model.name + " is a bert (masked language model): training it needs its tokenizer and "
@@ -53,13 +56,20 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
     auto data = models::make_text_dataset(raw.value(), model.gpt.context + 1);
     if (!data) return Error{source + ": " + data.error().message + " (a shorter --seq may work)"};
     out.text = std::move(data).value();
-    model.gpt.vocab = out.text->vocab_size();
+    const std::int64_t found = out.text->vocab_size();
+    if (vocab > 0 && found > vocab) {
+      return Error{source + " holds " + std::to_string(found) + " distinct characters, more than --vocab " +
+                   std::to_string(vocab) + ": use --vocab " + std::to_string(found) +
+                   " or more, or leave it out to take the text's vocabulary"};
+    }
+    model.gpt.vocab = vocab > 0 ? vocab : found;  // ids past the text's characters are never fed
     if (model.config) {
       // No tokenizer: the text's bytes are the vocabulary, in place of the config's tokens.
       if (model.config->family == models::HfFamily::gpt2) model.config->gpt.vocab = model.gpt.vocab;
       else model.config->llama.vocab = model.gpt.vocab;
     }
   } else {
+    if (vocab > 0) return Error{"--vocab applies to text models (gpt and decoder configs), not " + model.name};
     const std::string source = path.empty() ? models::kFashionMnistDefaultDir : path;
     auto train_data = models::load_fashion_mnist(source, models::Split::train);
     if (!train_data) return train_data.error();
@@ -96,14 +106,6 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
   }
   out.model = std::move(model);
   return out;
-}
-
-graph::Graph OnnxRun::forward(std::int64_t batch, bool training) const {
-  import::ImportOptions at = options;
-  at.batch = batch;
-  at.training = training;
-  at.keep_values = false;  // the starting weights are kept in `initial`
-  return model->build(at).graph;
 }
 
 Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKind loss, const std::string& output,
@@ -170,17 +172,11 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   // One plan for every mode: planned runs at its offsets; naive and dynamic follow its schedule
   // and lifetimes. It is made for this device (its workspace inside the arena, guard gaps when
   // guards are checked), so the arena checked against a budget is the arena allocated.
-  s->step_ = planner::StepDescription::of_model(s->data_.model, options.batch, options.optimizer);
-  if (s->data_.onnx) {
-    // The imported forward graph takes the registry build's place; plan_step turns it into the
-    // training step (backward, optimizer, checkpointing, data parallel) as for any model.
-    s->step_.forward = [model = s->data_.onnx->model, import = s->data_.onnx->options](std::int64_t batch) {
-      import::ImportOptions at = import;
-      at.batch = batch;
-      at.keep_values = false;  // the starting weights are kept in OnnxRun::initial
-      return model->build(at).graph;
-    };
-  }
+  // An imported forward graph takes the registry model's place; plan_step turns either into the
+  // training step (backward, optimizer, checkpointing, data parallel).
+  graph::ModelSource source = s->data_.onnx ? import::onnx_source(s->data_.onnx->model, s->data_.onnx->options)
+                                            : models::registry_source(s->data_.model);
+  s->step_ = planner::StepDescription::of_source(std::move(source), options.batch, options.optimizer);
   s->step_.parallel = options.parallel;
   s->request_ = options.request;
   s->request_.device = runtime::device_profile(device);
@@ -277,11 +273,9 @@ Result<SessionEvaluation> TrainingSession::evaluate() const {
   } else {
     auto r = data_.onnx ? evaluate_classifier(
                               [run = &*data_.onnx](std::int64_t batch) {
-                                planner::StepDescription step;
-                                step.model.training = false;  // the forward graph as it is, no training step
-                                step.batch = batch;
-                                step.forward = [run](std::int64_t b) { return run->forward(b, /*training=*/false); };
-                                return step;
+                                import::ImportOptions eval = run->options;
+                                eval.training = false;  // the forward graph as it is, no training step
+                                return planner::StepDescription::of_source(import::onnx_source(run->model, eval), batch);
                               },
                               data_.onnx->io, *executor_, *data_.test_images, eval_device)
                         : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device);
@@ -318,6 +312,11 @@ std::string TrainingSession::params_sha256() const {
 }
 
 Status TrainingSession::save(const std::string& path) const {
+  if (data_.text && data_.model.gpt.vocab != data_.text->vocab_size()) {
+    // A saved GPT maps each token id to a character of its text (sample reads them back).
+    return Error{"a model whose vocabulary (" + std::to_string(data_.model.gpt.vocab) + ", --vocab) differs from its text's " +
+                 std::to_string(data_.text->vocab_size()) + " characters cannot be saved for sampling; leave out --vocab"};
+  }
   return save_run(*executor_, path, data_.model, graph::optimizer_name(options_.optimizer.kind),
                   data_.text ? &*data_.text : nullptr);
 }

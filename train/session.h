@@ -34,8 +34,6 @@ struct OnnxRun {
   import::ImportOptions options;  // loss and output; batch and training are set per build
   std::vector<std::pair<std::string, std::vector<float>>> initial;  // initializer name -> values
   ClassifierIo io;
-  // The forward graph at `batch` (training: the step's; else the evaluation form).
-  graph::Graph forward(std::int64_t batch, bool training) const;
 };
 
 // The data a reference model trains on, and the model completed from it.
@@ -56,7 +54,11 @@ struct RunData {
 // tokenizer), model.zoo.seq characters per sequence (0: the config's positions, at most
 // kDefaultConfigTrainSeq); a vit on Fashion-MNIST when it takes 1-channel images of the
 // dataset's size. bert is refused (masked-LM training needs its tokenizer and masking).
-Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch);
+//
+// `vocab` > 0 (--vocab) sets a text model's vocabulary instead of the text's, which must not hold
+// more distinct characters than that; 0 takes the text's.
+Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch,
+                              std::int64_t vocab = 0);
 
 inline constexpr std::int64_t kDefaultConfigTrainSeq = 256;
 // The sequence a decoder config trains at: `asked` (--seq; learned positions cap it), or 0 for

@@ -14,6 +14,7 @@
 
 #include "bench/bench_util.h"
 #include "memplan/common/rng.h"
+#include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
 #include "memplan/runtime/devices.h"
@@ -58,7 +59,7 @@ planner::StepDescription training_step(const models::ModelOptions& model, std::i
   graph::OptimizerConfig opt;
   opt.kind = graph::OptimizerKind::adamw;
   opt.lr = 1e-4f;
-  return planner::StepDescription::of_model(model, batch, opt);
+  return planner::StepDescription::of_source(models::registry_source(model), batch, opt);
 }
 
 // Random inputs of the right kind for a model's "x" and "labels".

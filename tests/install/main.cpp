@@ -2,6 +2,7 @@
 // (planner::plan_step), checks the plan, prints the arena size.
 #include <cstdio>
 
+#include "memplan/models/model_source.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
 
@@ -9,7 +10,7 @@ int main() {
   using namespace memplan;
   models::ModelOptions model;  // the MLP
   model.mlp.hidden = {64, 32};
-  const auto step = planner::StepDescription::of_model(model, 16);
+  const auto step = planner::StepDescription::of_source(models::registry_source(model), 16);
   Result<planner::PlannedStep> planned = planner::plan_step(step, planner::PlanRequest{});
   if (!planned.ok()) {
     std::fprintf(stderr, "plan_step: %s\n", planned.error().message.c_str());
