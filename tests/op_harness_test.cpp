@@ -104,6 +104,12 @@ struct Param {
   DType dtype;
 };
 
+// How gtest names a failing instance: the case, its shape and dtype.
+void PrintTo(const Param& p, std::ostream* os) {
+  const OpCase& c = op_cases()[p.case_index];
+  *os << c.name << " " << ::testing::PrintToString(c.dim_sets[p.dims_index]) << " " << graph::dtype_name(p.dtype);
+}
+
 // Every (case, shape, dtype) that runs; `select` picks the cases.
 template <typename Select>
 std::vector<Param> params_where(Select select) {
