@@ -43,6 +43,13 @@ TensorId state(Builder& b, const std::string& name, Shape shape, graph::InitSpec
   return b.graph().add_tensor(std::move(desc));
 }
 
+TensorId product(Builder& b, const Dims& d, DType t, bool ta, bool tb) {
+  // d = {M, K, N}
+  auto a = b.parameter("a", ta ? Shape{d[1], d[0]} : Shape{d[0], d[1]}, {}, t);
+  auto w = b.parameter("w", tb ? Shape{d[2], d[1]} : Shape{d[1], d[2]}, {}, t);
+  return b.matmul(a, w, ta, tb, "y");
+}
+
 TensorId batched(Builder& b, const Dims& d, DType t, bool ta, bool tb) {
   // d = {B, M, K, N}
   auto a = b.parameter("a", ta ? Shape{d[0], d[2], d[1]} : Shape{d[0], d[1], d[2]}, {}, t);
@@ -55,33 +62,13 @@ TensorId batched(Builder& b, const Dims& d, DType t, bool ta, bool tb) {
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> kCases = {
       {"matmul", OpKind::matmul,
-       [](Builder& b, const Dims& d, DType t) {
-         auto a = b.parameter("a", {d[0], d[1]}, {}, t);
-         auto w = b.parameter("w", {d[1], d[2]}, {}, t);
-         return b.matmul(a, w, false, false, "y");
-       },
-       {{1, 1, 1}, {3, 4, 5}, {7, 2, 3}}},
+       [](Builder& b, const Dims& d, DType t) { return product(b, d, t, false, false); }, {{1, 1, 1}, {3, 4, 5}, {7, 2, 3}}},
       {"matmul_trans_b", OpKind::matmul,
-       [](Builder& b, const Dims& d, DType t) {
-         auto a = b.parameter("a", {d[0], d[1]}, {}, t);
-         auto w = b.parameter("w", {d[2], d[1]}, {}, t);
-         return b.matmul(a, w, false, true, "y");
-       },
-       {{3, 4, 5}, {2, 6, 1}}},
+       [](Builder& b, const Dims& d, DType t) { return product(b, d, t, false, true); }, {{3, 4, 5}, {2, 6, 1}}},
       {"matmul_trans_a", OpKind::matmul,
-       [](Builder& b, const Dims& d, DType t) {
-         auto a = b.parameter("a", {d[1], d[0]}, {}, t);
-         auto w = b.parameter("w", {d[1], d[2]}, {}, t);
-         return b.matmul(a, w, true, false, "y");
-       },
-       {{3, 4, 5}, {1, 3, 2}}},
+       [](Builder& b, const Dims& d, DType t) { return product(b, d, t, true, false); }, {{3, 4, 5}, {1, 3, 2}}},
       {"matmul_trans_both", OpKind::matmul,
-       [](Builder& b, const Dims& d, DType t) {
-         auto a = b.parameter("a", {d[1], d[0]}, {}, t);
-         auto w = b.parameter("w", {d[2], d[1]}, {}, t);
-         return b.matmul(a, w, true, true, "y");
-       },
-       {{3, 4, 5}, {4, 1, 2}}},
+       [](Builder& b, const Dims& d, DType t) { return product(b, d, t, true, true); }, {{3, 4, 5}, {4, 1, 2}}},
       {"bias_add", OpKind::bias_add,
        [](Builder& b, const Dims& d, DType t) {
          auto x = b.parameter("x", {d[0], d[1]}, {}, t);
