@@ -1,7 +1,7 @@
 // Forward checks the op harness (tests/op_harness_test.cpp, whose references compare each op's
 // output with a double-precision computation) does not make: a fused op giving the bits of its
-// parts, and batch norm's running statistics (an in-place update, no output) and their use at
-// inference.
+// parts, and the batch-norm builder's running statistics (its momentum and unbiased variance
+// over a step) and their use at inference, against values worked by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>

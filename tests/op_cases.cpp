@@ -43,6 +43,23 @@ TensorId state(Builder& b, const std::string& name, Shape shape, graph::InitSpec
   return b.graph().add_tensor(std::move(desc));
 }
 
+// An optimizer update (kind) of p with `states` state tensors; returns g, which the loss reads.
+TensorId update(Builder& b, const Dims& d, DType t, OpKind kind, int states) {
+  const TensorId p = b.parameter("p", Shape(d), {}, t);
+  const TensorId g = b.parameter("g", Shape(d), {}, t);
+  std::vector<TensorId> updated = {p};
+  for (int i = 0; i < states; ++i) {
+    const graph::InitSpec init{i == 1 ? graph::InitSpec::Kind::ones : graph::InitSpec::Kind::uniform, 1.0f};
+    updated.push_back(state(b, "state" + std::to_string(i), Shape(d), init, t));
+  }
+  graph::OpAttrs attrs;
+  attrs.lr = 0.1f;
+  attrs.momentum = 0.9f;
+  attrs.weight_decay = 0.05f;
+  b.graph().add_op(kind, {g}, attrs, "update", graph::Role::temporary, graph::Phase::optimizer, updated);
+  return g;
+}
+
 TensorId product(Builder& b, const Dims& d, DType t, bool ta, bool tb) {
   // d = {M, K, N}
   auto a = b.parameter("a", ta ? Shape{d[1], d[0]} : Shape{d[0], d[1]}, {}, t);
@@ -357,6 +374,25 @@ const std::vector<OpCase>& op_cases() {
          return with_attrs(b, OpKind::dropout_mask, std::vector<TensorId>{}, attrs);
        },
        {{7}, {3, 40}}},
+      // batch norm in training, whose update of the running statistics (random before it) is under test
+      {"running_stats_update", OpKind::running_stats_update,
+       [](Builder& b, const Dims& d, DType t) {
+         auto x = b.parameter("x", Shape(d), {}, t);
+         auto gamma = b.parameter("gamma", {d[1]}, {}, t);
+         auto beta = b.parameter("beta", {d[1]}, {}, t);
+         auto mean = state(b, "running_mean", {d[1]}, {graph::InitSpec::Kind::uniform, 1.0f}, t);
+         auto var = state(b, "running_var", {d[1]}, {graph::InitSpec::Kind::uniform, 1.0f}, t);
+         return b.batch_norm(x, gamma, beta, mean, var, /*training=*/true, "y", /*momentum=*/0.3f);
+       },
+       {{3, 2, 2, 2}, {4, 3}}},
+      // the optimizer updates of a parameter p from a gradient g (a parameter here, so it takes
+      // random values), state randomly initialised (Adam's second moment positive)
+      {"sgd_update", OpKind::sgd_update,
+       [](Builder& b, const Dims& d, DType t) { return update(b, d, t, OpKind::sgd_update, 0); }, {{7}, {3, 4}}},
+      {"sgd_momentum_update", OpKind::sgd_momentum_update,
+       [](Builder& b, const Dims& d, DType t) { return update(b, d, t, OpKind::sgd_momentum_update, 1); }, {{7}, {3, 4}}},
+      {"adamw_update", OpKind::adamw_update,
+       [](Builder& b, const Dims& d, DType t) { return update(b, d, t, OpKind::adamw_update, 2); }, {{7}, {3, 4}}},
       // the row log-sum-exp fused attention saves (the case's graph is attention's)
       {"attention_lse", OpKind::attention_lse,
        [](Builder& b, const Dims& d, DType t) {
@@ -758,6 +794,56 @@ V ref_attention(const RefOperands& o) {
   return y;
 }
 
+// new = (1 - m) old + m batch per channel, the variance's batch value times alpha (M / (M - 1)).
+V ref_running_stats_update(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  const std::size_t C = o.updates[0].size();
+  V y;
+  for (std::size_t u = 0; u < 2; ++u)
+    for (std::size_t c = 0; c < C; ++c) {
+      const double batch = o.in[0][u * C + c] * (u == 1 ? double(a.alpha) : 1.0);
+      y.push_back((1.0 - double(a.momentum)) * o.updates[u][c] + double(a.momentum) * batch);
+    }
+  return y;
+}
+// SGD: p - lr (g + wd p).
+V ref_sgd_update(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  V y = o.updates[0];
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] -= double(a.lr) * (o.in[0][i] + double(a.weight_decay) * y[i]);
+  return y;
+}
+// SGD with momentum (PyTorch's, dampening 0): buf = m buf + g + wd p; p -= lr buf. Returns p, buf.
+V ref_sgd_momentum_update(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  const std::size_t n = o.updates[0].size();
+  V y(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double p = o.updates[0][i];
+    const double buf = double(a.momentum) * o.updates[1][i] + o.in[0][i] + double(a.weight_decay) * p;
+    y[i] = p - double(a.lr) * buf;
+    y[n + i] = buf;
+  }
+  return y;
+}
+// AdamW at step 1 (the harness's): p (1 - lr wd) - lr / (1 - b1) * m / (sqrt(v) / sqrt(1 - b2) + eps)
+// with m, v the moments after this step's gradient. Returns p, m, v.
+V ref_adamw_update(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  const double b1 = a.beta1, b2 = a.beta2, lr = a.lr;
+  const std::size_t n = o.updates[0].size();
+  V y(3 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = o.in[0][i];
+    const double m = b1 * o.updates[1][i] + (1 - b1) * g, v = b2 * o.updates[2][i] + (1 - b2) * g * g;
+    y[i] = o.updates[0][i] * (1 - lr * double(a.weight_decay)) -
+           lr / (1 - b1) * m / (std::sqrt(v) / std::sqrt(1 - b2) + double(a.eps));
+    y[n + i] = m;
+    y[2 * n + i] = v;
+  }
+  return y;
+}
+
 struct ReferenceEntry {
   OpKind kind;
   Reference fn;
@@ -809,6 +895,10 @@ const ReferenceEntry kReferences[] = {
     {OpKind::dropout_mask, ref_dropout_mask},
     {OpKind::attention_lse, ref_attention_lse},
     {OpKind::attention, ref_attention},
+    {OpKind::running_stats_update, ref_running_stats_update},
+    {OpKind::sgd_update, ref_sgd_update},
+    {OpKind::sgd_momentum_update, ref_sgd_momentum_update},
+    {OpKind::adamw_update, ref_adamw_update},
 };
 
 }  // namespace
@@ -836,7 +926,7 @@ TensorId build_case_graph(const OpCase& c, const Dims& dims, DType dtype, bool b
 const graph::Op& op_under_test(const graph::Graph& g, OpKind kind) {
   const graph::Op* found = nullptr;
   for (const graph::Op& op : g.ops()) {
-    if (op.kind == kind && op.phase == graph::Phase::forward) found = &op;
+    if (op.kind == kind && op.phase != graph::Phase::backward) found = &op;
   }
   MEMPLAN_CHECK(found != nullptr, "the case's graph has no op of its kind");
   return *found;

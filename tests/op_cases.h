@@ -41,9 +41,11 @@ struct RefOperands {
   const graph::Op& op;
   std::vector<std::vector<double>> in;  // each input's values
   std::vector<graph::Shape> shape;      // each input's shape
-  graph::Shape out;                     // the output's shape
+  graph::Shape out;                     // the output's shape (none for an update in place)
+  std::vector<std::vector<double>> updates;  // each updated tensor's values before the op
 };
-// The op's output computed from its operands by plain loops from the op's contract (graph/op.h).
+// The op's output computed from its operands by plain loops from the op's contract (graph/op.h);
+// for an op that updates tensors in place (no output), their new values one after the other.
 using Reference = std::vector<double> (*)(const RefOperands& operands);
 // The reference of `kind`, or nullptr where it has none yet.
 Reference reference_of(graph::OpKind kind);
@@ -56,7 +58,7 @@ inline constexpr graph::DType kCaseDTypes[] = {graph::DType::f32, graph::DType::
 // retained. Returns y.
 TensorId build_case_graph(const OpCase& c, const Dims& dims, graph::DType dtype, bool backward, graph::Graph& g);
 
-// The op under test in a case's graph: the last forward op of the case's kind.
+// The op under test in a case's graph: the last op of the case's kind outside the backward pass.
 const graph::Op& op_under_test(const graph::Graph& g, graph::OpKind kind);
 
 }  // namespace memplan::testing
