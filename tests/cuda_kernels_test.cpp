@@ -1,8 +1,9 @@
 // The CUDA backend against the CPU: (a) no op of a step CUDA trains lacks a CUDA kernel, by the
 // dispatch table's own list of gaps (runs wherever memplan was built with CUDA, GPU or not); (b) every op of the reference models' steps,
-// CUDA vs CPU on fresh random inputs with a tolerance per op; (c) short training runs CPU vs GPU,
-// planned mode allocating nothing during steps, and planned/naive/dynamic (expandable segments)
-// giving the same bits on the GPU. (b) and (c) skip, saying why, when no GPU is present.
+// CUDA vs CPU on fresh random inputs with a tolerance per op, and likewise every op (forward and
+// backward) of every op-harness case's graph (tests/op_cases.h); (c) short training runs CPU vs
+// GPU, planned mode allocating nothing during steps, and planned/naive/dynamic (expandable
+// segments) giving the same bits on the GPU. (b) and (c) skip, saying why, when no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "tests/test_util.h"
 #include "memplan/common/rng.h"
+#include "memplan/graph/autograd.h"
 #include "memplan/graph/builder.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/kernels/kernel.h"
@@ -23,6 +25,7 @@
 #include "memplan/kernels/cuda/cublas_loader.h"
 #endif
 #include "cli_util.h"
+#include "op_cases.h"
 #include "test_util.h"
 
 namespace memplan {
@@ -471,6 +474,62 @@ TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsMatchesTheCpuWithinItsTolerance) {
   // Kinds no reference model uses are listed, so a gap is visible rather than silent.
   if (!untested.empty()) std::printf("CUDA vs CPU: op kinds no reference model exercises: %s\n", ::testing::PrintToString(untested).c_str());
   EXPECT_GE(tested.size(), 40u);
+}
+
+// --- the op harness's cases (tests/op_cases.h) ----------------------------------------------------
+
+// Each case's graph at each of its shapes, f32: forward, and backward where the op has a gradient rule.
+std::vector<std::pair<std::string, graph::Graph>> case_graphs() {
+  std::vector<std::pair<std::string, graph::Graph>> graphs;
+  for (const testing::OpCase& c : testing::op_cases()) {
+    for (const testing::Dims& dims : c.dim_sets) {
+      graph::Graph g;
+      testing::build_case_graph(c, dims, graph::DType::f32, graph::has_gradient_rule(c.kind), g);
+      graphs.emplace_back(::testing::PrintToString(dims).insert(0, std::string(c.name) + " "), std::move(g));
+    }
+  }
+  return graphs;
+}
+
+// The ops of the cases' graphs that have no CUDA kernel (the LLaMA-style ops, which CUDA training
+// does not reach yet): one explicit list, so the gap is visible and a new op of a case without a
+// CUDA kernel fails here until it has one or is listed (runs wherever memplan was built with CUDA).
+const std::set<std::string> kCaseOpsWithoutACudaKernel = {
+    "concat", "repeat_heads", "repeat_heads_backward", "rms_norm", "rms_norm_backward", "rms_norm_dgamma",
+    "rotary", "silu", "silu_backward"};
+
+TEST(CudaKernels, TheOpHarnessCasesOpsWithoutACudaKernelAreTheListedOnes) {
+  if (!kernels::built_with_cuda()) GTEST_SKIP() << "memplan was built without CUDA (no nvcc found)";
+  std::set<std::string> lacking;
+  for (const auto& [name, g] : case_graphs()) {
+    for (const graph::Op& op : g.ops()) {
+      if (kernels::find_kernel(op.kind, DeviceKind::cuda) == nullptr) lacking.emplace(graph::op_name(op.kind));
+    }
+  }
+  EXPECT_EQ(lacking, kCaseOpsWithoutACudaKernel);
+}
+
+// Every op of every case's graph, forward and backward, CUDA vs CPU on fresh random operands.
+TEST_F(CudaVsCpu, EveryOpOfEveryOpHarnessCaseMatchesTheCpuWithinItsTolerance) {
+  std::set<OpKind> tested;
+  std::uint64_t seed = 1000;
+  for (const auto& [name, g] : case_graphs()) {
+    SCOPED_TRACE("case " + name);
+    for (const graph::Op& op : g.ops()) {
+      if (graph::op_info(op.kind).output_is_view) continue;  // no kernel work
+      if (kernels::find_kernel(op.kind, DeviceKind::cuda) == nullptr) {
+        EXPECT_TRUE(kCaseOpsWithoutACudaKernel.count(std::string(graph::op_name(op.kind))))
+            << "op '" << op.name << "' (" << graph::op_name(op.kind) << ") has no CUDA kernel";
+        continue;
+      }
+      compare_op(*device_, g, op, seed++);
+      tested.insert(op.kind);
+    }
+  }
+  for (const testing::OpCase& c : testing::op_cases()) {
+    if (graph::op_info(c.kind).output_is_view || kCaseOpsWithoutACudaKernel.count(std::string(graph::op_name(c.kind)))) continue;
+    EXPECT_TRUE(tested.count(c.kind)) << "case " << c.name << ": its op was never compared";
+  }
 }
 
 // --- whole training steps -------------------------------------------------------------------------
