@@ -496,7 +496,7 @@ std::vector<std::pair<std::string, graph::Graph>> case_graphs() {
 // CUDA kernel fails here until it has one or is listed (runs wherever memplan was built with CUDA).
 const std::set<std::string> kCaseOpsWithoutACudaKernel = {
     "concat", "repeat_heads", "repeat_heads_backward", "rms_norm", "rms_norm_backward", "rms_norm_dgamma",
-    "rotary", "silu", "silu_backward"};
+    "rotary"};
 
 TEST(CudaKernels, TheOpHarnessCasesOpsWithoutACudaKernelAreTheListedOnes) {
   if (!kernels::built_with_cuda()) GTEST_SKIP() << "memplan was built without CUDA (no nvcc found)";
