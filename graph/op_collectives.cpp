@@ -66,7 +66,7 @@ OutputSpec infer_all_gather_into(Inputs, const OpAttrs& attrs) {
 double flops_collective_sum(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kCollectivesRows[] = {
   {.kind = OpKind::pack, .name = "pack", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
     .infer = infer_pack, .flops = flops_zero},
   {.kind = OpKind::all_reduce, .name = "all_reduce", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
@@ -82,6 +82,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> collectives_rows() { return kRows; }
+std::span<const OpInfo> collectives_rows() { return kCollectivesRows; }
 
 }  // namespace memplan::graph

@@ -191,7 +191,7 @@ void grad_global_avg_pool(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kConvPoolRows[] = {
   {.kind = OpKind::im2col, .name = "im2col", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_im2col, .flops = flops_zero, .grad = grad_im2col},
   {.kind = OpKind::conv2d, .name = "conv2d", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -225,6 +225,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> conv_pool_rows() { return kRows; }
+std::span<const OpInfo> conv_pool_rows() { return kConvPoolRows; }
 
 }  // namespace memplan::graph

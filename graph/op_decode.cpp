@@ -76,7 +76,7 @@ double flops_decode_attention(Inputs in, const TensorDesc* out) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kDecodeRows[] = {
   {.kind = OpKind::kv_cache_write, .name = "kv_cache_write", .num_inputs = 4, .num_updates = 2, .num_outputs = 0,
     .infer = infer_kv_cache_write, .flops = flops_zero},
   {.kind = OpKind::decode_attention, .name = "decode_attention", .num_inputs = 7, .num_updates = 0, .num_outputs = 1,
@@ -86,6 +86,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> decode_rows() { return kRows; }
+std::span<const OpInfo> decode_rows() { return kDecodeRows; }
 
 }  // namespace memplan::graph

@@ -170,7 +170,7 @@ void grad_swiglu(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kElementwiseRows[] = {
   {.kind = OpKind::bias_add, .name = "bias_add", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_bias_add, .flops = flops_per_output, .in_place_inputs = 0b1, .grad = grad_bias_add},
   {.kind = OpKind::add, .name = "add", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -220,6 +220,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> elementwise_rows() { return kRows; }
+std::span<const OpInfo> elementwise_rows() { return kElementwiseRows; }
 
 }  // namespace memplan::graph

@@ -164,7 +164,7 @@ void grad_slice(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kLayoutRows[] = {
   {.kind = OpKind::reshape, .name = "reshape", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
     .infer = infer_reshape, .flops = flops_zero, .grad = grad_reshape},
   {.kind = OpKind::embedding, .name = "embedding", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -186,6 +186,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> layout_rows() { return kRows; }
+std::span<const OpInfo> layout_rows() { return kLayoutRows; }
 
 }  // namespace memplan::graph

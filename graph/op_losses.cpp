@@ -64,7 +64,7 @@ void grad_softmax_cross_entropy(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kLossesRows[] = {
   {.kind = OpKind::sum, .name = "sum", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_reduce_all, .flops = flops_per_input, .grad = grad_sum},
   {.kind = OpKind::mean, .name = "mean", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
@@ -80,6 +80,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> losses_rows() { return kRows; }
+std::span<const OpInfo> losses_rows() { return kLossesRows; }
 
 }  // namespace memplan::graph

@@ -245,7 +245,7 @@ void grad_attention(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kMatmulAttentionRows[] = {
   {.kind = OpKind::matmul, .name = "matmul", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_matmul, .flops = flops_matmul, .grad = grad_matmul},
   {.kind = OpKind::batched_matmul, .name = "batched_matmul", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -269,6 +269,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> matmul_attention_rows() { return kRows; }
+std::span<const OpInfo> matmul_attention_rows() { return kMatmulAttentionRows; }
 
 }  // namespace memplan::graph

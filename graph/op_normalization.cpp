@@ -127,7 +127,7 @@ void grad_rms_norm(GradContext& c, const Op& op, TensorId dy) {
 }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kNormalizationRows[] = {
   {.kind = OpKind::batch_norm_stats, .name = "batch_norm_stats", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_batch_norm_stats, .flops = flops_3_per_input},
   {.kind = OpKind::batch_norm_centered_stats, .name = "batch_norm_centered_stats", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -163,6 +163,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> normalization_rows() { return kRows; }
+std::span<const OpInfo> normalization_rows() { return kNormalizationRows; }
 
 }  // namespace memplan::graph

@@ -21,7 +21,7 @@ double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[
 double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
 
 // clang-format off
-constexpr OpInfo kRows[] = {
+constexpr OpInfo kOptimizerUpdatesRows[] = {
   {.kind = OpKind::sgd_update, .name = "sgd_update", .num_inputs = 1, .num_updates = 1, .num_outputs = 0,
     .infer = infer_update, .flops = flops_sgd, .accepts = kF32Only},
   {.kind = OpKind::sgd_momentum_update, .name = "sgd_momentum_update", .num_inputs = 1, .num_updates = 2, .num_outputs = 0,
@@ -39,6 +39,6 @@ constexpr OpInfo kRows[] = {
 
 }  // namespace
 
-std::span<const OpInfo> optimizer_updates_rows() { return kRows; }
+std::span<const OpInfo> optimizer_updates_rows() { return kOptimizerUpdatesRows; }
 
 }  // namespace memplan::graph
