@@ -132,16 +132,16 @@ TEST(Fit, PlanFitAndTrainGiveTheSameArenaOnALoadedMachine) {
 // The GPT takes its vocabulary from its text: fit plans the one train builds from its default
 // text, so the arena fit states is the arena train allocates, alone and on each of two ranks.
 TEST(Fit, TheGptFitPlansIsTheGptTrainRuns) {
-  const std::string step = "--model gpt --batch 32";
+  const std::string step = "--model gpt --batch 8";
   const auto fit = nlohmann::json::parse(run_cli("fit " + step + " --device cpu --device-memory 1TiB --json", false).output);
-  const auto train = nlohmann::json::parse(run_cli("train " + step + " --steps 2 --quiet --threads 1 --json", false).output);
+  const auto train = nlohmann::json::parse(run_cli("train " + step + " --steps 1 --quiet --threads 1 --json", false).output);
   ASSERT_TRUE(train.contains("arena_bytes")) << train.dump();
   EXPECT_EQ(fit["arena_bytes"], train["arena_bytes"]) << "fit plans the vocabulary train builds";
   EXPECT_EQ(train["device_bytes_at_setup"], train["arena_bytes"]);
 
   const auto fit2 = nlohmann::json::parse(
       run_cli("fit " + step + " --devices 2 --device cpu --device-memory 1TiB --json", false).output);
-  const auto r = testing::run_cli_with_env(testing::mpirun(2), "train " + step + " --steps 2 --quiet --threads 1 --json", false);
+  const auto r = testing::run_cli_with_env(testing::mpirun(2), "train " + step + " --steps 1 --quiet --threads 1 --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto train2 = nlohmann::json::parse(r.output);
   ASSERT_EQ(train2["ranks"].size(), 2u) << train2.dump();
