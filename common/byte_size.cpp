@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace memplan {
@@ -51,6 +52,16 @@ Result<Bytes> parse_byte_size(std::string_view text) {
   if (whole < 1) return error("it is less than one byte");
   if (u.empty() && number.find('.') != std::string::npos) return error("a plain byte count must be a whole number");
   return whole;
+}
+
+std::string format_bytes(Bytes bytes) {
+  char buf[96];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (Bytes(1) << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1 << 30));
+  else if (bytes >= (Bytes(1) << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1 << 20));
+  else if (bytes >= 1024) std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+  return buf;
 }
 
 }  // namespace memplan

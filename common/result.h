@@ -1,5 +1,7 @@
 // Expected failures (bad file, bad flag, does not fit, device out of memory) are values, not
-// exceptions: Result<T> holds either a T or an Error whose message a user can act on.
+// exceptions: Result<T> holds either a T or an Error whose message a user can act on. A caller
+// that must tell kinds of failure apart (train's input errors from run failures) names its own
+// error type with a `message`: Result<T, TrainError>.
 #pragma once
 
 #include <string>
@@ -14,11 +16,11 @@ struct Error {
   std::string message;
 };
 
-template <typename T>
+template <typename T, typename E = Error>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
-  Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
+  Result(E error) : v_(std::move(error)) {}          // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
@@ -28,20 +30,20 @@ class [[nodiscard]] Result {
     return std::get<T>(v_);
   }
   T& value() & {
-    MEMPLAN_CHECK(ok(), "value() on an error result: " << std::get<Error>(v_).message);
+    MEMPLAN_CHECK(ok(), "value() on an error result: " << std::get<E>(v_).message);
     return std::get<T>(v_);
   }
   T&& value() && {
-    MEMPLAN_CHECK(ok(), "value() on an error result: " << std::get<Error>(v_).message);
+    MEMPLAN_CHECK(ok(), "value() on an error result: " << std::get<E>(v_).message);
     return std::get<T>(std::move(v_));
   }
-  const Error& error() const {
+  const E& error() const {
     MEMPLAN_CHECK(!ok(), "error() on a successful result");
-    return std::get<Error>(v_);
+    return std::get<E>(v_);
   }
 
  private:
-  std::variant<T, Error> v_;
+  std::variant<T, E> v_;
 };
 
 // Result<void>: success or an Error.

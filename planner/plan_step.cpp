@@ -1,4 +1,5 @@
 #include "memplan/planner/plan_step.h"
+#include "memplan/planner/step_size.h"
 
 #include <utility>
 
@@ -54,10 +55,7 @@ Result<graph::Graph> build_step(const StepDescription& step) {
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
   const graph::DataParallelConfig& dp = step.parallel;
   if (dp.active()) {
-    if (step.batch % dp.world != 0) {
-      return Error{"the batch " + std::to_string(step.batch) + " (the global batch) does not divide among " +
-                   std::to_string(dp.world) + " ranks: use a multiple of " + std::to_string(dp.world)};
-    }
+    if (auto problem = global_batch_problem(step)) return Error{describe(*problem)};
     if (!source.training) return Error{"data parallelism applies to training steps"};
   }
   const std::int64_t rank_batch = dp.active() ? step.batch / dp.world : step.batch;

@@ -111,6 +111,11 @@ std::string describe(const StepSizeProblem& p, const SizeNaming& naming) {
       return naming.name(p.knob, p.knob.value) + ": the step would have more than " + std::to_string(kMaxStepOps) +
              " ops, the most the planner takes; the largest that works is " + std::to_string(p.largest) +
              (p.knob.unit.empty() ? "" : " " + p.knob.unit);
+    case StepSizeProblem::Kind::indivisible_batch:
+      return naming.name(p.knob, p.knob.value) + " is the global batch and must divide among the " +
+             std::to_string(p.ranks) + " ranks: use a multiple of " + std::to_string(p.ranks) +
+             (p.largest > 0 ? " (e.g. " + std::to_string(p.largest) + " or " + std::to_string(p.largest + p.ranks) + ")"
+                            : " (e.g. " + std::to_string(p.ranks) + ")");
     case StepSizeProblem::Kind::reduce_several: {
       if (p.tried.size() == 1) {
         return naming.name(p.tried.front(), p.tried.front().value) + ": the step cannot be represented (" + p.why +
@@ -125,8 +130,20 @@ std::string describe(const StepSizeProblem& p, const SizeNaming& naming) {
   return p.why;
 }
 
+std::optional<StepSizeProblem> global_batch_problem(const StepDescription& step) {
+  const graph::DataParallelConfig& dp = step.parallel;
+  if (step.graph || step.batch <= 0 || !dp.active() || step.batch % dp.world == 0) return std::nullopt;
+  StepSizeProblem p;
+  p.kind = StepSizeProblem::Kind::indivisible_batch;
+  p.knob = batch_knob(step);
+  p.largest = step.batch / dp.world * dp.world;
+  p.ranks = dp.world;
+  return p;
+}
+
 std::optional<StepSizeProblem> find_step_size_problem(const StepDescription& step) {
   if (step.graph || !step.source || step.batch <= 0) return std::nullopt;
+  if (auto batch = global_batch_problem(step)) return batch;
   if (auto layers = check_layer_counts(step)) return layers;
   const std::vector<graph::SizeKnob> knobs = knobs_of(step);
   std::vector<std::int64_t> work = values_of(knobs);

@@ -35,12 +35,16 @@ struct StepSizeProblem {
     too_large,       // `knob` at its value: `largest` is the largest that works, the others as given
     too_many_ops,    // `knob` (a layer count): more ops than kMaxStepOps; `largest` works
     reduce_several,  // no single knob of `tried` brought down alone helps
+    // `knob` (the batch) is a data-parallel step's global batch and does not divide among
+    // `ranks` ranks; `largest` is the largest multiple of `ranks` below it (0: none)
+    indivisible_batch,
   };
   Kind kind = Kind::too_large;
   graph::SizeKnob knob;
   std::int64_t largest = 0;
   std::string why;                    // too_large, reduce_several: what could not be represented
   std::vector<graph::SizeKnob> tried;  // reduce_several
+  int ranks = 0;                       // indivisible_batch
 };
 
 // How messages name a size: with its value ("the sequence length 4096") or alone.
@@ -56,7 +60,12 @@ std::string describe(const StepSizeProblem& problem, const SizeNaming& naming = 
 // that is too large and the largest value of it that works with the others as given. Layer counts
 // are checked from two tiny builds before anything large is built, so no input makes this
 // allocate more than the step it accepts.
+// A data-parallel step's global batch that does not divide among its ranks is a problem too
+// (checked first: global_batch_problem).
 std::optional<StepSizeProblem> find_step_size_problem(const StepDescription& step);
+// The one check of a data-parallel step's global batch against its world (plan_step, fit and
+// train all read it): nullopt when the step is not data parallel or its batch divides.
+std::optional<StepSizeProblem> global_batch_problem(const StepDescription& step);
 // The same as a Status whose message names quantities (describe with quantity_naming()).
 Status check_step_size(const StepDescription& step);
 

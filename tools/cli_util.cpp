@@ -232,9 +232,11 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
 }  // namespace
 
 Status check_step_size_flags(const planner::StepDescription& step) {
-  if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, {flag_name, "flags"})};
+  if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, flag_naming())};
   return Status::success();
 }
+
+planner::SizeNaming flag_naming() { return {flag_name, "flags"}; }
 
 Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   const models::ModelInfo* info = models::find_model(flags.model);

@@ -22,6 +22,7 @@
 #include "memplan/import/onnx_import.h"
 #include "memplan/planner/checkpoint.h"
 #include "memplan/planner/plan_step.h"
+#include "memplan/planner/step_size.h"
 
 namespace memplan::tools {
 
@@ -126,6 +127,8 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags);
 Result<planner::StepDescription> step_description(const ModelFlags& flags);
 // planner::check_step_size with the sizes named as the flags that set them (--batch, --seq, ...).
 Status check_step_size_flags(const planner::StepDescription& step);
+// How sizes are named to a CLI user: as the flags that set them.
+planner::SizeNaming flag_naming();
 
 // "budget 1.00 MiB is below what checkpoint none can reach; the minimum feasible arena is ..."
 std::string unmet_budget_message(const planner::PlannedStep& step, planner::CheckpointStrategy asked);

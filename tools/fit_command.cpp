@@ -205,16 +205,15 @@ int run_fit(const FitFlags& flags) {
     // Without --batch, the model's default batch need not divide among the devices: the first
     // global batch is then one sample per device (what --max-batch starts from anyway).
     if (flags.model.batch == 0 && question.step.batch % flags.devices != 0) question.step.batch = flags.devices;
-    if (question.step.batch % flags.devices != 0) {
-      std::cerr << "memplan fit: --batch " << question.step.batch << " is the global batch and must divide among "
-                << flags.devices << " devices: use a multiple of " << flags.devices << "\n";
-      return kExitUsage;
-    }
     question.step.parallel.world = flags.devices;
     question.step.parallel.rank = 0;  // every rank plans the same arena
     question.step.parallel.zero = flags.zero;
     question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
     question.step.parallel.prefetch = flags.prefetch;
+    if (auto problem = planner::global_batch_problem(question.step)) {
+      std::cerr << "memplan fit: " << planner::describe(*problem, flag_naming()) << "\n";
+      return kExitUsage;
+    }
   }
   question.device_memory = memory.value();
   question.request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();

@@ -7,16 +7,6 @@
 
 namespace memplan::tools {
 
-std::string format_bytes(Bytes bytes) {
-  char buf[96];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (Bytes(1) << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1 << 30));
-  else if (bytes >= (Bytes(1) << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1 << 20));
-  else if (bytes >= 1024) std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-  return buf;
-}
-
 namespace {
 
 Bytes role_bytes(const std::vector<std::pair<graph::Role, Bytes>>& by_role, graph::Role role) {

@@ -6,12 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memplan/common/byte_size.h"
 #include "memplan/graph/graph.h"
 #include "memplan/planner/memory_plan.h"
 
 namespace memplan::tools {
 
-std::string format_bytes(Bytes bytes);  // "1.50 MiB (1572864 B)"
 
 // The end-of-training summary: parameters, optimizer state, peak activations + gradients,
 // arena total, lower bound and the ratio.

@@ -1,0 +1,355 @@
+#include "memplan/train/run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <utility>
+
+#include "memplan/planner/fit.h"
+#include "memplan/runtime/devices.h"
+#include "memplan/runtime/weights.h"
+
+namespace memplan::train {
+namespace {
+
+TrainError input_error(std::string message) { return {TrainError::Kind::input, std::move(message), {}}; }
+TrainError run_error(std::string message) { return {TrainError::Kind::run, std::move(message), {}}; }
+
+// The export is written when training ends: a folder that cannot take it is said up front.
+Status check_export_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return Error{"--export-onnx " + path + " is a folder; name the .onnx file to write"};
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    return Error{"--export-onnx " + path + ": the folder " + parent.string() +
+                 " does not exist; create it or name a file in an existing folder"};
+  }
+  return Status::success();
+}
+
+// The model as it trains: a decoder config's sequence resolved (config_train_seq).
+Result<models::ModelOptions> resolved_model(const TrainSpec& spec) {
+  models::ModelOptions model = spec.model;
+  if (model.config && !model.config->vision()) {
+    auto seq = config_train_seq(*model.config, model.zoo.seq);
+    if (!seq) return seq.error();
+    model.zoo.seq = seq.value();
+  }
+  return model;
+}
+
+// The data-parallel shape of the step on `world` ranks (rank and world set per process).
+graph::DataParallelConfig parallel_config(const TrainSpec& spec, int world, int rank) {
+  graph::DataParallelConfig dp;
+  dp.world = world;
+  dp.rank = rank;
+  dp.zero = spec.zero;
+  dp.bucket_bytes = spec.bucket_bytes;
+  dp.prefetch = spec.prefetch;
+  return dp;
+}
+
+Status check_several_ranks(const TrainSpec& spec) {
+  if (spec.device && *spec.device != kernels::DeviceKind::cpu) {
+    return Error{"several ranks train on the CPU (MPI); drop --device " + std::string(kernels::device_kind_name(*spec.device)) +
+                 " or run one process"};
+  }
+  // Rank 0 saves what every rank holds whole under stage 0; sharded state would need gathering.
+  if (!spec.load.empty() || (!spec.save.empty() && spec.zero != 0)) {
+    return Error{"with several ranks --save works with --zero 0 only, and --load not at all; run one process to resume"};
+  }
+  if (spec.mode != runtime::ExecutionMode::planned) return Error{"several ranks run --mode planned only"};
+  return Status::success();
+}
+
+// Why setup ran out of device memory, and what would fit, answered by planning alone (the same
+// answer_fit as `memplan fit`, with this device's profile): the arena against what the device can
+// give; the requested batch with activation checkpointing, when the run used none; and the
+// largest batch under the run's own checkpoint strategy.
+std::string out_of_memory_advice(const planner::StepDescription& step, const planner::PlanRequest& request,
+                                 const runtime::Executor& executor, Bytes capacity) {
+  std::ostringstream out;
+  const planner::MemoryPlan* plan = executor.plan();
+  if (plan == nullptr) {
+    out << "the device has " << format_bytes(capacity) << " (--device-memory); --mode planned states the arena it "
+        << "needs up front";
+    return out.str();
+  }
+  planner::FitQuestion question;
+  question.step = step;
+  question.request = request;
+  question.request.budget.reset();
+  question.request.device.overheads.clear();  // --device-memory caps what the device hands out: the arena
+  question.device_memory = capacity;
+  question.max_batch_strategies = {request.checkpoint};
+  question.max_batch_limit = std::max<std::int64_t>(step.batch - 1, 1);
+  const Bytes arena = question.request.device.total_bytes(plan->arena_bytes);
+  out << "out of memory at setup: the arena needs " << format_bytes(arena) << " (" << arena << " bytes) but the device can give "
+      << format_bytes(capacity) << " (" << capacity << " bytes, --device-memory)";
+  auto answer = planner::answer_fit(question);
+  if (!answer) return out.str() + "\n" + answer.error().message;
+  const planner::FitAnswer& a = answer.value();
+  const bool asked_for_checkpointing = request.checkpoint != planner::CheckpointStrategy::kNone || request.budget;
+  if (!asked_for_checkpointing && a.suggestion && a.suggestion->whole_batch_checkpoint) {
+    out << "\nbatch " << step.batch << " fits with activation checkpointing: add --checkpoint auto --budget "
+        << question.request.device.arena_budget(capacity) << " (auto picks --checkpoint "
+        << planner::checkpoint_strategy_name(*a.suggestion->whole_batch_checkpoint) << ")";
+  }
+  const std::string with = request.checkpoint == planner::CheckpointStrategy::kNone
+                               ? ""
+                               : " with --checkpoint " + std::string(planner::checkpoint_strategy_name(request.checkpoint));
+  const std::int64_t max_batch = a.max_batch.empty() ? 0 : a.max_batch.front().max_batch;
+  if (max_batch > 0) {
+    out << "\nthe largest batch that fits" << with << " is " << max_batch << ": try --batch " << max_batch
+        << " (found by planning alone, as 'memplan fit --max-batch' does)";
+  } else {
+    out << "\nnot even batch 1 fits" << with << "; try a smaller model ('memplan fit' shows where the bytes go)";
+  }
+  return out.str();
+}
+
+SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist::Communicator* comm) {
+  SessionOptions options;
+  options.batch = spec.batch;
+  options.optimizer = spec.optimizer;
+  options.schedule = spec.schedule;
+  options.seed = spec.seed;
+  options.executor.mode = spec.mode;
+  options.executor.debug = spec.debug;
+  options.executor.communicator = comm;
+  options.parallel = parallel_config(spec, world, rank);
+  options.request = spec.request;
+  return options;
+}
+
+// Notes the reporting rank passes to its caller.
+struct Notes {
+  const TrainEvents& events;
+  bool reporting;
+  void operator()(const std::string& line) const {
+    if (reporting && events.note) events.note(line);
+  }
+};
+
+void note_config(const TrainSpec& spec, const RunData& data, const Notes& note) {
+  const models::HfConfig& c = *data.model.config;
+  note("--config " + spec.model.name + ": " + c.describe());
+  if (!data.text_model()) return;
+  const std::int64_t vocab = c.family == models::HfFamily::gpt2 ? c.gpt.vocab : c.llama.vocab;
+  note("no tokenizer: the text's " + std::to_string(data.model.gpt.vocab) + " bytes are the vocabulary in place of the config's " +
+       std::to_string(vocab) + " tokens; " + std::to_string(data.model.gpt.context) + " characters per sequence (--seq)");
+}
+
+// Every rank's arena and allocations during steps, gathered on every rank (2 numbers a rank).
+std::vector<RankMemory> gather_rank_memory(const runtime::Executor& executor, dist::Communicator& comm) {
+  const int world = comm.world_size();
+  std::vector<std::int64_t> numbers(static_cast<std::size_t>(2 * world));
+  const planner::MemoryPlan* plan = executor.plan();
+  const std::int64_t mine[2] = {plan != nullptr ? plan->arena_bytes : 0, executor.device_allocations_during_steps()};
+  comm.all_gather_shards(mine, numbers.data(), 2 * world, dist::ElementType::i64);
+  std::vector<RankMemory> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back({r, numbers[static_cast<std::size_t>(2 * r)], numbers[static_cast<std::size_t>(2 * r + 1)]});
+  }
+  return ranks;
+}
+
+// Test accuracy or validation loss, saving and exporting: what rank 0 does once training ends.
+Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession& session, TrainReport& report,
+                                    const Notes& note) {
+  // Evaluation reads whole parameters: every rank but ZeRO-3's holds them (rank 0 evaluates).
+  if (report.world == 1 || spec.zero < 3) {
+    auto evaluation = session.evaluate();
+    if (!evaluation) return run_error("evaluation failed: " + evaluation.error().message);
+    report.test = evaluation.value().classifier;
+    report.validation = evaluation.value().text;
+  } else {
+    note("no test evaluation under ZeRO-3 (parameters stay sharded across ranks)");
+  }
+  if (!spec.save.empty()) {
+    if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
+    note("saved the weights to " + spec.save);
+  }
+  if (!spec.onnx.export_path.empty()) {
+    if (Status exported = session.export_onnx(spec.onnx.export_path); !exported) {
+      return run_error("cannot export the ONNX model: " + exported.error().message);
+    }
+    note("wrote the trained model to " + spec.onnx.export_path);
+  }
+  return true;
+}
+
+// Plans, sets up and resumes the session for `device`.
+Result<std::unique_ptr<TrainingSession>, TrainError> start_session(const TrainSpec& spec, RunData data,
+                                                                   const SessionOptions& options, runtime::Device& device,
+                                                                   const Notes& note) {
+  auto planned = TrainingSession::plan(std::move(data), options, device);
+  if (!planned) return input_error(planned.error().message);
+  std::unique_ptr<TrainingSession> session = std::move(planned).value();
+  if (!session->planned().fits) {
+    return TrainError{TrainError::Kind::over_budget,
+                      "the step's arena cannot meet the budget of " + std::to_string(session->planned().budget.value_or(0)) +
+                          " bytes",
+                      session->planned()};
+  }
+  if (Status s = session->setup(); !s) {
+    std::string message = s.error().message;
+    if (spec.device_memory > 0) {
+      message += "\n" + out_of_memory_advice(session->step(), session->request(), session->executor(), spec.device_memory);
+    }
+    return run_error(message);
+  }
+  if (!spec.load.empty()) {
+    auto loaded = session->resume(spec.load);
+    if (!loaded) return input_error(loaded.error().message);
+    note("loaded " + std::to_string(loaded.value().loaded) + " tensors from " + spec.load + ", resuming after step " +
+         std::to_string(loaded.value().step) +
+         (loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)"));
+  }
+  return session;
+}
+
+}  // namespace
+
+std::string TrainSpec::label() const { return !onnx.path.empty() ? onnx.path : model.name; }
+
+Status check_train_spec(const TrainSpec& spec, int world, const planner::SizeNaming& naming) {
+  if (!spec.onnx.export_path.empty()) {
+    if (Status s = check_export_path(spec.onnx.export_path); !s) return s;
+  }
+  if (world > 1) {
+    if (Status s = check_several_ranks(spec); !s) return s;
+  }
+  for (std::int64_t width : spec.model.mlp.hidden) {
+    if (width <= 0) return Error{"--hidden widths must be positive, got " + std::to_string(width)};
+  }
+  if (spec.onnx.path.empty()) {
+    // Sizes are checked before any data is read; the text's vocabulary is at most 256 bytes.
+    auto model = resolved_model(spec);
+    if (!model) return model.error();
+    models::ModelOptions sizes = std::move(model).value();
+    const std::int64_t vocab = spec.vocab > 0 ? spec.vocab : 256;
+    sizes.gpt.vocab = vocab;
+    if (sizes.config) sizes.config->gpt.vocab = sizes.config->llama.vocab = vocab;
+    planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(sizes), spec.batch, spec.optimizer);
+    step.parallel = parallel_config(spec, world, 0);
+    if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, naming)};
+  } else {
+    if (spec.vocab > 0) return Error{"--vocab applies to text models (gpt and decoder configs), not --onnx"};
+    planner::StepDescription step;  // the file's model is read later; the global batch is checked now
+    step.batch = spec.batch;
+    step.parallel = parallel_config(spec, world, 0);
+    if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, naming)};
+  }
+  if (!spec.load.empty()) {
+    // A file that cannot be a weights file is refused before the data is read.
+    if (Status s = runtime::check_weights_file(spec.load); !s) return Error{"--load: " + s.error().message};
+  }
+  return Status::success();
+}
+
+Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Communicator* comm, const TrainEvents& events,
+                                             const planner::SizeNaming& naming) {
+  kernels::set_cpu_threads(spec_in.threads);
+  std::unique_ptr<dist::Communicator> own_comm;
+  if (comm == nullptr) {
+    auto made = dist::make_cpu_communicator();
+    if (!made) return run_error(made.error().message);
+    own_comm = std::move(made).value();
+    comm = own_comm.get();
+  }
+  const int world = comm->world_size();
+  const int rank = comm->rank();
+  const Notes note{events, rank == 0};
+  if (Status s = check_train_spec(spec_in, world, naming); !s) return input_error(s.error().message);
+  TrainSpec spec = spec_in;
+  spec.model = resolved_model(spec_in).value();  // check_train_spec resolved it once already
+
+  // The device first: a missing GPU is reported before any data is read.
+  const kernels::DeviceKind kind =
+      spec.device ? *spec.device : world > 1 ? kernels::DeviceKind::cpu : runtime::auto_device_kind();
+  auto made = runtime::make_device(kind, spec.device_memory);
+  if (!made) {
+    return input_error("--device " + std::string(spec.device ? kernels::device_kind_name(*spec.device) : "auto") + ": " +
+                       made.error().message);
+  }
+  const std::unique_ptr<runtime::Device> device = std::move(made).value();
+  if (!spec.device) {
+    note(std::string("--device auto: ") + (device->kind() == kernels::DeviceKind::cuda
+                                               ? "a CUDA GPU is present, training on it"
+                                               : "no CUDA GPU present, training on the CPU"));
+  }
+  auto data = spec.onnx.path.empty()
+                  ? load_run_data(spec.model, spec.data, spec.batch, spec.vocab)
+                  : load_onnx_run_data(spec.onnx.path, spec.onnx.loss, spec.onnx.output, spec.data, spec.batch);
+  if (!data) return input_error(data.error().message);
+  const bool text_model = data.value().text_model();
+  if (text_model && !spec.save.empty() && data.value().model.gpt.vocab != data.value().text->vocab_size()) {
+    return input_error("--save keeps a GPT whose vocabulary is its text's characters (sample reads them back); --vocab " +
+                       std::to_string(spec.vocab) + " differs from the text's " +
+                       std::to_string(data.value().text->vocab_size()) + ": leave out --vocab or --save");
+  }
+  if (data.value().model.config) note_config(spec, data.value(), note);
+
+  auto started = start_session(spec, std::move(data).value(), session_options(spec, world, rank, comm), *device, note);
+  if (!started) return started.error();
+  TrainingSession& session = *started.value();
+  runtime::Executor& executor = session.executor();
+  const std::int64_t steps_per_epoch = session.steps_per_epoch();
+  if (spec.steps <= 0) spec.steps = spec.epochs * steps_per_epoch;
+  if (Status s = runtime::check_lr_schedule(spec.schedule, spec.steps); !s) return input_error(s.error().message);
+  TrainStart start{spec.steps, steps_per_epoch, session.samples_per_step(), text_model, device->name()};
+  if (device->kind() == kernels::DeviceKind::cpu) start.device += " (" + std::to_string(kernels::cpu_threads()) + " threads)";
+  if (rank == 0 && events.start) events.start(start);
+
+  // The profile leaves out the first step (first touches of the arena, threads starting) unless
+  // it is the only one.
+  if (spec.profile && spec.steps == 1) executor.set_profiling(true);
+  auto summary = session.run(spec.steps, [&](const runtime::StepReport& r) {
+    if (spec.profile && r.step == 1 && spec.steps > 1) executor.set_profiling(true);
+    if (rank == 0 && events.step) events.step(r);
+  });
+  if (!summary) {
+    std::string message = summary.error().message;
+    if (!spec.debug.finite && message.find("non-finite") != std::string::npos) {
+      message += "\nrerun with --debug finite to name the first op and tensor that became non-finite";
+    }
+    return run_error(message);
+  }
+
+  TrainReport report;
+  report.reporting = rank == 0;
+  report.world = world;
+  report.ranks = gather_rank_memory(executor, *comm);
+  report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3
+  report.summary = std::move(summary).value();
+  if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;
+  report.device_allocations_during_steps = executor.device_allocations_during_steps();
+  report.device_bytes_at_setup = executor.device_bytes_at_setup();
+  if (rank != 0) {
+    report.spec = spec;
+    return report;  // rank 0 reports for the run
+  }
+  if (auto finished = finish_run(spec, session, report, note); !finished) return finished.error();
+
+  const RunData& trained = session.data();
+  report.spec = spec;
+  if (trained.model.config) report.config_description = trained.model.config->describe();
+  report.device = device->name();
+  report.text_model = text_model;
+  report.step = session.planned().graph;
+  report.checkpoint = session.planned().checkpoint;
+  report.epochs = double(report.summary.steps) / double(steps_per_epoch);
+  report.samples_per_s = double(start.samples_per_step) * 1000.0 / report.summary.step_time_ms_median;
+  if (trained.text) {
+    report.unigram_entropy = unigram_entropy(trained.text->train, trained.text->vocab_size());
+    report.vocab = trained.text->vocab_size();
+    report.context = trained.model.gpt.context;
+  }
+  report.threads = kernels::cpu_threads();
+  if (spec.profile) report.profile = executor.profile();
+  return report;
+}
+
+}  // namespace memplan::train
