@@ -104,65 +104,74 @@ LayoutPanel static_panel(const planner::MemoryPlan& plan) {
   return panel;
 }
 
-int run_compare(const CompareFlags& flags) {
+// The planned step and the two caching allocators replayed on it.
+struct Comparison {
+  planner::PlannedStep planned;
+  std::int64_t batch = 0;
+  Bytes capacity = 0;
+  bool plan_fits = true;
+  std::vector<Variant> variants;
+};
+
+std::string op_name(const Comparison& c, OpIndex pos) {
+  if (pos < 0) return "(step start: inputs)";
+  const planner::MemoryPlan& plan = c.planned.plan;
+  return c.planned.graph.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;
+}
+
+Result<Comparison> compare(const CompareFlags& flags) {
+  Comparison c;
   Result<Bytes> capacity = Bytes{1} << 50;
   if (!flags.device_memory.empty()) capacity = parse_byte_size(flags.device_memory);
-  if (!capacity) {
-    std::cerr << "memplan compare: --device-memory: " << capacity.error().message << "\n";
-    return kExitUsage;
-  }
+  if (!capacity) return Error{"--device-memory: " + capacity.error().message};
+  c.capacity = capacity.value();
   auto base_options = runtime::CachingAllocatorOptions::parse(flags.alloc_conf);
-  if (!base_options) {
-    std::cerr << "memplan compare: --alloc-conf: " << base_options.error().message << "\n";
-    return kExitUsage;
-  }
+  if (!base_options) return Error{"--alloc-conf: " + base_options.error().message};
+  const runtime::CachingAllocatorOptions allocator = base_options.value();
   auto description = step_description(flags.model);
-  if (!description) {
-    std::cerr << "memplan compare: " << description.error().message << "\n";
-    return kExitUsage;
-  }
+  if (!description) return description.error();
+  c.batch = description.value().batch;
   const planner::PlanRequest request{};
   auto planned = planner::plan_step(description.value(), request);
-  if (!planned) {
-    std::cerr << "memplan compare: " << planned.error().message << "\n";
-    return kExitUsage;
-  }
-  const graph::Graph& step = planned.value().graph;
-  const planner::MemoryPlan& plan = planned.value().plan;
-
-  std::vector<Variant> variants(2);
-  variants[0].name = "caching allocator";
-  variants[1].name = "caching allocator, expandable segments";
-  for (std::size_t v = 0; v < variants.size(); ++v) {
-    runtime::SimulatedDevice device(capacity.value());
+  if (!planned) return planned.error();
+  c.planned = std::move(planned).value();
+  const planner::MemoryPlan& plan = c.planned.plan;
+  c.variants.resize(2);
+  c.variants[0].name = "caching allocator";
+  c.variants[1].name = "caching allocator, expandable segments";
+  c.variants[0].name = "caching allocator";
+  c.variants[1].name = "caching allocator, expandable segments";
+  for (std::size_t v = 0; v < c.variants.size(); ++v) {
+    runtime::SimulatedDevice device(c.capacity);
     runtime::ReplayOptions options;
     options.steps = flags.steps;
-    options.allocator = base_options.value();
+    options.allocator = allocator;
     options.allocator.expandable_segments = v == 1;
-    options.trace = &variants[v].trace;
+    options.trace = &c.variants[v].trace;
     options.record_timeline = !flags.html.empty();
-    variants[v].result = runtime::replay_dynamic(plan, device, options);
+    c.variants[v].result = runtime::replay_dynamic(plan, device, options);
   }
 
-  const bool plan_fits = request.device.fits(plan.arena_bytes, capacity.value());
-  auto op_name = [&](OpIndex pos) -> std::string {
-    if (pos < 0) return "(step start: inputs)";
-    return step.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])].name;
-  };
+  c.plan_fits = request.device.fits(plan.arena_bytes, c.capacity);
+  return c;
+}
+
+nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
+  const planner::MemoryPlan& plan = c.planned.plan;
   nlohmann::json j;
   j["model"] = flags.model.display_name();
-  j["batch"] = description.value().batch;
+  j["batch"] = c.batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["dtype"] = graph::dtype_name(flags.model.dtype);
-  j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity.value());
+  j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.capacity);
   j["budget_bytes"] = j["device_memory_bytes"];  // the name before --device-memory, kept for a release
   j["steps"] = flags.steps;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
   j["planned_arena_bytes"] = plan.arena_bytes;
-  j["planned"] = {{"arena_bytes", plan.arena_bytes}, {"fits", plan_fits}, {"device_allocs_setup", 1},
+  j["planned"] = {{"arena_bytes", plan.arena_bytes}, {"fits", c.plan_fits}, {"device_allocs_setup", 1},
                   {"device_allocs_per_step", 0}};
-  for (std::size_t v = 0; v < variants.size(); ++v) {
-    const auto& r = variants[v].result;
+  for (std::size_t v = 0; v < c.variants.size(); ++v) {
+    const auto& r = c.variants[v].result;
     nlohmann::json d{{"reserved_peak_bytes", r.peak_reserved_bytes},
                      {"allocated_peak_bytes", r.peak_allocated_bytes},
                      {"requested_peak_bytes", r.peak_requested_bytes},
@@ -185,63 +194,70 @@ int run_compare(const CompareFlags& flags) {
     if (r.out_of_memory) {
       d["oom_message"] = r.oom_message;
       d["oom_step"] = r.oom_step;
-      d["oom_op"] = op_name(r.oom_op);
+      d["oom_op"] = op_name(c, r.oom_op);
       d["oom_tensor"] = r.oom_tensor;
     }
     j[v == 0 ? "caching" : "expandable"] = d;
   }
 
+  return j;
+}
+
+// --svg, --html, --trace-json and --snapshot; false when one could not be written (said on stderr).
+bool write_compare_files(const CompareFlags& flags, const Comparison& c, const nlohmann::json& j) {
+  const planner::MemoryPlan& plan = c.planned.plan;
   if (!flags.svg.empty()) {
     std::vector<LayoutPanel> panels = {static_panel(plan)};
-    for (const Variant& v : variants) {
+    for (const Variant& v : c.variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
-    if (!write_output(flags.svg, render_layout_svg(flags.model.display_name() + ", batch " + std::to_string(description.value().batch) +
+    if (!write_output(flags.svg, render_layout_svg(flags.model.display_name() + ", batch " + std::to_string(c.batch) +
                                                         ": the same step, three allocators (last step shown)",
                                                     panels))) {
-      return kExitFailure;
+      return false;
     }
   }
   if (!flags.html.empty()) {
     std::vector<LayoutPanel> panels = {static_panel(plan)};
-    for (const Variant& v : variants) {
+    for (const Variant& v : c.variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
     std::vector<TimelineSeries> series;
-    for (const Variant& v : variants) series.push_back(timeline_series(v.name, v.result));
+    for (const Variant& v : c.variants) series.push_back(timeline_series(v.name, v.result));
     if (!write_output(flags.html, render_compare_html(j, render_layout_svg("layouts of the last replayed step", panels),
                                                       render_timeline_svg(series, plan.arena_bytes)))) {
-      return kExitFailure;
+      return false;
     }
   }
   if (!flags.trace_json.empty()) {
-    if (!write_output(flags.trace_json, runtime::trace_to_json(variants[0].trace, 1) + "\n")) return kExitFailure;
+    if (!write_output(flags.trace_json, runtime::trace_to_json(c.variants[0].trace, 1) + "\n")) return false;
   }
   if (!flags.snapshot.empty()) {
     // PyTorch's viewer (pytorch.org/memory_viz) reads pickled snapshots.
-    const std::string bytes = runtime::memory_snapshot_pickle(variants[0].result.snapshot_at_end, &variants[0].trace);
-    if (!write_output(flags.snapshot, bytes)) return kExitFailure;
+    const std::string bytes = runtime::memory_snapshot_pickle(c.variants[0].result.snapshot_at_end, &c.variants[0].trace);
+    if (!write_output(flags.snapshot, bytes)) return false;
   }
 
-  if (flags.json) {
-    std::cout << j.dump(2) << "\n";
-    return kExitOk;
-  }
+  return true;
+}
+
+void print_compare(const CompareFlags& flags, const Comparison& c) {
+  const planner::MemoryPlan& plan = c.planned.plan;
   std::printf("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.display_name().c_str(), static_cast<long long>(description.value().batch),
+              flags.model.display_name().c_str(), static_cast<long long>(c.batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
-              flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(capacity.value())).c_str());
+              flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(c.capacity)).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",
               "allocs/step");
   std::printf("%-40s %14s\n", "lower bound (peak of live bytes)", format_bytes(plan.lower_bound_bytes).c_str());
   std::printf("%-40s %14s %14s %14s %14s %10s\n", "memplan planned arena", format_bytes(plan.arena_bytes).c_str(),
               "-", "0 B", "0 B", "0");
-  for (const Variant& v : variants) {
+  for (const Variant& v : c.variants) {
     const auto& r = v.result;
     if (r.out_of_memory) {
       std::printf("%-40s OUT OF MEMORY in step %lld at op %s, allocating '%s'\n", v.name.c_str(),
-                  static_cast<long long>(r.oom_step), op_name(r.oom_op).c_str(), r.oom_tensor.c_str());
+                  static_cast<long long>(r.oom_step), op_name(c, r.oom_op).c_str(), r.oom_tensor.c_str());
       std::printf("    %s\n", r.oom_message.c_str());
       continue;
     }
@@ -254,14 +270,30 @@ int run_compare(const CompareFlags& flags) {
   std::printf("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
               "  inactive split = free blocks inside split segments then; allocs/step = device allocations in the\n"
               "  last (steady-state) step. planned: one allocation at setup, none per step.\n");
-  if (!plan_fits) {
+  if (!c.plan_fits) {
     std::printf("\nplanned arena: OUT OF MEMORY at setup: it needs %s, the budget is %s\n",
-                format_bytes(plan.arena_bytes).c_str(), format_bytes(capacity.value()).c_str());
+                format_bytes(plan.arena_bytes).c_str(), format_bytes(c.capacity).c_str());
   }
   if (!flags.svg.empty()) std::printf("\nwrote %s\n", flags.svg.c_str());
   if (!flags.html.empty()) std::printf("wrote %s\n", flags.html.c_str());
   if (!flags.trace_json.empty()) std::printf("wrote %s\n", flags.trace_json.c_str());
   if (!flags.snapshot.empty()) std::printf("wrote %s (open it at pytorch.org/memory_viz)\n", flags.snapshot.c_str());
+}
+
+int run_compare(const CompareFlags& flags) {
+  auto compared = compare(flags);
+  if (!compared) {
+    std::cerr << "memplan compare: " << compared.error().message << "\n";
+    return kExitUsage;
+  }
+  const Comparison& c = compared.value();
+  const nlohmann::json j = compare_json(flags, c);
+  if (!write_compare_files(flags, c, j)) return kExitFailure;
+  if (flags.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_compare(flags, c);
+  }
   return kExitOk;
 }
 

@@ -182,25 +182,19 @@ Result<planner::DeviceProfile> device_profile_of(const FitFlags& flags) {
   return profile;
 }
 
-int run_fit(const FitFlags& flags) {
-  if (flags.serve) return run_fit_serve(flags);
+// The question the flags ask: the step (data parallel under --devices), the device and its
+// overheads, the checkpoint strategy, and which strategies --max-batch compares.
+Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
   auto step = step_description(flags.model);
-  if (!step) {
-    std::cerr << "memplan fit: " << step.error().message << "\n";
-    return kExitUsage;
-  }
+  if (!step) return step.error();
   auto memory = parse_byte_size(flags.device_memory);
-  if (!memory) {
-    std::cerr << "memplan fit: --device-memory: " << memory.error().message << "\n";
-    return kExitUsage;
-  }
+  if (!memory) return Error{"--device-memory: " + memory.error().message};
   planner::FitQuestion question;
   question.step = step.value();
   if (flags.devices > 1) {
     if (flags.checkpoint_given) {
-      std::cerr << "memplan fit: --checkpoint does not apply to a data-parallel step (--devices " << flags.devices
-                << "); drop one of them\n";
-      return kExitUsage;
+      return Error{"--checkpoint does not apply to a data-parallel step (--devices " + std::to_string(flags.devices) +
+                   "); drop one of them"};
     }
     // Without --batch, the model's default batch need not divide among the devices: the first
     // global batch is then one sample per device (what --max-batch starts from anyway).
@@ -210,27 +204,15 @@ int run_fit(const FitFlags& flags) {
     question.step.parallel.zero = flags.zero;
     question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
     question.step.parallel.prefetch = flags.prefetch;
-    if (auto problem = planner::global_batch_problem(question.step)) {
-      std::cerr << "memplan fit: " << planner::describe(*problem, flag_naming()) << "\n";
-      return kExitUsage;
-    }
+    if (auto problem = planner::global_batch_problem(question.step)) return Error{planner::describe(*problem, flag_naming())};
   }
   question.device_memory = memory.value();
-  question.request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
-  if (!flags.overhead.empty()) {
-    Result<Bytes> custom = flags.overhead == "0" ? Result<Bytes>(Bytes{0}) : parse_byte_size(flags.overhead);
-    if (!custom) {
-      std::cerr << "memplan fit: --overhead: " << custom.error().message << "\n";
-      return kExitUsage;
-    }
-    question.request.device.overheads = {{"runtime overhead (--overhead)", custom.value()}};
-  }
+  auto profile = device_profile_of(flags);
+  if (!profile) return profile.error();
+  question.request.device = profile.value();
   CheckpointFlags strategy_only = flags.checkpoint;
   strategy_only.budget.clear();  // fit's budget is the device's memory
-  if (Status s = apply_checkpoint_flags(strategy_only, question.request); !s) {
-    std::cerr << "memplan fit: " << s.error().message << "\n";
-    return kExitUsage;
-  }
+  if (Status s = apply_checkpoint_flags(strategy_only, question.request); !s) return s.error();
   question.find_minimum_arena = flags.minimum;
   if (flags.max_batch) {
     question.max_batch_strategies = flags.checkpoint_given || flags.devices > 1
@@ -239,72 +221,73 @@ int run_fit(const FitFlags& flags) {
                                                                                    planner::CheckpointStrategy::kSqrt,
                                                                                    planner::CheckpointStrategy::kOptimal};
   }
-  auto answered = planner::answer_fit(question);
-  if (!answered) {
-    std::cerr << "memplan fit: " << answered.error().message << "\n";
-    return kExitUsage;
-  }
-  const planner::FitAnswer& a = answered.value();
+  return question;
+}
+
+nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& question, const planner::FitAnswer& a,
+                        const std::string& suggestion) {
   const planner::FitBreakdown& b = a.breakdown;
   const std::int64_t batch = question.step.batch;
-  const std::string suggestion = a.suggestion ? suggestion_text(a, flags, batch) : "";
-  if (flags.json) {
-    nlohmann::json j{{"model", flags.model.display_name()}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
-                     {"dtype", graph::dtype_name(flags.model.dtype)}, {"checkpoint_strategy", strategy_name(flags.checkpoint.strategy)},
-                     {"parameter_count", a.planned.parameter_count()},
-                     {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
-                     {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", a.headroom_bytes},
-                     {"lower_bound_bytes", a.planned.plan.lower_bound_bytes}};
-    j["budget_bytes"] = a.device_memory;  // the name before --device-memory, kept for a release
-    if (flags.devices > 1) {
-      j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
-      j["zero"] = flags.zero;
-      j["bucket_mb"] = flags.bucket_mb;
-      if (flags.zero == 3) j["prefetch"] = flags.prefetch;
-    }
-    j["breakdown"] = {{"parameters", b.parameters}, {"gradients", b.gradients_at_peak},
-                      {"optimizer_state", b.optimizer_state}, {"activations", b.activations_at_peak},
-                      {"communication", b.communication_at_peak},
-                      {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
-    nlohmann::json o = nlohmann::json::array();
-    for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
-    j["runtime_overheads"] = o;
-    nlohmann::json groups = nlohmann::json::array();
-    for (const planner::NamedBytes& g : top_activation_groups(a)) {
-      groups.push_back({{"tensor", g.name}, {"bytes", g.bytes}, {"buffers", g.count}});
-    }
-    j["activations_at_peak_by_tensor"] = groups;
-    if (!a.max_batch.empty()) {
-      nlohmann::json per = nlohmann::json::object();
-      for (const planner::StrategyMaxBatch& row : a.max_batch) {
-        per[strategy_name(row.strategy)] = row.max_batch;
-        if (row.strategy == question.request.checkpoint) j["max_batch"] = row.max_batch;
-      }
-      j["max_batch_by_checkpoint"] = per;
-    }
-    j["plans_made"] = a.steps_planned;
-    if (a.minimum) {
-      j["minimum_arena"] = {{"strategy", strategy_name(a.minimum->strategy)}, {"arena_bytes", a.minimum->arena_bytes},
-                            {"total_bytes", question.request.device.total_bytes(a.minimum->arena_bytes)}};
-    }
-    if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
-      j["checkpoint"] = checkpoint_json(*a.planned.checkpoint);
-    }
-    nlohmann::json sj = nullptr;
-    if (a.suggestion) {
-      const planner::FitSuggestion& s = *a.suggestion;
-      if (s.micro_batch > 0) {
-        sj = {{"micro_batch", s.micro_batch}, {"gradient_accumulation_steps", s.accumulation_steps},
-              {"effective_batch", s.micro_batch * s.accumulation_steps}, {"checkpoint", strategy_name(s.checkpoint)}};
-        if (s.whole_batch_checkpoint && s.accumulation_steps > 1) sj["whole_batch_checkpoint"] = strategy_name(*s.whole_batch_checkpoint);
-      } else {
-        sj = {{"micro_batch", 0}, {"note", suggestion}};
-      }
-    }
-    j["suggestion"] = sj;
-    std::cout << j.dump(2) << "\n";
-    return kExitOk;
+  nlohmann::json j{{"model", flags.model.display_name()}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
+                   {"dtype", graph::dtype_name(flags.model.dtype)}, {"checkpoint_strategy", strategy_name(flags.checkpoint.strategy)},
+                   {"parameter_count", a.planned.parameter_count()},
+                   {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
+                   {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", a.headroom_bytes},
+                   {"lower_bound_bytes", a.planned.plan.lower_bound_bytes}};
+  j["budget_bytes"] = a.device_memory;  // the name before --device-memory, kept for a release
+  if (flags.devices > 1) {
+    j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
+    j["zero"] = flags.zero;
+    j["bucket_mb"] = flags.bucket_mb;
+    if (flags.zero == 3) j["prefetch"] = flags.prefetch;
   }
+  j["breakdown"] = {{"parameters", b.parameters}, {"gradients", b.gradients_at_peak},
+                    {"optimizer_state", b.optimizer_state}, {"activations", b.activations_at_peak},
+                    {"communication", b.communication_at_peak},
+                    {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
+  nlohmann::json o = nlohmann::json::array();
+  for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
+  j["runtime_overheads"] = o;
+  nlohmann::json groups = nlohmann::json::array();
+  for (const planner::NamedBytes& g : top_activation_groups(a)) {
+    groups.push_back({{"tensor", g.name}, {"bytes", g.bytes}, {"buffers", g.count}});
+  }
+  j["activations_at_peak_by_tensor"] = groups;
+  if (!a.max_batch.empty()) {
+    nlohmann::json per = nlohmann::json::object();
+    for (const planner::StrategyMaxBatch& row : a.max_batch) {
+      per[strategy_name(row.strategy)] = row.max_batch;
+      if (row.strategy == question.request.checkpoint) j["max_batch"] = row.max_batch;
+    }
+    j["max_batch_by_checkpoint"] = per;
+  }
+  j["plans_made"] = a.steps_planned;
+  if (a.minimum) {
+    j["minimum_arena"] = {{"strategy", strategy_name(a.minimum->strategy)}, {"arena_bytes", a.minimum->arena_bytes},
+                          {"total_bytes", question.request.device.total_bytes(a.minimum->arena_bytes)}};
+  }
+  if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
+    j["checkpoint"] = checkpoint_json(*a.planned.checkpoint);
+  }
+  nlohmann::json sj = nullptr;
+  if (a.suggestion) {
+    const planner::FitSuggestion& s = *a.suggestion;
+    if (s.micro_batch > 0) {
+      sj = {{"micro_batch", s.micro_batch}, {"gradient_accumulation_steps", s.accumulation_steps},
+            {"effective_batch", s.micro_batch * s.accumulation_steps}, {"checkpoint", strategy_name(s.checkpoint)}};
+      if (s.whole_batch_checkpoint && s.accumulation_steps > 1) sj["whole_batch_checkpoint"] = strategy_name(*s.whole_batch_checkpoint);
+    } else {
+      sj = {{"micro_batch", 0}, {"note", suggestion}};
+    }
+  }
+  j["suggestion"] = sj;
+  return j;
+}
+
+void print_fit(const FitFlags& flags, const planner::FitQuestion& question, const planner::FitAnswer& a,
+               const std::string& suggestion) {
+  const planner::FitBreakdown& b = a.breakdown;
+  const std::int64_t batch = question.step.batch;
   std::printf("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.display_name().c_str(),
               static_cast<long long>(a.planned.parameter_count()), static_cast<long long>(batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(),
@@ -349,6 +332,27 @@ int run_fit(const FitFlags& flags) {
     std::printf("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
   }
   if (a.suggestion) std::printf("suggestion: %s\n", suggestion.c_str());
+}
+
+int run_fit(const FitFlags& flags) {
+  if (flags.serve) return run_fit_serve(flags);
+  auto question = fit_question(flags);
+  if (!question) {
+    std::cerr << "memplan fit: " << question.error().message << "\n";
+    return kExitUsage;
+  }
+  auto answered = planner::answer_fit(question.value());
+  if (!answered) {
+    std::cerr << "memplan fit: " << answered.error().message << "\n";
+    return kExitUsage;
+  }
+  const planner::FitAnswer& a = answered.value();
+  const std::string suggestion = a.suggestion ? suggestion_text(a, flags, question.value().step.batch) : "";
+  if (flags.json) {
+    std::cout << fit_json(flags, question.value(), a, suggestion).dump(2) << "\n";
+  } else {
+    print_fit(flags, question.value(), a, suggestion);
+  }
   return kExitOk;
 }
 

@@ -38,6 +38,6 @@ step "configure the outside project" cmake -S "$here" -B "$work/build" -DCMAKE_P
 step "build it" cmake --build "$work/build"
 output="$("$work/build/plan_mlp")" || { echo "install test: FAILED: plan_mlp exited with $?" >&2; exit 1; }
 echo "$output"
-[[ "$output" =~ ^arena_bytes\ [1-9][0-9]*$'\n'cuda_device_present\ [01]$ ]] ||
+[[ "$output" =~ ^arena_bytes\ [1-9][0-9]*$'\n'cuda_device_present\ [01]$'\n'train_spec_refused\ 1$ ]] ||
   { echo "install test: FAILED: unexpected output" >&2; exit 1; }
 echo "install test: passed"
