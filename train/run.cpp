@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "memplan/models/model_source.h"
 #include "memplan/planner/fit.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/weights.h"
