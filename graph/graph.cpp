@@ -144,9 +144,12 @@ void Graph::reorder_ops(const std::vector<int>& order) {
 }
 
 DType op_dtype(const Graph& graph, const Op& op) {
+  // Mixed precision: an op with any 16-bit operand computes at that width, whatever f32 operands
+  // it also has (a loss gradient's f32 seed, normalisation statistics).
   for (const std::vector<TensorId>* ids : {&op.inputs, &op.updates, &op.outputs}) {
     for (TensorId t : *ids) {
-      if (is_floating(graph.tensor(t).dtype)) return graph.tensor(t).dtype;
+      const DType d = graph.tensor(t).dtype;
+      if (d == DType::bf16 || d == DType::f16) return d;
     }
   }
   return DType::f32;

@@ -61,8 +61,9 @@ class Graph {
 
 // Floating-point operations of one execution of `op` (its row's formula, graph/op.h).
 double op_flops(const Graph& graph, const Op& op);
-// The dtype `op` computes in, which picks its kernel: that of its first floating input, else of
-// the tensors it updates, else of its output (fill, dropout_mask); f32 for an op with none.
+// The dtype `op` computes in, which picks its kernel: the first 16-bit dtype among its inputs,
+// updates and outputs (mixed precision: f32 operands beside it are f32 statistics or master
+// copies), else f32.
 DType op_dtype(const Graph& graph, const Op& op);
 
 }  // namespace memplan::graph

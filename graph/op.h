@@ -240,6 +240,17 @@ struct OpInfo {
   // attention_backward), dropout_mask (no inputs), batch_norm_inference (inference graphs have no
   // backward).
   GradRule grad = nullptr;
+  // Splitting by rows, which lets a device without 16-bit arithmetic (the CPU) compute a 16-bit op
+  // in f32 copies of a slice of rows at a time (graph/mixed_precision.h): each output row (index
+  // along dimension 0) depends only on the same rows of the inputs in `row_inputs` (a bitmask)
+  // and on the whole of the other inputs. `split_rows_when`, where set, says for which attributes
+  // that holds (an untransposed matmul operand; attention without dropout, whose mask follows
+  // absolute positions).
+  bool split_rows = false;
+  std::uint8_t row_inputs = 0;
+  bool (*split_rows_when)(const OpAttrs& attrs) = nullptr;
+  // The output is the input itself under another shape (reshape): nothing is computed, so no copy.
+  bool pure_view = false;
 
   bool may_run_in_place(int input_index) const {
     return input_index >= 0 && input_index < 8 && ((in_place_inputs >> input_index) & 1u) != 0;

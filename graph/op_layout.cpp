@@ -163,24 +163,28 @@ void grad_slice(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(x, g);
 }
 
+// Splitting by rows holds where the batch stays dimension 0 (OpInfo::split_rows_when).
+bool split_unless_axis_0(const OpAttrs& attrs) { return attrs.axis != 0; }
+bool split_when_batch_stays_first(const OpAttrs& attrs) { return !attrs.perm.empty() && attrs.perm[0] == 0; }
+
 // clang-format off
 constexpr OpInfo kLayoutRows[] = {
   {.kind = OpKind::reshape, .name = "reshape", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
-    .infer = infer_reshape, .flops = flops_zero, .grad = grad_reshape},
+    .infer = infer_reshape, .flops = flops_zero, .grad = grad_reshape, .pure_view = true},
   {.kind = OpKind::embedding, .name = "embedding", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_embedding, .flops = flops_zero, .grad = grad_embedding},
+    .infer = infer_embedding, .flops = flops_zero, .grad = grad_embedding, .split_rows = true, .row_inputs = 0b01},
   {.kind = OpKind::permute, .name = "permute", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_permute, .flops = flops_zero, .grad = grad_permute},
+    .infer = infer_permute, .flops = flops_zero, .grad = grad_permute, .split_rows = true, .row_inputs = 0b1, .split_rows_when = split_when_batch_stays_first},
   {.kind = OpKind::repeat_heads, .name = "repeat_heads", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_repeat_heads, .flops = flops_zero, .grad = grad_repeat_heads},
+    .infer = infer_repeat_heads, .flops = flops_zero, .grad = grad_repeat_heads, .split_rows = true, .row_inputs = 0b1},
   {.kind = OpKind::concat, .name = "concat", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_concat, .flops = flops_zero, .grad = grad_concat},
+    .infer = infer_concat, .flops = flops_zero, .grad = grad_concat, .split_rows = true, .row_inputs = 0b11, .split_rows_when = split_unless_axis_0},
   {.kind = OpKind::slice, .name = "slice", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_slice, .flops = flops_zero, .grad = grad_slice},
+    .infer = infer_slice, .flops = flops_zero, .grad = grad_slice, .split_rows = true, .row_inputs = 0b1, .split_rows_when = split_unless_axis_0},
   {.kind = OpKind::embedding_backward, .name = "embedding_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_shape_attr, .flops = flops_per_input0},
   {.kind = OpKind::repeat_heads_backward, .name = "repeat_heads_backward", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_repeat_heads_backward, .flops = flops_per_input0},
+    .infer = infer_repeat_heads_backward, .flops = flops_per_input0, .split_rows = true, .row_inputs = 0b1},
 };
 // clang-format on
 

@@ -244,26 +244,31 @@ void grad_attention(GradContext& c, const Op& op, TensorId dy) {
   }
 }
 
+// Splitting by rows (OpInfo::split_rows_when): a matmul's rows are A's unless A is transposed;
+// attention's dropout masks follow absolute positions, so a slice of the batch would draw others.
+bool split_when_a_untransposed(const OpAttrs& attrs) { return !attrs.trans_a; }
+bool split_without_dropout(const OpAttrs& attrs) { return attrs.dropout == 0.0f; }
+
 // clang-format off
 constexpr OpInfo kMatmulAttentionRows[] = {
   {.kind = OpKind::matmul, .name = "matmul", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_matmul, .flops = flops_matmul, .grad = grad_matmul},
+    .infer = infer_matmul, .flops = flops_matmul, .grad = grad_matmul, .split_rows = true, .row_inputs = 0b01, .split_rows_when = split_when_a_untransposed},
   {.kind = OpKind::batched_matmul, .name = "batched_matmul", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_batched_matmul, .flops = flops_batched_matmul, .grad = grad_matmul},
   {.kind = OpKind::softmax, .name = "softmax", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_softmax, .flops = flops_softmax, .grad = grad_softmax},
+    .infer = infer_softmax, .flops = flops_softmax, .grad = grad_softmax, .split_rows = true, .row_inputs = 0b1},
   {.kind = OpKind::rotary, .name = "rotary", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_rotary, .flops = flops_3_per_output, .grad = grad_rotary},
   {.kind = OpKind::attention_lse, .name = "attention_lse", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_attention_lse, .flops = flops_attention_lse},
+    .infer = infer_attention_lse, .flops = flops_attention_lse, .split_rows = true, .row_inputs = 0b11},
   {.kind = OpKind::attention, .name = "attention", .num_inputs = 4, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_attention, .flops = flops_attention, .grad = grad_attention},
+    .infer = infer_attention, .flops = flops_attention, .grad = grad_attention, .split_rows = true, .row_inputs = 0b1111, .split_rows_when = split_without_dropout},
   {.kind = OpKind::softmax_backward, .name = "softmax_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_backward_like_second, .flops = flops_4_per_input0},
+    .infer = infer_backward_like_second, .flops = flops_4_per_input0, .split_rows = true, .row_inputs = 0b11},
   {.kind = OpKind::attention_backward_dot, .name = "attention_backward_dot", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_attention_backward_dot, .flops = flops_2_per_input0},
+    .infer = infer_attention_backward_dot, .flops = flops_2_per_input0, .split_rows = true, .row_inputs = 0b11},
   {.kind = OpKind::attention_backward, .name = "attention_backward", .num_inputs = 6, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_attention_backward, .flops = flops_attention_backward},
+    .infer = infer_attention_backward, .flops = flops_attention_backward, .split_rows = true, .row_inputs = 0b111111, .split_rows_when = split_without_dropout},
 };
 // clang-format on
 

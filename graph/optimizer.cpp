@@ -20,10 +20,14 @@ TensorId add_state(Graph& graph, TensorId param, const Shape& shape, const char*
   return graph.add_tensor(std::move(desc));
 }
 
-// The f32 master copy of a 16-bit parameter: initialised as the parameter is.
-TensorId add_master(Graph& graph, TensorId param, const Shape& shape) {
+// The f32 master copy of a 16-bit parameter: initialised with the parameter's values (over the
+// range a ZeRO-1/2 update covers), of which the parameter is the rounding.
+TensorId add_master(Graph& graph, TensorId param, const Shape& shape, const OpAttrs& attrs) {
   const TensorId master = add_state(graph, param, shape, "master");
-  graph.mutable_tensor(master).init = graph.tensor(param).init;
+  TensorDesc& desc = graph.mutable_tensor(master);
+  desc.init = graph.tensor(param).init;
+  desc.master_of = param;
+  desc.master_offset = attrs.shard_count >= 0 ? attrs.shard_offset : 0;
   return master;
 }
 
@@ -42,7 +46,7 @@ void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& 
   const std::string name = "update(" + graph.tensor(p).name + ")";
   if (graph.tensor(p).dtype != DType::f32) {
     // Mixed precision: the update runs on the f32 master copy and rounds it into the parameter.
-    const TensorId master = add_master(graph, p, shape);
+    const TensorId master = add_master(graph, p, shape, attrs);
     switch (config.kind) {
       case OptimizerKind::sgd:
         graph.add_op(OpKind::sgd_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer, {p, master});

@@ -103,6 +103,11 @@ struct TensorDesc {
   TensorId shard_of = kNoTensor;
   std::int64_t shard_offset = 0;
   std::int64_t shard_count = 0;
+  // Mixed precision (graph/optimizer.h): this f32 optimizer state is the master copy of the 16-bit
+  // parameter `master_of`, initialised with that parameter's values before rounding, over its
+  // elements [master_offset, master_offset + size) (ZeRO-1/2 give each rank a range; padding 0).
+  TensorId master_of = kNoTensor;
+  std::int64_t master_offset = 0;
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

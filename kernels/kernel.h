@@ -3,6 +3,7 @@
 // nothing and know nothing of graphs or plans.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <span>
@@ -48,6 +49,9 @@ struct KernelCall {
   // The learning-rate schedule's factor for this step (runtime/lr_schedule.h): the optimizer
   // updates use attrs->lr times it, computed in double and rounded once (1 changes no bit).
   double lr_scale = 1.0;
+  // Scratch the plan set aside for kernels (its workspace, inside the arena when planned): the
+  // CPU computes 16-bit ops in f32 copies of their operands made here (graph/mixed_precision.h).
+  std::span<std::byte> workspace;
   float lr() const { return static_cast<float>(double(attrs->lr) * lr_scale); }
 };
 

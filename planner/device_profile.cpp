@@ -30,6 +30,7 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
     DeviceProfile p;
     p.name = "cuda";
     p.workspace_bytes = kCudaWorkspaceBytes;
+    p.widens_16bit = false;  // 16-bit kernels of their own
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use
     // after a training step, less what the step's cudaMalloc took, was 603-607 MiB over four
     // models. These 610 MiB cover each with 0.3-3.6 MiB to spare.

@@ -23,6 +23,9 @@ struct DeviceProfile {
   std::string name = "cpu";
   Bytes alignment = 256;       // the device rounds an allocation up to this
   Bytes workspace_bytes = 0;   // kernel scratch placed inside the arena (cuBLAS workspace)
+  // 16-bit ops run on f32 copies of their operands, made in the workspace (the CPU, which has no
+  // 16-bit arithmetic): the plan's workspace grows to the most any op of the step widens.
+  bool widens_16bit = true;
   std::vector<Overhead> overheads;  // runtime memory outside the arena (CUDA context, handles)
 
   Bytes overhead_bytes() const;

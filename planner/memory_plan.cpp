@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "memplan/graph/mixed_precision.h"
 #include "memplan/planner/exact_solver.h"
 #include "memplan/planner/greedy_solver.h"
 #include "memplan/planner/validator.h"
@@ -61,10 +62,12 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     }
     plan.buffers.push_back(b);
   }
-  if (options.workspace_bytes > 0) {
+  const Bytes workspace =
+      std::max(options.workspace_bytes, options.widen_16bit ? graph::widening_scratch_bytes(graph) : Bytes{0});
+  if (workspace > 0) {
     plan.workspace_offset = next;
-    plan.workspace_bytes = options.workspace_bytes;
-    next += align_up(options.workspace_bytes, kArenaAlignment);
+    plan.workspace_bytes = workspace;
+    next += align_up(workspace, kArenaAlignment);
   }
   plan.persistent_bytes = next;
   std::vector<bool> touched(plan.buffers.size(), false);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "memplan/graph/data_parallel.h"
+#include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
 
 namespace memplan::planner {
@@ -34,6 +35,7 @@ PlanOptions PlanRequest::plan_options() const {
   o.solver = solver;
   o.guard_bytes = guard_bytes;
   o.workspace_bytes = device.workspace_bytes;
+  o.widen_16bit = device.widens_16bit;
   return o;
 }
 
@@ -62,6 +64,7 @@ Result<graph::Graph> build_step(const StepDescription& step) {
   graph::Graph g;
   try {
     g = source.forward(rank_batch);
+    if (step.dtype != graph::DType::f32) g = graph::with_working_dtype(g, step.dtype);
   } catch (const graph::GraphError& e) {
     return Error{source.name.empty() ? std::string(e.what()) : "model '" + source.name + "': " + e.what()};
   }

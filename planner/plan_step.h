@@ -30,6 +30,10 @@ struct StepDescription {
   // Data parallel (graph/data_parallel.h): with world > 1 the step is one rank's, `batch` stays
   // the global batch (it must divide by the world) and the model is built at batch / world.
   graph::DataParallelConfig parallel;
+  // The working dtype (graph/mixed_precision.h): f32, or bf16/f16 for mixed precision (16-bit
+  // activations, gradients and parameters' working copies; f32 master weights and optimizer
+  // state). Applies to a source's forward graph; a prebuilt graph keeps its own dtypes.
+  graph::DType dtype = graph::DType::f32;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 

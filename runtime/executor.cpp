@@ -11,6 +11,8 @@
 #include "memplan/common/check.h"
 #include "memplan/common/rng.h"
 #include "memplan/common/sha256.h"
+#include "memplan/graph/mixed_precision.h"
+#include "memplan/kernels/half.h"
 
 namespace memplan::runtime {
 
@@ -68,6 +70,11 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
   slots_.resize(buffers_.size());
   staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
   external_.resize(static_cast<std::size_t>(graph_.num_tensors()), nullptr);
+  // The CPU computes 16-bit ops in f32 copies made in the workspace (graph/mixed_precision.h).
+  workspace_bytes_ = device_.workspace_bytes();
+  if (device_.kind() == kernels::DeviceKind::cpu) {
+    workspace_bytes_ = std::max(workspace_bytes_, graph::widening_scratch_bytes(graph_));
+  }
 }
 
 Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options)
@@ -78,7 +85,7 @@ Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOpt
 Executor::~Executor() {
   if (workspace_ != nullptr) {
     device_.attach_workspace(nullptr, 0);
-    if (workspace_owned_) device_.deallocate(workspace_, device_.workspace_bytes());
+    if (workspace_owned_) device_.deallocate(workspace_, workspace_bytes());
   }
   for (std::size_t b = 0; b < slots_.size(); ++b) release(static_cast<int>(b));
   if (arena_ != nullptr) device_.deallocate(arena_, plan_.arena_bytes);
@@ -120,12 +127,6 @@ void Executor::bind_external(TensorId id, void* device_storage) {
 
 Status Executor::setup() {
   MEMPLAN_CHECK(!setup_done_, "setup called twice");
-  for (const graph::TensorDesc& t : graph_.tensors()) {
-    if (t.dtype == graph::DType::f16 || t.dtype == graph::DType::bf16) {
-      return Error{"'" + t.name + "' is " + std::string(graph::dtype_name(t.dtype)) +
-                   ": 16-bit (mixed-precision) graphs are planned only (memplan fit, memplan plan); execution runs f32"};
-    }
-  }
   for (TensorId id = 0; id < graph_.num_tensors(); ++id) {
     if (graph_.tensor(id).external && external_[static_cast<std::size_t>(id)] == nullptr) {
       return Error{"external tensor '" + graph_.tensor(id).name + "' was not bound (Executor::bind_external)"};
@@ -159,9 +160,9 @@ Status Executor::setup() {
     }
     // The plan must be the one this device runs: its workspace inside the arena, and guard
     // gaps when guards are checked. Planning is plan_step's; the executor only refuses.
-    if (plan_.workspace_bytes < device_.workspace_bytes()) {
+    if (plan_.workspace_bytes < workspace_bytes()) {
       return Error{"the plan has " + std::to_string(plan_.workspace_bytes) + " bytes of kernel workspace but device " +
-                   device_.name() + " needs " + std::to_string(device_.workspace_bytes()) +
+                   device_.name() + " needs " + std::to_string(workspace_bytes()) +
                    ": plan the step with this device's profile (runtime::device_profile)"};
     }
     if (debug_.guards && plan_.guard_bytes <= 0) {
@@ -189,7 +190,7 @@ Status Executor::setup() {
       slots_[b] = Slot{ptr.value(), true};
     }
   }
-  if (const Bytes wanted = device_.workspace_bytes(); wanted > 0) {
+  if (const Bytes wanted = workspace_bytes(); wanted > 0) {
     if (mode_ == ExecutionMode::planned) {
       workspace_ = static_cast<std::byte*>(arena_) + plan_.workspace_offset;
     } else {
@@ -207,6 +208,41 @@ Status Executor::setup() {
   return Status::success();
 }
 
+namespace {
+
+// A persistent tensor's starting values as f32, from its InitSpec: each tensor's stream depends
+// on the seed and its name only, not on graph order. A rank's shard of a tensor holds that
+// tensor's values over its range (padding zero), so sharded and whole runs start from the same
+// weights; a master copy holds its parameter's values (before the parameter rounds them).
+std::vector<float> initial_values(const Graph& graph, const TensorDesc& desc, std::uint64_t seed) {
+  if (desc.master_of != kNoTensor) {
+    const std::vector<float> param = initial_values(graph, graph.tensor(desc.master_of), seed);
+    std::vector<float> values(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
+    const auto offset = static_cast<std::size_t>(desc.master_offset);
+    for (std::size_t i = 0; i < values.size() && offset + i < param.size(); ++i) values[i] = param[offset + i];
+    return values;
+  }
+  const TensorDesc& source = desc.shard_of == kNoTensor ? desc : graph.tensor(desc.shard_of);
+  Rng rng(seed ^ name_hash(source.name));
+  std::vector<float> values(static_cast<std::size_t>(source.shape.numel()));
+  for (float& v : values) {
+    switch (source.init.kind) {
+      case graph::InitSpec::Kind::zeros: v = 0.0f; break;
+      case graph::InitSpec::Kind::ones: v = 1.0f; break;
+      case graph::InitSpec::Kind::uniform: v = rng.uniform(-source.init.scale, source.init.scale); break;
+      case graph::InitSpec::Kind::normal: v = source.init.scale * rng.normal(); break;
+    }
+  }
+  if (desc.shard_of != kNoTensor) {
+    std::vector<float> shard(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
+    std::copy_n(values.begin() + desc.shard_offset, desc.shard_count, shard.begin());
+    values = std::move(shard);
+  }
+  return values;
+}
+
+}  // namespace
+
 void Executor::initialize_persistent(std::uint64_t seed) {
   MEMPLAN_CHECK(setup_done_, "initialize_persistent before setup");
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
@@ -218,27 +254,53 @@ void Executor::initialize_persistent(std::uint64_t seed) {
                                           slots_[b].data < static_cast<std::byte*>(arena_) + plan_.arena_bytes);
     if (!ours) continue;
     const TensorDesc& desc = graph_.tensor(buf.root);
-    // Each tensor's stream depends on the seed and its name only, not on graph order. A rank's
-    // shard of a tensor holds that tensor's values over its range (padding zero), so sharded and
-    // whole runs start from the same weights.
-    const TensorDesc& source = desc.shard_of == kNoTensor ? desc : graph_.tensor(desc.shard_of);
-    Rng rng(seed ^ name_hash(source.name));
-    std::vector<float> values(static_cast<std::size_t>(source.shape.numel()));
-    for (float& v : values) {
-      switch (source.init.kind) {
-        case graph::InitSpec::Kind::zeros: v = 0.0f; break;
-        case graph::InitSpec::Kind::ones: v = 1.0f; break;
-        case graph::InitSpec::Kind::uniform: v = rng.uniform(-source.init.scale, source.init.scale); break;
-        case graph::InitSpec::Kind::normal: v = source.init.scale * rng.normal(); break;
-      }
-    }
-    if (desc.shard_of != kNoTensor) {
-      std::vector<float> shard(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
-      std::copy_n(values.begin() + desc.shard_offset, desc.shard_count, shard.begin());
-      values = std::move(shard);
-    }
-    device_.copy_from_host(slots_[b].data, values.data(), desc.size_bytes());
+    write_values(slots_[b].data, desc, initial_values(graph_, desc, seed).data());
   }
+}
+
+void Executor::write_values(void* device_dst, const TensorDesc& desc, const float* values) {
+  if (desc.dtype == graph::DType::f32) {
+    device_.copy_from_host(device_dst, values, desc.size_bytes());
+    return;
+  }
+  MEMPLAN_CHECK(graph::is_16bit_float(desc.dtype), "'" << desc.name << "' is " << graph::dtype_name(desc.dtype)
+                                                       << ", not a floating tensor to write f32 values into");
+  std::vector<std::uint16_t> narrow(static_cast<std::size_t>(desc.shape.numel()));
+  kernels::narrow_from_f32(desc.dtype, values, narrow.data(), desc.shape.numel());
+  device_.copy_from_host(device_dst, narrow.data(), desc.size_bytes());
+}
+
+void Executor::set_input_values(TensorId id, std::span<const float> values) {
+  const TensorDesc& desc = graph_.tensor(id);
+  MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == desc.shape.numel(),
+                "input '" << desc.name << "' takes " << desc.shape.numel() << " values, got " << values.size());
+  if (desc.dtype == graph::DType::f32) {
+    set_input(id, values.data(), desc.size_bytes());
+    return;
+  }
+  MEMPLAN_CHECK(graph::is_16bit_float(desc.dtype), "input '" << desc.name << "' is not floating");
+  std::vector<std::uint16_t> narrow(values.size());
+  kernels::narrow_from_f32(desc.dtype, values.data(), narrow.data(), desc.shape.numel());
+  set_input(id, narrow.data(), desc.size_bytes());
+}
+
+void Executor::read_values(TensorId id, float* host_dst) const {
+  const TensorDesc& desc = graph_.tensor(id);
+  if (desc.dtype == graph::DType::f32) {
+    read_tensor(id, host_dst);
+    return;
+  }
+  MEMPLAN_CHECK(graph::is_16bit_float(desc.dtype), "'" << desc.name << "' is not floating");
+  std::vector<std::uint16_t> narrow(static_cast<std::size_t>(desc.shape.numel()));
+  read_tensor(id, narrow.data());
+  kernels::widen_to_f32(desc.dtype, narrow.data(), host_dst, desc.shape.numel());
+}
+
+void Executor::write_values(TensorId id, const float* host_src) {
+  MEMPLAN_CHECK(graph::is_persistent(graph_.tensor(id).role), "only persistent tensors can be written");
+  void* dst = storage(id);
+  MEMPLAN_CHECK(dst != nullptr, "tensor '" << graph_.tensor(id).name << "' has no storage");
+  write_values(dst, graph_.tensor(id), host_src);
 }
 
 void Executor::set_input(TensorId id, const void* host_data, Bytes size_bytes) {
@@ -369,6 +431,8 @@ void Executor::find_fused_pairs() {
   for (std::size_t pos = 0; pos + 1 < schedule_.size(); ++pos) {
     const Op& a = graph_.ops()[static_cast<std::size_t>(schedule_[pos])];
     const Op& b = graph_.ops()[static_cast<std::size_t>(schedule_[pos + 1])];
+    // Fused kernels compute in f32 on f32 operands.
+    if (graph::op_dtype(graph_, a) != graph::DType::f32 || graph::op_dtype(graph_, b) != graph::DType::f32) continue;
     const kernels::FusedKernel kernel = kernels::find_fused_kernel(a.kind, b.kind, device_.kind());
     if (kernel.fn == nullptr || a.outputs.size() != 1) continue;
     const TensorId mid = a.outputs[0];
@@ -433,7 +497,7 @@ Status Executor::run_step() {
   const Clock::time_point step_start = profiling ? Clock::now() : Clock::time_point{};
   const std::int64_t allocations_before = device_.stats().allocations;
   // Another executor on this device (an evaluation graph) may have attached its own workspace.
-  if (workspace_ != nullptr) device_.attach_workspace(workspace_, device_.workspace_bytes());
+  if (workspace_ != nullptr) device_.attach_workspace(workspace_, workspace_bytes());
   // Last step's results are released now that the caller had the chance to read them.
   if (mode_ != ExecutionMode::planned) {
     for (int b : events_.step_results) release(b);
@@ -484,7 +548,7 @@ Status Executor::run_step() {
       return kernels::KernelCall{o.kind, &o.attrs, all.subspan(0, o.inputs.size()),
                                  all.subspan(o.inputs.size(), o.outputs.size()),
                                  all.subspan(o.inputs.size() + o.outputs.size()), steps_completed_ + 1, communicator_,
-                                 lr_scale_};
+                                 lr_scale_, workspace_span()};
     };
     const kernels::KernelCall call = make_call(op, tensor_refs(op, refs));
     if (kernels::FusedKernelFn fused = fused_with_next_[pos]; fused != nullptr) {

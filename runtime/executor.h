@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,8 @@ class Executor {
 
   // Stages host data for an input tensor; it is copied in when the next step starts.
   void set_input(TensorId id, const void* host_data, Bytes size_bytes);
+  // The same from f32 values, rounded to the tensor's dtype (a 16-bit input of mixed precision).
+  void set_input_values(TensorId id, std::span<const float> values);
   Status run_step();
 
   // Reading results: persistent tensors always; the loss, output and retained tensors after a step.
@@ -98,6 +101,10 @@ class Executor {
   float read_scalar(TensorId id) const;
   void* storage(TensorId id) const;  // device pointer, or nullptr if not live
   void write_tensor(TensorId id, const void* host_src);  // persistent tensors only
+  // A floating tensor's values as f32 whatever its dtype (16-bit ones widened exactly), and a
+  // persistent one's written from f32 (rounded to nearest even where it is 16-bit).
+  void read_values(TensorId id, float* host_dst) const;
+  void write_values(TensorId id, const float* host_src);
 
   // SHA-256 of every parameter's bytes in graph order: equal digests mean identical weights.
   std::string params_sha256() const;
@@ -145,6 +152,12 @@ class Executor {
   Status check_finite(const graph::Op& op, std::size_t position, bool inputs) const;
   void write_guard(int buffer_index);
   void find_fused_pairs();
+  void write_values(void* device_dst, const graph::TensorDesc& desc, const float* values);
+  Bytes workspace_bytes() const { return workspace_bytes_; }
+  std::span<std::byte> workspace_span() const {
+    return workspace_ == nullptr ? std::span<std::byte>{}
+                                 : std::span<std::byte>(static_cast<std::byte*>(workspace_), static_cast<std::size_t>(workspace_bytes_));
+  }
   std::span<const kernels::TensorRef> tensor_refs(const graph::Op& op, std::vector<kernels::TensorRef>& refs) const;
   Status check_guard(int buffer_index, const graph::Op& op) const;
 
@@ -169,6 +182,7 @@ class Executor {
   void* arena_ = nullptr;
   void* workspace_ = nullptr;     // the device's kernel workspace, when it wants one
   bool workspace_owned_ = false;  // allocated on its own (not inside the arena)
+  Bytes workspace_bytes_ = 0;     // the device's, or the most a 16-bit op widens on the CPU
   std::unique_ptr<CachingAllocator> allocator_;  // dynamic mode
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;

@@ -51,7 +51,7 @@ Result<StepProfile> time_steps(const planner::PlannedStep& step, Device& device,
     } else {
       std::vector<float> values(n);
       for (float& v : values) v = rng.uniform01();
-      executor.set_input(id, values.data(), desc.size_bytes());
+      executor.set_input_values(id, values);
     }
   }
   for (int i = 0; i < warmup; ++i) {

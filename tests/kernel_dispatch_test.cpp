@@ -46,13 +46,20 @@ TEST(KernelDispatch, ASecondRegistrationOfAKeyIsAnErrorNamingIt) {
 }
 
 // memplan's own registrations: every CPU kernel file's list together holds no key twice (the
-// table builds), and the CPU lacks only the mixed-precision updates, which are planned only.
-TEST(KernelDispatch, TheCpuLacksOnlyTheMixedPrecisionUpdates) {
-  std::vector<std::string> missing;
-  for (OpKind k : missing_kernels(DeviceKind::cpu)) missing.emplace_back(graph::op_name(k));
-  EXPECT_EQ(missing, (std::vector<std::string>{"sgd_update_mixed", "sgd_momentum_update_mixed", "adamw_update_mixed"}));
-  EXPECT_EQ(missing_kernels(DeviceKind::cpu, DType::bf16).size(), static_cast<std::size_t>(graph::kOpKindCount))
-      << "no CPU kernel computes in bf16 yet";
+// table builds); at f32 the CPU lacks only the mixed-precision updates (their gradients are
+// 16-bit), and at bf16 and f16 only the f32 updates (their gradients are f32).
+TEST(KernelDispatch, TheCpuLacksOnlyTheUpdatesOfTheOtherPrecision) {
+  auto names = [](const std::vector<OpKind>& kinds) {
+    std::vector<std::string> out;
+    for (OpKind k : kinds) out.emplace_back(graph::op_name(k));
+    return out;
+  };
+  EXPECT_EQ(names(missing_kernels(DeviceKind::cpu)),
+            (std::vector<std::string>{"sgd_update_mixed", "sgd_momentum_update_mixed", "adamw_update_mixed"}));
+  for (DType d : {DType::bf16, DType::f16}) {
+    EXPECT_EQ(names(missing_kernels(DeviceKind::cpu, d)), (std::vector<std::string>{"sgd_update", "sgd_momentum_update", "adamw_update"}))
+        << graph::dtype_name(d);
+  }
   EXPECT_NE(find_kernel(OpKind::matmul, DeviceKind::cpu), nullptr);
 }
 

@@ -131,7 +131,7 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
       ->check(positive_integer());
   add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
                   "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
-                  "weights and optimizer state (zoo models; planning only)");
+                  "weights and optimizer state (what train --dtype runs)");
   add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
                   "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
@@ -241,19 +241,12 @@ planner::SizeNaming flag_naming() { return {flag_name, "flags"}; }
 Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   const models::ModelInfo* info = models::find_model(flags.model);
   if (info == nullptr) return Error{"--model: unknown model '" + flags.model + "'"};
-  const bool zoo = !info->trainable;
   const bool language = !info->vision && flags.model != "mlp";
   if (flags.seq > 0 && !language) return Error{"--seq applies to language models; '" + flags.model + "' takes none"};
   if (flags.image_size > 0 && !info->vision) {
     return Error{"--image-size applies to vision models (cnn, vit-b16, resnet50), not '" + flags.model + "'"};
   }
   if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
-  if (!zoo && flags.dtype != graph::DType::f32) {
-    std::string names;
-    for (const std::string& n : models::zoo_model_names()) names += (names.empty() ? "" : ", ") + n;
-    return Error{"--dtype " + std::string(graph::dtype_name(flags.dtype)) + " is for the zoo models (" + names +
-                 "); the trainable models plan in " + std::string(graph::dtype_name(graph::DType::f32))};
-  }
   if (flags.attention && !models::has_attention(flags.model)) {
     return Error{"--attention applies to transformers (gpt, the zoo's models but resnet50, and --config), not '" +
                  flags.model + "'"};
@@ -269,9 +262,9 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   return model;
 }
 
-Result<planner::StepDescription> step_description(const ModelFlags& flags) {
-  if (!flags.onnx.empty()) return onnx_step_description(flags);
-  if (!flags.config.empty()) return config_step_description(flags);
+namespace {
+
+Result<planner::StepDescription> registry_step_description(const ModelFlags& flags) {
   auto model = model_options(flags);
   if (!model) return model.error();
   graph::OptimizerConfig optimizer;
@@ -282,6 +275,17 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   if (Status s = check_step_size_flags(step); !s) return s.error();
   return step;
 }
+
+}  // namespace
+
+Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  auto step = !flags.onnx.empty()     ? onnx_step_description(flags)
+              : !flags.config.empty() ? config_step_description(flags)
+                                      : registry_step_description(flags);
+  if (step) step.value().dtype = flags.dtype;  // mixed precision: every source's forward graph at --dtype
+  return step;
+}
+
 
 namespace {
 std::string mib(Bytes bytes) {

@@ -32,6 +32,7 @@ struct TrainFlags {
   double weight_decay = 0.0;
   runtime::LrSchedule schedule;
   std::uint64_t seed = 0;
+  graph::DType dtype = graph::DType::f32;
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
@@ -117,6 +118,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.optimizer.weight_decay = static_cast<float>(flags.weight_decay);
   spec.schedule = flags.schedule;
   spec.seed = flags.seed;
+  spec.dtype = flags.dtype;
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -155,6 +157,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     out["persistent_bytes"] = r.plan->persistent_bytes;
     out["schedule"] = planner::schedule_name(r.plan->schedule_kind);
   }
+  out["dtype"] = std::string(graph::dtype_name(spec.dtype));
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
   out["lr"] = as_typed(spec.optimizer.lr);
   out["lr_schedule"] = std::string(enum_name(runtime::kLrScheduleNames, spec.schedule.kind));
@@ -209,7 +212,8 @@ nlohmann::json report_json(const train::TrainReport& r) {
 void print_report(const train::TrainReport& r) {
   const train::TrainSpec& spec = r.spec;
   const runtime::TrainSummary& s = r.summary;
-  std::printf("model            %s (%s, lr %g%s, batch %lld, seed %llu)\n", spec.label().c_str(),
+  std::printf("model            %s (%s%s, lr %g%s, batch %lld, seed %llu)\n", spec.label().c_str(),
+              spec.dtype == graph::DType::f32 ? "" : (std::string(graph::dtype_name(spec.dtype)) + " mixed precision, ").c_str(),
               std::string(graph::optimizer_name(spec.optimizer.kind)).c_str(), double(spec.optimizer.lr),
               schedule_label(spec.schedule).c_str(), static_cast<long long>(spec.batch),
               static_cast<unsigned long long>(spec.seed));
@@ -382,6 +386,10 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
                   "Steps of linear warm-up before the schedule: the learning rate times (s + 1) / N at step s < N")
       ->check(whole_number(std::uint64_t{INT64_MAX}))
       ->capture_default_str();
+  add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
+                  "fp32, or bf16/fp16 mixed precision: 16-bit working weights, activations and gradients; fp32 master "
+                  "weights and optimizer state, updated in fp32 and rounded once; losses and normalisation statistics in "
+                  "fp32. The CPU stores 16 bits and computes in fp32");
   app.add_option("--seed", flags.seed, "Seed for initialisation and shuffling")
       ->check(whole_number())
       ->capture_default_str();

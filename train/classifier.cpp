@@ -47,13 +47,20 @@ void BatchFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
   }
   const graph::Graph& g = executor.graph();
   const std::int64_t rows = batch_ / world_, first_row = rows * rank_;
-  executor.set_input(g.find(io_.input), x_.data() + first_row * features, static_cast<Bytes>(rows * features) * sizeof(float));
+  // Images (and one-hot targets) in the graph's dtype: rounded once here under mixed precision.
+  executor.set_input_values(g.find(io_.input), std::span<const float>(x_.data() + first_row * features,
+                                                                      static_cast<std::size_t>(rows * features)));
   if (io_.one_hot) {
     one_hot_ = one_hot_rows(y_.data() + first_row, rows, io_.classes);
-    executor.set_input(g.find(io_.labels), one_hot_.data(), static_cast<Bytes>(one_hot_.size()) * sizeof(float));
+    executor.set_input_values(g.find(io_.labels), one_hot_);
   } else {
     executor.set_input(g.find(io_.labels), y_.data() + first_row, static_cast<Bytes>(rows) * sizeof(std::int32_t));
   }
+}
+
+graph::DType working_dtype(const graph::Graph& graph) {
+  const std::vector<TensorId> params = graph.parameters();
+  return params.empty() ? graph::DType::f32 : graph.tensor(params.front()).dtype;
 }
 
 namespace {
@@ -63,7 +70,9 @@ Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)
                       const runtime::Executor& trained, const models::ImageDataset& data, runtime::Device& device,
                       std::int64_t batch, std::int64_t first, std::int64_t count, std::int64_t& correct,
                       double& loss_sum) {
-  auto planned = runtime::plan_step_for(eval_step(batch), device);
+  planner::StepDescription step = eval_step(batch);
+  step.dtype = working_dtype(trained.graph());  // the trained tensors' dtype, read in place
+  auto planned = runtime::plan_step_for(step, device);
   if (!planned) return planned.error();
   const graph::Graph& g = planned.value().graph;
   runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
@@ -79,17 +88,17 @@ Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)
   const std::int64_t classes = g.tensor(g.output).shape[1];
   std::vector<float> logits(static_cast<std::size_t>(batch * classes));
   for (std::int64_t start = first; start < first + count; start += batch) {
-    exec.set_input(g.find(io.input), &data.images[static_cast<std::size_t>(start * features)],
-                   batch * features * static_cast<Bytes>(sizeof(float)));
+    exec.set_input_values(g.find(io.input), std::span<const float>(&data.images[static_cast<std::size_t>(start * features)],
+                                                                   static_cast<std::size_t>(batch * features)));
     if (io.one_hot) {
       const std::vector<float> target = one_hot_rows(&data.labels[static_cast<std::size_t>(start)], batch, io.classes);
-      exec.set_input(g.find(io.labels), target.data(), static_cast<Bytes>(target.size()) * sizeof(float));
+      exec.set_input_values(g.find(io.labels), target);
     } else {
       exec.set_input(g.find(io.labels), &data.labels[static_cast<std::size_t>(start)],
                      batch * static_cast<Bytes>(sizeof(std::int32_t)));
     }
     if (Status s = exec.run_step(); !s) return s;
-    exec.read_tensor(g.output, logits.data());
+    exec.read_values(g.output, logits.data());
     loss_sum += double(exec.read_scalar(g.loss)) * double(batch);
     for (std::int64_t i = 0; i < batch; ++i) {
       const float* row = &logits[static_cast<std::size_t>(i * classes)];

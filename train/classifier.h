@@ -58,6 +58,9 @@ struct Evaluation {
   double mean_loss = 0.0;
 };
 
+// The working dtype of a trained graph (graph/mixed_precision.h): its parameters' (f32 without any).
+graph::DType working_dtype(const graph::Graph& graph);
+
 // Runs the model's forward graph over the whole dataset with the parameters of `trained`.
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,

@@ -8,6 +8,7 @@
 #include "memplan/common/rng.h"
 #include "memplan/models/model_source.h"
 #include "memplan/planner/step_size.h"
+#include "memplan/train/classifier.h"
 #include "memplan/runtime/devices.h"
 
 namespace memplan::train {
@@ -69,7 +70,9 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
 
   models::ModelOptions eval_model = model;
   eval_model.training = false;
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(eval_model), batch), device);
+  planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(eval_model), batch);
+  step.dtype = working_dtype(trained.graph());  // the trained tensors' dtype, read in place
+  auto planned = runtime::plan_step_for(step, device);
   if (!planned) return planned.error();
   const graph::Graph& g = planned.value().graph;
   runtime::Executor exec(planned.value(), device, runtime::ExecutorOptions{trained.mode()});
@@ -114,7 +117,7 @@ Result<std::vector<std::int32_t>> generate(runtime::Executor& executor, std::vec
     executor.set_input(g.find("x"), context.data(), static_cast<Bytes>(context.size() * sizeof(std::int32_t)));
     executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * sizeof(std::int32_t)));
     if (Status s = executor.run_step(); !s) return s.error();
-    executor.read_tensor(g.output, logits.data());
+    executor.read_values(g.output, logits.data());
     const float* row = &logits[static_cast<std::size_t>((len - 1) * V)];
     std::int32_t next = 0;
     if (options.temperature == 0.0) {

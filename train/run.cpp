@@ -116,6 +116,7 @@ SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist:
   options.optimizer = spec.optimizer;
   options.schedule = spec.schedule;
   options.seed = spec.seed;
+  options.dtype = spec.dtype;
   options.executor.mode = spec.mode;
   options.executor.debug = spec.debug;
   options.executor.communicator = comm;

@@ -48,6 +48,9 @@ struct TrainSpec {
   graph::OptimizerConfig optimizer;
   runtime::LrSchedule schedule;  // over the run's steps
   std::uint64_t seed = 0;        // initialisation, dropout and the data order
+  // f32, or mixed precision: bf16 or f16 activations, gradients and parameters' working copies,
+  // f32 master weights and optimizer state (graph/mixed_precision.h).
+  graph::DType dtype = graph::DType::f32;
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   runtime::DebugOptions debug;

@@ -178,6 +178,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
                                             : models::registry_source(s->data_.model);
   s->step_ = planner::StepDescription::of_source(std::move(source), options.batch, options.optimizer);
   s->step_.parallel = options.parallel;
+  s->step_.dtype = options.dtype;
   s->request_ = options.request;
   s->request_.device = runtime::device_profile(device);
   s->request_.guard_bytes = options.executor.debug.guards ? runtime::kGuardBytes : 0;

@@ -274,6 +274,13 @@ void k_adamw_update(const KernelCall& c) {
 }  // namespace
 
 KernelEntries kernel_entries() {
+  KernelEntries entries = f32_kernel_entries();
+  const auto widened = widened_kernel_entries();
+  entries.insert(entries.end(), widened.begin(), widened.end());
+  return entries;
+}
+
+KernelEntries f32_kernel_entries() {
   KernelEntries entries = nn_kernel_entries();
   const auto llm = llm_kernel_entries();
   entries.insert(entries.end(), llm.begin(), llm.end());

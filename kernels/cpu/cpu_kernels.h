@@ -1,6 +1,7 @@
-// CPU implementations of every op but the mixed-precision updates, which are planned only (Eigen
-// GEMM, loops on the thread pool of parallel.h). Loops split over independent outputs in chunks
-// set by the shapes, so no value depends on the thread count or on which thread runs a chunk.
+// CPU implementations of every op (Eigen GEMM, loops on the thread pool of parallel.h), in f32,
+// and at bf16 and f16 by computing in f32 copies (widened_kernels.cpp). Loops split over
+// independent outputs in chunks set by the shapes, so no value depends on the thread count or on
+// which thread runs a chunk.
 #pragma once
 
 #include <functional>
@@ -11,7 +12,13 @@
 
 namespace memplan::kernels::cpu {
 
+// Every CPU kernel: the f32 ones and their bf16 and f16 forms.
 KernelEntries kernel_entries();
+// The f32 kernels of every op (all but the mixed-precision updates, which take 16-bit gradients).
+KernelEntries f32_kernel_entries();
+// Every op with an f32 kernel, and the mixed updates, at bf16 and f16: computed in f32 copies of
+// the 16-bit operands made in KernelCall::workspace (graph::op_widening says how many bytes).
+KernelEntries widened_kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 KernelEntries nn_kernel_entries();
 // The pairs of adjacent ops that run fused on the CPU (graph::fusable_pair: im2col then conv2d

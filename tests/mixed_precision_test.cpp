@@ -1,0 +1,311 @@
+// Mixed precision on the CPU: the 16-bit conversions against independent references (the
+// compiler's _Float16, and bf16's nearest neighbours worked out in double), a forward graph at a
+// working dtype keeping in f32 what its rows compute in f32, the f32 copies that ops split by rows
+// compute exactly what the whole op computes, the master copies starting as their parameters do,
+// and a plan without room for the copies refused before anything runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "memplan/graph/builder.h"
+#include "memplan/graph/mixed_precision.h"
+#include "memplan/graph/training_step.h"
+#include "memplan/kernels/half.h"
+#include "memplan/models/model_source.h"
+#include "memplan/runtime/devices.h"
+#include "memplan/runtime/executor.h"
+
+namespace memplan {
+namespace {
+
+using graph::DType;
+using kernels::bf16_to_f32;
+using kernels::f16_to_f32;
+using kernels::f32_to_bf16;
+using kernels::f32_to_f16;
+
+std::uint16_t bits_of(_Float16 h) {
+  std::uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+_Float16 half_of(std::uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, sizeof h);
+  return h;
+}
+bool is_nan16(std::uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+
+// Every f16 value widens as the compiler's _Float16 does (NaN to a NaN), and narrows back to itself.
+TEST(HalfConversion, EveryF16WidensExactlyAndComesBack) {
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const auto h = static_cast<std::uint16_t>(u);
+    const float mine = f16_to_f32(h);
+    const float compiler = static_cast<float>(half_of(h));
+    if (is_nan16(h)) {
+      EXPECT_TRUE(std::isnan(mine)) << std::hex << u;
+      EXPECT_TRUE(is_nan16(f32_to_f16(mine))) << std::hex << u;
+      continue;
+    }
+    ASSERT_EQ(kernels::float_bits(mine), kernels::float_bits(compiler)) << std::hex << u;
+    ASSERT_EQ(f32_to_f16(mine), h) << std::hex << u;
+  }
+}
+
+// f32 to f16 rounds as the compiler does (to nearest, ties to even; overflow to infinity; the
+// subnormal range), on the edges and on a million random bit patterns.
+TEST(HalfConversion, F32NarrowsToF16AsTheCompilerDoes) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               5.960464477539063e-8f, 2.9802322387695312e-8f, 2.98023259e-8f, 8.940697e-8f, 6.1035156e-5f,
+                               6.1035152e-5f, 1.00048828125f, 1.000732421875f, 1.0009765625f, 3.0517578125e-5f};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000000; ++i) values.push_back(kernels::bits_float(rng()));
+  for (float f : values) {
+    if (std::isnan(f)) {
+      EXPECT_TRUE(is_nan16(f32_to_f16(f)));
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), bits_of(static_cast<_Float16>(f))) << f << " bits " << std::hex << kernels::float_bits(f);
+  }
+}
+
+// The bf16 nearest to f worked out in double: the two bf16 values around f, the nearer one, a tie
+// going to the even one; overflow past the largest finite bf16 (by half an ulp or more) to infinity.
+std::uint16_t nearest_bf16(float f) {
+  const std::uint32_t u = kernels::float_bits(f);
+  const auto down = static_cast<std::uint16_t>(u >> 16);  // toward zero
+  const auto up = static_cast<std::uint16_t>(down + 1);   // away from zero (the next magnitude)
+  const double lo = std::fabs(double(bf16_to_f32(down)));
+  const double hi = (up & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(double(bf16_to_f32(up)));
+  const double x = std::fabs(double(f));
+  if (x - lo < hi - x) return down;
+  if (x - lo > hi - x) return up;
+  return (down & 1u) == 0 ? down : up;
+}
+
+TEST(HalfConversion, F32NarrowsToTheNearestBf16TiesToEven) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.005859375f, 1.001953125f, 3.3895314e38f, 3.4028235e38f,
+                               -3.4028235e38f, 1e-40f, std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(11);
+  for (int i = 0; i < 1000000; ++i) values.push_back(kernels::bits_float(rng()));
+  for (float f : values) {
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(f))));
+      continue;
+    }
+    if (std::isinf(f)) {
+      EXPECT_EQ(f32_to_bf16(f), static_cast<std::uint16_t>(kernels::float_bits(f) >> 16));
+      continue;
+    }
+    ASSERT_EQ(f32_to_bf16(f), nearest_bf16(f)) << f << " bits " << std::hex << kernels::float_bits(f);
+  }
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const auto h = static_cast<std::uint16_t>(u);
+    if (std::isnan(bf16_to_f32(h))) continue;
+    ASSERT_EQ(f32_to_bf16(bf16_to_f32(h)), h) << std::hex << u;
+  }
+}
+
+// The arrays convert as the scalars do, with a length that is no multiple of any vector width.
+TEST(HalfConversion, ArraysConvertAsTheScalarsDo) {
+  std::vector<float> x(100003);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  for (float& v : x) v = normal(rng);
+  for (DType d : {DType::bf16, DType::f16}) {
+    std::vector<std::uint16_t> h(x.size());
+    kernels::narrow_from_f32(d, x.data(), h.data(), static_cast<std::int64_t>(x.size()));
+    std::vector<float> back(x.size());
+    kernels::widen_to_f32(d, h.data(), back.data(), static_cast<std::int64_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); i += 997) {
+      ASSERT_EQ(h[i], d == DType::bf16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i])) << i;
+      ASSERT_EQ(kernels::float_bits(back[i]), kernels::float_bits(d == DType::bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i])));
+    }
+  }
+}
+
+graph::Graph registry_forward(const std::string& name, std::int64_t batch) {
+  models::ModelOptions options;
+  options.name = name;
+  EXPECT_TRUE(models::set_data_sizes(options, 0).ok());
+  return models::build_forward(options, batch).value();
+}
+
+// At bf16, inputs, parameters and activations are 16-bit; the loss, attention's log-sum-exp and
+// normalisation statistics stay f32 as their rows compute them; token ids stay i32.
+TEST(WorkingDType, SixteenBitsWhereTheRowsAllowAndF32WhereTheyComputeIt) {
+  const graph::Graph f32 = registry_forward("gpt", 2);
+  const graph::Graph g = graph::with_working_dtype(f32, DType::bf16);
+  ASSERT_EQ(g.num_ops(), f32.num_ops());
+  ASSERT_EQ(g.num_tensors(), f32.num_tensors());
+  EXPECT_EQ(g.tensor(g.loss).dtype, DType::f32);
+  EXPECT_EQ(g.tensor(g.output).dtype, DType::bf16);
+  int stats = 0;
+  for (TensorId id = 0; id < g.num_tensors(); ++id) {
+    const graph::TensorDesc& t = g.tensor(id);
+    EXPECT_NE(f32.find(t.name), kNoTensor) << t.name;  // the same tensors
+    if (t.dtype == DType::i32) continue;
+    const int producer = g.producer(id);
+    const graph::OpKind kind = producer < 0 ? graph::OpKind::count_ : g.ops()[static_cast<std::size_t>(producer)].kind;
+    const bool f32_row = kind == graph::OpKind::attention_lse || kind == graph::OpKind::layer_norm_stats ||
+                         kind == graph::OpKind::softmax_cross_entropy;
+    stats += f32_row ? 1 : 0;
+    EXPECT_EQ(t.dtype, f32_row ? DType::f32 : DType::bf16) << t.name;
+  }
+  EXPECT_GT(stats, 2);
+  const std::vector<TensorId> params = g.parameters();
+  ASSERT_EQ(params.size(), f32.parameters().size());
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_EQ(g.tensor(params[i]).name, f32.tensor(f32.parameters()[i]).name);
+}
+
+// --- ops split by rows ----------------------------------------------------------------------------
+
+// Adds the op under test to x (a weight it needs is the parameter "w", made at x's dtype).
+using MakeOp = std::function<TensorId(graph::Builder& b, TensorId x, DType dtype)>;
+
+graph::Graph one_op_graph(DType dtype, std::int64_t rows, std::int64_t cols, const MakeOp& make) {
+  graph::Graph g;
+  graph::Builder b(g);
+  g.output = make(b, b.input("x", {rows, cols}, dtype), dtype);
+  return g;
+}
+
+// The op's output at bf16 as bits, and the f32 op's output on the same (widened) values, narrowed.
+std::pair<std::vector<std::uint16_t>, std::vector<std::uint16_t>> sixteen_bit_and_reference(
+    std::int64_t rows, std::int64_t cols, const MakeOp& make) {
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(normal(rng)));  // exactly representable at bf16
+  std::vector<std::uint16_t> results[2];
+  for (int wide = 0; wide < 2; ++wide) {
+    const DType dtype = wide ? DType::f32 : DType::bf16;
+    graph::Graph g = one_op_graph(dtype, rows, cols, make);
+    runtime::CpuDevice device;
+    runtime::Executor exec(g, testing::plan_for(g, device), device);
+    EXPECT_TRUE(exec.setup().ok());
+    exec.initialize_persistent(9);
+    if (const TensorId w = g.find("w"); w != kNoTensor) {
+      std::vector<float> weights(static_cast<std::size_t>(g.tensor(w).shape.numel()));
+      for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = 0.0078125f * float(int(i % 37) - 18);  // exact at bf16
+      exec.write_values(w, weights.data());
+    }
+    exec.set_input_values(g.find("x"), x);
+    EXPECT_TRUE(exec.run_step().ok());
+    std::vector<float> out(static_cast<std::size_t>(g.tensor(g.output).shape.numel()));
+    exec.read_values(g.output, out.data());
+    results[wide].resize(out.size());
+    kernels::narrow_from_f32(DType::bf16, out.data(), results[wide].data(), static_cast<std::int64_t>(out.size()));
+  }
+  return {results[0], results[1]};
+}
+
+// Large enough that the copies are made a slice of rows at a time, and the result is bit for bit
+// the f32 op's: elementwise, row statistics with a whole weight, and a product with a whole B.
+TEST(RowSlices, SplitOpsComputeWhatTheWholeOpComputes) {
+  const std::int64_t rows = 3001, cols = 256;
+  struct Case {
+    const char* name;
+    MakeOp make;
+  };
+  const Case cases[] = {
+      {"gelu", [](graph::Builder& b, TensorId x, DType) { return b.gelu(x, "y"); }},
+      {"matmul",
+       [cols](graph::Builder& b, TensorId x, DType d) {
+         return b.matmul(x, b.parameter("w", {cols, 96}, {graph::InitSpec::Kind::uniform, 0.1f}, d), false, false, "y");
+       }},
+      {"softmax", [](graph::Builder& b, TensorId x, DType) { return b.softmax(x, false, "y"); }},
+  };
+  for (const Case& c : cases) {
+    graph::Graph g = one_op_graph(DType::bf16, rows, cols, c.make);
+    const graph::Op& op = g.ops().back();
+    const graph::Widening w = graph::op_widening(g, op);
+    EXPECT_EQ(w.rows, rows) << c.name;
+    EXPECT_LT(w.rows_per_slice, rows / 4) << c.name << ": the test needs several slices";
+    EXPECT_LT(w.bytes, 2 * graph::kWidenSliceBytes) << c.name;
+    const auto [mine, reference] = sixteen_bit_and_reference(rows, cols, c.make);
+    ASSERT_EQ(mine.size(), reference.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < mine.size(); ++i) differ += mine[i] != reference[i] ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << c.name << ": " << differ << " of " << mine.size() << " values differ";
+  }
+}
+
+// A transposed product reduces over rows: it is computed whole.
+TEST(RowSlices, AProductOverRowsIsNotSplit) {
+  graph::Graph g = one_op_graph(DType::bf16, 300, 64, [](graph::Builder& b, TensorId x, DType) {
+    return b.matmul(x, x, true, false, "gram");
+  });
+  const graph::Widening w = graph::op_widening(g, g.ops().back());
+  EXPECT_EQ(w.rows, 0);
+  EXPECT_EQ(w.bytes, 2 * 300 * 64 * 4 + 64 * 64 * 4);
+}
+
+// --- training steps -------------------------------------------------------------------------------
+
+// Each 16-bit parameter starts as the rounding of its f32 master copy, which holds the values the
+// f32 step starts from.
+TEST(MasterCopies, StartAsTheParametersDoBeforeRounding) {
+  for (DType d : {DType::bf16, DType::f16}) {
+    graph::Graph f32 = registry_forward("mlp", 4);
+    graph::Graph g = graph::with_working_dtype(f32, d);
+    graph::make_training_step(f32, graph::OptimizerConfig{});
+    graph::make_training_step(g, graph::OptimizerConfig{});
+    runtime::CpuDevice device;
+    runtime::Executor wide(f32, testing::plan_for(f32, device), device), narrow(g, testing::plan_for(g, device), device);
+    ASSERT_TRUE(wide.setup().ok());
+    ASSERT_TRUE(narrow.setup().ok());
+    wide.initialize_persistent(21);
+    narrow.initialize_persistent(21);
+    for (TensorId p : g.parameters()) {
+      const graph::TensorDesc& desc = g.tensor(p);
+      const TensorId master = g.find(desc.name + ".master");
+      ASSERT_NE(master, kNoTensor) << desc.name;
+      EXPECT_EQ(g.tensor(master).master_of, p);
+      const auto n = static_cast<std::size_t>(desc.shape.numel());
+      std::vector<float> reference(n), master_values(n), working(n);
+      wide.read_values(f32.find(desc.name), reference.data());
+      narrow.read_values(master, master_values.data());
+      narrow.read_values(p, working.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(master_values[i], reference[i]) << desc.name << "[" << i << "]";
+        const float rounded = d == DType::bf16 ? bf16_to_f32(f32_to_bf16(reference[i])) : f16_to_f32(f32_to_f16(reference[i]));
+        ASSERT_EQ(working[i], rounded) << desc.name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+// A plan made for a device with 16-bit arithmetic has no room for the CPU's f32 copies: the CPU
+// executor says so at setup, before allocating anything.
+TEST(MixedPrecisionPlans, ACpuRefusesAPlanWithoutRoomForItsCopies) {
+  graph::Graph g = graph::with_working_dtype(registry_forward("mlp", 8), DType::bf16);
+  graph::make_training_step(g, graph::OptimizerConfig{});
+  planner::PlanRequest request;
+  request.device.widens_16bit = false;
+  auto planned = planner::plan_step(planner::StepDescription::of_graph(g), request);
+  ASSERT_TRUE(planned.ok());
+  EXPECT_EQ(planned.value().plan.workspace_bytes, 0);
+  runtime::CpuDevice device;
+  runtime::Executor exec(planned.value(), device);
+  const Status s = exec.setup();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("kernel workspace"), std::string::npos) << s.error().message;
+  EXPECT_EQ(device.stats().allocations, 0);
+  // With the CPU's profile the plan holds the copies, and the step runs.
+  runtime::Executor ok(g, testing::plan_for(g, device), device);
+  EXPECT_GE(testing::plan_for(g, device).workspace_bytes, graph::widening_scratch_bytes(g));
+  ASSERT_TRUE(ok.setup().ok());
+}
+
+}  // namespace
+}  // namespace memplan
