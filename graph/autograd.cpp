@@ -48,6 +48,7 @@ void append_backward(Graph& graph, TensorId loss) {
   GradContext ctx(graph, std::move(needs));
   OpAttrs seed;
   seed.alpha = 1.0f;
+  seed.loss_scaled = true;  // times the step's loss scale: 1 but under fp16 loss scaling
   seed.shape = loss_desc.shape.dims;
   ctx.accumulate(loss, ctx.emit(OpKind::fill, {}, seed, "d(" + loss_desc.name + ")"));
 

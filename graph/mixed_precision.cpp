@@ -51,6 +51,37 @@ Graph with_working_dtype(const Graph& forward, DType dtype) {
   return g;
 }
 
+void add_loss_scaling(Graph& step) {
+  std::vector<TensorId> grads;
+  for (const Op& op : step.ops()) {
+    if (op.kind != OpKind::sgd_update_mixed && op.kind != OpKind::sgd_momentum_update_mixed &&
+        op.kind != OpKind::adamw_update_mixed) {
+      continue;
+    }
+    if (op.attrs.shard_count >= 0 || step.tensor(op.updates[0]).shard_of != kNoTensor) {
+      throw GraphError("fp16 loss scaling needs every rank to see every gradient; '" + op.name +
+                       "' updates one rank's shard (ZeRO 1-3): use ZeRO stage 0, or bf16, which needs no loss scaling");
+    }
+    if (std::find(grads.begin(), grads.end(), op.inputs[0]) == grads.end()) grads.push_back(op.inputs[0]);
+  }
+  if (grads.empty()) throw GraphError("fp16 loss scaling needs a step with 16-bit parameters and their mixed updates");
+  const TensorId flag = step.add_op(OpKind::grads_finite, grads, {}, "grads_finite", Role::temporary, Phase::backward);
+  const int check = step.num_ops() - 1;
+  std::vector<int> order, updates;
+  for (int i = 0; i < check; ++i) (step.ops()[static_cast<std::size_t>(i)].phase == Phase::optimizer ? updates : order).push_back(i);
+  order.push_back(check);
+  order.insert(order.end(), updates.begin(), updates.end());
+  step.reorder_ops(order);
+  step.retained.push_back(flag);
+}
+
+TensorId grads_finite_flag(const Graph& step) {
+  for (const Op& op : step.ops()) {
+    if (op.kind == OpKind::grads_finite) return op.outputs[0];
+  }
+  return kNoTensor;
+}
+
 namespace {
 
 Bytes aligned(Bytes bytes) { return (bytes + kWidenAlignment - 1) / kWidenAlignment * kWidenAlignment; }

@@ -17,6 +17,16 @@ namespace memplan::graph {
 
 inline bool is_16bit_float(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
 
+// fp16 loss scaling on a training step (after its updates are in): a grads_finite op reads every
+// gradient a mixed update reads, and every optimizer-phase op moves after it (their order kept),
+// so the executor can skip the step's updates when a scaled gradient overflowed. Its output is
+// graph.retained (the trainer reads it). Gradients then all live until that check, as with
+// PyTorch's GradScaler. Throws GraphError when the updates read shards (ZeRO 1-3 across ranks: no
+// rank sees every gradient).
+void add_loss_scaling(Graph& step);
+// The grads_finite op's output, or kNoTensor in a step without loss scaling.
+TensorId grads_finite_flag(const Graph& step);
+
 // `forward` (a model's forward graph, before autograd) at the working dtype `dtype`: its floating
 // inputs and parameters take `dtype`, every op's output is re-derived by its row (so f32 stays f32
 // where the row computes in f32) and the dtype of fill-like ops follows. f32 returns a copy with

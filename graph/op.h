@@ -119,6 +119,9 @@ enum class OpKind : std::uint8_t {
   sgd_update_mixed,           // updates: param, master;                  inputs: grad
   sgd_momentum_update_mixed,  // updates: param, master, momentum buffer; inputs: grad
   adamw_update_mixed,         // updates: param, master, m, v;            inputs: grad
+  // fp16 loss scaling: y = 1 when every input (the gradients the updates read) is finite, else
+  // 0; the executor skips the step's updates on 0 (graph/mixed_precision.h: add_loss_scaling)
+  grads_finite,
   // data parallel (graph/data_parallel.h): collectives over the `world` ranks through the
   // executor's communicator, and the flat layout they move. Shards follow dist/shard.h.
   pack,             // flat[world * S] from inputs x_i (any number): chunk r holds rank r's shard of each x_i
@@ -175,6 +178,9 @@ struct OpAttrs {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+  // fill: the loss gradient's seed, multiplied by the step's loss scale (fp16 loss scaling; 1
+  // otherwise), which the mixed updates divide out of the gradients again
+  bool loss_scaled = false;
 };
 
 struct Op {
@@ -251,6 +257,9 @@ struct OpInfo {
   bool (*split_rows_when)(const OpAttrs& attrs) = nullptr;
   // The output is the input itself under another shape (reshape): nothing is computed, so no copy.
   bool pure_view = false;
+  // Every update op of the step is scheduled after this op (grads_finite: the executor skips the
+  // updates when it reports an overflow).
+  bool gates_updates = false;
 
   bool may_run_in_place(int input_index) const {
     return input_index >= 0 && input_index < 8 && ((in_place_inputs >> input_index) & 1u) != 0;

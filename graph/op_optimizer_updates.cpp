@@ -20,6 +20,17 @@ double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[
 
 double flops_adamw_mixed(Inputs in, const TensorDesc*) { return 15.0 * numel_of(in[0]); }
 
+OutputSpec infer_grads_finite(Inputs in, const OpAttrs&) {
+  for (const TensorDesc* t : in) expect_float("grads_finite", *t);
+  return {Shape{}, DType::f32};
+}
+
+double flops_grads_finite(Inputs in, const TensorDesc*) {
+  double n = 0.0;
+  for (const TensorDesc* t : in) n += numel_of(t);
+  return n;
+}
+
 // clang-format off
 constexpr OpInfo kOptimizerUpdatesRows[] = {
   {.kind = OpKind::sgd_update, .name = "sgd_update", .num_inputs = 1, .num_updates = 1, .num_outputs = 0,
@@ -34,6 +45,8 @@ constexpr OpInfo kOptimizerUpdatesRows[] = {
     .infer = infer_update, .flops = flops_sgd_mixed, .accepts = k16Bit},
   {.kind = OpKind::adamw_update_mixed, .name = "adamw_update_mixed", .num_inputs = 1, .num_updates = 4, .num_outputs = 0,
     .infer = infer_update, .flops = flops_adamw_mixed, .accepts = k16Bit},
+  {.kind = OpKind::grads_finite, .name = "grads_finite", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_grads_finite, .flops = flops_grads_finite, .gates_updates = true},
 };
 // clang-format on
 

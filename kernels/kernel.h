@@ -52,6 +52,9 @@ struct KernelCall {
   // Scratch the plan set aside for kernels (its workspace, inside the arena when planned): the
   // CPU computes 16-bit ops in f32 copies of their operands made here (graph/mixed_precision.h).
   std::span<std::byte> workspace;
+  // fp16 loss scaling (graph/mixed_precision.h): the loss gradient's seed is multiplied by it and
+  // the mixed updates divide it out of their gradients (a power of two: exact); 1 otherwise.
+  double loss_scale = 1.0;
   float lr() const { return static_cast<float>(double(attrs->lr) * lr_scale); }
 };
 

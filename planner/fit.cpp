@@ -23,6 +23,10 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
       default: b.activations_at_peak += bytes; break;
     }
   }
+  for (const PlannedBuffer& buffer : plan.buffers) {
+    if (buffer.master_copy) b.master_weights += buffer.size_bytes;
+  }
+  b.optimizer_state -= b.master_weights;
   b.workspace = plan.workspace_bytes;
   b.arena = plan.arena_bytes;
   b.runtime_overhead = device.overhead_bytes();

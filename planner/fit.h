@@ -20,7 +20,8 @@ namespace memplan::planner {
 struct FitBreakdown {
   Bytes parameters = 0;
   Bytes gradients_at_peak = 0;
-  Bytes optimizer_state = 0;
+  Bytes master_weights = 0;       // mixed precision: the f32 master copies of 16-bit parameters
+  Bytes optimizer_state = 0;      // momentum, Adam's moments (the master copies apart)
   Bytes activations_at_peak = 0;  // activations, inputs and temporaries live at the peak
   Bytes communication_at_peak = 0;  // data parallel: buckets and gathered parameters live at the peak
   Bytes workspace = 0;            // kernel workspace inside the arena

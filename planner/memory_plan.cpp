@@ -22,6 +22,7 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
   b.last_op = life.last_op;
   b.persistent = life.persistent;
   b.step_result = life.step_result;
+  b.master_copy = graph.tensor(life.root).master_of != kNoTensor;
   return b;
 }
 

@@ -29,6 +29,7 @@ struct PlannedBuffer {
   bool step_result = false;
   OpIndex first_use = 0;  // persistent buffers: the first op that touches them (dynamic replay
                           // creates optimizer state there, as eager frameworks do lazily)
+  bool master_copy = false;  // the f32 master copy of a 16-bit parameter (optimizer state)
 };
 
 // A lifetime as a buffer of a plan, not yet placed (offset 0): the one conversion both the

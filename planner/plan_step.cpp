@@ -71,6 +71,8 @@ Result<graph::Graph> build_step(const StepDescription& step) {
   if (source.training) {
     try {
       graph::make_data_parallel_training_step(g, step.optimizer, dp);
+      // fp16 underflows where bf16 does not: its gradients are scaled (graph/mixed_precision.h).
+      if (step.dtype == graph::DType::f16) graph::add_loss_scaling(g);
     } catch (const graph::GraphError& e) {
       return Error{e.what()};
     }

@@ -54,11 +54,15 @@ Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
   std::vector<int> unmet;                                       // per update position
   std::vector<std::vector<int>> dependents(static_cast<std::size_t>(num_ops));  // op -> update positions
   std::vector<int> last_updater(static_cast<std::size_t>(graph.num_tensors()), -1);  // per storage root
+  std::vector<int> gates;  // ops every update waits for (graph::OpInfo::gates_updates)
+  for (int i = 0; i < num_ops; ++i) {
+    if (graph::op_info(graph.ops()[static_cast<std::size_t>(i)].kind).gates_updates) gates.push_back(i);
+  }
   for (int i = 0; i < num_ops; ++i) {
     const Op& op = graph.ops()[static_cast<std::size_t>(i)];
     if (op.updates.empty()) continue;
     const int u = static_cast<int>(updates.size());
-    std::vector<int> deps;
+    std::vector<int> deps = op.phase == graph::Phase::optimizer ? gates : std::vector<int>{};
     for (TensorId t : op.inputs) {
       const int p = graph.producer(t);
       if (p >= 0) deps.push_back(p);
@@ -128,8 +132,18 @@ Status check_schedule(const Graph& graph, const Schedule& schedule) {
   }
   const auto readers = readers_of_persistent(graph);
   std::vector<int> last_updater(static_cast<std::size_t>(graph.num_tensors()), -1);  // per storage root, program order
+  int last_gate = -1;  // the latest-scheduled op every update waits for (graph::OpInfo::gates_updates)
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    if (!graph::op_info(graph.ops()[static_cast<std::size_t>(i)].kind).gates_updates) continue;
+    if (last_gate < 0 || position[static_cast<std::size_t>(i)] > position[static_cast<std::size_t>(last_gate)]) last_gate = i;
+  }
   for (int i = 0; i < graph.num_ops(); ++i) {
     const Op& op = graph.ops()[static_cast<std::size_t>(i)];
+    if (!op.updates.empty() && op.phase == graph::Phase::optimizer && last_gate >= 0 &&
+        position[static_cast<std::size_t>(last_gate)] > position[static_cast<std::size_t>(i)]) {
+      return Error{"update '" + op.name + "' runs before '" + graph.ops()[static_cast<std::size_t>(last_gate)].name +
+                   "', which decides whether the step's updates run"};
+    }
     for (TensorId t : op.inputs) {
       const int p = graph.producer(t);
       if (p >= 0 && position[static_cast<std::size_t>(p)] > position[static_cast<std::size_t>(i)]) {

@@ -23,6 +23,7 @@ using graph::TensorDesc;
 namespace {
 
 constexpr std::uint8_t kGuardPattern = 0xA5;
+constexpr double kInitialLossScale = 65536.0;  // 2^16, PyTorch's GradScaler's init_scale
 
 std::uint64_t name_hash(const std::string& name) {
   std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
@@ -70,6 +71,9 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
   slots_.resize(buffers_.size());
   staged_.resize(static_cast<std::size_t>(graph_.num_tensors()));
   external_.resize(static_cast<std::size_t>(graph_.num_tensors()), nullptr);
+  // fp16 loss scaling starts where PyTorch's GradScaler does (runtime/trainer.h).
+  scales_loss_ = graph::grads_finite_flag(graph_) != kNoTensor;
+  if (scales_loss_) loss_scale_ = kInitialLossScale;
   // The CPU computes 16-bit ops in f32 copies made in the workspace (graph/mixed_precision.h).
   workspace_bytes_ = device_.workspace_bytes();
   if (device_.kind() == kernels::DeviceKind::cpu) {
@@ -521,6 +525,7 @@ Status Executor::run_step() {
 
   std::vector<kernels::TensorRef> refs, next_refs;
   std::vector<float> nans;
+  bool skip_updates = false;  // set by an op that gates the updates (grads_finite)
   for (std::size_t pos = 0; pos < schedule_.size(); ++pos) {
     // An op's time runs from its allocations to its frees: the ops' times and the input copies
     // above add up to the step.
@@ -545,13 +550,17 @@ Status Executor::run_step() {
       if (Status s = check_finite(op, pos, /*inputs=*/true); !s) return s;
     }
     auto make_call = [&](const Op& o, std::span<const kernels::TensorRef> all) {
+      // The optimizer counts the updates it applied (Adam's bias correction): skipped steps not.
+      const std::int64_t step = o.phase == graph::Phase::optimizer ? steps_completed_ - skipped_steps_ + 1 : steps_completed_ + 1;
       return kernels::KernelCall{o.kind, &o.attrs, all.subspan(0, o.inputs.size()),
                                  all.subspan(o.inputs.size(), o.outputs.size()),
-                                 all.subspan(o.inputs.size() + o.outputs.size()), steps_completed_ + 1, communicator_,
-                                 lr_scale_, workspace_span()};
+                                 all.subspan(o.inputs.size() + o.outputs.size()), step, communicator_,
+                                 lr_scale_, workspace_span(), loss_scale_};
     };
     const kernels::KernelCall call = make_call(op, tensor_refs(op, refs));
-    if (kernels::FusedKernelFn fused = fused_with_next_[pos]; fused != nullptr) {
+    if (skip_updates && op.phase == graph::Phase::optimizer) {
+      // fp16 loss scaling found an overflowed gradient: this step changes no weight.
+    } else if (kernels::FusedKernelFn fused = fused_with_next_[pos]; fused != nullptr) {
       // The pair runs as one at this position (timed as one: set_profiling); the next
       // position has nothing of its own to allocate or free before this op's frees (planned
       // mode, no guards), so it is skipped below.
@@ -561,7 +570,12 @@ Status Executor::run_step() {
       kernels_[static_cast<std::size_t>(op_index)](call);
     }
     if (profiling) device_.synchronize();
-    if (debug_.finite) {
+    if (graph::op_info(op.kind).gates_updates) {
+      float finite = 0.0f;
+      device_.copy_to_host(&finite, storage(op.outputs[0]), sizeof finite);
+      skip_updates = finite == 0.0f;
+    }
+    if (debug_.finite && !graph::op_info(op.kind).gates_updates) {
       if (Status s = check_finite(op, pos, /*inputs=*/false); !s) return s;
     }
     if (debug_.guards && mode_ == ExecutionMode::planned) {
@@ -595,6 +609,8 @@ Status Executor::run_step() {
     ++profile_record_.steps;
   }
   ++steps_completed_;
+  last_step_skipped_ = skip_updates;
+  skipped_steps_ += skip_updates ? 1 : 0;
   allocations_during_steps_ += device_.stats().allocations - allocations_before;
   return Status::success();
 }

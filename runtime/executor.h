@@ -116,6 +116,19 @@ class Executor {
   // The learning-rate schedule's factor for the next steps (runtime/lr_schedule.h); 1 by default.
   void set_lr_scale(double factor) { lr_scale_ = factor; }
   double lr_scale() const { return lr_scale_; }
+  // fp16 loss scaling (graph/mixed_precision.h): the scale of the next steps' loss gradient, and
+  // whether the last step's updates were skipped for an overflowed gradient; skipped steps do not
+  // count for the optimizer (Adam's bias correction), and resuming restores their number.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  double loss_scale() const { return loss_scale_; }
+  bool last_step_skipped() const { return last_step_skipped_; }
+  std::int64_t skipped_steps() const { return skipped_steps_; }
+  void set_skipped_steps(std::int64_t n) { skipped_steps_ = n; }
+  // Clean steps since the scale last changed (GradScaler's growth tracker), kept for resuming.
+  std::int64_t loss_scale_growth_tracker() const { return growth_tracker_; }
+  void set_loss_scale_growth_tracker(std::int64_t n) { growth_tracker_ = n; }
+  // Whether the step scales its loss (it has a grads_finite op: fp16).
+  bool scales_loss() const { return scales_loss_; }
   std::int64_t device_allocations_during_steps() const { return allocations_during_steps_; }
   // Pairs of adjacent ops that run as one fused kernel (ExecutorOptions::fuse_kernels), after setup.
   int fused_pairs() const {
@@ -187,6 +200,11 @@ class Executor {
   bool setup_done_ = false;
   std::int64_t steps_completed_ = 0;
   double lr_scale_ = 1.0;
+  double loss_scale_ = 1.0;
+  std::int64_t growth_tracker_ = 0;
+  bool scales_loss_ = false;
+  bool last_step_skipped_ = false;
+  std::int64_t skipped_steps_ = 0;
   std::int64_t allocations_during_steps_ = 0;
   Bytes device_bytes_at_setup_ = 0;
   bool profiling_ = false;

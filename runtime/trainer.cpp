@@ -6,6 +6,34 @@
 
 namespace memplan::runtime {
 
+namespace {
+
+// After a step of an fp16 run: halve the scale when its updates were skipped, double it after
+// kLossScaleGrowthInterval clean steps (runtime/trainer.h).
+Status update_loss_scale(Executor& executor, std::int64_t step, TrainSummary& summary) {
+  if (executor.last_step_skipped()) {
+    ++summary.skipped_steps;
+    executor.set_loss_scale(executor.loss_scale() * 0.5);
+    executor.set_loss_scale_growth_tracker(0);
+    if (executor.loss_scale() < kMinLossScale) {
+      return Error{"step " + std::to_string(step) + ": the fp16 loss scale fell below 2^-24, so every step's gradients "
+                   "overflow fp16 even unscaled; rerun with --debug finite to name the first tensor that overflows, "
+                   "or train in bf16 (fp32's range)"};
+    }
+    return Status::success();
+  }
+  const std::int64_t clean = executor.loss_scale_growth_tracker() + 1;
+  if (clean >= kLossScaleGrowthInterval) {
+    executor.set_loss_scale(executor.loss_scale() * 2.0);
+    executor.set_loss_scale_growth_tracker(0);
+  } else {
+    executor.set_loss_scale_growth_tracker(clean);
+  }
+  return Status::success();
+}
+
+}  // namespace
+
 Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn& feed,
                            const ProgressFn& progress, const LrSchedule& schedule) {
   using Clock = std::chrono::steady_clock;
@@ -21,6 +49,9 @@ Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn&
     Status status = executor.run_step();
     const auto t1 = Clock::now();
     if (!status) return Error{"step " + std::to_string(i + 1) + ": " + status.error().message};
+    if (executor.scales_loss()) {
+      if (Status s = update_loss_scale(executor, i + 1, summary); !s) return s.error();
+    }
     const float value = executor.read_scalar(loss);
     if (!std::isfinite(value)) {
       return Error{"the loss became non-finite (" + std::to_string(value) + ") at step " +
@@ -31,6 +62,7 @@ Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn&
     if (progress) progress(StepReport{i + 1, steps, value, step_ms.back()});
   }
   executor.set_lr_scale(1.0);
+  summary.loss_scale = executor.loss_scale();
   summary.steps = steps;
   summary.final_loss = summary.losses.empty() ? 0.0f : summary.losses.back();
   summary.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();

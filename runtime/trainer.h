@@ -25,7 +25,18 @@ struct TrainSummary {
   double step_time_ms_median = 0.0;
   double total_seconds = 0.0;
   std::vector<float> losses;  // one per step
+  // fp16 loss scaling: steps whose updates were skipped for an overflowed gradient (of this
+  // run), and the scale after the last step.
+  std::int64_t skipped_steps = 0;
+  double loss_scale = 1.0;
 };
+
+// fp16 loss scaling as PyTorch's GradScaler does it: the scale starts at 2^16 (the executor's),
+// doubles after kLossScaleGrowthInterval clean steps in a row, halves on a step whose gradients
+// overflowed (that step changes no weight). Below kMinLossScale every step overflows: the run
+// stops, naming the step.
+inline constexpr std::int64_t kLossScaleGrowthInterval = 2000;
+inline constexpr double kMinLossScale = 5.9604644775390625e-8;  // 2^-24
 
 using FeedFn = std::function<void(std::int64_t step_index, Executor& executor)>;  // 0-based
 using ProgressFn = std::function<void(const StepReport&)>;

@@ -1,5 +1,7 @@
 #include "memplan/runtime/weights.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -61,6 +63,14 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
   }
   metadata[kChecksumKey] = sha.finish_hex();
   metadata[kStepKey] = std::to_string(executor.steps_completed());
+  if (executor.scales_loss()) {
+    // The loss scaler's state, so a resumed fp16 run scales and counts as the uninterrupted one.
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.17g", executor.loss_scale());
+    metadata[kLossScaleKey] = scale;
+    metadata[kGrowthTrackerKey] = std::to_string(executor.loss_scale_growth_tracker());
+    metadata[kSkippedStepsKey] = std::to_string(executor.skipped_steps());
+  }
   auto encoded = encode_safetensors(entries, metadata);
   if (!encoded) return Error{path + ": " + encoded.error().message};
   return write_file_atomically(path, encoded.value());
@@ -189,11 +199,30 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
       return Error{source + ": metadata " + kStepKey + " is not a step count: '" + it->second + "'"};
     }
   }
+  // fp16 loss scaling: the scaler's state, where the file has it (its absence starts it afresh).
+  double loss_scale = 0.0;
+  std::int64_t growth_tracker = 0, skipped = 0;
+  const bool has_scaler = executor.scales_loss() && file.view.metadata.count(kLossScaleKey) > 0;
+  if (has_scaler) {
+    auto number = [&](const char* key) { return std::strtod(file.view.metadata.at(key).c_str(), nullptr); };
+    loss_scale = number(kLossScaleKey);
+    if (file.view.metadata.count(kGrowthTrackerKey) > 0) growth_tracker = static_cast<std::int64_t>(number(kGrowthTrackerKey));
+    if (file.view.metadata.count(kSkippedStepsKey) > 0) skipped = static_cast<std::int64_t>(number(kSkippedStepsKey));
+    if (!(loss_scale > 0.0) || !std::isfinite(loss_scale) || growth_tracker < 0 || skipped < 0 || skipped > step) {
+      return Error{source + ": the loss scaler's state in the metadata is not valid (" + kLossScaleKey + " '" +
+                   file.view.metadata.at(kLossScaleKey) + "')"};
+    }
+  }
   for (const auto& [id, entry] : writes) executor.write_tensor(id, entry->data.data());
   report.loaded = static_cast<int>(writes.size());
   if (report.fresh_state.empty()) {
     report.step = step;
     executor.set_steps_completed(step);
+    if (has_scaler) {
+      executor.set_loss_scale(loss_scale);
+      executor.set_loss_scale_growth_tracker(growth_tracker);
+      executor.set_skipped_steps(skipped);
+    }
   }
   return report;
 }

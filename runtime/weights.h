@@ -18,6 +18,11 @@ namespace memplan::runtime {
 inline constexpr const char* kChecksumKey = "memplan.data_sha256";
 // Metadata key holding the executor's completed step count.
 inline constexpr const char* kStepKey = "memplan.step";
+// fp16 loss scaling's state (runtime/trainer.h): the scale, clean steps since it last changed,
+// and the steps skipped for an overflowed gradient.
+inline constexpr const char* kLossScaleKey = "memplan.loss_scale";
+inline constexpr const char* kGrowthTrackerKey = "memplan.loss_scale_growth_tracker";
+inline constexpr const char* kSkippedStepsKey = "memplan.skipped_steps";
 
 // Writes every persistent tensor of `executor`'s graph (in graph order) with `metadata`, the
 // step count and the checksum. The previous file at `path`, if any, stays intact until the new one is complete.

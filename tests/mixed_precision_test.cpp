@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
+#include "memplan/runtime/trainer.h"
 
 namespace memplan {
 namespace {
@@ -305,6 +307,91 @@ TEST(MixedPrecisionPlans, ACpuRefusesAPlanWithoutRoomForItsCopies) {
   runtime::Executor ok(g, testing::plan_for(g, device), device);
   EXPECT_GE(testing::plan_for(g, device).workspace_bytes, graph::widening_scratch_bytes(g));
   ASSERT_TRUE(ok.setup().ok());
+}
+
+// --- fp16 loss scaling ----------------------------------------------------------------------------
+
+// An fp16 MLP training step with its loss scaled (plan_step adds the check and orders the updates
+// after it), set up on the CPU with its parameters initialised.
+struct Fp16Step {
+  runtime::CpuDevice device;
+  planner::PlannedStep planned;
+  std::unique_ptr<runtime::Executor> exec;
+  explicit Fp16Step(graph::OptimizerKind optimizer) {
+    models::ModelOptions model;
+    model.mlp.hidden = {32};
+    planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), 8);
+    step.dtype = DType::f16;
+    step.optimizer.kind = optimizer;
+    step.optimizer.lr = 1e-2f;
+    planned = runtime::plan_step_for(step, device).value();
+    exec = std::make_unique<runtime::Executor>(planned, device);
+    EXPECT_TRUE(exec->setup().ok());
+    exec->initialize_persistent(4);
+    std::vector<float> x(8 * 784);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i % 13) / 13.0f;
+    const std::int32_t labels[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    exec->set_input_values(planned.graph.find("x"), x);
+    exec->set_input(planned.graph.find("labels"), labels, sizeof labels);
+  }
+};
+
+// The check gates every update: in both schedules no update runs before it.
+TEST(LossScaling, EveryUpdateIsScheduledAfterTheOverflowCheck) {
+  Fp16Step s(graph::OptimizerKind::adamw);
+  const graph::Graph& g = s.planned.graph;
+  const TensorId flag = graph::grads_finite_flag(g);
+  ASSERT_NE(flag, kNoTensor);
+  const int check = g.producer(flag);
+  int seen = 0;
+  bool checked = false;
+  for (int op : s.planned.plan.schedule) {
+    checked = checked || op == check;
+    if (g.ops()[static_cast<std::size_t>(op)].phase == graph::Phase::optimizer) {
+      EXPECT_TRUE(checked) << g.ops()[static_cast<std::size_t>(op)].name << " runs before the check";
+      ++seen;
+    }
+  }
+  EXPECT_GT(seen, 0);
+  EXPECT_EQ(s.exec->loss_scale(), 65536.0);
+}
+
+// A scale so large that the gradients overflow fp16: the step changes no weight, the scale halves
+// and the skip is counted; once the scale is back in range, steps update again.
+TEST(LossScaling, AnOverflowedStepChangesNoWeightAndHalvesTheScale) {
+  for (graph::OptimizerKind optimizer : {graph::OptimizerKind::adamw, graph::OptimizerKind::sgd}) {
+    Fp16Step s(optimizer);
+    const std::string initial = s.exec->params_sha256();
+    s.exec->set_loss_scale(std::ldexp(1.0, 40));
+    auto feed = [](std::int64_t, runtime::Executor&) {};
+    auto summary = runtime::train(*s.exec, 2, feed, {}, {});
+    ASSERT_TRUE(summary.ok()) << summary.error().message;
+    EXPECT_EQ(summary.value().skipped_steps, 2);
+    EXPECT_EQ(s.exec->loss_scale(), std::ldexp(1.0, 38));
+    EXPECT_EQ(s.exec->params_sha256(), initial) << "a skipped step changed the weights";
+    // Enough halvings bring the scale into fp16's range; then the weights move.
+    auto more = runtime::train(*s.exec, 40, feed, {}, {});
+    ASSERT_TRUE(more.ok()) << more.error().message;
+    EXPECT_LT(more.value().skipped_steps, 40);
+    EXPECT_LT(s.exec->loss_scale(), std::ldexp(1.0, 38));
+    EXPECT_NE(s.exec->params_sha256(), initial);
+    EXPECT_EQ(s.exec->skipped_steps(), 2 + more.value().skipped_steps);
+  }
+}
+
+// Loss scaling across ranks that each hold a shard of the gradients is refused when planning.
+TEST(LossScaling, ShardedGradientsAreRefusedWhenPlanning) {
+  models::ModelOptions model;
+  model.mlp.hidden = {32};
+  planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), 8);
+  step.dtype = DType::f16;
+  step.parallel.world = 2;
+  step.parallel.zero = 1;
+  auto planned = planner::plan_step(step, {});
+  ASSERT_FALSE(planned.ok());
+  EXPECT_NE(planned.error().message.find("every rank to see every gradient"), std::string::npos) << planned.error().message;
+  step.parallel.zero = 0;
+  EXPECT_TRUE(planner::plan_step(step, {}).ok());
 }
 
 }  // namespace

@@ -316,9 +316,11 @@ const std::map<OpKind, const char*>& exemptions() {
   static const std::map<OpKind, const char*> kExempt = {
       {OpKind::kv_cache_write, "tests/kv_cache_test.cpp (DecodeStep: logits equal the full-context models')"},
       {OpKind::decode_attention, "tests/kv_cache_test.cpp (DecodeStep: logits equal the full-context models')"},
-      {OpKind::sgd_update_mixed, "none: planned only, no kernel on any device (tests/kernel_dispatch_test.cpp lists it)"},
-      {OpKind::sgd_momentum_update_mixed, "none: planned only, no kernel on any device (tests/kernel_dispatch_test.cpp)"},
-      {OpKind::adamw_update_mixed, "none: planned only, no kernel on any device (tests/kernel_dispatch_test.cpp)"},
+      {OpKind::sgd_update_mixed, "tests/mixed_precision_cli_test.cpp (16-bit training steps, every mode) and "
+                                 "tests/mixed_precision_test.cpp (master copies, loss scaling)"},
+      {OpKind::sgd_momentum_update_mixed, "tests/mixed_precision_cli_test.cpp, tests/mixed_precision_test.cpp"},
+      {OpKind::adamw_update_mixed, "tests/mixed_precision_cli_test.cpp, tests/mixed_precision_test.cpp"},
+      {OpKind::grads_finite, "tests/mixed_precision_test.cpp (LossScaling: an overflowed step changes no weight)"},
       {OpKind::pack, "tests/data_parallel_test.cpp (Collectives.PackLaysShardsOutRankMajorWithZeroPadding)"},
       {OpKind::all_reduce, "tests/data_parallel_mpi_test.cpp (ranks against one process, every ZeRO stage)"},
       {OpKind::reduce_scatter, "tests/data_parallel_mpi_test.cpp (ranks against one process, every ZeRO stage)"},

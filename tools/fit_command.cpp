@@ -242,7 +242,8 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
     if (flags.zero == 3) j["prefetch"] = flags.prefetch;
   }
   j["breakdown"] = {{"parameters", b.parameters}, {"gradients", b.gradients_at_peak},
-                    {"optimizer_state", b.optimizer_state}, {"activations", b.activations_at_peak},
+                    {"master_weights", b.master_weights}, {"optimizer_state", b.optimizer_state},
+                    {"activations", b.activations_at_peak},
                     {"communication", b.communication_at_peak},
                     {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
   nlohmann::json o = nlohmann::json::array();
@@ -303,13 +304,16 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   };
   row("parameters", b.parameters);
   row("gradients (at the peak)", b.gradients_at_peak);
+  if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);
   row("optimizer state", b.optimizer_state);
   row("activations (at the peak)", b.activations_at_peak);
   for (const planner::NamedBytes& g : top_activation_groups(a)) {
     std::printf("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
   }
   if (flags.devices > 1) row("communication (at the peak)", b.communication_at_peak);
-  row("workspace (in the arena)", b.workspace);
+  // On the CPU a 16-bit step's workspace holds the fp32 copies its ops compute in.
+  const bool widened = flags.model.dtype != graph::DType::f32 && question.request.device.widens_16bit;
+  row(widened ? "workspace (fp32 op copies)" : "workspace (in the arena)", b.workspace);
   row("arena (exact)", b.arena);
   for (const auto& item : a.overheads) row(("+ " + item.what).c_str(), item.bytes);
   row("total", b.total);

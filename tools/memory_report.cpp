@@ -23,7 +23,9 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   std::ostringstream out;
   const auto by_role = plan.peak_by_role();  // persistent totals, transient at the peak
   const Bytes params = role_bytes(by_role, graph::Role::parameter);
-  const Bytes state = role_bytes(by_role, graph::Role::optimizer_state);
+  Bytes master = 0;  // mixed precision: f32 master copies, counted apart from the optimizer's state
+  for (const planner::PlannedBuffer& b : plan.buffers) master += b.master_copy ? b.size_bytes : 0;
+  const Bytes state = role_bytes(by_role, graph::Role::optimizer_state) - master;
   const Bytes activations = role_bytes(by_role, graph::Role::activation) + role_bytes(by_role, graph::Role::input);
   const Bytes gradients = role_bytes(by_role, graph::Role::gradient);
   const Bytes temporaries = role_bytes(by_role, graph::Role::temporary);
@@ -36,6 +38,7 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   out << "memory plan (" << planner::schedule_name(plan.schedule_kind) << " schedule, "
       << planner::to_string(plan.solve_status) << " packing)\n";
   row("parameters", format_bytes(params));
+  if (master > 0) row("master weights (fp32)", format_bytes(master));
   row("optimizer state", format_bytes(state));
   row("activations + inputs at peak", format_bytes(activations));
   row("gradients at peak", format_bytes(gradients));
@@ -43,7 +46,8 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   bool collectives = false;  // a data-parallel step: its buffers have a line even when none is live at the peak
   for (const planner::PlannedBuffer& b : plan.buffers) collectives = collectives || b.role == graph::Role::communication;
   if (collectives) row("communication at peak", format_bytes(communication));
-  row("workspace", plan.workspace_bytes > 0 ? format_bytes(plan.workspace_bytes) + " (the device's kernel scratch, inside the arena)"
+  row("workspace", plan.workspace_bytes > 0 ? format_bytes(plan.workspace_bytes) + " (kernel scratch inside the arena; on the CPU, the "
+                                                                                    "fp32 copies 16-bit ops compute in)"
                                             : format_bytes(0) + " (no kernel asks for scratch on this device)");
   row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
   row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");

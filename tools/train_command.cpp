@@ -184,6 +184,10 @@ nlohmann::json report_json(const train::TrainReport& r) {
     out["samples_per_s"] = r.samples_per_s;
   }
   out["params_sha256"] = r.params_sha256;
+  if (spec.dtype == graph::DType::f16) {
+    out["loss_scale"] = s.loss_scale;
+    out["skipped_steps"] = s.skipped_steps;
+  }
   if (r.world > 1) {
     out["world"] = r.world;
     out["zero"] = spec.zero;
@@ -226,6 +230,10 @@ void print_report(const train::TrainReport& r) {
   }
   std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median, format_rate(r.samples_per_s, r.text_model).c_str());
   std::printf("params sha256    %s\n", r.params_sha256.c_str());
+  if (spec.dtype == graph::DType::f16) {
+    std::printf("loss scale       %g after the last step; %lld of %lld steps skipped for overflowed fp16 gradients\n",
+                s.loss_scale, static_cast<long long>(s.skipped_steps), static_cast<long long>(s.steps));
+  }
   for (const train::RankMemory& m : r.ranks) {
     if (r.world < 2) break;
     std::printf("rank %d           arena %s, %lld device allocations during steps\n", m.rank,

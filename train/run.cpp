@@ -61,6 +61,10 @@ Status check_several_ranks(const TrainSpec& spec) {
     return Error{"with several ranks --save works with --zero 0 only, and --load not at all; run one process to resume"};
   }
   if (spec.mode != runtime::ExecutionMode::planned) return Error{"several ranks run --mode planned only"};
+  if (spec.dtype == graph::DType::f16 && spec.zero != 0) {
+    return Error{"--dtype fp16 scales the loss, which needs every rank to see every gradient: use --zero 0, or "
+                 "--dtype bf16 (no loss scaling)"};
+  }
   return Status::success();
 }
 

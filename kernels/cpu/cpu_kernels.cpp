@@ -182,7 +182,7 @@ void k_broadcast_scalar(const KernelCall& c) {
 }
 
 void k_fill(const KernelCall& c) {
-  const float v = c.attrs->alpha;
+  const float v = c.attrs->loss_scaled ? static_cast<float>(double(c.attrs->alpha) * c.loss_scale) : c.attrs->alpha;
   float* y = c.outputs[0].f32();
   for_each_index(c.outputs[0].numel(), [=](std::int64_t i) { y[i] = v; });
 }
@@ -277,6 +277,8 @@ KernelEntries kernel_entries() {
   KernelEntries entries = f32_kernel_entries();
   const auto widened = widened_kernel_entries();
   entries.insert(entries.end(), widened.begin(), widened.end());
+  const auto native = native_16bit_kernel_entries();
+  entries.insert(entries.end(), native.begin(), native.end());
   return entries;
 }
 

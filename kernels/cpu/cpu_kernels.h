@@ -19,6 +19,8 @@ KernelEntries f32_kernel_entries();
 // Every op with an f32 kernel, and the mixed updates, at bf16 and f16: computed in f32 copies of
 // the 16-bit operands made in KernelCall::workspace (graph::op_widening says how many bytes).
 KernelEntries widened_kernel_entries();
+// The kernels that read 16-bit values at their own width (grads_finite), at every dtype.
+KernelEntries native_16bit_kernel_entries();
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 KernelEntries nn_kernel_entries();
 // The pairs of adjacent ops that run fused on the CPU (graph::fusable_pair: im2col then conv2d

@@ -8,6 +8,7 @@
 // time (graph::widening_of), so the copies take a slice of its largest operands.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -32,13 +33,16 @@ std::int64_t updated_elements(const KernelCall& c) {
   return c.attrs->shard_count >= 0 ? c.attrs->shard_count : c.updates[1].numel();
 }
 
+// The factor taking a loss-scaled gradient back: 1 / scale, exact for the powers of two used.
+float unscale(const KernelCall& c) { return static_cast<float>(1.0 / c.loss_scale); }
+
 void k_sgd_update_mixed_f32(const KernelCall& c) {
   float* p = working_copy(c);
   float* master = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
-  const float lr = c.lr(), wd = c.attrs->weight_decay;
+  const float lr = c.lr(), wd = c.attrs->weight_decay, inv = unscale(c);
   parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
-    sgd_element(master[i], g[i], lr, wd);
+    sgd_element(master[i], g[i] * inv, lr, wd);
     p[i] = master[i];
   });
 }
@@ -48,9 +52,9 @@ void k_sgd_momentum_update_mixed_f32(const KernelCall& c) {
   float* master = c.updates[1].f32();
   float* buf = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
-  const float lr = c.lr(), wd = c.attrs->weight_decay, mom = c.attrs->momentum;
+  const float lr = c.lr(), wd = c.attrs->weight_decay, mom = c.attrs->momentum, inv = unscale(c);
   parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
-    sgd_momentum_element(master[i], buf[i], g[i], lr, wd, mom);
+    sgd_momentum_element(master[i], buf[i], g[i] * inv, lr, wd, mom);
     p[i] = master[i];
   });
 }
@@ -62,10 +66,36 @@ void k_adamw_update_mixed_f32(const KernelCall& c) {
   float* v = c.updates[3].f32();
   const float* g = c.inputs[0].f32();
   const AdamWScalars s = adamw_scalars(*c.attrs, c.step, c.lr());
+  const float inv = unscale(c);
   parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
-    adamw_element(master[i], m[i], v[i], g[i], s);
+    adamw_element(master[i], m[i], v[i], g[i] * inv, s);
     p[i] = master[i];
   });
+}
+
+// Every input finite: 1, else 0 (fp16 loss scaling). Read at the inputs' own width: a 16-bit
+// value is finite unless its exponent bits are all ones (f16: 5 bits, bf16: 8).
+bool all_finite(const TensorRef& r) {
+  const std::int64_t n = r.numel();
+  if (r.dtype == graph::DType::f32) {
+    const float* x = r.f32();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) return false;
+    }
+    return true;
+  }
+  const auto* h = static_cast<const std::uint16_t*>(r.data);
+  const std::uint16_t exponent = r.dtype == graph::DType::f16 ? 0x7c00u : 0x7f80u;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if ((h[i] & exponent) == exponent) return false;
+  }
+  return true;
+}
+
+void k_grads_finite(const KernelCall& c) {
+  bool finite = true;
+  for (const TensorRef& r : c.inputs) finite = finite && all_finite(r);
+  c.outputs[0].f32()[0] = finite ? 1.0f : 0.0f;
 }
 
 // The f32 kernel each op computes in: the CPU's f32 kernel, or the mixed updates' f32 forms.
@@ -199,11 +229,21 @@ void k_widened(const KernelCall& c) {
 
 }  // namespace
 
+KernelEntries native_16bit_kernel_entries() {
+  KernelEntries entries;
+  for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
+    entries.push_back({OpKind::grads_finite, k_grads_finite, d});
+  }
+  return entries;
+}
+
 KernelEntries widened_kernel_entries() {
   KernelEntries entries;
   const auto& compute = compute_kernels();
+  std::array<bool, graph::kOpKindCount> native{};
+  for (const KernelEntry& e : native_16bit_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
   for (int k = 0; k < graph::kOpKindCount; ++k) {
-    if (compute[static_cast<std::size_t>(k)] == nullptr) continue;
+    if (compute[static_cast<std::size_t>(k)] == nullptr || native[static_cast<std::size_t>(k)]) continue;
     for (graph::DType d : {graph::DType::bf16, graph::DType::f16}) {
       // Only where the row takes 16-bit operands (an f32 update's gradient is f32).
       if (graph::op_info(static_cast<OpKind>(k)).accepts.contains(d)) entries.push_back({static_cast<OpKind>(k), k_widened, d});
