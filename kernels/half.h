@@ -27,9 +27,10 @@ inline float bf16_to_f32(std::uint16_t h) { return bits_float(std::uint32_t{h} <
 
 inline std::uint16_t f32_to_bf16(float f) {
   const std::uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  const std::uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<std::uint16_t>((u + 0x7fffu + lsb) >> 16);
+  // Both results computed and one selected, so the compiler vectorises array loops (a blend).
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 inline float f16_to_f32(std::uint16_t h) {

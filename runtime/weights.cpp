@@ -9,6 +9,7 @@
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/input_file.h"
 #include "memplan/common/sha256.h"
+#include "memplan/kernels/half.h"
 
 namespace memplan::runtime {
 namespace {
@@ -33,6 +34,32 @@ bool looks_like_optimizer_state(const graph::Graph& g, const std::string& name) 
   if (dot == std::string::npos) return false;
   const TensorId owner = g.find(name.substr(0, dot));
   return owner != kNoTensor && g.tensor(owner).role == graph::Role::parameter;
+}
+
+// A floating entry's values as f32 (16-bit ones widened exactly).
+std::vector<float> entry_values(const SafetensorsEntry& e) {
+  const std::size_t n = e.data.size() / static_cast<std::size_t>(graph::dtype_size(e.dtype));
+  std::vector<float> values(n);
+  kernels::widen_to_f32(e.dtype, e.data.data(), values.data(), static_cast<std::int64_t>(n));
+  return values;
+}
+
+// Where a tensor saved at another precision comes from, exactly: an f32 parameter from the f32
+// master copy a 16-bit run saved beside its working copy (else the working copy, widened); a
+// 16-bit parameter from the f32 one (rounded, as its working copy always is); a master copy the
+// file lacks from the f32 parameter it copies. nullptr where the file has no such source.
+const SafetensorsEntry* conversion_source(const graph::Graph& g, const graph::TensorDesc& t, const SafetensorsView& file) {
+  if (!graph::is_floating(t.dtype)) return nullptr;
+  if (t.master_of != kNoTensor) {
+    const SafetensorsEntry* param = file.find(g.tensor(t.master_of).name);
+    const bool whole = t.master_offset == 0 && t.shape.numel() == g.tensor(t.master_of).shape.numel();
+    return param != nullptr && param->dtype == graph::DType::f32 && whole ? param : nullptr;
+  }
+  const SafetensorsEntry* same_name = file.find(t.name);
+  if (same_name == nullptr || !graph::is_floating(same_name->dtype) || same_name->shape != t.shape.dims) return nullptr;
+  const SafetensorsEntry* master = file.find(t.name + ".master");
+  if (master != nullptr && master->dtype == graph::DType::f32 && master->shape == t.shape.dims) return master;
+  return same_name;
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -154,11 +181,20 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
   const graph::Graph& g = executor.graph();
   std::vector<std::string> problems;
   LoadReport report;
-  std::vector<std::pair<TensorId, const SafetensorsEntry*>> writes;
+  std::vector<std::pair<TensorId, const SafetensorsEntry*>> writes, conversions;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
     const graph::TensorDesc& t = g.tensor(id);
     if (!graph::is_persistent(t.role) || t.external) continue;  // a KV cache is the caller's, never saved
     const SafetensorsEntry* entry = file.view.find(t.name);
+    if (entry == nullptr || entry->dtype != t.dtype) {
+      // Saved at another precision (mixed precision against fp32): converted without loss.
+      if (const SafetensorsEntry* from = conversion_source(g, t, file.view); from != nullptr) {
+        conversions.emplace_back(id, from);
+        report.converted.push_back(t.name + " (" + std::string(safetensors_dtype_name(from->dtype)) + " '" + from->name +
+                                   "' -> " + std::string(safetensors_dtype_name(t.dtype)) + ")");
+        continue;
+      }
+    }
     if (entry == nullptr) {
       if (is_optimizer_state(g, id)) {
         report.fresh_state.push_back(t.name);
@@ -214,7 +250,8 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
     }
   }
   for (const auto& [id, entry] : writes) executor.write_tensor(id, entry->data.data());
-  report.loaded = static_cast<int>(writes.size());
+  for (const auto& [id, entry] : conversions) executor.write_values(id, entry_values(*entry).data());
+  report.loaded = static_cast<int>(writes.size() + conversions.size());
   if (report.fresh_state.empty()) {
     report.step = step;
     executor.set_steps_completed(step);

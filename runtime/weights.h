@@ -52,6 +52,9 @@ struct LoadReport {
   // Optimizer state the file does not have (saved with another optimizer, or weights only):
   // left at its initial values.
   std::vector<std::string> fresh_state;
+  // Tensors saved at another precision and converted exactly (a bf16 run's f32 master copy into
+  // an fp32 parameter; an fp32 parameter into a 16-bit one and its master copy): "name (from)".
+  std::vector<std::string> converted;
   // The saved step count, restored into the executor when all optimizer state was loaded
   // (fresh state restarts at step 0, as Adam's bias correction expects).
   std::int64_t step = 0;

@@ -4,10 +4,12 @@
 // compute exactly what the whole op computes, the master copies starting as their parameters do,
 // and a plan without room for the copies refused before anything runs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/trainer.h"
+#include "memplan/runtime/weights.h"
 
 namespace memplan {
 namespace {
@@ -123,12 +126,22 @@ TEST(HalfConversion, ArraysConvertAsTheScalarsDo) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 100.0f);
   for (float& v : x) v = normal(rng);
+  // Edges (overflow, subnormals, ties, infinities) and random bit patterns, in vector-sized runs.
+  const float edges[] = {65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f, 5.960464477539063e-8f, 2.9802322387695312e-8f,
+                         8.940697e-8f, 6.1035152e-5f, 1.00048828125f, 1.000732421875f, std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-30f};
+  for (std::size_t i = 0; i < std::size(edges); ++i) x[i] = edges[i];
+  std::mt19937 bits(17);
+  for (std::size_t i = 20; i < 60000; ++i) {
+    x[i] = kernels::bits_float(bits());
+    if (std::isnan(x[i])) x[i] = 1.0f;
+  }
   for (DType d : {DType::bf16, DType::f16}) {
     std::vector<std::uint16_t> h(x.size());
     kernels::narrow_from_f32(d, x.data(), h.data(), static_cast<std::int64_t>(x.size()));
     std::vector<float> back(x.size());
     kernels::widen_to_f32(d, h.data(), back.data(), static_cast<std::int64_t>(x.size()));
-    for (std::size_t i = 0; i < x.size(); i += 997) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(h[i], d == DType::bf16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i])) << i;
       ASSERT_EQ(kernels::float_bits(back[i]), kernels::float_bits(d == DType::bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i])));
     }
@@ -392,6 +405,59 @@ TEST(LossScaling, ShardedGradientsAreRefusedWhenPlanning) {
   EXPECT_NE(planned.error().message.find("every rank to see every gradient"), std::string::npos) << planned.error().message;
   step.parallel.zero = 0;
   EXPECT_TRUE(planner::plan_step(step, {}).ok());
+}
+
+// --- saved runs across precisions ------------------------------------------------------------------
+
+struct MlpStep {
+  runtime::CpuDevice device;
+  graph::Graph graph;
+  std::unique_ptr<runtime::Executor> exec;
+  explicit MlpStep(DType dtype) {
+    graph = graph::with_working_dtype(registry_forward("mlp", 4), dtype);
+    graph::make_training_step(graph, graph::OptimizerConfig{});
+    exec = std::make_unique<runtime::Executor>(graph, testing::plan_for(graph, device), device);
+    EXPECT_TRUE(exec->setup().ok());
+  }
+  std::vector<float> values(const std::string& name) const {
+    const TensorId id = graph.find(name);
+    EXPECT_NE(id, kNoTensor) << name;
+    std::vector<float> v(static_cast<std::size_t>(graph.tensor(id).shape.numel()));
+    exec->read_values(id, v.data());
+    return v;
+  }
+};
+
+// A bf16 run loads into fp32 from its f32 master copies, and an fp32 run into bf16 (its master
+// copies the f32 values, its working copies their rounding): nothing is lost either way.
+TEST(SavedRuns, LoadAcrossPrecisionsExactly) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("memplan_mixed_" + std::to_string(::getpid()) + ".safetensors")).string();
+  for (const auto& [from, to] : {std::pair{DType::bf16, DType::f32}, std::pair{DType::f32, DType::bf16}, std::pair{DType::bf16, DType::f16}}) {
+    MlpStep saved(from), loaded(to);
+    saved.exec->initialize_persistent(31);
+    ASSERT_TRUE(runtime::save_weights(*saved.exec, path, {}).ok());
+    auto file = runtime::read_weights_file(path);
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto report = runtime::load_weights(*loaded.exec, file.value(), path);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    EXPECT_FALSE(report.value().converted.empty());
+    EXPECT_TRUE(report.value().fresh_state.empty());
+    for (TensorId p : loaded.graph.parameters()) {
+      const std::string& name = loaded.graph.tensor(p).name;
+      // The exact values: the f32 parameter, or the f32 master copy of a 16-bit one.
+      const std::vector<float> exact = saved.values(from == DType::f32 ? name : name + ".master");
+      const std::vector<float> got = loaded.values(to == DType::f32 ? name : name + ".master");
+      EXPECT_EQ(got, exact) << name;
+      if (to != DType::f32) {
+        const std::vector<float> working = loaded.values(name);
+        for (std::size_t i = 0; i < exact.size(); ++i) {
+          const float rounded = to == DType::bf16 ? bf16_to_f32(f32_to_bf16(exact[i])) : f16_to_f32(f32_to_f16(exact[i]));
+          ASSERT_EQ(working[i], rounded) << name << "[" << i << "]";
+        }
+      }
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -266,7 +266,18 @@ Status GptSampler::load(runtime::Device& device, Fault* fault) {
   model.name = "gpt";
   model.gpt = saved_.config;
   model.training = false;
-  auto planned = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model), 1), device);
+  planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(model), 1);
+  // Generation computes at the precision the model trained at: a mixed-precision run saved its
+  // 16-bit working copies beside their f32 master copies.
+  for (const runtime::SafetensorsEntry& e : file_.view.tensors) {
+    const std::string suffix = ".master";
+    if (e.name.size() <= suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    if (const runtime::SafetensorsEntry* working = file_.view.find(e.name.substr(0, e.name.size() - suffix.size()))) {
+      step.dtype = working->dtype;
+      break;
+    }
+  }
+  auto planned = runtime::plan_step_for(step, device);
   if (!planned) return fail(Fault::input, planned.error());
   graph_ = std::make_unique<graph::Graph>(std::move(planned.value().graph));
   executor_ = std::make_unique<runtime::Executor>(*graph_, std::move(planned.value().plan), device);

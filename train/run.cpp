@@ -209,6 +209,10 @@ Result<std::unique_ptr<TrainingSession>, TrainError> start_session(const TrainSp
   if (!spec.load.empty()) {
     auto loaded = session->resume(spec.load);
     if (!loaded) return input_error(loaded.error().message);
+    if (!loaded.value().converted.empty()) {
+      note("converted " + std::to_string(loaded.value().converted.size()) + " tensors saved at another precision, exactly (" +
+           loaded.value().converted.front() + (loaded.value().converted.size() > 1 ? ", ..." : "") + ")");
+    }
     note("loaded " + std::to_string(loaded.value().loaded) + " tensors from " + spec.load + ", resuming after step " +
          std::to_string(loaded.value().step) +
          (loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)"));

@@ -10,6 +10,7 @@
 #include "memplan/common/sha256.h"
 #include "memplan/dist/communicator.h"
 #include "memplan/import/onnx_source.h"
+#include "memplan/kernels/half.h"
 #include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/train/saved_run.h"
@@ -295,11 +296,12 @@ std::string TrainingSession::params_sha256() const {
   MEMPLAN_CHECK(comm != nullptr, "sharded parameters without a communicator");
   Sha256 hash;
   std::vector<float> shard, full;
+  std::vector<std::byte> bytes;
   for (TensorId p : g.parameters()) {
     const graph::TensorDesc& desc = g.tensor(p);
     if (executor_->storage(p) == nullptr) continue;
     shard.resize(static_cast<std::size_t>(desc.shape.numel()));
-    executor_->read_tensor(p, shard.data());
+    executor_->read_values(p, shard.data());  // 16-bit values widened exactly, gathered as f32
     const std::int64_t numel = desc.shard_of == kNoTensor ? desc.shape.numel() : g.tensor(desc.shard_of).shape.numel();
     full.resize(static_cast<std::size_t>(numel));
     if (desc.shard_of == kNoTensor) {
@@ -307,7 +309,10 @@ std::string TrainingSession::params_sha256() const {
     } else {
       comm->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
     }
-    hash.update(std::as_bytes(std::span<const float>(full)));
+    // The digest is over the parameter's bytes at its own dtype, as Executor::params_sha256's.
+    bytes.resize(static_cast<std::size_t>(numel * graph::dtype_size(desc.dtype)));
+    kernels::narrow_from_f32(desc.dtype, full.data(), bytes.data(), numel);
+    hash.update(bytes);
   }
   return hash.finish_hex();
 }

@@ -118,12 +118,14 @@ bool is_16bit(const TensorRef& r) { return graph::is_16bit_float(r.dtype); }
 // Carves f32 copies out of the workspace, in the order graph::widening_of counts them.
 class Scratch {
  public:
-  explicit Scratch(std::span<std::byte> workspace) : next_(workspace.data()), end_(workspace.data() + workspace.size()) {}
+  Scratch(std::span<std::byte> workspace, graph::OpKind kind)
+      : next_(workspace.data()), end_(workspace.data() + workspace.size()), kind_(kind) {}
   float* take(std::int64_t elements) {
     const Bytes bytes = elements * static_cast<Bytes>(sizeof(float));
     const Bytes rounded = (bytes + graph::kWidenAlignment - 1) / graph::kWidenAlignment * graph::kWidenAlignment;
-    MEMPLAN_CHECK(end_ - next_ >= rounded, "the kernel workspace is too small for the f32 copies of a 16-bit op: "
-                                               "plan the step with this device's profile (runtime::device_profile)");
+    MEMPLAN_CHECK(end_ - next_ >= rounded, "the kernel workspace is too small for the f32 copies of 16-bit op "
+                                               << graph::op_name(kind_) << " (" << rounded << " bytes more, " << (end_ - next_)
+                                               << " left): plan the step with this device's profile (runtime::device_profile)");
     float* out = reinterpret_cast<float*>(next_);
     next_ += rounded;
     return out;
@@ -133,6 +135,7 @@ class Scratch {
  private:
   std::byte* next_;
   std::byte* end_;
+  graph::OpKind kind_;
 };
 
 // One operand of the call: where it is, and how the kernel sees it for the current slice.
@@ -147,6 +150,7 @@ void k_widened(const KernelCall& c) {
   const KernelFn compute = compute_kernels()[static_cast<std::size_t>(c.kind)];
   MEMPLAN_CHECK(compute != nullptr, "no f32 CPU kernel to compute op " << graph::op_name(c.kind) << " in");
   const graph::OpInfo& info = graph::op_info(c.kind);
+  if (info.pure_view) return;  // the output is the input's storage: nothing to compute or copy
   const bool split = graph::splits_by_rows(info, *c.attrs);
   const bool view = info.output_is_view;
   const std::size_t ni = c.inputs.size(), nu = c.updates.size(), no = c.outputs.size();
@@ -173,7 +177,7 @@ void k_widened(const KernelCall& c) {
 
   // Copies: the whole operands once (inputs and updates widened now), then one slice's worth
   // for the split ones, in graph::widening_of's order.
-  Scratch scratch(c.workspace);
+  Scratch scratch(c.workspace, c.kind);
   for (std::size_t k = 0; k < operands.size(); ++k) {
     Operand& o = operands[k];
     const bool output = k >= ni + nu;
