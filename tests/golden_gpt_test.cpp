@@ -21,17 +21,13 @@ namespace {
 
 using testing::expect_close;
 
-// Both attention forms against the same data (PyTorch's reference computes attention unfused).
-class GoldenGpt : public ::testing::TestWithParam<models::AttentionKind> {};
-
-std::string attention_name(const ::testing::TestParamInfo<models::AttentionKind>& param) {
-  return std::string(models::attention_kind_name(param.param));
+// The golden data (an empty object when the file is missing) and the model it was made for.
+nlohmann::json read_golden() {
+  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/gpt_golden.json");
+  return in.good() ? nlohmann::json::parse(in) : nlohmann::json::object();
 }
 
-TEST_P(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
-  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/gpt_golden.json");
-  ASSERT_TRUE(in.good()) << "missing tests/data/gpt_golden.json";
-  const nlohmann::json golden = nlohmann::json::parse(in);
+models::GptConfig golden_config(const nlohmann::json& golden) {
   const auto& c = golden["config"];
   models::GptConfig config;
   config.vocab = c["vocab"].get<std::int64_t>();
@@ -41,6 +37,20 @@ TEST_P(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
   config.width = c["width"].get<std::int64_t>();
   config.tied_head = c["tied_head"].get<bool>();
   config.dropout = 0.0f;
+  return config;
+}
+
+// Both attention forms against the same data (PyTorch's reference computes attention unfused).
+class GoldenGpt : public ::testing::TestWithParam<models::AttentionKind> {};
+
+std::string attention_name(const ::testing::TestParamInfo<models::AttentionKind>& param) {
+  return std::string(models::attention_kind_name(param.param));
+}
+
+TEST_P(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
+  const nlohmann::json golden = read_golden();
+  ASSERT_FALSE(golden.empty()) << "missing tests/data/gpt_golden.json";
+  models::GptConfig config = golden_config(golden);
   config.attention = GetParam();
   const auto batch = golden["batch"].get<std::int64_t>();
 
@@ -84,18 +94,9 @@ class GoldenGpt16 : public ::testing::TestWithParam<graph::DType> {};
 constexpr double kLossEps = 2, kLogitEps = 16, kGradEps = 48;
 
 TEST_P(GoldenGpt16, SixteenBitStepStaysWithinItsEpsilonOfPyTorch) {
-  std::ifstream in(std::string(MEMPLAN_TEST_DATA_DIR) + "/gpt_golden.json");
-  ASSERT_TRUE(in.good()) << "missing tests/data/gpt_golden.json";
-  const nlohmann::json golden = nlohmann::json::parse(in);
-  const auto& c = golden["config"];
-  models::GptConfig config;
-  config.vocab = c["vocab"].get<std::int64_t>();
-  config.context = c["context"].get<std::int64_t>();
-  config.layers = c["layers"].get<std::int64_t>();
-  config.heads = c["heads"].get<std::int64_t>();
-  config.width = c["width"].get<std::int64_t>();
-  config.tied_head = c["tied_head"].get<bool>();
-  config.dropout = 0.0f;
+  const nlohmann::json golden = read_golden();
+  ASSERT_FALSE(golden.empty()) << "missing tests/data/gpt_golden.json";
+  const models::GptConfig config = golden_config(golden);
   const auto batch = golden["batch"].get<std::int64_t>();
   const graph::DType dtype = GetParam();
   const double eps = dtype == graph::DType::bf16 ? 1.0 / 256.0 : 1.0 / 2048.0;
