@@ -149,7 +149,7 @@ DType op_dtype(const Graph& graph, const Op& op) {
   for (const std::vector<TensorId>* ids : {&op.inputs, &op.updates, &op.outputs}) {
     for (TensorId t : *ids) {
       const DType d = graph.tensor(t).dtype;
-      if (d == DType::bf16 || d == DType::f16) return d;
+      if (is_16bit_float(d)) return d;
     }
   }
   return DType::f32;

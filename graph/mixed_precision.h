@@ -15,8 +15,6 @@
 
 namespace memplan::graph {
 
-inline bool is_16bit_float(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
-
 // fp16 loss scaling on a training step (after its updates are in): a grads_finite op reads every
 // gradient a mixed update reads, and every optimizer-phase op moves after it (their order kept),
 // so the executor can skip the step's updates when a scaled gradient overflowed. Its output is

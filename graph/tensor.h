@@ -28,6 +28,8 @@ inline constexpr EnumName<DType> kDTypeNames[] = {
 Bytes dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 inline bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+// bf16 or f16: a mixed-precision step's working dtype (graph/mixed_precision.h).
+inline bool is_16bit_float(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
 // The rows of kDTypeNames for floating dtypes: what --dtype takes.
 std::span<const EnumName<DType>> float_dtype_names();
 // A floating dtype by any of its names ("fp32", "f32", "bf16", "fp16", "f16"); the error lists them.

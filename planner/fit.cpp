@@ -12,6 +12,12 @@
 
 namespace memplan::planner {
 
+Bytes master_copy_bytes(const MemoryPlan& plan) {
+  Bytes bytes = 0;
+  for (const PlannedBuffer& buffer : plan.buffers) bytes += buffer.master_copy ? buffer.size_bytes : 0;
+  return bytes;
+}
+
 FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) {
   FitBreakdown b;
   for (const auto& [role, bytes] : plan.peak_by_role()) {
@@ -23,9 +29,7 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
       default: b.activations_at_peak += bytes; break;
     }
   }
-  for (const PlannedBuffer& buffer : plan.buffers) {
-    if (buffer.master_copy) b.master_weights += buffer.size_bytes;
-  }
+  b.master_weights = master_copy_bytes(plan);
   b.optimizer_state -= b.master_weights;
   b.workspace = plan.workspace_bytes;
   b.arena = plan.arena_bytes;

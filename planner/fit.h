@@ -31,6 +31,8 @@ struct FitBreakdown {
 };
 
 FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device);
+// The bytes of the plan's f32 master copies (mixed precision; part of the optimizer state's role).
+Bytes master_copy_bytes(const MemoryPlan& plan);
 
 // Activations (and inputs, temporaries) live at the transient peak, grouped by name with layer
 // numbers folded ("h.*.attn.fused.lse" sums that tensor over every layer), largest first: what

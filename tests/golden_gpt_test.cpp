@@ -40,6 +40,14 @@ models::GptConfig golden_config(const nlohmann::json& golden) {
   return config;
 }
 
+// The golden token batch and its labels as the step's inputs.
+void set_golden_batch(runtime::Executor& executor, const graph::Graph& g, const nlohmann::json& golden) {
+  const auto x = golden["x"].get<std::vector<std::int32_t>>();
+  const auto labels = golden["labels"].get<std::vector<std::int32_t>>();
+  executor.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
+  executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * 4));
+}
+
 // Both attention forms against the same data (PyTorch's reference computes attention unfused).
 class GoldenGpt : public ::testing::TestWithParam<models::AttentionKind> {};
 
@@ -68,10 +76,7 @@ TEST_P(GoldenGpt, LogitsLossAndEveryGradientMatchPyTorch) {
     ASSERT_EQ(static_cast<std::int64_t>(values.size()), g.tensor(p).shape.numel()) << name;
     run.executor.write_tensor(p, values.data());
   }
-  const auto x = golden["x"].get<std::vector<std::int32_t>>();
-  const auto labels = golden["labels"].get<std::vector<std::int32_t>>();
-  run.executor.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
-  run.executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * 4));
+  set_golden_batch(run.executor, g, golden);
   ASSERT_TRUE(run.executor.run_step().ok());
 
   EXPECT_NEAR(run.executor.read_scalar(g.loss), golden["loss"].get<float>(), 1e-5f);
@@ -109,10 +114,7 @@ TEST_P(GoldenGpt16, SixteenBitStepStaysWithinItsEpsilonOfPyTorch) {
     const auto values = golden["weights"][g.tensor(p).name].get<std::vector<float>>();
     run.executor.write_values(p, values.data());
   }
-  const auto x = golden["x"].get<std::vector<std::int32_t>>();
-  const auto labels = golden["labels"].get<std::vector<std::int32_t>>();
-  run.executor.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * 4));
-  run.executor.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * 4));
+  set_golden_batch(run.executor, g, golden);
   ASSERT_TRUE(run.executor.run_step().ok());
 
   auto values = [&](TensorId id) {

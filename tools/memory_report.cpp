@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "memplan/planner/fit.h"
+
 namespace memplan::tools {
 
 namespace {
@@ -23,8 +25,7 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   std::ostringstream out;
   const auto by_role = plan.peak_by_role();  // persistent totals, transient at the peak
   const Bytes params = role_bytes(by_role, graph::Role::parameter);
-  Bytes master = 0;  // mixed precision: f32 master copies, counted apart from the optimizer's state
-  for (const planner::PlannedBuffer& b : plan.buffers) master += b.master_copy ? b.size_bytes : 0;
+  const Bytes master = planner::master_copy_bytes(plan);  // counted apart from the optimizer's state
   const Bytes state = role_bytes(by_role, graph::Role::optimizer_state) - master;
   const Bytes activations = role_bytes(by_role, graph::Role::activation) + role_bytes(by_role, graph::Role::input);
   const Bytes gradients = role_bytes(by_role, graph::Role::gradient);

@@ -240,12 +240,6 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
 
 // The optimizer updates: the per-element arithmetic of kernels/shared/optimizers.h (PyTorch's
 // single-tensor implementations), which the CUDA kernels share.
-// The parameter elements an update writes: all of them, or one rank's shard (ZeRO-1/2), whose
-// gradient and state are indexed from 0.
-float* updated_params(const KernelCall& c) { return c.updates[0].f32() + (c.attrs->shard_count >= 0 ? c.attrs->shard_offset : 0); }
-std::int64_t updated_count(const KernelCall& c) {
-  return c.attrs->shard_count >= 0 ? c.attrs->shard_count : c.updates[0].numel();
-}
 
 void k_sgd_update(const KernelCall& c) {
   float* p = updated_params(c);

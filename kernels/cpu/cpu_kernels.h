@@ -40,6 +40,16 @@ KernelEntries decode_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
 KernelEntries collective_kernel_entries();
 
+// The parameter elements an optimizer update writes (updates[0]: the parameter, or the f32 copy of
+// a mixed update's working copy): all of them, or one rank's shard (ZeRO-1/2), whose gradient and
+// state are indexed from 0.
+inline float* updated_params(const KernelCall& c) {
+  return c.updates[0].f32() + (c.attrs->shard_count >= 0 ? c.attrs->shard_offset : 0);
+}
+inline std::int64_t updated_count(const KernelCall& c) {
+  return c.attrs->shard_count >= 0 ? c.attrs->shard_count : c.updates[0].numel();
+}
+
 // C[M,N] = op(A) op(B), all row-major and contiguous: A stored [M,K] ([K,M] when trans_a), B stored
 // [K,N] ([N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,

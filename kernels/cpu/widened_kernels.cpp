@@ -24,50 +24,41 @@ namespace {
 
 using graph::OpKind;
 
-// The parameter elements a mixed update writes (all of them, or a ZeRO-1/2 rank's range) in the
-// widened working copy; the master copy and state are indexed from 0.
-float* working_copy(const KernelCall& c) {
-  return c.updates[0].f32() + (c.attrs->shard_count >= 0 ? c.attrs->shard_offset : 0);
-}
-std::int64_t updated_elements(const KernelCall& c) {
-  return c.attrs->shard_count >= 0 ? c.attrs->shard_count : c.updates[1].numel();
-}
-
 // The factor taking a loss-scaled gradient back: 1 / scale, exact for the powers of two used.
 float unscale(const KernelCall& c) { return static_cast<float>(1.0 / c.loss_scale); }
 
 void k_sgd_update_mixed_f32(const KernelCall& c) {
-  float* p = working_copy(c);
+  float* p = updated_params(c);
   float* master = c.updates[1].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.lr(), wd = c.attrs->weight_decay, inv = unscale(c);
-  parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
+  parallel_each(updated_count(c), 1, [=](std::int64_t i) {
     sgd_element(master[i], g[i] * inv, lr, wd);
     p[i] = master[i];
   });
 }
 
 void k_sgd_momentum_update_mixed_f32(const KernelCall& c) {
-  float* p = working_copy(c);
+  float* p = updated_params(c);
   float* master = c.updates[1].f32();
   float* buf = c.updates[2].f32();
   const float* g = c.inputs[0].f32();
   const float lr = c.lr(), wd = c.attrs->weight_decay, mom = c.attrs->momentum, inv = unscale(c);
-  parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
+  parallel_each(updated_count(c), 1, [=](std::int64_t i) {
     sgd_momentum_element(master[i], buf[i], g[i] * inv, lr, wd, mom);
     p[i] = master[i];
   });
 }
 
 void k_adamw_update_mixed_f32(const KernelCall& c) {
-  float* p = working_copy(c);
+  float* p = updated_params(c);
   float* master = c.updates[1].f32();
   float* m = c.updates[2].f32();
   float* v = c.updates[3].f32();
   const float* g = c.inputs[0].f32();
   const AdamWScalars s = adamw_scalars(*c.attrs, c.step, c.lr());
   const float inv = unscale(c);
-  parallel_each(updated_elements(c), 1, [=](std::int64_t i) {
+  parallel_each(updated_count(c), 1, [=](std::int64_t i) {
     adamw_element(master[i], m[i], v[i], g[i] * inv, s);
     p[i] = master[i];
   });
@@ -159,11 +150,12 @@ void k_widened(const KernelCall& c) {
   thread_local std::vector<Operand> operands;
   thread_local std::vector<graph::WidenedOperand> sizes;
   thread_local std::vector<TensorRef> refs;
-  operands.assign(ni + nu + no, Operand{});
+  operands.resize(ni + nu + no);  // kept across calls: each slice shape keeps its capacity
   sizes.clear();
   auto describe = [&](std::size_t k, const TensorRef& r, bool by_rows) {
     operands[k].given = &r;
     operands[k].by_rows = by_rows;
+    operands[k].copy = nullptr;
     sizes.push_back({r.numel(), r.shape->rank() == 0 ? 1 : (*r.shape)[0], is_16bit(r), by_rows});
   };
   for (std::size_t i = 0; i < ni; ++i) describe(i, c.inputs[i], split && i < 8 && ((info.row_inputs >> i) & 1u) != 0);
