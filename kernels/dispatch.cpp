@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <optional>
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "memplan/common/check.h"
@@ -73,6 +76,43 @@ std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype
     if (find_kernel(static_cast<graph::OpKind>(k), device, dtype) == nullptr) missing.push_back(static_cast<graph::OpKind>(k));
   }
   return missing;
+}
+
+namespace {
+
+// Whether every op of `graph` has a kernel on `device`, each at `dtype` or, unset, at its own.
+bool runs_every_op(const graph::Graph& graph, DeviceKind device, std::optional<graph::DType> dtype) {
+  for (const graph::Op& op : graph.ops()) {
+    if (find_kernel(op.kind, device, dtype.value_or(graph::op_dtype(graph, op))) == nullptr) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status check_kernels_for(const graph::Graph& graph, DeviceKind device) {
+  const graph::Op* first = nullptr;
+  graph::DType first_dtype = graph::DType::f32;
+  std::set<std::string> kinds;
+  for (const graph::Op& op : graph.ops()) {
+    const graph::DType dtype = graph::op_dtype(graph, op);
+    if (find_kernel(op.kind, device, dtype) != nullptr) continue;
+    if (first == nullptr) first = &op, first_dtype = dtype;
+    kinds.insert(std::string(graph::op_name(op.kind)) + " (" + std::string(graph::dtype_name(dtype)) + ")");
+  }
+  if (first == nullptr) return Status::success();
+  std::string message = "op '" + first->name + "' (" + std::string(graph::op_name(first->kind)) + ") has no " +
+                        std::string(graph::dtype_name(first_dtype)) + " kernel on " + std::string(device_kind_name(device));
+  if (kinds.size() > 1) {
+    message += "; the kinds " + std::string(device_kind_name(device)) + " lacks for this step:";
+    for (const std::string& k : kinds) message += " " + k;
+  }
+  std::string instead;
+  if (device != DeviceKind::cpu && runs_every_op(graph, DeviceKind::cpu, std::nullopt)) instead = "--device cpu";
+  if (first_dtype != graph::DType::f32 && runs_every_op(graph, device, graph::DType::f32)) {
+    instead += (instead.empty() ? "" : " or ") + std::string("--dtype fp32");
+  }
+  return Error{message + (instead.empty() ? "" : ": use " + instead)};
 }
 
 FusedKernel find_fused_kernel(graph::OpKind first, graph::OpKind second, DeviceKind device) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "memplan/common/enum_names.h"
+#include "memplan/common/result.h"
+#include "memplan/graph/graph.h"
 #include "memplan/graph/op.h"
 #include "memplan/graph/tensor.h"
 
@@ -103,6 +105,10 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device, graph::DType dtype =
 // Every op `device` has no kernel for at `dtype`, in OpKind order (what an executor on that
 // device would refuse; the CUDA coverage test reads it).
 std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype = graph::DType::f32);
+// Whether `device` has a kernel for every op of `graph` at the op's dtype (graph::op_dtype). The
+// error names the first op without one, its kind and dtype, every kind lacking one, and what
+// would run instead (the CPU, or fp32), so a step is refused when it is planned, not at setup.
+Status check_kernels_for(const graph::Graph& graph, DeviceKind device);
 
 // The dispatch table of the given entries, one list per device kind: throws (InternalError,
 // naming the op, device and dtype) when a key is registered twice. Exposed for tests.

@@ -141,10 +141,7 @@ Status Executor::setup() {
     const Op& op = graph_.ops()[static_cast<std::size_t>(i)];
     const graph::DType dtype = graph::op_dtype(graph_, op);
     kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind(), dtype);
-    if (fn == nullptr) {
-      return Error{"op '" + std::string(graph::op_name(op.kind)) + "' has no " + std::string(graph::dtype_name(dtype)) +
-                   " kernel on device " + device_.name()};
-    }
+    if (fn == nullptr) return kernels::check_kernels_for(graph_, device_.kind()).error();
     kernels_[static_cast<std::size_t>(i)] = fn;
     if (op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
         op.kind == graph::OpKind::all_gather || op.kind == graph::OpKind::all_gather_into) {

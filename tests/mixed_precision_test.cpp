@@ -18,10 +18,13 @@
 #include <vector>
 
 #include "test_util.h"
+#include "memplan/graph/autograd.h"
 #include "memplan/graph/builder.h"
 #include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/kernels/half.h"
+#include "memplan/kernels/kernel.h"
+#include "memplan/models/llama.h"
 #include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
@@ -458,6 +461,40 @@ TEST(SavedRuns, LoadAcrossPrecisionsExactly) {
     }
   }
   std::filesystem::remove(path);
+}
+
+// A step with an op its device has no kernel for at the op's dtype is refused when it is planned
+// (TrainingSession::plan), naming the op, its kind and dtype, and what would run instead. The
+// CUDA backend has no kernel for LLaMA's ops (and none at all in a build without CUDA); the CPU
+// has every kernel at every dtype.
+TEST(KernelCoverage, AStepWithAnOpTheDeviceCannotRunIsRefusedNamingTheOp) {
+  models::LlamaConfig c;
+  c.vocab = 50;
+  c.context = 8;
+  c.layers = 1;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 48;
+  graph::Graph g = graph::with_working_dtype(models::build_llama(c, 2), DType::bf16);
+  graph::append_backward(g, g.loss);
+  EXPECT_TRUE(kernels::check_kernels_for(g, kernels::DeviceKind::cpu).ok());
+
+  const graph::Op* first = nullptr;  // the table's answer, op by op
+  for (const graph::Op& op : g.ops()) {
+    if (kernels::find_kernel(op.kind, kernels::DeviceKind::cuda, graph::op_dtype(g, op)) == nullptr) {
+      first = &op;
+      break;
+    }
+  }
+  ASSERT_NE(first, nullptr) << "every LLaMA op has a CUDA kernel now: pick a step the CUDA backend cannot run";
+  const Status s = kernels::check_kernels_for(g, kernels::DeviceKind::cuda);
+  ASSERT_FALSE(s.ok());
+  const std::string& message = s.error().message;
+  const std::string want = "op '" + first->name + "' (" + std::string(graph::op_name(first->kind)) + ") has no " +
+                           std::string(graph::dtype_name(graph::op_dtype(g, *first))) + " kernel on cuda";
+  EXPECT_EQ(message.rfind(want, 0), 0u) << message;
+  EXPECT_NE(message.find("use --device cpu"), std::string::npos) << message;
 }
 
 }  // namespace

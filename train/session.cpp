@@ -11,6 +11,7 @@
 #include "memplan/dist/communicator.h"
 #include "memplan/import/onnx_source.h"
 #include "memplan/kernels/half.h"
+#include "memplan/kernels/kernel.h"
 #include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/train/saved_run.h"
@@ -186,6 +187,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   auto planned = planner::plan_step(s->step_, s->request_);
   if (!planned) return planned.error();
   s->planned_ = std::move(planned).value();
+  // A dtype this device has no kernel for is refused now, before any allocation or data.
+  if (Status k = kernels::check_kernels_for(s->planned_.graph, device.kind()); !k) return k.error();
   if (s->planned_.fits) s->executor_ = std::make_unique<runtime::Executor>(s->planned_, device, options.executor);
   if (s->data_.text) {
     s->text_feeder_.emplace(*s->data_.text, options.batch, s->data_.model.gpt.context, options.seed);
