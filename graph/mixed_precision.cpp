@@ -136,9 +136,12 @@ Widening op_widening(const Graph& graph, const Op& op) {
   return any_16bit ? widening_of(operands) : Widening{};
 }
 
-Bytes widening_scratch_bytes(const Graph& graph) {
+Bytes widening_scratch_bytes(const Graph& graph, std::span<const OpKind> native) {
   Bytes most = 0;
-  for (const Op& op : graph.ops()) most = std::max(most, op_widening(graph, op).bytes);
+  for (const Op& op : graph.ops()) {
+    if (std::find(native.begin(), native.end(), op.kind) != native.end()) continue;
+    most = std::max(most, op_widening(graph, op).bytes);
+  }
   return most;
 }
 

@@ -56,8 +56,9 @@ struct Widening {
 Widening widening_of(std::span<const WidenedOperand> operands);
 // The same for an op of a graph (inputs, updates and outputs as its row and attributes say).
 Widening op_widening(const Graph& graph, const Op& op);
-// The most any op of `graph` takes (the scratch such a device plans).
-Bytes widening_scratch_bytes(const Graph& graph);
+// The most any op of `graph` takes (the scratch such a device plans), leaving out the ops of the
+// kinds in `native`: those the device computes at 16 bits itself (kernels::native_16bit_ops).
+Bytes widening_scratch_bytes(const Graph& graph, std::span<const OpKind> native = {});
 // Whether `op`, with these attributes, splits by rows, and which inputs then do (a bitmask).
 bool splits_by_rows(const OpInfo& info, const OpAttrs& attrs);
 

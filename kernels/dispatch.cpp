@@ -70,6 +70,19 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device, graph::DType dtype) 
   return table().find(kind, device, dtype);
 }
 
+std::vector<graph::OpKind> native_16bit_ops(DeviceKind device) {
+  KernelEntries entries;
+  if (device == DeviceKind::cpu) entries = cpu::native_16bit_kernel_entries();
+#ifdef MEMPLAN_HAVE_CUDA
+  if (device == DeviceKind::cuda) entries = cuda::native_16bit_kernel_entries();
+#endif
+  std::vector<graph::OpKind> kinds;
+  for (const KernelEntry& e : entries) {
+    if (graph::is_16bit_float(e.dtype) && std::find(kinds.begin(), kinds.end(), e.kind) == kinds.end()) kinds.push_back(e.kind);
+  }
+  return kinds;
+}
+
 std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype) {
   std::vector<graph::OpKind> missing;
   for (int k = 0; k < graph::kOpKindCount; ++k) {

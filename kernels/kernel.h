@@ -105,6 +105,10 @@ KernelFn find_kernel(graph::OpKind kind, DeviceKind device, graph::DType dtype =
 // Every op `device` has no kernel for at `dtype`, in OpKind order (what an executor on that
 // device would refuse; the CUDA coverage test reads it).
 std::vector<graph::OpKind> missing_kernels(DeviceKind device, graph::DType dtype = graph::DType::f32);
+// The op kinds `device` computes at 16 bits in kernels of its own; its other 16-bit kernels
+// compute in f32 copies of their operands (kernels/shared/widened_call.h), which the plan's
+// workspace holds (planner::DeviceProfile::native_16bit_ops documents the same lists).
+std::vector<graph::OpKind> native_16bit_ops(DeviceKind device);
 // Whether `device` has a kernel for every op of `graph` at the op's dtype (graph::op_dtype). The
 // error names the first op without one, its kind and dtype, every kind lacking one, and what
 // would run instead (the CPU, or fp32), so a step is refused when it is planned, not at setup.

@@ -25,12 +25,22 @@ Bytes DeviceProfile::arena_budget(Bytes device_memory) const {
 }
 
 Result<DeviceProfile> documented_device_profile(std::string_view kind) {
-  if (kind == "cpu") return DeviceProfile{};
+  // The ops each backend computes at 16 bits natively (kernels::native_16bit_ops; the kernel
+  // dispatch test checks these lists against the backends').
+  using graph::OpKind;
+  if (kind == "cpu") {
+    DeviceProfile p;
+    p.native_16bit_ops = {OpKind::grads_finite};
+    return p;
+  }
   if (kind == "cuda") {
     DeviceProfile p;
     p.name = "cuda";
     p.workspace_bytes = kCudaWorkspaceBytes;
-    p.widens_16bit = false;  // 16-bit kernels of their own
+    // GEMMs on tensor cores, the updates and the overflow check read 16 bits; the rest widen.
+    p.native_16bit_ops = {OpKind::matmul,           OpKind::batched_matmul,
+                          OpKind::grads_finite,     OpKind::sgd_update_mixed,
+                          OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed};
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use
     // after a training step, less what the step's cudaMalloc took, was 603-607 MiB over four
     // models. These 610 MiB cover each with 0.3-3.6 MiB to spare.

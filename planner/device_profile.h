@@ -11,6 +11,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/common/types.h"
+#include "memplan/graph/op.h"
 
 namespace memplan::planner {
 
@@ -23,9 +24,11 @@ struct DeviceProfile {
   std::string name = "cpu";
   Bytes alignment = 256;       // the device rounds an allocation up to this
   Bytes workspace_bytes = 0;   // kernel scratch placed inside the arena (cuBLAS workspace)
-  // 16-bit ops run on f32 copies of their operands, made in the workspace (the CPU, which has no
-  // 16-bit arithmetic): the plan's workspace grows to the most any op of the step widens.
+  // 16-bit ops run on f32 copies of their operands, made in the workspace after the device's own
+  // scratch: the plan's workspace grows by the most any op of the step widens, leaving out the
+  // op kinds the device computes at 16 bits itself (kernels::native_16bit_ops lists a backend's).
   bool widens_16bit = true;
+  std::vector<graph::OpKind> native_16bit_ops;
   std::vector<Overhead> overheads;  // runtime memory outside the arena (CUDA context, handles)
 
   Bytes overhead_bytes() const;

@@ -64,7 +64,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     plan.buffers.push_back(b);
   }
   const Bytes workspace =
-      std::max(options.workspace_bytes, options.widen_16bit ? graph::widening_scratch_bytes(graph) : Bytes{0});
+      options.workspace_bytes + (options.widen_16bit ? graph::widening_scratch_bytes(graph, options.native_16bit_ops) : Bytes{0});
   if (workspace > 0) {
     plan.workspace_offset = next;
     plan.workspace_bytes = workspace;

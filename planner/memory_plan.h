@@ -60,9 +60,10 @@ struct PlanOptions {
   // Kernel scratch the device asks for (the CUDA device: cuBLAS workspace and kernels' partial
   // sums); placed at the end of the persistent region, so it is part of the arena.
   Bytes workspace_bytes = 0;
-  // The device computes 16-bit ops in f32 copies of their operands (the CPU): the workspace is at
-  // least the most any op widens (graph::widening_scratch_bytes).
+  // The device computes 16-bit ops in f32 copies of their operands: the workspace adds the most
+  // any op widens (graph::widening_scratch_bytes), leaving out the kinds in native_16bit_ops.
   bool widen_16bit = false;
+  std::vector<graph::OpKind> native_16bit_ops;
 };
 
 struct MemoryPlan {

@@ -36,6 +36,7 @@ PlanOptions PlanRequest::plan_options() const {
   o.guard_bytes = guard_bytes;
   o.workspace_bytes = device.workspace_bytes;
   o.widen_16bit = device.widens_16bit;
+  o.native_16bit_ops = device.native_16bit_ops;
   return o;
 }
 

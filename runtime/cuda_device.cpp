@@ -2,6 +2,7 @@
 
 #include "memplan/planner/device_profile.h"
 
+#include <algorithm>
 #include <cuda.h>
 
 #include "memplan/kernels/cuda/context.h"
@@ -120,7 +121,9 @@ static_assert(static_cast<Bytes>(kc::kWorkspaceBytes) == planner::kCudaWorkspace
 Bytes CudaDevice::workspace_bytes() const { return static_cast<Bytes>(kc::kWorkspaceBytes); }
 
 void CudaDevice::attach_workspace(void* ptr, Bytes size_bytes) {
-  kc::set_workspace(ptr, static_cast<std::size_t>(size_bytes));
+  // cuBLAS and the kernels' scratch take the first kWorkspaceBytes; what follows holds the f32
+  // copies of 16-bit ops computed by widening (kernels/cuda/mixed_precision.cu).
+  kc::set_workspace(ptr, static_cast<std::size_t>(std::min(size_bytes, workspace_bytes())));
 }
 
 void CudaDevice::synchronize() { MEMPLAN_CUDA_CHECK(cudaStreamSynchronize(kc::context().stream)); }

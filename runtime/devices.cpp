@@ -45,6 +45,7 @@ planner::DeviceProfile device_profile(const Device& device) {
   profile.name = device.name();
   profile.alignment = kDeviceAlignment;
   profile.workspace_bytes = device.workspace_bytes();
+  profile.native_16bit_ops = kernels::native_16bit_ops(device.kind());  // what this build's kernels do
   return profile;
 }
 

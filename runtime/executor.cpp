@@ -74,11 +74,10 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
   // fp16 loss scaling starts where PyTorch's GradScaler does (runtime/trainer.h).
   scales_loss_ = graph::grads_finite_flag(graph_) != kNoTensor;
   if (scales_loss_) loss_scale_ = kInitialLossScale;
-  // The CPU computes 16-bit ops in f32 copies made in the workspace (graph/mixed_precision.h).
-  workspace_bytes_ = device_.workspace_bytes();
-  if (device_.kind() == kernels::DeviceKind::cpu) {
-    workspace_bytes_ = std::max(workspace_bytes_, graph::widening_scratch_bytes(graph_));
-  }
+  // 16-bit ops without a kernel of their own compute in f32 copies made in the workspace, after
+  // the device's scratch (graph/mixed_precision.h, kernels/shared/widened_call.h).
+  const std::vector<graph::OpKind> native = kernels::native_16bit_ops(device_.kind());
+  workspace_bytes_ = device_.workspace_bytes() + graph::widening_scratch_bytes(graph_, native);
 }
 
 Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options)

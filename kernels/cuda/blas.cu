@@ -107,7 +107,65 @@ void k_conv2d_backward_weight(const KernelCall& c) {
   }
 }
 
+// --- 16 bits: bf16 or f16 operands on tensor cores, f32 accumulation ----------------------------
+
+cudaDataType cuda_type(graph::DType d) {
+  switch (d) {
+    case graph::DType::bf16: return CUDA_R_16BF;
+    case graph::DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// gemm_batched at each operand's own dtype (16 or 32 bits), computed in f32: cuBLAS rounds C once.
+void gemm_batched_ex(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const TensorRef& a,
+                     std::int64_t stride_a, const TensorRef& b, std::int64_t stride_b, const TensorRef& c,
+                     std::int64_t stride_c, std::int64_t batch) {
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto ld_b = static_cast<int>(trans_b ? k : n);
+  const auto ld_a = static_cast<int>(trans_a ? m : k);
+  cublasHandle_t h = context().cublas;
+  if (batch == 1) {
+    MEMPLAN_CUBLAS_CHECK(cublas_api().gemm_ex(h, op_b, op_a, int(n), int(m), int(k), &alpha, b.data, cuda_type(b.dtype), ld_b,
+                                              a.data, cuda_type(a.dtype), ld_a, &beta, c.data, cuda_type(c.dtype), int(n),
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    MEMPLAN_CUBLAS_CHECK(cublas_api().gemm_strided_batched_ex(
+        h, op_b, op_a, int(n), int(m), int(k), &alpha, b.data, cuda_type(b.dtype), ld_b, stride_b, a.data, cuda_type(a.dtype),
+        ld_a, stride_a, &beta, c.data, cuda_type(c.dtype), int(n), stride_c, int(batch), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void k_matmul_16(const KernelCall& c) {
+  const graph::Shape& a = *c.inputs[0].shape;
+  const graph::Shape& out = *c.outputs[0].shape;
+  const std::int64_t k = c.attrs->trans_a ? a[0] : a[1];
+  gemm_batched_ex(c.attrs->trans_a, c.attrs->trans_b, out[0], out[1], k, c.inputs[0], 0, c.inputs[1], 0, c.outputs[0], 0, 1);
+}
+
+void k_batched_matmul_16(const KernelCall& c) {
+  const graph::Shape& a = *c.inputs[0].shape;
+  const graph::Shape& out = *c.outputs[0].shape;
+  const int r = out.rank();
+  const std::int64_t m = out[r - 2], n = out[r - 1];
+  const std::int64_t k = c.attrs->trans_a ? a[r - 2] : a[r - 1];
+  gemm_batched_ex(c.attrs->trans_a, c.attrs->trans_b, m, n, k, c.inputs[0], m * k, c.inputs[1], k * n, c.outputs[0], m * n,
+                  out.numel() / (m * n));
+}
+
 }  // namespace
+
+KernelEntries blas_16bit_kernel_entries() {
+  KernelEntries entries;
+  for (graph::DType d : {graph::DType::bf16, graph::DType::f16}) {
+    entries.push_back({OpKind::matmul, k_matmul_16, d});
+    entries.push_back({OpKind::batched_matmul, k_batched_matmul_16, d});
+  }
+  return entries;
+}
 
 KernelEntries blas_kernel_entries() {
   return {

@@ -60,12 +60,22 @@ void* scratch(std::size_t size_bytes, const char* op) {
   return static_cast<char*>(ctx.workspace) + ctx.workspace_bytes / 2 / 256 * 256;
 }
 
-KernelEntries kernel_entries() {
+void set_tf32(bool allowed) {
+  MEMPLAN_CUBLAS_CHECK(cublas_api().set_math_mode(context().cublas, allowed ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+KernelEntries f32_kernel_entries() {
   KernelEntries all = elementwise_kernel_entries();
   for (KernelEntries part : {reduction_kernel_entries(), nn_kernel_entries(), blas_kernel_entries(),
                              attention_kernel_entries(), decode_kernel_entries()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
+  return all;
+}
+
+KernelEntries kernel_entries() {
+  KernelEntries all = f32_kernel_entries();
+  for (KernelEntries part : {native_16bit_kernel_entries(), widened_kernel_entries()}) all.insert(all.end(), part.begin(), part.end());
   return all;
 }
 

@@ -13,6 +13,7 @@
 
 #include "memplan/common/check.h"
 #include "memplan/kernels/cuda/cublas_loader.h"
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels::cuda {
 
@@ -45,6 +46,13 @@ void* scratch(std::size_t size_bytes, const char* op);
 std::size_t scratch_capacity();
 
 std::string error_string(cudaError_t status);
+
+// fp32 GEMMs in TF32 on tensor cores (10-bit mantissa inputs, f32 accumulation) or in full fp32,
+// the default (as PyTorch's torch.backends.cuda.matmul.allow_tf32 = False).
+void set_tf32(bool allowed);
+
+// Every CUDA kernel at f32 (the lists of the kernel files): what the widening adapter computes in.
+KernelEntries f32_kernel_entries();
 
 }  // namespace memplan::kernels::cuda
 

@@ -62,6 +62,8 @@ void load() {
   resolve(library, name, MEMPLAN_STRINGIFY_EXPANDED(cublasSgemm), g_api.sgemm);
   resolve(library, name, MEMPLAN_STRINGIFY_EXPANDED(cublasSgemmStridedBatched), g_api.sgemm_strided_batched);
   resolve(library, name, MEMPLAN_STRINGIFY_EXPANDED(cublasGetStatusString), g_api.status_string);
+  resolve(library, name, "cublasGemmEx", g_api.gemm_ex);
+  resolve(library, name, "cublasGemmStridedBatchedEx", g_api.gemm_strided_batched_ex);
   g_loaded = true;  // the library stays loaded for the process's lifetime
 }
 

@@ -17,6 +17,15 @@ struct CublasApi {
   decltype(&cublasSgemm_v2) sgemm;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasGetStatusString) status_string;
+  // The mixed-precision GEMMs (16-bit operands, f32 accumulation). cuBLAS's header overloads these
+  // names for C++, so the C entry points' types are spelled out.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                            cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                            const void*, cudaDataType, int, long long int, const void*, cudaDataType, int,
+                                            long long int, const void*, void*, cudaDataType, int, long long int, int,
+                                            cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 // Loads libcublas on the first call (thread-safe) and returns its entry points. Throws an

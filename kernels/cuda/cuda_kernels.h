@@ -16,7 +16,12 @@ KernelEntries elementwise_kernel_entries();  // elementwise.cu
 KernelEntries reduction_kernel_entries();    // reduce.cu
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
+KernelEntries blas_16bit_kernel_entries();   // blas.cu: bf16/f16 GEMMs on tensor cores
 KernelEntries attention_kernel_entries();    // attention.cu (fused attention, slice)
 KernelEntries decode_kernel_entries();       // decode.cu
+// mixed_precision.cu: the 16-bit kernels (the GEMMs' from blas.cu among them) and the adapter
+// computing every other op at 16 bits in f32 copies.
+KernelEntries native_16bit_kernel_entries();
+KernelEntries widened_kernel_entries();
 
 }  // namespace memplan::kernels::cuda

@@ -162,7 +162,8 @@ void k_broadcast_scalar(const KernelCall& c) {
 
 void k_fill(const KernelCall& c) {
   float* y = c.outputs[0].f32();
-  const float v = c.attrs->alpha;
+  // The loss gradient's seed carries fp16's loss scale (graph/mixed_precision.h), as on the CPU.
+  const float v = c.attrs->loss_scaled ? static_cast<float>(double(c.attrs->alpha) * c.loss_scale) : c.attrs->alpha;
   for_each_index(c.outputs[0].numel(), "fill", [=] __device__(std::int64_t i) { y[i] = v; });
 }
 
