@@ -181,8 +181,10 @@ constexpr OpInfo kLayoutRows[] = {
     .infer = infer_concat, .flops = flops_zero, .grad = grad_concat, .split_rows = true, .row_inputs = 0b11, .split_rows_when = split_unless_axis_0},
   {.kind = OpKind::slice, .name = "slice", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_slice, .flops = flops_zero, .grad = grad_slice, .split_rows = true, .row_inputs = 0b1, .split_rows_when = split_unless_axis_0},
+  // Split by the table's rows: a slice's kernel reads every position and sums those whose id
+  // falls in it (KernelCall::first_row), so the f32 copy of a vocabulary-sized gradient is a slice.
   {.kind = OpKind::embedding_backward, .name = "embedding_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_shape_attr, .flops = flops_per_input0},
+    .infer = infer_shape_attr, .flops = flops_per_input0, .split_rows = true, .row_inputs = 0},
   {.kind = OpKind::repeat_heads_backward, .name = "repeat_heads_backward", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_repeat_heads_backward, .flops = flops_per_input0, .split_rows = true, .row_inputs = 0b1},
 };

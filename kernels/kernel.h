@@ -57,6 +57,10 @@ struct KernelCall {
   // fp16 loss scaling (graph/mixed_precision.h): the loss gradient's seed is multiplied by it and
   // the mixed updates divide it out of their gradients (a power of two: exact); 1 otherwise.
   double loss_scale = 1.0;
+  // The first row of the op's outputs this call writes: an op the widening adapter computes a
+  // slice of rows at a time whose inputs are not sliced with it (embedding_backward: every
+  // position is read, those whose id falls in the slice are summed). 0 otherwise.
+  std::int64_t first_row = 0;
   float lr() const { return static_cast<float>(double(attrs->lr) * lr_scale); }
 };
 

@@ -30,15 +30,16 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
   using graph::OpKind;
   if (kind == "cpu") {
     DeviceProfile p;
-    p.native_16bit_ops = {OpKind::grads_finite};
+    p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding};
     return p;
   }
   if (kind == "cuda") {
     DeviceProfile p;
     p.name = "cuda";
     p.workspace_bytes = kCudaWorkspaceBytes;
-    // GEMMs on tensor cores, the updates and the overflow check read 16 bits; the rest widen.
-    p.native_16bit_ops = {OpKind::matmul,           OpKind::batched_matmul,
+    // GEMMs on tensor cores, the embedding gather, the updates and the overflow check read 16 bits;
+    // the rest widen.
+    p.native_16bit_ops = {OpKind::matmul,           OpKind::batched_matmul,   OpKind::embedding,
                           OpKind::grads_finite,     OpKind::sgd_update_mixed,
                           OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed};
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use

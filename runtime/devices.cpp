@@ -1,6 +1,7 @@
 #include "memplan/runtime/devices.h"
 
 #ifdef MEMPLAN_HAVE_CUDA
+#include "memplan/kernels/cuda/context.h"
 #include "memplan/kernels/cuda/device_query.h"
 #include "memplan/runtime/cuda_device.h"
 #endif
@@ -36,6 +37,17 @@ Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capa
   return std::unique_ptr<Device>(std::make_unique<CudaDevice>(capacity_bytes));
 #else
   return Error{"this memplan was built without CUDA (no nvcc at configure time); use --device cpu"};
+#endif
+}
+
+bool allow_tf32(Device& device, bool allowed) {
+  if (device.kind() != kernels::DeviceKind::cuda) return false;
+#ifdef MEMPLAN_HAVE_CUDA
+  kernels::cuda::set_tf32(allowed);
+  return true;
+#else
+  (void)allowed;
+  return false;
 #endif
 }
 

@@ -24,6 +24,9 @@ Result<kernels::DeviceKind> resolve_device_kind(std::string_view name);
 // A device of that kind; an Error (naming what is missing) when CUDA is asked for but absent.
 // A capacity > 0 caps what the device hands out (out-of-memory becomes testable).
 Result<std::unique_ptr<Device>> make_device(kernels::DeviceKind kind, Bytes capacity_bytes = 0);
+// Lets the device's fp32 GEMMs use TF32 tensor cores (a CUDA GPU; off until allowed). false on
+// a device without TF32 (the CPU), which changes nothing.
+bool allow_tf32(Device& device, bool allowed);
 
 // The profile plan_step plans for this device: its alignment and kernel workspace (inside the
 // arena), and the documented runtime overheads of its kind (outside the arena).

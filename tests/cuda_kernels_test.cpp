@@ -6,17 +6,22 @@
 // segments) giving the same bits on the GPU. (b) and (c) skip, saying why, when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
+#include <tuple>
 
 #include "tests/test_util.h"
 #include "memplan/common/rng.h"
 #include "memplan/graph/autograd.h"
 #include "memplan/graph/builder.h"
+#include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/kernels/half.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/gpt_decode.h"
 #include "memplan/models/registry.h"
@@ -124,13 +129,16 @@ models::ModelOptions small(const std::string& name, bool training) {
   return o;
 }
 
-graph::Graph training_step(const std::string& model, std::int64_t batch, graph::OptimizerKind optimizer) {
+graph::Graph training_step(const std::string& model, std::int64_t batch, graph::OptimizerKind optimizer,
+                           graph::DType dtype = graph::DType::f32) {
   graph::Graph g = models::build_forward(small(model, true), batch).value();
+  if (dtype != graph::DType::f32) g = graph::with_working_dtype(g, dtype);
   graph::OptimizerConfig opt;
   opt.kind = optimizer;
   opt.lr = 1e-2f;
   opt.weight_decay = 0.01f;
   graph::make_training_step(g, opt);
+  if (dtype == graph::DType::f16) graph::add_loss_scaling(g);  // as plan_step adds it
   return g;
 }
 
@@ -342,14 +350,17 @@ class CudaVsCpu : public ::testing::Test {
   void SetUp() override {
     MEMPLAN_SKIP_WITHOUT_GPU();
     device_ = runtime::make_device(DeviceKind::cuda).value();
-    workspace_ = device_->allocate(device_->workspace_bytes()).value();
-    device_->attach_workspace(workspace_, device_->workspace_bytes());
+    workspace_ = device_->allocate(bytes()).value();
+    device_->attach_workspace(workspace_, bytes());
   }
   void TearDown() override {
     if (device_ == nullptr) return;
     device_->attach_workspace(nullptr, 0);
-    device_->deallocate(workspace_, device_->workspace_bytes());
+    device_->deallocate(workspace_, bytes());
   }
+  // The device's scratch and room for the f32 copies of the widened 16-bit ops the tests run.
+  Bytes bytes() const { return device_->workspace_bytes() + (Bytes{64} << 20); }
+  std::span<std::byte> workspace() const { return {static_cast<std::byte*>(workspace_), static_cast<std::size_t>(bytes())}; }
   std::unique_ptr<runtime::Device> device_;
   void* workspace_ = nullptr;
 };
@@ -362,7 +373,8 @@ struct HostTensor {
 
 // Runs `op` on the CPU and on the GPU from the same random operands; returns the worst error
 // relative to the tolerance's scale, and fails with the op's name if it exceeds its tolerance.
-void compare_op(runtime::Device& gpu, const graph::Graph& g, const graph::Op& op, std::uint64_t seed) {
+void compare_op(runtime::Device& gpu, std::span<std::byte> workspace, const graph::Graph& g, const graph::Op& op,
+                std::uint64_t seed) {
   Rng rng(seed);
   const bool non_negative = wants_non_negative(op.kind);
   auto fresh = [&](TensorId id, bool random) {
@@ -373,8 +385,9 @@ void compare_op(runtime::Device& gpu, const graph::Graph& g, const graph::Op& op
       auto* p = reinterpret_cast<std::int32_t*>(t.bytes.data());
       for (std::int64_t i = 0; i < d.shape.numel(); ++i) p[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(id_bound(g, op))));
     } else {
-      auto* p = reinterpret_cast<float*>(t.bytes.data());
-      for (std::int64_t i = 0; i < d.shape.numel(); ++i) p[i] = non_negative ? std::fabs(rng.normal()) : rng.normal();
+      std::vector<float> v(static_cast<std::size_t>(d.shape.numel()));
+      for (float& x : v) x = non_negative ? std::fabs(rng.normal()) : rng.normal();
+      kernels::narrow_from_f32(d.dtype, v.data(), t.bytes.data(), d.shape.numel());  // f32: a copy
     }
     return t;
   };
@@ -404,28 +417,39 @@ void compare_op(runtime::Device& gpu, const graph::Graph& g, const graph::Op& op
     cpu_refs.push_back({t.bytes.data(), t.shape, t.dtype});
     gpu_refs.push_back({p, t.shape, t.dtype});
   }
-  auto call_of = [&](const std::vector<kernels::TensorRef>& refs) {
+  // 16-bit ops: each device computes the widened ones in f32 copies made in its workspace (the
+  // GPU's past its own scratch, which the fixture's workspace covers).
+  const graph::DType dtype = graph::op_dtype(g, op);
+  std::vector<std::byte> cpu_workspace(static_cast<std::size_t>(graph::op_widening(g, op).bytes));
+  auto call_of = [&](const std::vector<kernels::TensorRef>& refs, std::span<std::byte> scratch) {
     const std::span<const kernels::TensorRef> all(refs);
-    return kernels::KernelCall{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
-                               all.subspan(op.inputs.size(), op.outputs.size()),
-                               all.subspan(op.inputs.size() + op.outputs.size()), 3};
+    kernels::KernelCall call{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
+                             all.subspan(op.inputs.size(), op.outputs.size()),
+                             all.subspan(op.inputs.size() + op.outputs.size()), 3};
+    call.workspace = scratch;
+    return call;
   };
-  kernels::find_kernel(op.kind, DeviceKind::cpu)(call_of(cpu_refs));
-  kernels::find_kernel(op.kind, DeviceKind::cuda)(call_of(gpu_refs));
+  kernels::find_kernel(op.kind, DeviceKind::cpu, dtype)(call_of(cpu_refs, cpu_workspace));
+  kernels::find_kernel(op.kind, DeviceKind::cuda, dtype)(call_of(gpu_refs, workspace));
   gpu.synchronize();
 
-  const double tol = tolerance(op.kind);
+  // A 16-bit result may round to a neighbouring value where the devices' f32 results differ in
+  // their last bits: two of its epsilons more.
+  const double tol = tolerance(op.kind) + (dtype == graph::DType::bf16 ? 2.0 / 256 : dtype == graph::DType::f16 ? 2.0 / 2048 : 0.0);
   for (std::size_t i = op.inputs.size(); i < cpu.size(); ++i) {
     const HostTensor& want = cpu[i];
     std::vector<std::byte> got(want.bytes.size());
     gpu.copy_to_host(got.data(), device_ptrs[i], static_cast<Bytes>(got.size()));
-    if (want.dtype != graph::DType::f32) {
+    if (!graph::is_floating(want.dtype)) {
       EXPECT_EQ(got, want.bytes) << op.name;
       continue;
     }
-    const auto* w = reinterpret_cast<const float*>(want.bytes.data());
-    const auto* o = reinterpret_cast<const float*>(got.data());
     const std::int64_t n = want.shape->numel();
+    std::vector<float> wf(static_cast<std::size_t>(n)), of(static_cast<std::size_t>(n));
+    kernels::widen_to_f32(want.dtype, want.bytes.data(), wf.data(), n);
+    kernels::widen_to_f32(want.dtype, got.data(), of.data(), n);
+    const float* w = wf.data();
+    const float* o = of.data();
     double scale = 1.0, worst = 0.0;
     std::int64_t worst_at = 0;
     for (std::int64_t k = 0; k < n; ++k) scale = std::max(scale, double(std::fabs(w[k])));
@@ -460,7 +484,7 @@ TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsMatchesTheCpuWithinItsTolerance) {
   for (const graph::Graph& g : reference_graphs()) {
     for (const graph::Op& op : g.ops()) {
       if (graph::op_info(op.kind).output_is_view) continue;  // no kernel work
-      compare_op(*device_, g, op, seed++);
+      compare_op(*device_, workspace(), g, op, seed++);
       tested.insert(op.kind);
     }
   }
@@ -474,6 +498,30 @@ TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsMatchesTheCpuWithinItsTolerance) {
   // Kinds no reference model uses are listed, so a gap is visible rather than silent.
   if (!untested.empty()) std::printf("CUDA vs CPU: op kinds no reference model exercises: %s\n", ::testing::PrintToString(untested).c_str());
   EXPECT_GE(tested.size(), 40u);
+}
+
+// The reference models' steps at bf16 and f16 (fp16 with its overflow check): every op, the
+// natively 16-bit ones (GEMMs, mixed updates) and the widened ones, against the CPU's.
+TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsAt16BitsMatchesTheCpuWithinItsTolerance) {
+  std::set<OpKind> native;
+  std::uint64_t seed = 500;
+  for (graph::DType dtype : {graph::DType::bf16, graph::DType::f16}) {
+    SCOPED_TRACE(std::string(graph::dtype_name(dtype)));
+    const std::vector<graph::Graph> graphs = {training_step("mlp", 16, graph::OptimizerKind::adamw, dtype),
+                                              training_step("mlp", 8, graph::OptimizerKind::sgd, dtype),
+                                              training_step("cnn", 4, graph::OptimizerKind::momentum, dtype),
+                                              training_step("gpt", 2, graph::OptimizerKind::adamw, dtype)};
+    for (const graph::Graph& g : graphs) {
+      for (const graph::Op& op : g.ops()) {
+        if (graph::op_info(op.kind).output_is_view) continue;
+        compare_op(*device_, workspace(), g, op, seed++);
+        const std::vector<OpKind> own = kernels::native_16bit_ops(DeviceKind::cuda);
+        if (std::find(own.begin(), own.end(), op.kind) != own.end()) native.insert(op.kind);
+      }
+    }
+  }
+  // Every native kernel met: the GEMMs, the three mixed updates, the overflow check.
+  EXPECT_EQ(native.size(), kernels::native_16bit_ops(DeviceKind::cuda).size());
 }
 
 // --- the op harness's cases (tests/op_cases.h) ----------------------------------------------------
@@ -522,7 +570,7 @@ TEST_F(CudaVsCpu, EveryOpOfEveryOpHarnessCaseMatchesTheCpuWithinItsTolerance) {
             << "op '" << op.name << "' (" << graph::op_name(op.kind) << ") has no CUDA kernel";
         continue;
       }
-      compare_op(*device_, g, op, seed++);
+      compare_op(*device_, workspace(), g, op, seed++);
       tested.insert(op.kind);
     }
   }
@@ -555,7 +603,11 @@ RunResult run(const graph::Graph& g, runtime::Device& device, runtime::ExecutorO
     for (float& v : xf) v = rng.uniform(-1.0f, 1.0f);
     for (auto& v : xi) v = static_cast<std::int32_t>(rng.below(classes));
     for (auto& v : y) v = static_cast<std::int32_t>(rng.below(classes));
-    exec.set_input(g.find("x"), x.dtype == graph::DType::i32 ? static_cast<const void*>(xi.data()) : xf.data(), x.size_bytes());
+    if (graph::is_16bit_float(x.dtype)) {
+      exec.set_input_values(g.find("x"), xf);
+    } else {
+      exec.set_input(g.find("x"), x.dtype == graph::DType::i32 ? static_cast<const void*>(xi.data()) : xf.data(), x.size_bytes());
+    }
     exec.set_input(g.find("labels"), y.data(), static_cast<Bytes>(y.size() * 4));
     EXPECT_TRUE(exec.run_step().ok());
     r.losses.push_back(exec.read_scalar(g.loss));
@@ -611,6 +663,48 @@ TEST_P(CudaTraining, PlannedNaiveAndDynamicGiveTheSameBitsOnTheGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaTraining, ::testing::Values("mlp", "cnn", "gpt"));
+
+// Mixed precision on the GPU: five bf16 and fp16 AdamW steps against the CPU's (the same plan
+// semantics, 16-bit storage on both), within the 16-bit tolerance the steps accumulate; planned,
+// naive and dynamic execution give the same bits, and planned mode allocates nothing.
+class CudaMixedTraining : public ::testing::TestWithParam<std::tuple<const char*, graph::DType>> {};
+
+TEST_P(CudaMixedTraining, FiveStepsMatchTheCpuAndEveryModeGivesTheSameBits) {
+  MEMPLAN_SKIP_WITHOUT_GPU();
+  const auto [model, dtype] = GetParam();
+  const graph::Graph g = training_step(model, 4, graph::OptimizerKind::adamw, dtype);
+  runtime::CpuDevice cpu;
+  auto gpu = runtime::make_device(DeviceKind::cuda).value();
+  const RunResult want = run(g, cpu, {}, 5);
+  const RunResult got = run(g, *gpu, {}, 5);
+  const double eps = dtype == graph::DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_NEAR(got.losses[s], want.losses[s], 8 * eps * std::max(1.0f, std::fabs(want.losses[s]))) << model << " step " << s + 1;
+  }
+  ASSERT_EQ(got.params.size(), want.params.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < want.params.size(); ++i) worst = std::max(worst, double(std::fabs(got.params[i] - want.params[i])));
+  EXPECT_LT(worst, 8 * eps) << model << ": parameters after 5 AdamW steps";
+  EXPECT_EQ(got.allocations_during_steps, 0);
+
+  runtime::ExecutorOptions naive, dynamic;
+  naive.mode = runtime::ExecutionMode::naive;
+  dynamic.mode = runtime::ExecutionMode::dynamic;
+  const RunResult a = run(g, *gpu, naive, 5);
+  const RunResult b = run(g, *gpu, dynamic, 5);
+  EXPECT_EQ(got.losses, a.losses);
+  EXPECT_EQ(got.params, a.params);
+  EXPECT_EQ(got.losses, b.losses);
+  EXPECT_EQ(got.params, b.params);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, CudaMixedTraining,
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "gpt"),
+                                            ::testing::Values(graph::DType::bf16, graph::DType::f16)),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param)) + "_" + std::string(graph::dtype_name(std::get<1>(p.param)));
+                         });
 
 }  // namespace
 }  // namespace memplan

@@ -75,5 +75,15 @@ TEST_F(MixedPrecisionCli, SixteenBitActivationsShrinkTheGptArena) {
   EXPECT_EQ(f32["breakdown"]["master_weights"].get<std::int64_t>(), 0);
 }
 
+// --tf32 is CUDA's: on the CPU the run says it changes nothing, and the JSON records it.
+TEST_F(MixedPrecisionCli, Tf32IsRecordedAndSaysWhereItChangesNothing) {
+  const std::string train = "train --model mlp --batch 16 --steps 1 --threads 1 --device cpu --data " + (dir / "images").string();
+  const auto r = testing::run_cli(train + " --tf32", /*merge_stderr=*/true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--tf32 changes nothing on cpu"), std::string::npos) << r.output;
+  EXPECT_EQ(json_of(train + " --tf32 --quiet --json")["tf32"], true);
+  EXPECT_EQ(json_of(train + " --quiet --json")["tf32"], false);
+}
+
 }  // namespace
 }  // namespace memplan

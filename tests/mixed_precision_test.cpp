@@ -26,6 +26,8 @@
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/llama.h"
 #include "memplan/models/model_source.h"
+#include "memplan/planner/device_profile.h"
+#include "memplan/planner/plan_step.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/trainer.h"
@@ -256,6 +258,50 @@ TEST(RowSlices, SplitOpsComputeWhatTheWholeOpComputes) {
     for (std::size_t i = 0; i < mine.size(); ++i) differ += mine[i] != reference[i] ? 1 : 0;
     EXPECT_EQ(differ, 0u) << c.name << ": " << differ << " of " << mine.size() << " values differ";
   }
+}
+
+// The table's gradient is split by the table's rows, with every position read for each slice
+// (KernelCall::first_row): a vocabulary-sized f32 copy is never made, and the result is the f32
+// sum of each id's rows in position order, rounded once.
+TEST(RowSlices, TheEmbeddingGradientIsSummedASliceOfTheTableAtATime) {
+  const std::int64_t vocab = 3001, dim = 256, positions = 700;
+  graph::Graph g;
+  graph::Builder b(g);
+  const TensorId dy = b.input("dy", {positions, dim}, DType::bf16);
+  const TensorId ids = b.input("ids", {positions}, DType::i32);
+  graph::OpAttrs attrs;
+  attrs.shape = {vocab, dim};
+  g.add_op(graph::OpKind::embedding_backward, {dy, ids}, attrs, "dtable", graph::Role::temporary, graph::Phase::backward);
+  const graph::Op& op = g.ops().back();
+  const graph::Widening w = graph::op_widening(g, op);
+  EXPECT_EQ(w.rows, vocab);
+  EXPECT_LT(w.rows_per_slice, vocab / 2) << "the test needs several slices";
+  EXPECT_LT(w.bytes, positions * dim * 4 + 2 * graph::kWidenSliceBytes) << "dy whole, the table a slice";
+
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> dy_bits(static_cast<std::size_t>(positions * dim));
+  for (auto& v : dy_bits) v = f32_to_bf16(normal(rng));
+  std::vector<std::int32_t> id(static_cast<std::size_t>(positions));
+  for (std::size_t i = 0; i < id.size(); ++i) id[i] = static_cast<std::int32_t>(i % 3 == 0 ? 7 : rng() % vocab);  // repeats
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(vocab * dim), 0xffff);
+  std::vector<std::byte> workspace(static_cast<std::size_t>(w.bytes));
+  const graph::Shape& dy_shape = g.tensor(dy).shape;
+  const graph::Shape& id_shape = g.tensor(ids).shape;
+  const graph::Shape& out_shape = g.tensor(op.outputs[0]).shape;
+  const std::vector<kernels::TensorRef> in = {{dy_bits.data(), &dy_shape, DType::bf16}, {id.data(), &id_shape, DType::i32}};
+  const std::vector<kernels::TensorRef> outs = {{out.data(), &out_shape, DType::bf16}};
+  kernels::KernelCall call{op.kind, &op.attrs, in, outs, {}, 1};
+  call.workspace = workspace;
+  kernels::find_kernel(op.kind, kernels::DeviceKind::cpu, DType::bf16)(call);
+
+  std::vector<float> sum(static_cast<std::size_t>(vocab * dim), 0.0f);  // the reference, in position order
+  for (std::int64_t i = 0; i < positions; ++i) {
+    for (std::int64_t j = 0; j < dim; ++j) sum[static_cast<std::size_t>(id[i] * dim + j)] += bf16_to_f32(dy_bits[static_cast<std::size_t>(i * dim + j)]);
+  }
+  std::size_t differ = 0;
+  for (std::size_t k = 0; k < sum.size(); ++k) differ += out[k] != f32_to_bf16(sum[k]) ? 1 : 0;
+  EXPECT_EQ(differ, 0u) << differ << " of " << sum.size() << " values differ";
 }
 
 // A transposed product reduces over rows: it is computed whole.
@@ -495,6 +541,26 @@ TEST(KernelCoverage, AStepWithAnOpTheDeviceCannotRunIsRefusedNamingTheOp) {
                            std::string(graph::dtype_name(graph::op_dtype(g, *first))) + " kernel on cuda";
   EXPECT_EQ(message.rfind(want, 0), 0u) << message;
   EXPECT_NE(message.find("use --device cpu"), std::string::npos) << message;
+}
+
+// A device with 16-bit GEMMs of its own (CUDA: tensor cores) plans no f32 copies for them; the
+// CPU, which widens every 16-bit op, plans copies of the GEMM's operands. The plan's workspace is
+// the device's own scratch plus the copies.
+TEST(MixedPrecisionPlans, NativeSixteenBitOpsTakeNoWideningCopies) {
+  graph::Graph g;
+  graph::Builder b(g);
+  const TensorId x = b.input("x", {64, 32}, DType::bf16);
+  const TensorId w = b.parameter("w", {32, 48}, {graph::InitSpec::Kind::normal, 0.1f}, DType::bf16);
+  g.output = b.matmul(x, w, false, false, "y");
+  auto plan_on = [&](const char* kind) {
+    planner::PlanRequest request;
+    request.device = planner::documented_device_profile(kind).value();
+    auto planned = planner::plan_step(planner::StepDescription::of_graph(g), request);
+    EXPECT_TRUE(planned.ok());
+    return planned.ok() ? planned.value().plan.workspace_bytes : Bytes{-1};
+  };
+  EXPECT_EQ(plan_on("cuda"), planner::kCudaWorkspaceBytes);
+  EXPECT_EQ(plan_on("cpu"), (64 * 32 + 32 * 48 + 64 * 48) * 4);  // every operand's f32 copy (64-byte multiples)
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct TrainFlags {
   runtime::LrSchedule schedule;
   std::uint64_t seed = 0;
   graph::DType dtype = graph::DType::f32;
+  bool tf32 = false;
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
@@ -119,6 +120,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.schedule = flags.schedule;
   spec.seed = flags.seed;
   spec.dtype = flags.dtype;
+  spec.tf32 = flags.tf32;
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -158,6 +160,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     out["schedule"] = planner::schedule_name(r.plan->schedule_kind);
   }
   out["dtype"] = std::string(graph::dtype_name(spec.dtype));
+  out["tf32"] = spec.tf32;
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
   out["lr"] = as_typed(spec.optimizer.lr);
   out["lr_schedule"] = std::string(enum_name(runtime::kLrScheduleNames, spec.schedule.kind));
@@ -398,6 +401,9 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
                   "fp32, or bf16/fp16 mixed precision: 16-bit working weights, activations and gradients; fp32 master "
                   "weights and optimizer state, updated in fp32 and rounded once; losses and normalisation statistics in "
                   "fp32. The CPU stores 16 bits and computes in fp32");
+  app.add_flag("--tf32", flags.tf32,
+               "On a CUDA GPU, let fp32 GEMMs use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation): faster, "
+               "less exact. Off by default, as in PyTorch; no effect on the CPU or at bf16/fp16");
   app.add_option("--seed", flags.seed, "Seed for initialisation and shuffling")
       ->check(whole_number())
       ->capture_default_str();

@@ -285,6 +285,9 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
                        made.error().message);
   }
   const std::unique_ptr<runtime::Device> device = std::move(made).value();
+  if (spec.tf32 && !runtime::allow_tf32(*device, true)) {
+    note("--tf32 changes nothing on " + device->name() + ": it computes fp32 GEMMs in fp32");
+  }
   if (!spec.device) {
     note(std::string("--device auto: ") + (device->kind() == kernels::DeviceKind::cuda
                                                ? "a CUDA GPU is present, training on it"

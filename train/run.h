@@ -51,6 +51,9 @@ struct TrainSpec {
   // f32, or mixed precision: bf16 or f16 activations, gradients and parameters' working copies,
   // f32 master weights and optimizer state (graph/mixed_precision.h).
   graph::DType dtype = graph::DType::f32;
+  // fp32 GEMMs on a CUDA GPU may use TF32 tensor cores (10-bit mantissa inputs, f32 accumulation);
+  // off by default, as in PyTorch. The CPU computes in fp32 whatever this says.
+  bool tf32 = false;
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   runtime::DebugOptions debug;

@@ -723,16 +723,33 @@ void k_embedding(const KernelCall& c) {
   }
 }
 
-// Rows of dy added into dtable in id-position order: repeated ids sum deterministically.
+// The 16-bit gather: the table's rows copied as they are (no arithmetic, so no f32 copy of a
+// vocabulary-sized table); bitwise what widening and rounding back would give.
+void k_embedding_16bit(const KernelCall& c) {
+  const std::int32_t* ids = c.inputs[0].i32();
+  const auto* table = static_cast<const std::uint16_t*>(c.inputs[1].data);
+  const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
+  auto* y = static_cast<std::uint16_t*>(c.outputs[0].data);
+  const std::int64_t n = c.inputs[0].numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    MEMPLAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "embedding id " << ids[i] << " outside [0, " << vocab << ")");
+    std::copy(table + ids[i] * dim, table + (ids[i] + 1) * dim, y + i * dim);
+  }
+}
+
+// Rows of dy added into dtable in id-position order: repeated ids sum deterministically. A call
+// for a slice of the table's rows (KernelCall::first_row) sums the positions whose id is in it.
 void k_embedding_backward(const KernelCall& c) {
   const float* dy = c.inputs[0].f32();
   const std::int32_t* ids = c.inputs[1].i32();
   float* dt = c.outputs[0].f32();
-  const std::int64_t dim = (*c.outputs[0].shape)[1];
+  const std::int64_t rows = (*c.outputs[0].shape)[0], dim = (*c.outputs[0].shape)[1];
   std::fill(dt, dt + c.outputs[0].numel(), 0.0f);
   const std::int64_t n = c.inputs[1].numel();
   for (std::int64_t i = 0; i < n; ++i) {
-    float* row = dt + ids[i] * dim;
+    const std::int64_t r = ids[i] - c.first_row;
+    if (r < 0 || r >= rows) continue;
+    float* row = dt + r * dim;
     for (std::int64_t j = 0; j < dim; ++j) row[j] += dy[i * dim + j];
   }
 }
@@ -845,6 +862,10 @@ void k_dropout_mask(const KernelCall& c) {
 }
 
 }  // namespace
+
+KernelEntries nn_16bit_kernel_entries() {
+  return {{OpKind::embedding, k_embedding_16bit, graph::DType::bf16}, {OpKind::embedding, k_embedding_16bit, graph::DType::f16}};
+}
 
 KernelEntries nn_kernel_entries() {
   return {

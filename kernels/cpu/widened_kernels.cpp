@@ -115,7 +115,7 @@ void k_widened(const KernelCall& c) {
 }  // namespace
 
 KernelEntries native_16bit_kernel_entries() {
-  KernelEntries entries;
+  KernelEntries entries = nn_16bit_kernel_entries();
   for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
     entries.push_back({OpKind::grads_finite, k_grads_finite, d});
   }

@@ -1,5 +1,5 @@
 // Mixed precision on CUDA. Natively at 16 bits: the GEMMs (blas.cu: tensor cores, f32
-// accumulation), the optimizer updates (16-bit gradient and working copy, f32 master copy and
+// accumulation), the embedding gather (a copy), the optimizer updates (16-bit gradient and working copy, f32 master copy and
 // state: the master is updated in f32 and rounded once, to nearest even, into the working copy)
 // and fp16's overflow check. Every other op with an f32 kernel runs at bf16 and f16 through the
 // widening adapter (kernels/shared/widened_call.h): f32 copies of its 16-bit operands made on the
@@ -109,6 +109,19 @@ void k_adamw_update_mixed(const KernelCall& c) {
   });
 }
 
+// --- the embedding gather: 16-bit rows copied as they are (no f32 copy of the table) --------------
+
+void k_embedding_16bit(const KernelCall& c) {
+  const std::int32_t* ids = c.inputs[0].i32();
+  const auto* table = static_cast<const std::uint16_t*>(c.inputs[1].data);
+  const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
+  auto* y = static_cast<std::uint16_t*>(c.outputs[0].data);
+  for_each_index(c.outputs[0].numel(), "embedding", [=] __device__(std::int64_t i) {
+    const std::int64_t id = ids[i / dim];
+    y[i] = (id >= 0 && id < vocab) ? table[id * dim + i % dim] : std::uint16_t{0};
+  });
+}
+
 // --- fp16's overflow check -----------------------------------------------------------------------
 
 // flag = 1, then 0 written by any thread that finds a value with every exponent bit set (an
@@ -160,6 +173,8 @@ void k_widened(const KernelCall& c) {
 
 KernelEntries native_16bit_kernel_entries() {
   KernelEntries entries = blas_16bit_kernel_entries();
+  entries.push_back({OpKind::embedding, k_embedding_16bit, DType::bf16});
+  entries.push_back({OpKind::embedding, k_embedding_16bit, DType::f16});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f32});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::bf16});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f16});

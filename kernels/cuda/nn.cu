@@ -282,13 +282,15 @@ void k_embedding(const KernelCall& c) {
 // CPU's order). Thread (j, lane) owns the rows v with v % kIdLanes == lane of column j.
 constexpr int kIdLanes = 16, kDimTile = 32;
 
+// A call for a slice of the table's rows (KernelCall::first_row) sums the positions whose id is
+// in the slice.
 __global__ void embedding_backward_kernel(const float* dy, const std::int32_t* ids, std::int64_t positions,
-                                          std::int64_t vocab, std::int64_t dim, float* dtable) {
+                                          std::int64_t first_row, std::int64_t vocab, std::int64_t dim, float* dtable) {
   const std::int64_t j = blockIdx.x * std::int64_t(kDimTile) + threadIdx.x;
   const int lane = threadIdx.y;
   if (j >= dim) return;
   for (std::int64_t i = 0; i < positions; ++i) {
-    const std::int64_t id = ids[i];
+    const std::int64_t id = ids[i] - first_row;
     if (id < 0 || id >= vocab || id % kIdLanes != lane) continue;
     dtable[id * dim + j] += dy[i * dim + j];
   }
@@ -300,7 +302,7 @@ void k_embedding_backward(const KernelCall& c) {
   MEMPLAN_CUDA_CHECK(cudaMemsetAsync(dt, 0, static_cast<std::size_t>(c.outputs[0].numel()) * sizeof(float), stream()));
   const unsigned grid = static_cast<unsigned>((dim + kDimTile - 1) / kDimTile);
   embedding_backward_kernel<<<grid, dim3(kDimTile, kIdLanes), 0, stream()>>>(c.inputs[0].f32(), c.inputs[1].i32(),
-                                                                             c.inputs[1].numel(), vocab, dim, dt);
+                                                                             c.inputs[1].numel(), c.first_row, vocab, dim, dt);
   check_launch("embedding_backward");
 }
 

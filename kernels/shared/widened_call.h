@@ -129,6 +129,7 @@ void run_widened(const KernelCall& c, KernelFn compute, std::span<std::byte> wor
         refs[k] = TensorRef{static_cast<std::byte*>(r.data) + start * per_row * graph::dtype_size(r.dtype), &o.slice_shape, r.dtype};
       }
     }
+    call.first_row = start;  // in the split extent's rows (embedding_backward's: the table's)
     compute(call);
     // Outputs back to 16 bits, a slice at a time; whole updates and outputs after the last.
     for (std::size_t k = ni + nu; k < operands.size(); ++k) {
