@@ -7,6 +7,9 @@ the logits, the loss and every parameter gradient. The model is GPT-2's: token +
 embeddings, pre-LN blocks of causal self-attention and an erf-GELU MLP on the residual stream,
 a final layer norm, logits from the token embedding. Weights are random, biases and layer-norm
 affines included, so the test exercises every parameter.
+It also writes tests/data/gpt_autocast_golden.json: the same step under PyTorch's CPU autocast at
+bf16 (torch.autocast("cpu", dtype=torch.bfloat16): the linear layers and matmuls in bf16, the
+parameters and their gradients in fp32), the reference for memplan's bf16 mixed precision.
 Run once with Debian's python3-torch:  /usr/bin/python3 tests/golden/make_gpt_golden.py
 The test (tests/golden_gpt_test.cpp) needs only the JSON, never torch.
 """
@@ -106,3 +109,22 @@ out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gp
 with open(out, "w") as f:
     json.dump(golden, f)
 print(f"wrote {out}: loss {float(loss):.6f}, {len(params)} parameters")
+
+# The same weights, batch and labels under autocast at bf16.
+for t in params.values():
+    t.grad = None
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    auto_logits = forward()
+    auto_loss = F.cross_entropy(auto_logits.float(), labels)
+auto_loss.backward()
+autocast = {
+    "dtype": "bf16",
+    "torch": torch.__version__,
+    "logits": flat(auto_logits.float()),
+    "loss": float(auto_loss),
+    "grad": {name: flat(t.grad) for name, t in params.items()},
+}
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gpt_autocast_golden.json")
+with open(out, "w") as f:
+    json.dump(autocast, f)
+print(f"wrote {out}: loss {float(auto_loss):.6f} (fp32 {float(loss):.6f}), logits {auto_logits.dtype}")
