@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "memplan/common/check.h"
 #include "memplan/dist/mpi_communicator.h"
 
 namespace memplan::dist {
@@ -13,13 +14,22 @@ std::int64_t element_size(ElementType type) {
     case ElementType::f32: return 4;
     case ElementType::i32: return 4;
     case ElementType::i64: return 8;
+    case ElementType::u16: return 2;
   }
   return 4;
+}
+
+void check_summable(ElementType type, std::string_view backend) {
+  MEMPLAN_CHECK(type != ElementType::u16, "16-bit values are summed in f32 by the kernels that exchange them, not by " << backend);
 }
 
 void SingleProcessCommunicator::reduce_scatter_sum(const void* input, void* output, std::int64_t chunk,
                                                    ElementType type) {
   if (input != output) std::memmove(output, input, static_cast<std::size_t>(chunk * element_size(type)));
+}
+
+void SingleProcessCommunicator::all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) {
+  std::memmove(output, input, static_cast<std::size_t>(chunk * element_size(type)));
 }
 
 void SingleProcessCommunicator::all_gather_shards(const void* input, void* output, std::int64_t numel,

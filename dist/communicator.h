@@ -12,8 +12,12 @@
 
 namespace memplan::dist {
 
-enum class ElementType : std::uint8_t { f32, i32, i64 };
+// u16: bf16 or f16 values, moved as they are (all_to_all, all_gather_shards, broadcast); the
+// communicator never sums them: 16-bit sums are added in f32 by the kernels that exchange them.
+enum class ElementType : std::uint8_t { f32, i32, i64, u16 };
 std::int64_t element_size(ElementType type);
+// Throws (naming `backend`) for u16: 16-bit values are moved, never summed by a communicator.
+void check_summable(ElementType type, std::string_view backend);
 
 class Communicator {
  public:
@@ -32,6 +36,9 @@ class Communicator {
   // `numel`. input nullptr: in place (each rank's shard already sits at its place in output);
   // else input and output must not overlap.
   virtual void all_gather_shards(const void* input, void* output, std::int64_t numel, ElementType type) = 0;
+  // input holds world_size() chunks of `chunk` elements, chunk r for rank r; output[r * chunk ...]
+  // gets rank r's chunk rank() (MPI_Alltoall). input and output must not overlap.
+  virtual void all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) = 0;
   // data = root's data on every rank.
   virtual void broadcast(void* data, std::int64_t count, ElementType type, int root) = 0;
   virtual void barrier() = 0;
@@ -47,6 +54,7 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce_sum(void*, std::int64_t, ElementType) override {}
   void reduce_scatter_sum(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void all_gather_shards(const void* input, void* output, std::int64_t numel, ElementType type) override;
+  void all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void broadcast(void*, std::int64_t, ElementType, int) override {}
   void barrier() override {}
 };

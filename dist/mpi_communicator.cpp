@@ -17,6 +17,7 @@ MPI_Datatype mpi_type(ElementType type) {
     case ElementType::f32: return MPI_FLOAT;
     case ElementType::i32: return MPI_INT;
     case ElementType::i64: return MPI_INT64_T;
+    case ElementType::u16: return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }
@@ -56,11 +57,13 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::all_reduce_sum(void* data, std::int64_t count, ElementType type) {
+  check_summable(type, "MPI");
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_type(type), MPI_SUM, MPI_COMM_WORLD),
             "MPI_Allreduce");
 }
 
 void MpiCommunicator::reduce_scatter_sum(const void* input, void* output, std::int64_t chunk, ElementType type) {
+  check_summable(type, "MPI");
   mpi_check(MPI_Reduce_scatter_block(input, output, checked_count(chunk), mpi_type(type), MPI_SUM, MPI_COMM_WORLD),
             "MPI_Reduce_scatter_block");
 }
@@ -74,6 +77,11 @@ void MpiCommunicator::all_gather_shards(const void* input, void* output, std::in
   mpi_check(MPI_Allgatherv(input == nullptr ? MPI_IN_PLACE : input, counts_[static_cast<std::size_t>(rank_)], mpi_type(type), output, counts_.data(),
                            displs_.data(), mpi_type(type), MPI_COMM_WORLD),
             "MPI_Allgatherv");
+}
+
+void MpiCommunicator::all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) {
+  mpi_check(MPI_Alltoall(input, checked_count(chunk), mpi_type(type), output, checked_count(chunk), mpi_type(type), MPI_COMM_WORLD),
+            "MPI_Alltoall");
 }
 
 void MpiCommunicator::broadcast(void* data, std::int64_t count, ElementType type, int root) {

@@ -25,6 +25,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(void* data, std::int64_t count, ElementType type) override;
   void reduce_scatter_sum(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void all_gather_shards(const void* input, void* output, std::int64_t numel, ElementType type) override;
+  void all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void broadcast(void* data, std::int64_t count, ElementType type, int root) override;
   void barrier() override;
 

@@ -17,6 +17,7 @@ ncclDataType_t nccl_type(ElementType type) {
     case ElementType::f32: return ncclFloat32;
     case ElementType::i32: return ncclInt32;
     case ElementType::i64: return ncclInt64;
+    case ElementType::u16: return ncclFloat16;  // moved, never summed: any 16-bit type carries the bits
   }
   return ncclUint8;
 }
@@ -73,6 +74,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::wait() { cuda_check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
 
 void NcclCommunicator::all_reduce_sum(void* data, std::int64_t count, ElementType type) {
+  check_summable(type, "NCCL");
   nccl_check(ncclAllReduce(data, data, static_cast<std::size_t>(count), nccl_type(type), ncclSum, impl_->comm,
                            impl_->stream),
              "ncclAllReduce");
@@ -80,6 +82,7 @@ void NcclCommunicator::all_reduce_sum(void* data, std::int64_t count, ElementTyp
 }
 
 void NcclCommunicator::reduce_scatter_sum(const void* input, void* output, std::int64_t chunk, ElementType type) {
+  check_summable(type, "NCCL");
   nccl_check(ncclReduceScatter(input, output, static_cast<std::size_t>(chunk), nccl_type(type), ncclSum, impl_->comm,
                                impl_->stream),
              "ncclReduceScatter");
@@ -98,6 +101,22 @@ void NcclCommunicator::all_gather_shards(const void* input, void* output, std::i
     nccl_check(ncclBroadcast(input == nullptr ? place : input, place, static_cast<std::size_t>(range.count),
                              nccl_type(type), r, impl_->comm, impl_->stream),
                "ncclBroadcast");
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  wait();
+}
+
+void NcclCommunicator::all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) {
+  // One send and one receive per peer, grouped so they run as one collective.
+  const std::int64_t bytes = chunk * element_size(type);
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int r = 0; r < world_; ++r) {
+    nccl_check(ncclSend(static_cast<const char*>(input) + r * bytes, static_cast<std::size_t>(chunk), nccl_type(type), r,
+                        impl_->comm, impl_->stream),
+               "ncclSend");
+    nccl_check(ncclRecv(static_cast<char*>(output) + r * bytes, static_cast<std::size_t>(chunk), nccl_type(type), r,
+                        impl_->comm, impl_->stream),
+               "ncclRecv");
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
   wait();

@@ -120,6 +120,16 @@ Widening widening_of(std::span<const WidenedOperand> operands) {
 Widening op_widening(const Graph& graph, const Op& op) {
   const OpInfo& info = op_info(op.kind);
   if (info.pure_view) return {};
+  if ((op.kind == OpKind::all_reduce || op.kind == OpKind::reduce_scatter) && is_16bit_float(graph.tensor(op.inputs[0]).dtype)) {
+    // A 16-bit sum across ranks exchanges 16-bit chunks and adds them in f32: the chunks every
+    // rank sends this one (a reduce-scatter) or, for an all-reduce over a tensor padded to whole
+    // shards, the chunks sent and those received.
+    const std::int64_t n = graph.tensor(op.inputs[0]).shape.numel();
+    const std::int64_t padded = (n + op.attrs.world - 1) / op.attrs.world * op.attrs.world;
+    Widening w;
+    w.bytes = op.kind == OpKind::reduce_scatter ? aligned(n * 2) : aligned(2 * padded * 2);
+    return w;
+  }
   const bool split = splits_by_rows(info, op.attrs);
   std::vector<WidenedOperand> operands;
   auto add = [&](TensorId t, bool by_rows) {

@@ -54,7 +54,9 @@ struct Widening {
 // `operands` in the order the copies are made: inputs, updates, outputs. An op whose split
 // operands do not divide evenly by `rows` is computed whole.
 Widening widening_of(std::span<const WidenedOperand> operands);
-// The same for an op of a graph (inputs, updates and outputs as its row and attributes say).
+// The same for an op of a graph (inputs, updates and outputs as its row and attributes say); for
+// a 16-bit sum across ranks (all_reduce, reduce_scatter), the exchange buffers its kernel takes
+// instead (kernels/cpu/collective_kernels.cpp: 16 bits on the wire, added in f32).
 Widening op_widening(const Graph& graph, const Op& op);
 // The most any op of `graph` takes (the scratch such a device plans), leaving out the ops of the
 // kinds in `native`: those the device computes at 16 bits itself (kernels::native_16bit_ops).

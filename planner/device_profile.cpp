@@ -30,7 +30,7 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
   using graph::OpKind;
   if (kind == "cpu") {
     DeviceProfile p;
-    p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding};
+    p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding, OpKind::pack, OpKind::all_gather, OpKind::all_gather_into};
     return p;
   }
   if (kind == "cuda") {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "memplan/dist/communicator.h"
 #include "memplan/graph/autograd.h"
 #include "memplan/graph/builder.h"
 #include "memplan/graph/mixed_precision.h"
@@ -561,6 +562,66 @@ TEST(MixedPrecisionPlans, NativeSixteenBitOpsTakeNoWideningCopies) {
   };
   EXPECT_EQ(plan_on("cuda"), planner::kCudaWorkspaceBytes);
   EXPECT_EQ(plan_on("cpu"), (64 * 32 + 32 * 48 + 64 * 48) * 4);  // every operand's f32 copy (64-byte multiples)
+}
+
+// A communicator of one rank that records what crosses the wire.
+class RecordingCommunicator final : public dist::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string_view backend() const override { return "recording"; }
+  void all_reduce_sum(void* data, std::int64_t count, dist::ElementType type) override {
+    sent.push_back(type);
+    inner.all_reduce_sum(data, count, type);
+  }
+  void reduce_scatter_sum(const void* in, void* out, std::int64_t chunk, dist::ElementType type) override {
+    sent.push_back(type);
+    inner.reduce_scatter_sum(in, out, chunk, type);
+  }
+  void all_gather_shards(const void* in, void* out, std::int64_t numel, dist::ElementType type) override {
+    sent.push_back(type);
+    inner.all_gather_shards(in, out, numel, type);
+  }
+  void all_to_all(const void* in, void* out, std::int64_t chunk, dist::ElementType type) override {
+    sent.push_back(type);
+    inner.all_to_all(in, out, chunk, type);
+  }
+  void broadcast(void*, std::int64_t, dist::ElementType, int) override {}
+  void barrier() override {}
+  std::vector<dist::ElementType> sent;
+  dist::SingleProcessCommunicator inner;
+};
+
+// The 16-bit sums across ranks move 16 bits (u16) and add in f32, scaling once before the single
+// rounding (alpha = 1/world of the mean): a reduce-scatter and an all-reduce of 13 values.
+TEST(SixteenBitCollectives, SumsMove16BitsAndRoundOnce) {
+  for (graph::OpKind kind : {graph::OpKind::reduce_scatter, graph::OpKind::all_reduce}) {
+    graph::Graph g;
+    graph::Builder b(g);
+    const TensorId x = b.input("x", {13}, DType::bf16);
+    graph::OpAttrs attrs;
+    attrs.world = 1;
+    attrs.alpha = 0.75f;
+    g.add_op(kind, {x}, attrs, "summed", graph::Role::temporary, graph::Phase::backward);
+    const graph::Op& op = g.ops().back();
+    std::vector<std::uint16_t> in(13), out(13);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = f32_to_bf16(0.3f * float(i) - 1.7f);
+    if (kind == graph::OpKind::all_reduce) out = in;  // in place: the output is a view of the input
+    std::vector<std::byte> workspace(static_cast<std::size_t>(graph::op_widening(g, op).bytes));
+    EXPECT_GE(workspace.size(), kind == graph::OpKind::all_reduce ? 2 * 13 * 2u : 13 * 2u);
+    const graph::Shape& shape = g.tensor(x).shape;
+    const std::vector<kernels::TensorRef> ins = {{in.data(), &shape, DType::bf16}};
+    const std::vector<kernels::TensorRef> outs = {{out.data(), &shape, DType::bf16}};
+    RecordingCommunicator comm;
+    kernels::KernelCall call{op.kind, &op.attrs, ins, outs, {}, 1, &comm};
+    call.workspace = workspace;
+    kernels::find_kernel(kind, kernels::DeviceKind::cpu, DType::bf16)(call);
+    ASSERT_FALSE(comm.sent.empty());
+    for (dist::ElementType t : comm.sent) EXPECT_EQ(t, dist::ElementType::u16) << graph::op_name(kind);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      EXPECT_EQ(out[i], f32_to_bf16(bf16_to_f32(in[i]) * 0.75f)) << graph::op_name(kind) << " [" << i << "]";
+    }
+  }
 }
 
 }  // namespace

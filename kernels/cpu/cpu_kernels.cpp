@@ -273,6 +273,8 @@ KernelEntries kernel_entries() {
   entries.insert(entries.end(), widened.begin(), widened.end());
   const auto native = native_16bit_kernel_entries();
   entries.insert(entries.end(), native.begin(), native.end());
+  const auto exchange = collective_exchange_kernel_entries();
+  entries.insert(entries.end(), exchange.begin(), exchange.end());
   return entries;
 }
 

@@ -40,6 +40,10 @@ KernelEntries attention_kernel_entries();
 KernelEntries decode_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
 KernelEntries collective_kernel_entries();
+// collective_kernels.cpp at bf16/f16: packs and gathers moving 16-bit values (native), and the
+// sums across ranks, which exchange 16 bits and add in f32 in buffers graph::op_widening sizes.
+KernelEntries collective_16bit_kernel_entries();
+KernelEntries collective_exchange_kernel_entries();
 
 // The parameter elements an optimizer update writes (updates[0]: the parameter, or the f32 copy of
 // a mixed update's working copy): all of them, or one rank's shard (ZeRO-1/2), whose gradient and

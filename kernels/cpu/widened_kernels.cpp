@@ -116,6 +116,8 @@ void k_widened(const KernelCall& c) {
 
 KernelEntries native_16bit_kernel_entries() {
   KernelEntries entries = nn_16bit_kernel_entries();
+  const KernelEntries collectives = collective_16bit_kernel_entries();
+  entries.insert(entries.end(), collectives.begin(), collectives.end());
   for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
     entries.push_back({OpKind::grads_finite, k_grads_finite, d});
   }
@@ -127,6 +129,7 @@ KernelEntries widened_kernel_entries() {
   const auto& compute = compute_kernels();
   std::array<bool, graph::kOpKindCount> native{};
   for (const KernelEntry& e : native_16bit_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
+  for (const KernelEntry& e : collective_exchange_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
   for (int k = 0; k < graph::kOpKindCount; ++k) {
     if (compute[static_cast<std::size_t>(k)] == nullptr || native[static_cast<std::size_t>(k)]) continue;
     for (graph::DType d : {graph::DType::bf16, graph::DType::f16}) {
