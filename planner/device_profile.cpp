@@ -30,17 +30,18 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
   using graph::OpKind;
   if (kind == "cpu") {
     DeviceProfile p;
-    p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding, OpKind::pack, OpKind::all_gather, OpKind::all_gather_into};
+    p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding,  OpKind::softmax_cross_entropy,
+                          OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into};
     return p;
   }
   if (kind == "cuda") {
     DeviceProfile p;
     p.name = "cuda";
     p.workspace_bytes = kCudaWorkspaceBytes;
-    // GEMMs on tensor cores, the embedding gather, the updates and the overflow check read 16 bits;
+    // GEMMs on tensor cores, the embedding gather, the loss, the updates and the overflow check read 16 bits;
     // the rest widen.
     p.native_16bit_ops = {OpKind::matmul,           OpKind::batched_matmul,   OpKind::embedding,
-                          OpKind::grads_finite,     OpKind::sgd_update_mixed,
+                          OpKind::grads_finite,     OpKind::softmax_cross_entropy, OpKind::sgd_update_mixed,
                           OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed};
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use
     // after a training step, less what the step's cudaMalloc took, was 603-607 MiB over four

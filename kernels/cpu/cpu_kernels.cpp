@@ -6,6 +6,7 @@
 
 #include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"
+#include "memplan/kernels/half.h"
 #include "memplan/kernels/shared/optimizers.h"
 
 namespace memplan::kernels::cpu {
@@ -200,20 +201,36 @@ void k_reduce_rows(const KernelCall& c) {
   }
 }
 
-void k_softmax_cross_entropy(const KernelCall& c) {
-  const float* logits = c.inputs[0].f32();
+// The mean over rows of log(sum exp(x - max)) + max - x[label], in double; `at(v)` reads logit v
+// as f32 (a 16-bit logit is widened as it is read: no copy of the logits is made).
+template <typename Element, typename At>
+void softmax_cross_entropy_mean(const KernelCall& c, At at) {
+  const auto* logits = static_cast<const Element*>(c.inputs[0].data);
   const std::int32_t* labels = c.inputs[1].i32();
   const std::int64_t batch = (*c.inputs[0].shape)[0];
   const std::int64_t classes = (*c.inputs[0].shape)[1];
   double total = 0.0;
   for (std::int64_t i = 0; i < batch; ++i) {
-    const float* row = logits + i * classes;
-    const float max = *std::max_element(row, row + classes);
+    const Element* row = logits + i * classes;
+    float max = at(row[0]);
+    for (std::int64_t j = 1; j < classes; ++j) max = std::max(max, at(row[j]));
     double z = 0.0;
-    for (std::int64_t j = 0; j < classes; ++j) z += std::exp(double(row[j] - max));
-    total += std::log(z) + double(max) - double(row[labels[i]]);
+    for (std::int64_t j = 0; j < classes; ++j) z += std::exp(double(at(row[j]) - max));
+    total += std::log(z) + double(max) - double(at(row[labels[i]]));
   }
   c.outputs[0].f32()[0] = static_cast<float>(total / double(batch));
+}
+
+void k_softmax_cross_entropy(const KernelCall& c) {
+  softmax_cross_entropy_mean<float>(c, [](float v) { return v; });
+}
+
+void k_softmax_cross_entropy_16bit(const KernelCall& c) {
+  if (c.inputs[0].dtype == graph::DType::bf16) {
+    softmax_cross_entropy_mean<std::uint16_t>(c, [](std::uint16_t h) { return bf16_to_f32(h); });
+  } else {
+    softmax_cross_entropy_mean<std::uint16_t>(c, [](std::uint16_t h) { return f16_to_f32(h); });
+  }
 }
 
 void k_softmax_cross_entropy_backward(const KernelCall& c) {
@@ -266,6 +283,11 @@ void k_adamw_update(const KernelCall& c) {
 }
 
 }  // namespace
+
+KernelEntries loss_16bit_kernel_entries() {
+  return {{OpKind::softmax_cross_entropy, k_softmax_cross_entropy_16bit, graph::DType::bf16},
+          {OpKind::softmax_cross_entropy, k_softmax_cross_entropy_16bit, graph::DType::f16}};
+}
 
 KernelEntries kernel_entries() {
   KernelEntries entries = f32_kernel_entries();

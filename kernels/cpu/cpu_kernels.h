@@ -21,7 +21,8 @@ KernelEntries f32_kernel_entries();
 KernelEntries widened_kernel_entries();
 // The kernels that read 16-bit values at their own width (grads_finite), at every dtype.
 KernelEntries native_16bit_kernel_entries();
-KernelEntries nn_16bit_kernel_entries();  // nn_kernels.cpp: the 16-bit embedding gather
+KernelEntries nn_16bit_kernel_entries();    // nn_kernels.cpp: the 16-bit embedding gather
+KernelEntries loss_16bit_kernel_entries();  // cpu_kernels.cpp: the loss read from 16-bit logits
 // Convolution, pooling, normalisation, attention and embedding kernels (nn_kernels.cpp).
 KernelEntries nn_kernel_entries();
 // The pairs of adjacent ops that run fused on the CPU (graph::fusable_pair: im2col then conv2d

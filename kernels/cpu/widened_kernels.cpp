@@ -116,8 +116,9 @@ void k_widened(const KernelCall& c) {
 
 KernelEntries native_16bit_kernel_entries() {
   KernelEntries entries = nn_16bit_kernel_entries();
-  const KernelEntries collectives = collective_16bit_kernel_entries();
-  entries.insert(entries.end(), collectives.begin(), collectives.end());
+  for (const KernelEntries& more : {collective_16bit_kernel_entries(), loss_16bit_kernel_entries()}) {
+    entries.insert(entries.end(), more.begin(), more.end());
+  }
   for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
     entries.push_back({OpKind::grads_finite, k_grads_finite, d});
   }

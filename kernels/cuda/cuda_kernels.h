@@ -14,6 +14,7 @@ namespace memplan::kernels::cuda {
 KernelEntries kernel_entries();
 KernelEntries elementwise_kernel_entries();  // elementwise.cu
 KernelEntries reduction_kernel_entries();    // reduce.cu
+KernelEntries reduction_16bit_kernel_entries();  // reduce.cu: the loss read from 16-bit logits
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
 KernelEntries blas_16bit_kernel_entries();   // blas.cu: bf16/f16 GEMMs on tensor cores

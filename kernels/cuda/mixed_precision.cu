@@ -173,6 +173,7 @@ void k_widened(const KernelCall& c) {
 
 KernelEntries native_16bit_kernel_entries() {
   KernelEntries entries = blas_16bit_kernel_entries();
+  for (const KernelEntry& e : reduction_16bit_kernel_entries()) entries.push_back(e);
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::bf16});
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::f16});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f32});

@@ -1,6 +1,9 @@
 // CUDA reductions: whole-tensor sums, column sums, per-row ops (softmax, cross-entropy, layer
 // norm) and per-channel ops (batch norm statistics). One block owns each output and combines
 // its threads' partial sums in a fixed tree (common.cuh): no atomics, the same bits every run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
 
@@ -80,16 +83,22 @@ void k_layer_norm_dgamma(const KernelCall& c) {
 // --- per-row ops: one block per row ------------------------------------------------------------
 
 // Per row of logits: loss_i = log(sum exp(x - max)) + max - x[label] (in double, as the CPU).
-__global__ void cross_entropy_rows_kernel(const float* logits, const std::int32_t* labels, std::int64_t classes,
+// 16-bit logits are widened as they are read (no f32 copy of a vocabulary-wide row block).
+__device__ inline float logit_f32(float v) { return v; }
+__device__ inline float logit_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float logit_f32(__half v) { return __half2float(v); }
+
+template <typename T>
+__global__ void cross_entropy_rows_kernel(const T* logits, const std::int32_t* labels, std::int64_t classes,
                                           double* row_loss) {
-  const float* row = logits + blockIdx.x * classes;
+  const T* row = logits + blockIdx.x * classes;
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, row[j]);
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, logit_f32(row[j]));
   m = block_max(m);
   double z = 0.0;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += exp(double(row[j] - m));
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += exp(double(logit_f32(row[j]) - m));
   z = block_sum(z);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = log(z) + double(m) - double(row[labels[blockIdx.x]]);
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = log(z) + double(m) - double(logit_f32(row[labels[blockIdx.x]]));
 }
 
 __global__ void mean_of_doubles_kernel(const double* v, std::int64_t n, float* out) {
@@ -99,11 +108,12 @@ __global__ void mean_of_doubles_kernel(const double* v, std::int64_t n, float* o
   if (threadIdx.x == 0) out[0] = static_cast<float>(s / double(n));
 }
 
+template <typename T>
 void k_softmax_cross_entropy(const KernelCall& c) {
   const std::int64_t batch = (*c.inputs[0].shape)[0], classes = (*c.inputs[0].shape)[1];
   auto* row_loss = static_cast<double*>(scratch(static_cast<std::size_t>(batch) * sizeof(double), "softmax_cross_entropy"));
-  cross_entropy_rows_kernel<<<static_cast<unsigned>(batch), kReduceThreads, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].i32(), classes, row_loss);
+  cross_entropy_rows_kernel<T><<<static_cast<unsigned>(batch), kReduceThreads, 0, stream()>>>(
+      static_cast<const T*>(c.inputs[0].data), c.inputs[1].i32(), classes, row_loss);
   check_launch("softmax_cross_entropy");
   mean_of_doubles_kernel<<<1, kReduceThreads, 0, stream()>>>(row_loss, batch, c.outputs[0].f32());
   check_launch("softmax_cross_entropy");
@@ -330,13 +340,18 @@ void k_global_avg_pool(const KernelCall& c) {
 
 }  // namespace
 
+KernelEntries reduction_16bit_kernel_entries() {
+  return {{OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__nv_bfloat16>, graph::DType::bf16},
+          {OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__half>, graph::DType::f16}};
+}
+
 KernelEntries reduction_kernel_entries() {
   return {
       {OpKind::sum, k_sum},
       {OpKind::mean, k_mean},
       {OpKind::reduce_rows, k_reduce_rows},
       {OpKind::layer_norm_dgamma, k_layer_norm_dgamma},
-      {OpKind::softmax_cross_entropy, k_softmax_cross_entropy},
+      {OpKind::softmax_cross_entropy, k_softmax_cross_entropy<float>},
       {OpKind::softmax_cross_entropy_backward, k_softmax_cross_entropy_backward},
       {OpKind::softmax, k_softmax},
       {OpKind::softmax_backward, k_softmax_backward},
