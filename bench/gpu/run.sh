@@ -1,7 +1,8 @@
 #!/bin/bash
 # The GPU check, one call (< 8 minutes on an H200 with 16 cores): build memplan with CUDA, run
-# the GPU tests (every op CUDA vs CPU, short trainings CPU vs GPU, planned/naive/dynamic bits),
-# train on the GPU from the command line, profile one step of each model per op, then
+# the GPU tests (every op CUDA vs CPU in fp32, bf16 and fp16, short trainings CPU vs GPU,
+# planned/naive/dynamic bits), train on the GPU from the command line (mixed precision and GPT-2
+# 124M in bf16 included), profile one step of each model per op, then
 # benchmark against PyTorch eager on the same models and batches and write
 # bench/results/gpu.json + bench/results/gpu.md. Nothing is downloaded.
 # Usage: bench/gpu/run.sh [--quick]   (--quick leaves GPT-2 124M out)
@@ -54,7 +55,7 @@ MEMPLAN="$BUILD/tools/memplan"
 MP=(env "LD_LIBRARY_PATH=${MEMPLAN_GPU_LIBS:+$MEMPLAN_GPU_LIBS:}${LD_LIBRARY_PATH:-}")
 
 stage "GPU tests" 150 "${MP[@]}" "$BUILD"/tests/memplan_tests \
-  --gtest_filter='Cuda*:*CudaTraining*:DecodeStep.Cuda*:NcclCommunicator.*:StepProfile.*'
+  --gtest_filter='Cuda*:*CudaTraining*:*CudaMixedTraining*:KernelDispatch.*:DecodeStep.Cuda*:NcclCommunicator.*:StepProfile.*'
 
 stage "train on the GPU" 150 "${MP[@]}" bash -c "
   set -e
@@ -65,6 +66,19 @@ stage "train on the GPU" 150 "${MP[@]}" bash -c "
     echo 'no Fashion-MNIST at $FMNIST: the MLP and CNN command-line runs are left out'
   fi
   '$MEMPLAN' train --model gpt --device cuda --data docs --steps 300 --profile --json"
+
+# Mixed precision on the GPU: the GPT in bf16 and fp16 (loss scaling), an fp32 run with TF32, and
+# GPT-2 124M (its 50257-token vocabulary over the text's bytes) in bf16, whose arena must be the
+# one fit plans for it, with 0 allocations during steps.
+stage "mixed precision on the GPU" 240 "${MP[@]}" bash -c "
+  set -e
+  for d in bf16 fp16; do '$MEMPLAN' train --model gpt --device cuda --data docs --steps 300 --dtype \$d --json; done
+  '$MEMPLAN' train --model gpt --device cuda --data docs --steps 300 --tf32 --json
+  if [ -z '$QUICK' ]; then
+    g2='--config models/configs/gpt2.json --vocab 50257 --batch 8 --seq 1024 --dtype bf16'
+    '$MEMPLAN' fit \$g2 --device cuda --device-memory 80GiB --json
+    '$MEMPLAN' train \$g2 --device cuda --data docs --steps 20 --json
+  fi"
 
 stage "profile on the GPU" 150 "${MP[@]}" bash -c "
   set -e
