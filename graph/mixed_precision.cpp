@@ -139,7 +139,7 @@ Widening op_widening(const Graph& graph, const Op& op) {
   for (std::size_t i = 0; i < op.inputs.size(); ++i) add(op.inputs[i], split && i < 8 && ((info.row_inputs >> i) & 1u) != 0);
   for (TensorId t : op.updates) add(t, false);
   if (!info.output_is_view) {
-    for (TensorId t : op.outputs) add(t, split);
+    for (TensorId t : op.outputs) add(t, split && !info.sums_rows);  // a sum over rows: the whole output
   }
   bool any_16bit = false;
   for (const WidenedOperand& o : operands) any_16bit = any_16bit || o.is_16bit;

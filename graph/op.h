@@ -255,6 +255,10 @@ struct OpInfo {
   bool split_rows = false;
   std::uint8_t row_inputs = 0;
   bool (*split_rows_when)(const OpAttrs& attrs) = nullptr;
+  // With split_rows: the op sums its row inputs over their rows into whole outputs (a bias
+  // gradient, a convolution's weight gradient over the samples). A slice of rows then adds into
+  // the output the earlier slices wrote (KernelCall::accumulate), so the outputs are not split.
+  bool sums_rows = false;
   // The output is the input itself under another shape (reshape): nothing is computed, so no copy.
   bool pure_view = false;
   // Every update op of the step is scheduled after this op (grads_finite: the executor skips the

@@ -72,7 +72,7 @@ constexpr OpInfo kLossesRows[] = {
   {.kind = OpKind::softmax_cross_entropy, .name = "softmax_cross_entropy", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_softmax_xent, .flops = flops_softmax_xent, .grad = grad_softmax_cross_entropy},
   {.kind = OpKind::reduce_rows, .name = "reduce_rows", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_reduce_rows, .flops = flops_per_input},
+    .infer = infer_reduce_rows, .flops = flops_per_input, .split_rows = true, .row_inputs = 0b1, .sums_rows = true},
   {.kind = OpKind::softmax_cross_entropy_backward, .name = "softmax_cross_entropy_backward", .num_inputs = 3, .num_updates = 0, .num_outputs = 1,
     .infer = infer_softmax_xent_backward, .flops = flops_softmax_xent_backward, .split_rows = true, .row_inputs = 0b110},
 };

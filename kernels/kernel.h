@@ -61,6 +61,9 @@ struct KernelCall {
   // slice of rows at a time whose inputs are not sliced with it (embedding_backward: every
   // position is read, those whose id falls in the slice are summed). 0 otherwise.
   std::int64_t first_row = 0;
+  // The op adds into its outputs rather than writing them (an op with OpInfo::sums_rows computed
+  // a slice of rows at a time: every slice after the first); false otherwise.
+  bool accumulate = false;
   float lr() const { return static_cast<float>(double(attrs->lr) * lr_scale); }
 };
 

@@ -159,7 +159,7 @@ namespace {
 
 // batched_gemm_nt, B given (fill null) or made pass by pass into `slots` (fill set).
 void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                          const float* b, float* slots, float* c, const RowFill* fill) {
+                          const float* b, float* slots, float* c, const RowFill* fill, bool accumulate) {
   // C^T [N, M] = sum_s B[s] A[s]^T: 16 rows of A at a time (one vector of C's column), A's K
   // columns in chunks transposed onto the stack, B's rows 8 at a time broadcast against them.
   // A sample shorter than a chunk shares its pass with the next ones (a 7x7 image has K = 49:
@@ -197,7 +197,7 @@ void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, st
               for (int q = 0; q < kLanes; ++q) ag[kk * kLanes + q] = q < mb ? as[q * k + kk] : 0.0f;
             }
           }
-          const bool first = s0 == 0 && k0 == 0;
+          const bool first = !accumulate && s0 == 0 && k0 == 0;
           for (std::int64_t rb = rb_begin; rb < rb_end; ++rb) {
             const std::int64_t j0 = rb * 8;
             const float* bs = bpass + j0 * k + k0;
@@ -218,13 +218,13 @@ void batched_gemm_nt_impl(std::int64_t batch, std::int64_t m, std::int64_t n, st
 }  // namespace
 
 void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                     const float* b, float* c) {
-  batched_gemm_nt_impl(batch, m, n, k, a, b, nullptr, c, nullptr);
+                     const float* b, float* c, bool accumulate) {
+  batched_gemm_nt_impl(batch, m, n, k, a, b, nullptr, c, nullptr, accumulate);
 }
 
 void batched_gemm_nt_filled(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                             float* slots, float* c, const RowFill& fill) {
-  batched_gemm_nt_impl(batch, m, n, k, a, nullptr, slots, c, &fill);
+  batched_gemm_nt_impl(batch, m, n, k, a, nullptr, slots, c, &fill, false);
 }
 
 }  // namespace memplan::kernels::cpu

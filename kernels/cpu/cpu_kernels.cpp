@@ -193,7 +193,7 @@ void k_reduce_rows(const KernelCall& c) {
   float* y = c.outputs[0].f32();
   const std::int64_t cols = c.inputs[0].shape->cols();
   const std::int64_t rows = c.inputs[0].shape->rows();
-  std::fill(y, y + cols, 0.0f);
+  if (!c.accumulate) std::fill(y, y + cols, 0.0f);
   // Row by row keeps memory access contiguous; each column's sum order is fixed (row order).
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;

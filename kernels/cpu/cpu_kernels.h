@@ -71,8 +71,9 @@ void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
                 const float* b, std::int64_t ldb, float* c, std::int64_t ldc);
 // C[M,N] = sum over s < batch of A[s] B[s]^T, A [batch, M, K] and B [batch, N, K] contiguous; the
 // convolution's weight gradient. Threads split C's tiles; the result does not depend on their count.
+// accumulate: C += the sum (C's values are the first term).
 void batched_gemm_nt(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                     const float* b, float* c);
+                     const float* b, float* c, bool accumulate = false);
 // The same sum, the same bits, with B's rows made on the way: each thread calls
 // fill(s, r0, r1, dst) for the rows [r0, r1) of sample s it needs, which it writes at
 // dst + r * k, dst a sample-sized slot of `slots` ([batch, N, K], reused for every pass), so the

@@ -286,7 +286,7 @@ void k_conv2d_backward_weight(const KernelCall& c) {
   const Shape& cs = *c.inputs[1].shape;
   const std::int64_t n = cs[0], ckk = cs[1], p = cs[2];
   const std::int64_t cout = (*c.inputs[0].shape)[1];
-  batched_gemm_nt(n, cout, ckk, p, c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32());
+  batched_gemm_nt(n, cout, ckk, p, c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32(), c.accumulate);
 }
 
 // dcols[n] [CKK, P] = w^T dy[n].

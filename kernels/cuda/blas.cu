@@ -93,7 +93,8 @@ void k_conv2d_backward_weight(const KernelCall& c) {
   const std::int64_t chunk = std::min<std::int64_t>(n, static_cast<std::int64_t>(scratch_capacity() / per_sample));
   if (chunk < 2) {  // a layer whose gradient alone fills the scratch
     for (std::int64_t i = 0; i < n; ++i) {
-      gemm_batched(false, true, cout, ckk, p, dy + i * cout * p, 0, cols + i * ckk * p, 0, dw, 0, 1, i == 0 ? 0.0f : 1.0f);
+      gemm_batched(false, true, cout, ckk, p, dy + i * cout * p, 0, cols + i * ckk * p, 0, dw, 0, 1,
+                   i == 0 && !c.accumulate ? 0.0f : 1.0f);
     }
     return;
   }
@@ -102,7 +103,7 @@ void k_conv2d_backward_weight(const KernelCall& c) {
     const std::int64_t count = std::min(chunk, n - first);
     gemm_batched(false, true, cout, ckk, p, dy + first * cout * p, cout * p, cols + first * ckk * p, ckk * p, partials,
                  size, count, 0.0f);
-    sum_partials_kernel<<<blocks_for(size), kThreads, 0, stream()>>>(partials, count, size, first > 0, dw);
+    sum_partials_kernel<<<blocks_for(size), kThreads, 0, stream()>>>(partials, count, size, first > 0 || c.accumulate, dw);
     check_launch("conv2d_backward_weight");
   }
 }

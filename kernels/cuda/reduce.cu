@@ -39,7 +39,7 @@ void k_mean(const KernelCall& c) {
 constexpr int kColTile = 32, kRowLanes = 32;
 
 template <typename F>
-__global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, float* y, F term) {
+__global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, float* y, bool accumulate, F term) {
   __shared__ float partial[kRowLanes][kColTile + 1];
   const std::int64_t j = blockIdx.x * std::int64_t(kColTile) + threadIdx.x;
   float s = 0.0f;
@@ -51,14 +51,14 @@ __global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, float* y
   if (threadIdx.y == 0 && j < cols) {
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    y[j] = total;
+    y[j] = accumulate ? y[j] + total : total;
   }
 }
 
 template <typename F>
-void column_sum(std::int64_t rows, std::int64_t cols, float* y, const char* op, F term) {
+void column_sum(std::int64_t rows, std::int64_t cols, float* y, const char* op, F term, bool accumulate = false) {
   const unsigned grid = static_cast<unsigned>((cols + kColTile - 1) / kColTile);
-  column_sum_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream()>>>(rows, cols, y, term);
+  column_sum_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream()>>>(rows, cols, y, accumulate, term);
   check_launch(op);
 }
 
@@ -66,7 +66,7 @@ void k_reduce_rows(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   const std::int64_t cols = c.inputs[0].shape->cols();
   column_sum(c.inputs[0].shape->rows(), cols, c.outputs[0].f32(), "reduce_rows",
-             [=] __device__(std::int64_t r, std::int64_t j) { return x[r * cols + j]; });
+             [=] __device__(std::int64_t r, std::int64_t j) { return x[r * cols + j]; }, c.accumulate);
 }
 
 void k_layer_norm_dgamma(const KernelCall& c) {

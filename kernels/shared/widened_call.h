@@ -82,7 +82,7 @@ void run_widened(const KernelCall& c, KernelFn compute, std::span<std::byte> wor
   };
   for (std::size_t i = 0; i < ni; ++i) describe(i, c.inputs[i], split && i < 8 && ((info.row_inputs >> i) & 1u) != 0);
   for (std::size_t i = 0; i < nu; ++i) describe(ni + i, c.updates[i], false);
-  for (std::size_t i = 0; i < no; ++i) describe(ni + nu + i, c.outputs[i], split);
+  for (std::size_t i = 0; i < no; ++i) describe(ni + nu + i, c.outputs[i], split && !info.sums_rows);
   const graph::Widening w = graph::widening_of(std::span<const graph::WidenedOperand>(sizes.data(), view ? ni + nu : sizes.size()));
   const std::int64_t rows = w.rows > 0 ? w.rows : 1, per_slice = w.rows > 0 ? w.rows_per_slice : 1;
   if (w.rows == 0) {
@@ -130,6 +130,7 @@ void run_widened(const KernelCall& c, KernelFn compute, std::span<std::byte> wor
       }
     }
     call.first_row = start;  // in the split extent's rows (embedding_backward's: the table's)
+    call.accumulate = info.sums_rows && start > 0;  // later slices add into the whole output
     compute(call);
     // Outputs back to 16 bits, a slice at a time; whole updates and outputs after the last.
     for (std::size_t k = ni + nu; k < operands.size(); ++k) {
