@@ -311,9 +311,12 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
     std::printf("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
   }
   if (flags.devices > 1) row("communication (at the peak)", b.communication_at_peak);
-  // On the CPU a 16-bit step's workspace holds the fp32 copies its ops compute in.
+  // A 16-bit step's workspace holds the fp32 copies its widened ops compute in, after the
+  // device's own scratch (CUDA's cuBLAS workspace).
   const bool widened = flags.model.dtype != graph::DType::f32 && question.request.device.widens_16bit;
-  row(widened ? "workspace (fp32 op copies)" : "workspace (in the arena)", b.workspace);
+  const bool scratch = question.request.device.workspace_bytes > 0;
+  row(!widened ? "workspace (in the arena)" : scratch ? "workspace (scratch, fp32 copies)" : "workspace (fp32 op copies)",
+      b.workspace);
   row("arena (exact)", b.arena);
   for (const auto& item : a.overheads) row(("+ " + item.what).c_str(), item.bytes);
   row("total", b.total);
