@@ -139,13 +139,13 @@ TEST_P(StagesAgree, EveryStageEndsWithTheSameParametersInTheArenaFitPlans) {
 INSTANTIATE_TEST_SUITE_P(Models, StagesAgree, ::testing::Values(kMlp, kCnn, kGpt),
                          [](const auto& p) { return std::string(p.param.name); });
 
-// bf16 across ranks: gradients travel at 16 bits and are summed in f32 (all-reduce at stage 0,
-// reduce-scatter from stage 1, parameters gathered at 16 bits at stage 3), and every stage still
-// ends with the same bits, in the arena fit plans, allocating nothing during steps.
+// bf16 across ranks: gradients travel at 16 bits and are summed in f32 (all-reduce at stage 0;
+// reduce-scatter, and parameters gathered at 16 bits, at stage 3: every collective between them),
+// and both stages end with the same bits, in the arena fit plans, allocating nothing during steps.
 TEST(DataParallelMixedPrecision, Bf16StagesEndWithTheSameParametersInTheArenaFitPlans) {
   for (const Model& m : {kMlp, kGpt}) {
     std::string digest;
-    for (int zero : {0, 2, 3}) {
+    for (int zero : {0, 3}) {
       const std::string args = std::string(m.shape) + " --dtype bf16 --zero " + std::to_string(zero);
       const auto fit_run = run_cli("fit " + args + " --devices 2 --device cpu --device-memory 1TiB --json", false);
       ASSERT_EQ(fit_run.exit_code, 0) << fit_run.output;

@@ -132,7 +132,7 @@ TEST(Fit, PlanFitAndTrainGiveTheSameArenaOnALoadedMachine) {
 // The GPT takes its vocabulary from its text: fit plans the one train builds from its default
 // text, so the arena fit states is the arena train allocates, alone and on each of two ranks.
 TEST(Fit, TheGptFitPlansIsTheGptTrainRuns) {
-  const std::string step = "--model gpt --batch 8";
+  const std::string step = "--model gpt --batch 2";  // small: this test runs under ASan too
   const auto fit = nlohmann::json::parse(run_cli("fit " + step + " --device cpu --device-memory 1TiB --json", false).output);
   const auto train = nlohmann::json::parse(run_cli("train " + step + " --steps 1 --quiet --threads 1 --json", false).output);
   ASSERT_TRUE(train.contains("arena_bytes")) << train.dump();
