@@ -90,10 +90,7 @@ void k_grads_finite(const KernelCall& c) {
 // The f32 kernel each op computes in: the CPU's f32 kernel, or the mixed updates' f32 forms.
 const std::array<KernelFn, graph::kOpKindCount>& compute_kernels() {
   static const std::array<KernelFn, graph::kOpKindCount> table = [] {
-    std::array<KernelFn, graph::kOpKindCount> t{};
-    for (const KernelEntry& e : f32_kernel_entries()) {
-      if (e.dtype == graph::DType::f32) t[static_cast<std::size_t>(e.kind)] = e.fn;
-    }
+    std::array<KernelFn, graph::kOpKindCount> t = f32_compute_table(f32_kernel_entries());
     t[static_cast<std::size_t>(OpKind::sgd_update_mixed)] = k_sgd_update_mixed_f32;
     t[static_cast<std::size_t>(OpKind::sgd_momentum_update_mixed)] = k_sgd_momentum_update_mixed_f32;
     t[static_cast<std::size_t>(OpKind::adamw_update_mixed)] = k_adamw_update_mixed_f32;
@@ -126,19 +123,10 @@ KernelEntries native_16bit_kernel_entries() {
 }
 
 KernelEntries widened_kernel_entries() {
-  KernelEntries entries;
-  const auto& compute = compute_kernels();
-  std::array<bool, graph::kOpKindCount> native{};
-  for (const KernelEntry& e : native_16bit_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
-  for (const KernelEntry& e : collective_exchange_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
-  for (int k = 0; k < graph::kOpKindCount; ++k) {
-    if (compute[static_cast<std::size_t>(k)] == nullptr || native[static_cast<std::size_t>(k)]) continue;
-    for (graph::DType d : {graph::DType::bf16, graph::DType::f16}) {
-      // Only where the row takes 16-bit operands (an f32 update's gradient is f32).
-      if (graph::op_info(static_cast<OpKind>(k)).accepts.contains(d)) entries.push_back({static_cast<OpKind>(k), k_widened, d});
-    }
-  }
-  return entries;
+  KernelEntries own = native_16bit_kernel_entries();
+  const KernelEntries exchange = collective_exchange_kernel_entries();
+  own.insert(own.end(), exchange.begin(), exchange.end());
+  return widened_entries(compute_kernels(), own, k_widened);
 }
 
 }  // namespace memplan::kernels::cpu

@@ -11,16 +11,23 @@ namespace {
 
 using graph::OpKind;
 
+// The operations and leading dimensions cuBLAS (column-major) sees for row-major op(A) op(B).
+struct ColumnMajor {
+  cublasOperation_t op_a, op_b;
+  int ld_a, ld_b;
+};
+ColumnMajor column_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return {trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(trans_a ? m : k),
+          static_cast<int>(trans_b ? k : n)};
+}
+
 // C[M,N] (+)= op(A) op(B) for `batch` matrices at the given element strides (0 = shared);
 // row-major, A stored [M,K] or [K,M] (trans_a), B stored [K,N] or [N,K] (trans_b).
 void gemm_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                   std::int64_t stride_a, const float* b, std::int64_t stride_b, float* c, std::int64_t stride_c,
                   std::int64_t batch, float beta) {
   const float alpha = 1.0f;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const auto ld_b = static_cast<int>(trans_b ? k : n);
-  const auto ld_a = static_cast<int>(trans_a ? m : k);
+  const auto [op_a, op_b, ld_a, ld_b] = column_major(trans_a, trans_b, m, n, k);
   cublasHandle_t h = context().cublas;
   if (batch == 1) {
     MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, ld_b, a, ld_a, &beta, c, int(n)));
@@ -123,10 +130,7 @@ void gemm_batched_ex(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
                      std::int64_t stride_a, const TensorRef& b, std::int64_t stride_b, const TensorRef& c,
                      std::int64_t stride_c, std::int64_t batch) {
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const auto ld_b = static_cast<int>(trans_b ? k : n);
-  const auto ld_a = static_cast<int>(trans_a ? m : k);
+  const auto [op_a, op_b, ld_a, ld_b] = column_major(trans_a, trans_b, m, n, k);
   cublasHandle_t h = context().cublas;
   if (batch == 1) {
     MEMPLAN_CUBLAS_CHECK(cublas_api().gemm_ex(h, op_b, op_a, int(n), int(m), int(k), &alpha, b.data, cuda_type(b.dtype), ld_b,

@@ -151,13 +151,7 @@ void k_grads_finite(const KernelCall& c) {
 // --- the widening adapter ------------------------------------------------------------------------
 
 const std::array<KernelFn, graph::kOpKindCount>& compute_kernels() {
-  static const std::array<KernelFn, graph::kOpKindCount> table = [] {
-    std::array<KernelFn, graph::kOpKindCount> t{};
-    for (const KernelEntry& e : f32_kernel_entries()) {
-      if (e.dtype == DType::f32) t[static_cast<std::size_t>(e.kind)] = e.fn;
-    }
-    return t;
-  }();
+  static const std::array<KernelFn, graph::kOpKindCount> table = f32_compute_table(f32_kernel_entries());
   return table;
 }
 
@@ -189,18 +183,7 @@ KernelEntries native_16bit_kernel_entries() {
 }
 
 KernelEntries widened_kernel_entries() {
-  KernelEntries entries;
-  const auto& compute = compute_kernels();
-  std::array<bool, graph::kOpKindCount> native{};
-  for (const KernelEntry& e : native_16bit_kernel_entries()) native[static_cast<std::size_t>(e.kind)] = true;
-  for (int k = 0; k < graph::kOpKindCount; ++k) {
-    if (compute[static_cast<std::size_t>(k)] == nullptr || native[static_cast<std::size_t>(k)]) continue;
-    for (DType d : {DType::bf16, DType::f16}) {
-      // Only where the row takes 16-bit operands.
-      if (graph::op_info(static_cast<OpKind>(k)).accepts.contains(d)) entries.push_back({static_cast<OpKind>(k), k_widened, d});
-    }
-  }
-  return entries;
+  return widened_entries(compute_kernels(), native_16bit_kernel_entries(), k_widened);
 }
 
 }  // namespace memplan::kernels::cuda

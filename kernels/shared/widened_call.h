@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -145,6 +146,32 @@ void run_widened(const KernelCall& c, KernelFn compute, std::span<std::byte> wor
     if (o.by_rows || o.copy == nullptr) continue;
     convert.narrow(o.given->dtype, o.copy, o.given->data, o.given->numel());
   }
+}
+
+// The f32 kernel of each op kind among `f32` (a device's f32 entries): what the adapter computes in.
+inline std::array<KernelFn, graph::kOpKindCount> f32_compute_table(const KernelEntries& f32) {
+  std::array<KernelFn, graph::kOpKindCount> table{};
+  for (const KernelEntry& e : f32) {
+    if (e.dtype == graph::DType::f32) table[static_cast<std::size_t>(e.kind)] = e.fn;
+  }
+  return table;
+}
+
+// The adapter's registrations on a device: `adapter` at bf16 and f16 for every op kind `compute`
+// has an f32 kernel for and no entry of `own` (the device's 16-bit kernels of its own) covers,
+// where the op's row takes 16-bit operands (an f32 update's gradient is f32).
+inline KernelEntries widened_entries(const std::array<KernelFn, graph::kOpKindCount>& compute, const KernelEntries& own,
+                                     KernelFn adapter) {
+  std::array<bool, graph::kOpKindCount> covered{};
+  for (const KernelEntry& e : own) covered[static_cast<std::size_t>(e.kind)] = true;
+  KernelEntries entries;
+  for (int k = 0; k < graph::kOpKindCount; ++k) {
+    if (compute[static_cast<std::size_t>(k)] == nullptr || covered[static_cast<std::size_t>(k)]) continue;
+    for (graph::DType d : {graph::DType::bf16, graph::DType::f16}) {
+      if (graph::op_info(static_cast<graph::OpKind>(k)).accepts.contains(d)) entries.push_back({static_cast<graph::OpKind>(k), adapter, d});
+    }
+  }
+  return entries;
 }
 
 }  // namespace memplan::kernels
