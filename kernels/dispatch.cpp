@@ -1,6 +1,6 @@
 #include <algorithm>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>

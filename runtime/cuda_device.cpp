@@ -1,11 +1,11 @@
 #include "memplan/runtime/cuda_device.h"
 
-#include "memplan/planner/device_profile.h"
-
-#include <algorithm>
 #include <cuda.h>
 
+#include <algorithm>
+
 #include "memplan/kernels/cuda/context.h"
+#include "memplan/planner/device_profile.h"
 
 namespace memplan::runtime {
 
