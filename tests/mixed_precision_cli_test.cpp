@@ -50,7 +50,7 @@ TEST_F(MixedPrecisionCli, FitAnswersTheArenaTrainAllocatesAndModesAgreeBitForBit
     for (const char* dtype : {"bf16", "fp16"}) {
       const std::string d = std::string(" --dtype ") + dtype;
       const nlohmann::json fit = json_of("fit " + m.fit + d + " --device cpu --device-memory 1TiB --json");
-      const std::string train = "train " + m.train + d + " --steps 2 --threads 1 --quiet --json";
+      const std::string train = "train " + m.train + d + " --steps 2 --eval-samples 0 --threads 1 --quiet --json";
       const nlohmann::json planned = json_of(train);
       const nlohmann::json naive = json_of(train + " --mode naive");
       ASSERT_TRUE(planned.contains("arena_bytes")) << m.train << d;

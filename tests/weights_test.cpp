@@ -242,7 +242,7 @@ TEST(Weights, ACorruptedFileIsRefusedByItsChecksum) {
 TEST(Weights, ASaveKilledHalfwayLeavesThePreviousCheckpointIntact) {
   const fs::path dir = temp_dir("crash");
   const fs::path path = dir / "mlp.safetensors";
-  const std::string common = "train --model mlp --hidden 32 --steps 3 --quiet --threads 1 --save " + path.string();
+  const std::string common = "train --model mlp --hidden 32 --steps 3 --eval-samples 0 --quiet --threads 1 --save " + path.string();
   auto first = testing::run_cli(common);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string good = file_bytes(path);
@@ -267,10 +267,10 @@ TEST(Weights, ASaveKilledHalfwayLeavesThePreviousCheckpointIntact) {
 TEST(Weights, LoadOnTheCliReportsMismatchesAndRefusesCorruptFiles) {
   const fs::path dir = temp_dir("cli");
   const fs::path path = dir / "mlp.safetensors";
-  ASSERT_EQ(testing::run_cli("train --model mlp --hidden 32 --steps 2 --quiet --threads 1 --save " + path.string()).exit_code, 0);
-  auto resumed = testing::run_cli("train --model mlp --hidden 32 --steps 2 --quiet --threads 1 --load " + path.string());
+  ASSERT_EQ(testing::run_cli("train --model mlp --hidden 32 --steps 2 --eval-samples 0 --quiet --threads 1 --save " + path.string()).exit_code, 0);
+  auto resumed = testing::run_cli("train --model mlp --hidden 32 --steps 2 --eval-samples 0 --quiet --threads 1 --load " + path.string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
-  auto wrong = testing::run_cli("train --model mlp --hidden 64 --steps 2 --quiet --threads 1 --load " + path.string());
+  auto wrong = testing::run_cli("train --model mlp --hidden 64 --steps 2 --eval-samples 0 --quiet --threads 1 --load " + path.string());
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.output.find("fc1.weight: shape [32, 784] in the file, [64, 784] in the model"), std::string::npos)
       << wrong.output;

@@ -57,6 +57,7 @@ struct TrainFlags {
   bool json = false;
   bool quiet = false;
   bool profile = false;
+  std::optional<std::int64_t> eval_samples;  // empty: the whole test set, or 1024 validation sequences
   CheckpointFlags checkpoint;
   // Data parallel: one process per rank under mpirun (dist/communicator.h)
   int zero = 0;
@@ -142,6 +143,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.load = flags.load;
   spec.save = flags.save;
   spec.profile = flags.profile;
+  spec.eval_samples = flags.eval_samples;
   return spec;
 }
 
@@ -173,6 +175,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
   if (r.test) {
     out["test_accuracy"] = r.test->accuracy;
     out["test_loss"] = r.test->mean_loss;
+    out["test_images"] = r.test->images;
   }
   if (r.validation) {
     out["val_loss"] = r.validation->mean_loss;
@@ -226,7 +229,10 @@ void print_report(const train::TrainReport& r) {
               static_cast<unsigned long long>(spec.seed));
   std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), r.epochs, s.total_seconds);
   std::printf("final loss       %.4f\n", s.final_loss);
-  if (r.test) std::printf("test accuracy    %.2f%%  (test loss %.4f)\n", 100.0 * r.test->accuracy, r.test->mean_loss);
+  if (r.test) {
+    std::printf("test accuracy    %.2f%%  (test loss %.4f over %lld images)\n", 100.0 * r.test->accuracy, r.test->mean_loss,
+                static_cast<long long>(r.test->images));
+  }
   if (r.validation) {
     std::printf("val loss         %.4f nats/char over %lld characters (unigram entropy of the text %.4f)\n",
                 r.validation->mean_loss, static_cast<long long>(r.validation->tokens), r.unigram_entropy);
@@ -417,6 +423,10 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--load", flags.load,
                   "Start from the weights in this safetensors file (saved by --save with the same model flags)")
       ->check(CLI::ExistingFile);
+  app.add_option("--eval-samples", flags.eval_samples,
+                  "Held-out examples to evaluate when training ends: the first N test images (default all), or N "
+                  "validation sequences of --seq characters spread over the split (default 1024); 0 skips the evaluation")
+      ->check(whole_number(std::uint64_t{INT64_MAX}));
   app.add_option("--threads", flags.threads, "CPU threads (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();

@@ -113,31 +113,35 @@ Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)
 
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
-                                       const models::ImageDataset& data, runtime::Device& device) {
+                                       const models::ImageDataset& data, runtime::Device& device,
+                                       std::int64_t max_images) {
   models::ModelOptions eval_model = model;
   eval_model.training = false;  // running statistics, no dropout
   return evaluate_classifier(
       [&eval_model](std::int64_t batch) { return planner::StepDescription::of_source(models::registry_source(eval_model), batch); }, ClassifierIo{},
-      trained, data, device);
+      trained, data, device, max_images);
 }
 
 Result<Evaluation> evaluate_classifier(const std::function<planner::StepDescription(std::int64_t batch)>& eval_step,
                                        const ClassifierIo& io, const runtime::Executor& trained,
-                                       const models::ImageDataset& data, runtime::Device& device) {
-  const std::int64_t batch = std::min<std::int64_t>(1000, data.count);
-  const std::int64_t full = data.count / batch * batch;
+                                       const models::ImageDataset& data, runtime::Device& device,
+                                       std::int64_t max_images) {
+  const std::int64_t count = std::min(data.count, max_images);
+  if (count < 1) return Error{"no test images to evaluate"};
+  const std::int64_t batch = std::min<std::int64_t>(1000, count);
+  const std::int64_t full = count / batch * batch;
   std::int64_t correct = 0;
   double loss_sum = 0.0;
   if (Status s = evaluate_range(eval_step, io, trained, data, device, batch, 0, full, correct, loss_sum); !s) {
     return s.error();
   }
-  if (full < data.count) {
-    const std::int64_t tail = data.count - full;
+  if (full < count) {
+    const std::int64_t tail = count - full;
     if (Status s = evaluate_range(eval_step, io, trained, data, device, tail, full, tail, correct, loss_sum); !s) {
       return s.error();
     }
   }
-  return Evaluation{double(correct) / double(data.count), loss_sum / double(data.count)};
+  return Evaluation{double(correct) / double(count), loss_sum / double(count), count};
 }
 
 }  // namespace memplan::train

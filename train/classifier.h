@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,21 +57,25 @@ std::vector<float> one_hot_rows(const std::int32_t* labels, std::int64_t count, 
 struct Evaluation {
   double accuracy = 0.0;
   double mean_loss = 0.0;
+  std::int64_t images = 0;  // how many were evaluated
 };
 
 // The working dtype of a trained graph (graph/mixed_precision.h): its parameters' (f32 without any).
 graph::DType working_dtype(const graph::Graph& graph);
 
-// Runs the model's forward graph over the whole dataset with the parameters of `trained`.
+// Runs the model's forward graph over the dataset's first `max_images` images (all of them by
+// default) with the parameters of `trained`.
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
-                                       const models::ImageDataset& data, runtime::Device& device);
+                                       const models::ImageDataset& data, runtime::Device& device,
+                                       std::int64_t max_images = std::numeric_limits<std::int64_t>::max());
 
 // The same for any classifier graph: `eval_step(batch)` describes its forward graph at that batch
 // in evaluation form (not a training step), `io` names its input and labels. Persistent tensors
 // (parameters, batch-norm statistics) are read from `trained` by name.
 Result<Evaluation> evaluate_classifier(const std::function<planner::StepDescription(std::int64_t batch)>& eval_step,
                                        const ClassifierIo& io, const runtime::Executor& trained,
-                                       const models::ImageDataset& data, runtime::Device& device);
+                                       const models::ImageDataset& data, runtime::Device& device,
+                                       std::int64_t max_images = std::numeric_limits<std::int64_t>::max());
 
 }  // namespace memplan::train

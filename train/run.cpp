@@ -165,8 +165,10 @@ std::vector<RankMemory> gather_rank_memory(const runtime::Executor& executor, di
 Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession& session, TrainReport& report,
                                     const Notes& note) {
   // Evaluation reads whole parameters: every rank but ZeRO-3's holds them (rank 0 evaluates).
-  if (report.world == 1 || spec.zero < 3) {
-    auto evaluation = session.evaluate();
+  if (spec.eval_samples == 0) {
+    note("no evaluation (--eval-samples 0)");
+  } else if (report.world == 1 || spec.zero < 3) {
+    auto evaluation = session.evaluate(spec.eval_samples);
     if (!evaluation) return run_error("evaluation failed: " + evaluation.error().message);
     report.test = evaluation.value().classifier;
     report.validation = evaluation.value().text;

@@ -70,6 +70,9 @@ struct TrainSpec {
   std::string load;  // a run saved by `save` to continue from
   std::string save;  // where the weights and optimizer state go when training ends
   bool profile = false;  // time every op (from the second step, when there are several)
+  // Held-out examples evaluated when training ends: test images, or validation sequences for text
+  // models. None: every test image, or up to kDefaultEvalSequences sequences; 0: no evaluation.
+  std::optional<std::int64_t> eval_samples;
 
   // What the run is called in reports: the ONNX file, the config file or the model's name.
   std::string label() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <span>
 #include <vector>
@@ -264,7 +265,7 @@ Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const run
   return summary;
 }
 
-Result<SessionEvaluation> TrainingSession::evaluate() const {
+Result<SessionEvaluation> TrainingSession::evaluate(std::optional<std::int64_t> max_samples) const {
   // The evaluation graph reads the trained tensors where they are (on the GPU after a CUDA run),
   // so it runs on a device of the same kind, without the training device's memory cap.
   auto made = runtime::make_device(executor_->device_kind());
@@ -272,18 +273,20 @@ Result<SessionEvaluation> TrainingSession::evaluate() const {
   runtime::Device& eval_device = *made.value();
   SessionEvaluation out;
   if (data_.text) {
-    auto r = evaluate_language_model(data_.model, *executor_, data_.text->val, eval_device, /*max_windows=*/1024);
+    auto r = evaluate_language_model(data_.model, *executor_, data_.text->val, eval_device,
+                                     max_samples.value_or(kDefaultEvalSequences));
     if (!r) return r.error();
     out.text = r.value();
   } else {
+    const std::int64_t max_images = max_samples.value_or(std::numeric_limits<std::int64_t>::max());
     auto r = data_.onnx ? evaluate_classifier(
                               [run = &*data_.onnx](std::int64_t batch) {
                                 import::ImportOptions eval = run->options;
                                 eval.training = false;  // the forward graph as it is, no training step
                                 return planner::StepDescription::of_source(import::onnx_source(run->model, eval), batch);
                               },
-                              data_.onnx->io, *executor_, *data_.test_images, eval_device)
-                        : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device);
+                              data_.onnx->io, *executor_, *data_.test_images, eval_device, max_images)
+                        : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device, max_images);
     if (!r) return r.error();
     out.classifier = r.value();
   }

@@ -89,6 +89,9 @@ struct SessionOptions {
   planner::PlanRequest request;
 };
 
+// Validation sequences the GPT and decoders evaluate by default, spread evenly over the split.
+inline constexpr std::int64_t kDefaultEvalSequences = 1024;
+
 struct SessionEvaluation {
   std::optional<Evaluation> classifier;  // image models: test accuracy and loss
   std::optional<TextEvaluation> text;    // the GPT: validation loss
@@ -122,7 +125,9 @@ class TrainingSession {
   // Test accuracy (image models) or validation loss (the GPT), with a forward graph of its own
   // planned for a device of the training device's kind, without its memory limit (that limit is
   // for the training step).
-  Result<SessionEvaluation> evaluate() const;
+  // `max_samples`: at most this many test images or validation sequences (default: every image,
+  // kDefaultEvalSequences sequences).
+  Result<SessionEvaluation> evaluate(std::optional<std::int64_t> max_samples = std::nullopt) const;
   Status save(const std::string& path) const;
   // An ONNX run: a copy of the imported file with every initializer replaced by its trained
   // values (parameters and batch-norm statistics), written to `path` all or nothing.
