@@ -37,6 +37,7 @@ class Budget {
     if (attempt_nodes_left_-- <= 0) return false;
     if ((node_limit_ >= 0 && nodes_ > node_limit_) || (phase_node_limit_ >= 0 && nodes_ > phase_node_limit_)) {
       exhausted_ = true;
+      limit_reached_ = "node limit";
       return false;
     }
     // Reading the clock costs more than a node, so look at it every 256 nodes.
@@ -61,14 +62,27 @@ class Budget {
     return exhausted_;
   }
   // The whole solve is out of nodes or time.
-  bool solve_exhausted() const {
-    return (node_limit_ >= 0 && nodes_ >= node_limit_) || (deadline_ && Clock::now() >= *deadline_);
+  bool solve_exhausted() {
+    if (node_limit_ >= 0 && nodes_ >= node_limit_) {
+      limit_reached_ = "node limit";
+      return true;
+    }
+    if (deadline_ && Clock::now() >= *deadline_) {
+      limit_reached_ = "time limit";
+      return true;
+    }
+    return false;
   }
   std::int64_t nodes() const { return nodes_; }
+  // The limit the budget last ran out on ("node limit" or "time limit"; none yet: "").
+  const char* limit_reached() const { return limit_reached_; }
 
  private:
   void check_clock() {
-    if (phase_deadline_ && Clock::now() >= *phase_deadline_) exhausted_ = true;
+    if (phase_deadline_ && Clock::now() >= *phase_deadline_) {
+      exhausted_ = true;
+      limit_reached_ = "time limit";
+    }
   }
 
   std::int64_t node_limit_;
@@ -78,6 +92,7 @@ class Budget {
   std::int64_t attempt_nodes_left_ = std::numeric_limits<std::int64_t>::max();
   std::int64_t nodes_ = 0;
   bool exhausted_ = false;
+  const char* limit_reached_ = "";
 };
 
 // Buffers the search places (not fixed, not zero-size), with sections and conflicts.

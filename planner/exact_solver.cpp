@@ -17,6 +17,7 @@
 
 #include "memplan/planner/exact_search_internal.h"
 #include "memplan/planner/greedy_solver.h"
+#include "memplan/planner/problem_parts.h"
 #include "memplan/planner/validator.h"
 
 namespace memplan::planner {
@@ -217,10 +218,11 @@ Outcome feasible_within(const Instance& inst, Bytes capacity, Budget& budget, Se
 
 // The searches recurse once per placed buffer: thousands of frames deep on real traces and
 // big training graphs, more than a default 8 MiB stack holds once the sanitizers enlarge each
-// frame. They run on a thread of their own with a 1 GiB stack (address space: pages are touched
-// only as deep as the search goes); where no such thread can be made, on the caller's.
-void run_with_deep_stack(const std::function<void()>& work) {
-  constexpr std::size_t kStackBytes = std::size_t{1} << 30;
+// frame. They run on a thread of their own whose stack holds kSearchStackBytesPerBuffer per
+// buffer (address space: pages are touched only as deep as the search goes); where no such
+// thread can be made, on the caller's.
+void run_with_deep_stack(std::size_t buffers, const std::function<void()>& work) {
+  const std::size_t kStackBytes = std::max<std::size_t>(std::size_t{64} << 20, buffers * kSearchStackBytesPerBuffer);
   struct Call {
     const std::function<void()>* work;
     std::exception_ptr error;
@@ -298,27 +300,27 @@ Minimised minimise(const AllocationProblem& problem, Bytes lower_bound, const So
   const bool optimal = hi <= lower_bound || (proven && lo >= hi);
   if (hi <= lower_bound) {
     st.proof = "search";
+    st.stopped = "bound";
   } else if (optimal) {
     st.proof = "exhausted";
+    st.stopped = "proof";
+  } else {
+    st.stopped = *budget.limit_reached() ? budget.limit_reached() : "time limit";
   }
   return {std::move(best), optimal};
 }
 
-Solution solve_exact_on_this_stack(const AllocationProblem& problem, const ExactSolverOptions& options,
-                                   ExactSolverStats* stats);
+// The whole problem as one: greedy seed (given, or the portfolio's), then the search.
+Solution solve_whole(const AllocationProblem& problem, const ExactSolverOptions& options,
+                     std::optional<Clock::time_point> deadline, ExactSolverStats& st, const Solution* seed);
+
+// The parts of a problem without fixed buffers (planner/problem_parts.h).
+Solution solve_by_parts(const AllocationProblem& problem, const ProblemParts& parts, const ExactSolverOptions& options,
+                        std::optional<Clock::time_point> deadline, ExactSolverStats& st);
 
 }  // namespace
 
 Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options, ExactSolverStats* stats) {
-  Solution solution;
-  run_with_deep_stack([&] { solution = solve_exact_on_this_stack(problem, options, stats); });
-  return solution;
-}
-
-namespace {
-
-Solution solve_exact_on_this_stack(const AllocationProblem& problem, const ExactSolverOptions& options,
-                                   ExactSolverStats* stats) {
   {
     const Status status = check_problem(problem);
     MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
@@ -330,16 +332,247 @@ Solution solve_exact_on_this_stack(const AllocationProblem& problem, const Exact
   if (options.time_limit_s > 0) {
     deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s));
   }
+  const bool any_fixed = std::any_of(problem.buffers.begin(), problem.buffers.end(),
+                                     [](const BufferSpec& b) { return b.fixed_offset.has_value(); });
+  if (!any_fixed) {
+    ProblemParts parts = split_problem(problem);
+    if (parts.decomposed()) return solve_by_parts(problem, parts, options, deadline, st);
+  }
+  Solution solution;
+  run_with_deep_stack(problem.buffers.size(), [&] { solution = solve_whole(problem, options, deadline, st, nullptr); });
+  return solution;
+}
+
+namespace {
+
+Solution solve_by_parts(const AllocationProblem& problem, const ProblemParts& parts, const ExactSolverOptions& options,
+                        std::optional<Clock::time_point> deadline, ExactSolverStats& st) {
+  const LeafShapes shapes = group_leaves_by_shape(problem, parts);
+  st.parts = std::int64_t(parts.leaves.size());
+  st.distinct_parts = std::int64_t(shapes.first.size());
+  st.floor_buffers = std::int64_t(parts.floor.size());
+  const std::optional<Bytes> capacity = problem.capacity_bytes;
+  const std::size_t kinds = shapes.first.size();
+  // Per shape: the problem, the highest base any of its copies sits on (the one that binds),
+  // its lower bound and its packing so far.
+  struct Shape {
+    AllocationProblem problem;
+    Bytes base = 0;
+    Bytes lower_bound = 0;
+    Solution packed;
+    bool proven = false;  // its height is its optimum
+  };
+  std::vector<Shape> shape(kinds);
+  for (std::size_t k = 0; k < kinds; ++k) {
+    shape[k].problem = leaf_problem(problem, parts.leaves[shapes.first[k]]);
+    shape[k].lower_bound = lower_bound_bytes(shape[k].problem);
+  }
+  for (std::size_t l = 0; l < parts.leaves.size(); ++l) {
+    Shape& s = shape[shapes.shape_of[l]];
+    s.base = std::max(s.base, parts.leaves[l].base);
+  }
+  // The whole's lower bound, by composition (planner/problem_parts.h); floors alone count too.
+  Bytes lower_bound = 0;
+  for (const auto& [b, offset] : parts.floor) lower_bound = std::max(lower_bound, offset + footprint_bytes(problem.buffers[b]));
+  for (const Shape& s : shape) lower_bound = std::max(lower_bound, s.base + s.lower_bound);
+
+  Solution solution;
+  auto finish = [&](SolveStatus status) {
+    solution.status = status;
+    if (solution.has_packing()) {
+      std::vector<const std::vector<Offset>*> leaf_offsets;
+      for (const std::size_t k : shapes.shape_of) leaf_offsets.push_back(&shape[k].packed.offsets);
+      solution.offsets = assemble_parts(problem, parts, leaf_offsets);
+      solution.height_bytes = packing_height(problem, solution.offsets);
+#ifndef NDEBUG
+      const Status valid = validate_solution(problem, solution);
+      MEMPLAN_CHECK(valid.ok(), "exact solver produced an invalid packing of the parts: " << valid.error().message);
+#endif
+    }
+    return solution;
+  };
+  if (capacity && lower_bound > *capacity) {
+    st.proof = "capacity";
+    st.stopped = "proof";
+    solution.height_bytes = lower_bound;
+    return finish(SolveStatus::not_found);
+  }
+  // Every distinct part through the greedy portfolio first: most reach what they need.
+  const auto greedy_start = Clock::now();
+  GreedyOptions greedy_options;
+  greedy_options.deadline = deadline;
+  Bytes greedy_height = lower_bound;
+  for (Shape& s : shape) {
+    s.packed = solve_greedy(s.problem, greedy_options);
+    s.proven = s.packed.status == SolveStatus::optimal;
+    greedy_height = std::max(greedy_height, s.base + s.packed.height_bytes);
+  }
+  st.greedy_height_bytes = greedy_height;
+  st.greedy_ms = ms_since(greedy_start);
+  // What each part must reach: the capacity, or else the whole's lower bound.
+  const Bytes goal = capacity ? *capacity : lower_bound;
+  std::vector<std::size_t> to_search;
+  for (std::size_t k = 0; k < kinds; ++k) {
+    if (shape[k].base + shape[k].packed.height_bytes > goal) to_search.push_back(k);
+  }
+  // Largest first: they need the most of the time left.
+  std::sort(to_search.begin(), to_search.end(), [&](std::size_t a, std::size_t b) {
+    return shape[a].problem.buffers.size() != shape[b].problem.buffers.size()
+               ? shape[a].problem.buffers.size() > shape[b].problem.buffers.size()
+               : a < b;
+  });
+  std::int64_t nodes_left = options.node_limit;
+  bool capacity_refuted = false;
+  const char* ran_out = nullptr;  // the limit that stopped some part's search
+  auto count = [&](const ExactSolverStats& part) {
+    st.nodes += part.nodes;
+    st.attempts += part.attempts;
+    st.backtracks += part.backtracks;
+    st.searched = st.searched || part.searched;
+    st.zero_waste = st.zero_waste || part.zero_waste;
+    st.bands = st.bands || part.bands;
+    st.setup_ms += part.setup_ms;
+    if (nodes_left >= 0) nodes_left = std::max<std::int64_t>(0, nodes_left - part.nodes);
+  };
+  std::vector<char> cannot_reach(kinds, 0);  // the part cannot reach the goal (proven)
+  enum class PartResult { settled, refuted, open };
+  // Searches part k with `share` of the time and nodes left: first for a packing within the
+  // goal (which settles it); when minimising and there is none, for the part's own lowest.
+  auto search_part = [&](std::size_t k, double share) {
+    Shape& s = shape[k];
+    const std::size_t n = s.problem.buffers.size();
+    ExactSolverOptions part = options;
+    if (deadline) {
+      const double left_s = std::chrono::duration<double>(*deadline - Clock::now()).count();
+      if (left_s <= 0) {
+        ran_out = "time limit";
+        return PartResult::open;
+      }
+      part.time_limit_s = left_s * share;
+    }
+    if (options.node_limit >= 0) part.node_limit = std::int64_t(double(nodes_left) * share);
+    const auto part_start = Clock::now();
+    std::int64_t spent_nodes = 0;
+    if (!cannot_reach[k]) {
+      AllocationProblem capped = s.problem;
+      capped.capacity_bytes = goal - s.base;
+      ExactSolverStats part_stats;
+      Solution found;
+      run_with_deep_stack(n, [&] { found = solve_whole(capped, part, deadline, part_stats, &s.packed); });
+      count(part_stats);
+      spent_nodes = part_stats.nodes;
+      if (found.has_packing()) {
+        s.packed = std::move(found);
+        s.proven = s.packed.status == SolveStatus::optimal;
+        return PartResult::settled;
+      }
+      if (found.status == SolveStatus::not_found) {
+        // Proven: this part cannot reach the goal, so neither can the whole.
+        cannot_reach[k] = 1;
+        capacity_refuted = true;
+        if (capacity) return PartResult::refuted;
+      } else {
+        ran_out = part_stats.stopped;
+        if (capacity) return PartResult::open;
+      }
+    }
+    // Minimising: the part's own lowest height, with what is left of its share.
+    const double spent_s = std::chrono::duration<double>(Clock::now() - part_start).count();
+    if (deadline && spent_s >= part.time_limit_s) return PartResult::open;
+    ExactSolverOptions rest = part;
+    if (deadline) rest.time_limit_s = part.time_limit_s - spent_s;
+    if (rest.node_limit >= 0) rest.node_limit = std::max<std::int64_t>(0, rest.node_limit - spent_nodes);
+    ExactSolverStats minimise_stats;
+    Solution lowest;
+    run_with_deep_stack(n, [&] { lowest = solve_whole(s.problem, rest, deadline, minimise_stats, &s.packed); });
+    count(minimise_stats);
+    if (lowest.has_packing() && lowest.height_bytes <= s.packed.height_bytes) {
+      s.packed = std::move(lowest);
+      s.proven = s.packed.status == SolveStatus::optimal;
+    }
+    if (s.proven) return PartResult::settled;
+    ran_out = minimise_stats.stopped;
+    return PartResult::open;
+  };
+  // Round one gives each part a share of what is left by its buffers, so one hard part cannot
+  // starve the others; round two gives the parts still open all that is left, one after another.
+  const auto search_start = Clock::now();
+  std::size_t buffers_left = 0;
+  for (const std::size_t k : to_search) buffers_left += shape[k].problem.buffers.size();
+  std::vector<std::size_t> open;
+  for (const std::size_t k : to_search) {
+    const std::size_t n = shape[k].problem.buffers.size();
+    const double share = double(n) / double(std::max<std::size_t>(buffers_left, 1));
+    buffers_left -= n;
+    const PartResult result = search_part(k, share);
+    if (result == PartResult::refuted) break;  // with a capacity: the answer is known
+    if (result == PartResult::open) open.push_back(k);
+  }
+  if (!(capacity && capacity_refuted)) {
+    for (const std::size_t k : open) {
+      if (search_part(k, 1.0) != PartResult::settled && capacity) break;
+    }
+  }
+  st.search_ms = ms_since(search_start);
+  Bytes height = 0;
+  for (const auto& [b, offset] : parts.floor) height = std::max(height, offset + footprint_bytes(problem.buffers[b]));
+  for (const Shape& s : shape) height = std::max(height, s.base + s.packed.height_bytes);
+  solution.height_bytes = height;
+  if (capacity) {
+    if (height <= *capacity) {
+      st.stopped = height <= lower_bound ? "bound" : "capacity";
+      if (height <= lower_bound) st.proof = st.searched ? "search" : "greedy";
+      return finish(height <= lower_bound ? SolveStatus::optimal : SolveStatus::feasible);
+    }
+    if (capacity_refuted) {
+      st.proof = "capacity";
+      st.stopped = "proof";
+      return finish(SolveStatus::not_found);
+    }
+    st.stopped = ran_out ? ran_out : "time limit";
+    return finish(SolveStatus::timed_out);
+  }
+  if (height <= lower_bound) {
+    st.proof = st.searched ? "search" : "greedy";
+    st.stopped = "bound";
+    return finish(SolveStatus::optimal);
+  }
+  // Above the bound: optimal when every part at the top is proven at its own optimum (no packing
+  // of the whole is lower than a part's optimum on its base, planner/problem_parts.h).
+  bool proven = true;
+  for (const Shape& s : shape) {
+    if (s.base + s.packed.height_bytes == height && !s.proven) proven = false;
+  }
+  if (proven) {
+    st.proof = "exhausted";
+    st.stopped = "proof";
+    return finish(SolveStatus::optimal);
+  }
+  st.stopped = ran_out ? ran_out : "time limit";
+  return finish(SolveStatus::feasible);
+}
+
+Solution solve_whole(const AllocationProblem& problem, const ExactSolverOptions& options,
+                     std::optional<Clock::time_point> deadline, ExactSolverStats& st, const Solution* seed) {
+  if (options.time_limit_s > 0) {
+    const auto own = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s));
+    deadline = deadline ? std::min(*deadline, own) : own;
+  }
   Budget budget(options.node_limit, deadline);
 
   const Bytes lower_bound = lower_bound_bytes(problem);
   const std::optional<Bytes> capacity = problem.capacity_bytes;
-  AllocationProblem uncapped = problem;
-  uncapped.capacity_bytes.reset();
   const auto greedy_start = Clock::now();
-  GreedyOptions greedy_options;
-  greedy_options.deadline = deadline;
-  const Solution greedy = solve_greedy(uncapped, greedy_options);
+  Solution greedy;
+  if (seed) {
+    greedy = *seed;
+  } else {
+    AllocationProblem uncapped = problem;
+    uncapped.capacity_bytes.reset();
+    GreedyOptions greedy_options;
+    greedy_options.deadline = deadline;
+    greedy = solve_greedy(uncapped, greedy_options);
+  }
   st.greedy_height_bytes = greedy.height_bytes;
   st.greedy_ms = ms_since(greedy_start);
 
@@ -362,26 +595,32 @@ Solution solve_exact_on_this_stack(const AllocationProblem& problem, const Exact
 
   if (capacity && lower_bound > *capacity) {
     st.proof = "capacity";
+    st.stopped = "proof";
     return finish({}, SolveStatus::not_found);
   }
   if (greedy.height_bytes <= lower_bound) {
     st.proof = "greedy";
+    st.stopped = "bound";
     return finish(greedy.offsets, SolveStatus::optimal);
   }
-  if (capacity && greedy.height_bytes <= *capacity) return finish(greedy.offsets, SolveStatus::feasible);
+  if (capacity && greedy.height_bytes <= *capacity) {
+    st.stopped = "capacity";
+    return finish(greedy.offsets, SolveStatus::feasible);
+  }
 
   std::vector<std::size_t> searched;
   for (std::size_t b = 0; b < problem.buffers.size(); ++b) {
     if (!problem.buffers[b].fixed_offset && footprint_bytes(problem.buffers[b]) > 0) searched.push_back(b);
   }
-  // The search recurses once per buffer and keeps conflict lists: past these sizes it
-  // would not fit in a thread's stack or in memory, so the greedy packing stands.
-  if (std::int64_t(searched.size()) > options.max_search_buffers ||
-      exact_search::count_conflict_pairs(problem, searched) > options.max_conflict_pairs) {
+  // The search keeps conflict lists: past this size they would not fit comfortably in memory,
+  // so the greedy packing stands.
+  if (exact_search::count_conflict_pairs(problem, searched) > options.max_conflict_pairs) {
+    st.stopped = "conflict limit";
     return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
   }
   // A wall-clock budget spent by the greedy portfolio leaves its packing as the answer.
   if (deadline && Clock::now() >= *deadline) {
+    st.stopped = "time limit";
     return finish(greedy.offsets, capacity ? SolveStatus::timed_out : SolveStatus::feasible);
   }
   st.searched = true;
@@ -398,12 +637,17 @@ Solution solve_exact_on_this_stack(const AllocationProblem& problem, const Exact
     st.search_ms = ms_since(search_start);
     if (outcome == Outcome::infeasible) {
       st.proof = "capacity";
+      st.stopped = "proof";
       return finish({}, SolveStatus::not_found);
     }
-    if (outcome == Outcome::budget) return finish({}, SolveStatus::timed_out);
+    if (outcome == Outcome::budget) {
+      st.stopped = budget.limit_reached();
+      return finish({}, SolveStatus::timed_out);
+    }
     std::vector<Offset> offsets = assemble(greedy.offsets, searched, item_offsets);
     const bool at_bound = packing_height(problem, offsets) <= lower_bound;
     if (at_bound) st.proof = "search";
+    st.stopped = at_bound ? "bound" : "capacity";
     return finish(std::move(offsets), at_bound ? SolveStatus::optimal : SolveStatus::feasible);
   }
   Minimised minimised = minimise(problem, lower_bound, greedy, inst, searched, budget, options.band_search, st);

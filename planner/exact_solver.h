@@ -10,6 +10,7 @@
 // it finds far faster when one exists.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "memplan/planner/allocation_problem.h"
@@ -19,11 +20,9 @@ namespace memplan::planner {
 struct ExactSolverOptions {
   double time_limit_s = 10.0;     // wall clock for the whole solve; <= 0 means no limit
   std::int64_t node_limit = -1;   // search nodes over the whole solve; < 0 means no limit
-  // Above this many buffer pairs live together the search's conflict lists would not fit
-  // comfortably in memory; the solver then returns the greedy packing (status feasible).
+  // Above this many buffer pairs live together (in one part, see below) the search's conflict
+  // lists would not fit comfortably in memory; that part then keeps its greedy packing.
   std::int64_t max_conflict_pairs = 20'000'000;
-  // The search recurses once per placed buffer; above this many it would risk the stack.
-  std::int64_t max_search_buffers = 20'000;
   // Zero-waste targets try the band decomposition (guillotine packings) in turns with the
   // zero-waste search; off only to exercise that search alone.
   bool band_search = true;
@@ -46,13 +45,33 @@ struct ExactSolverStats {
   // skipped), "capacity" (with a capacity: the lower bound exceeds it, or the search proved no
   // packing fits).
   const char* proof = "none";
+  // Why the search stopped: "bound" (an answer at the lower bound), "proof" (an answer proven
+  // otherwise: exhausted, or no packing within the capacity), "time limit", "node limit", or
+  // "conflict limit" (a part had more than max_conflict_pairs pairs and was not searched).
+  const char* stopped = "bound";
+  // The problem cut apart (planner/problem_parts.h): leaves solved apart, how many distinct
+  // (the rest are copies shifted in time, packed alike), and buffers stacked in floors.
+  std::int64_t parts = 1;
+  std::int64_t distinct_parts = 1;
+  std::int64_t floor_buffers = 0;
 };
 
+// Problems without fixed buffers are first cut into parts (planner/problem_parts.h): each
+// distinct part is packed by the greedy portfolio, and only the parts that keep the whole above
+// its lower bound (or the capacity) are searched, each with a share of the time and nodes left.
+// The search recurses once per placed buffer, on a thread whose stack is sized from the buffer
+// count (kSearchStackBytesPerBuffer, address space touched only as deep as the search goes), so
+// memory bounds the buffers, not a thread's default stack.
+//
 // With a capacity: a packing within it (stops at the first one found; optimal if it meets the
 // lower bound), not_found when the search proves none exists, timed_out when the budget runs
 // out first. Without: the lowest height it can find, seeded with the greedy height and
 // stopping at the lower bound; optimal when proven, feasible otherwise.
 // The problem must pass check_problem().
+// Stack reserved per buffer for the search's recursion: its deepest path is one frame group per
+// placed buffer (about 1 KiB measured under the sanitizers); four times that, for safety.
+inline constexpr std::size_t kSearchStackBytesPerBuffer = 4096;
+
 Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options = {},
                      ExactSolverStats* stats = nullptr);
 

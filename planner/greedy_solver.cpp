@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 
+#include "memplan/planner/problem_parts.h"
 #include "memplan/planner/validator.h"
 
 namespace memplan::planner {
@@ -298,12 +299,10 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
               problem.buffers.size() > kGenerousBuffers ? kLargeProblemVisitBudget : kNeighbourVisitBudget);
 }
 
-Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options) {
-  {
-    const Status status = check_problem(problem);
-    MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
-  }
-  MEMPLAN_CHECK(!options.orders.empty() && !options.placements.empty(), "greedy needs at least one run");
+namespace {
+
+// The portfolio on one problem as a whole.
+Solution portfolio(const AllocationProblem& problem, const GreedyOptions& options) {
   const Bytes lower_bound = lower_bound_bytes(problem);
   std::vector<Offset> best;
   Bytes best_height = std::numeric_limits<Bytes>::max();
@@ -348,6 +347,45 @@ Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& opt
   {
     const Status valid = validate_solution(problem, solution);
     MEMPLAN_CHECK(valid.ok(), "greedy produced an invalid packing: " << valid.error().message);
+  }
+#endif
+  return solution;
+}
+
+}  // namespace
+
+Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options) {
+  {
+    const Status status = check_problem(problem);
+    MEMPLAN_CHECK(status.ok(), "invalid problem: " << status.error().message);
+  }
+  MEMPLAN_CHECK(!options.orders.empty() && !options.placements.empty(), "greedy needs at least one run");
+  const bool any_fixed = std::any_of(problem.buffers.begin(), problem.buffers.end(),
+                                     [](const BufferSpec& b) { return b.fixed_offset.has_value(); });
+  if (any_fixed) return portfolio(problem, options);
+  // Each part on its own (planner/problem_parts.h), each distinct shape once: the orderings
+  // then weigh a part's buffers against each other, not against a far-away step's.
+  const ProblemParts parts = split_problem(problem);
+  if (!parts.decomposed()) return portfolio(problem, options);
+  const LeafShapes shapes = group_leaves_by_shape(problem, parts);
+  std::vector<Solution> packed;
+  packed.reserve(shapes.first.size());
+  for (const std::size_t l : shapes.first) packed.push_back(portfolio(leaf_problem(problem, parts.leaves[l]), options));
+  std::vector<const std::vector<Offset>*> leaf_offsets;
+  for (const std::size_t k : shapes.shape_of) leaf_offsets.push_back(&packed[k].offsets);
+  Solution solution;
+  solution.offsets = assemble_parts(problem, parts, leaf_offsets);
+  solution.height_bytes = packing_height(problem, solution.offsets);
+  if (problem.capacity_bytes && solution.height_bytes > *problem.capacity_bytes) {
+    solution.offsets.clear();
+    solution.status = SolveStatus::not_found;
+    return solution;
+  }
+  solution.status = solution.height_bytes <= lower_bound_bytes(problem) ? SolveStatus::optimal : SolveStatus::feasible;
+#ifndef NDEBUG
+  {
+    const Status valid = validate_solution(problem, solution);
+    MEMPLAN_CHECK(valid.ok(), "greedy produced an invalid packing of the parts: " << valid.error().message);
   }
 #endif
   return solution;

@@ -83,6 +83,8 @@ int run_solve(const SolveOptions& options) {
     out["solve_ms"] = solve_ms;
     out["greedy_height"] = stats.greedy_height_bytes;
     out["nodes"] = stats.nodes;
+    out["stopped"] = stats.stopped;
+    out["parts"] = stats.parts;
     if (options.stats) {
       out["stats"] = {{"nodes", stats.nodes},
                       {"backtracks", stats.backtracks},
@@ -93,7 +95,11 @@ int run_solve(const SolveOptions& options) {
                       {"greedy_ms", stats.greedy_ms},
                       {"setup_ms", stats.setup_ms},
                       {"search_ms", stats.search_ms},
-                      {"proof", stats.proof}};
+                      {"proof", stats.proof},
+                      {"stopped", stats.stopped},
+                      {"parts", stats.parts},
+                      {"distinct_parts", stats.distinct_parts},
+                      {"floor_buffers", stats.floor_buffers}};
     }
     if (!options.output_path.empty() && solution.has_packing()) out["output"] = options.output_path;
     std::cout << out.dump(2) << "\n";
@@ -111,7 +117,7 @@ int run_solve(const SolveOptions& options) {
               << "\n"
               << "  height / LB   " << ratio.str() << "\n";
     if (problem.capacity_bytes) std::cout << "  capacity      " << *problem.capacity_bytes << " B\n";
-    std::cout << "  status        " << to_string(solution.status) << "\n"
+    std::cout << "  status        " << to_string(solution.status) << " (stopped: " << stats.stopped << ")\n"
               << "  time          " << std::fixed << std::setprecision(1) << solve_ms << " ms\n";
     if (!options.output_path.empty() && solution.has_packing()) {
       std::cout << "  output        " << options.output_path << "\n";
@@ -125,13 +131,20 @@ int run_solve(const SolveOptions& options) {
                 << "  nodes         " << stats.nodes << "\n"
                 << "  backtracks    " << stats.backtracks << "\n"
                 << "  attempts      " << stats.attempts << "\n"
-                << "  proof         " << stats.proof << "\n";
+                << "  parts         " << stats.parts << " (" << stats.distinct_parts << " distinct, "
+                << stats.floor_buffers << " buffers in floors)\n"
+                << "  proof         " << stats.proof << "\n"
+                << "  stopped       " << stats.stopped << "\n";
     }
   }
   if (!solution.has_packing()) {
-    std::cerr << "memplan solve: no packing within capacity " << *problem.capacity_bytes << " B found ("
-              << (solution.status == SolveStatus::not_found ? "the search proved none exists"
-                                                            : "time limit reached")
+    std::string why = "the search proved none exists";
+    if (solution.status != SolveStatus::not_found) {
+      why = std::string(stats.stopped) == "conflict limit"
+                ? "the search was skipped: a part has more buffer pairs live together than it keeps in memory"
+                : std::string(stats.stopped) + " reached before a packing was found; a larger --time-limit may find one";
+    }
+    std::cerr << "memplan solve: no packing within capacity " << *problem.capacity_bytes << " B found (" << why
               << "; lower bound " << lower_bound << " B, greedy height " << stats.greedy_height_bytes << " B)\n";
     return kExitFailure;
   }

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Offset assignment at the size of long recordings, side by side for two memplan binaries.
+
+A real training-step trace (bench/data/real-traces, MiniMalloc CSV) is repeated in time to
+10k, 30k, 100k and 300k buffers, as a recording of several steps is:
+  independent  the copies one after another, nothing alive across them;
+  shared       plus 2% more buffers alive across every copy (parameters, blocks allocated
+               before the recording began), sizes drawn from the trace's.
+Each instance is solved by `memplan solve --json --time-limit T` with each binary, minimising
+the height and, once more, with the budget set to the lower bound (can the binary prove the
+bound is reachable, and does it say honestly why it stopped). Prints a markdown table (height
+over the lower bound, seconds) and writes JSON.
+
+  python3 bench/solver_scale.py NEW_MEMPLAN [OLD_MEMPLAN] [--sizes 10000,30000,100000,300000]
+      [--time-limit 10] [--trace FILE.csv] [--json-out bench_solver_scale.json]
+"""
+import argparse
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_trace(path):
+    buffers = []
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            buffers.append((int(row["lower"]), int(row["upper"]), int(row["size"])))
+    return buffers
+
+
+def repeated(trace, target, shared_share, seed=7):
+    span = max(u for _, u, _ in trace) + 1
+    copies = max(1, -(-target // len(trace)))
+    out = []
+    for c in range(copies):
+        for lo, up, size in trace:
+            out.append((lo + c * span, up + c * span, size))
+    out = out[:target]
+    if shared_share > 0:
+        rng = random.Random(seed)
+        end = max(u for _, u, _ in out)
+        sizes = [s for _, _, s in trace]
+        for _ in range(int(shared_share * len(out))):
+            out.append((0, end, rng.choice(sizes)))
+    return out
+
+
+def write_csv(path, buffers):
+    with open(path, "w") as f:
+        f.write("id,lower,upper,size\n")
+        for i, (lo, up, size) in enumerate(buffers):
+            f.write(f"{i},{lo},{up},{size}\n")
+
+
+def solve(binary, path, time_limit, budget=None):
+    cmd = [binary, "solve", "--input", path, "--json", "--stats", "--time-limit", str(time_limit)]
+    if budget is not None:
+        cmd += ["--budget", str(budget)]
+    start = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    try:
+        out = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return {"exit": r.returncode, "wall_s": wall, "error": (r.stderr or r.stdout)[-400:]}
+    out["exit"] = r.returncode
+    out["wall_s"] = wall
+    out["message"] = r.stderr.strip()
+    return out
+
+
+def ratio(run):
+    if run.get("height") is None or not run.get("lower_bound"):
+        return None
+    return run["height"] / run["lower_bound"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("new")
+    ap.add_argument("old", nargs="?")
+    ap.add_argument("--sizes", default="10000,30000,100000,300000")
+    ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--trace", default=os.path.join(ROOT, "bench/data/real-traces/medium_128_training.csv"))
+    ap.add_argument("--json-out", default="bench_solver_scale.json")
+    args = ap.parse_args()
+    binaries = [("new", args.new)] + ([("old", args.old)] if args.old else [])
+    trace = read_trace(args.trace)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant, share in (("independent", 0.0), ("shared", 0.02)):
+            for target in (int(s) for s in args.sizes.split(",")):
+                buffers = repeated(trace, target, share)
+                path = os.path.join(tmp, f"{variant}_{target}.csv")
+                write_csv(path, buffers)
+                row = {"variant": variant, "buffers": len(buffers), "trace": os.path.basename(args.trace)}
+                for name, binary in binaries:
+                    free = solve(binary, path, args.time_limit)
+                    row[name] = free
+                    if free.get("lower_bound"):
+                        row[name + "_at_bound"] = solve(binary, path, args.time_limit, budget=free["lower_bound"])
+                    print(f"  {variant} {len(buffers)} {name}: {ratio(free)} in {free['wall_s']:.1f} s", file=sys.stderr)
+                rows.append(row)
+
+    def cell(run):
+        r = ratio(run)
+        return "-" if r is None else f"{r:.4f}"
+
+    def bound_cell(run):
+        if run is None:
+            return "-"
+        if run.get("height") is not None:
+            return f"found, {run['wall_s']:.1f} s"
+        return f"{run.get('status')} ({run.get('stopped', '?')}), {run['wall_s']:.1f} s"
+
+    head = "| variant | buffers |" + "".join(f" {n}: height / LB | {n}: s | {n}: parts | {n}: budget = LB |" for n, _ in binaries)
+    print(head)
+    print("|" + " --- |" * (2 + 4 * len(binaries)))
+    for row in rows:
+        line = f"| {row['variant']} | {row['buffers']} |"
+        for name, _ in binaries:
+            run = row[name]
+            parts = run.get("stats", {}).get("distinct_parts")
+            parts_cell = f"{run.get('parts', 1)} ({parts} distinct)" if parts is not None else "-"
+            line += f" {cell(run)} | {run['wall_s']:.1f} | {parts_cell} | {bound_cell(row.get(name + '_at_bound'))} |"
+        print(line)
+    with open(args.json_out, "w") as f:
+        json.dump({"time_limit_s": args.time_limit, "binaries": dict(binaries), "rows": rows}, f, indent=1)
+    print(f"\nwrote {args.json_out}")
+
+
+if __name__ == "__main__":
+    main()
