@@ -10,7 +10,6 @@
 // it finds far faster when one exists.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "memplan/planner/allocation_problem.h"
@@ -60,18 +59,14 @@ struct ExactSolverStats {
 // distinct part is packed by the greedy portfolio, and only the parts that keep the whole above
 // its lower bound (or the capacity) are searched, each with a share of the time and nodes left.
 // The search recurses once per placed buffer, on a thread whose stack is sized from the buffer
-// count (kSearchStackBytesPerBuffer, address space touched only as deep as the search goes), so
-// memory bounds the buffers, not a thread's default stack.
+// count (2 KiB a buffer, 16 KiB under the sanitizers; address space, touched only as deep as the
+// search goes), so memory bounds the buffers, not a thread's default stack.
 //
 // With a capacity: a packing within it (stops at the first one found; optimal if it meets the
 // lower bound), not_found when the search proves none exists, timed_out when the budget runs
 // out first. Without: the lowest height it can find, seeded with the greedy height and
 // stopping at the lower bound; optimal when proven, feasible otherwise.
 // The problem must pass check_problem().
-// Stack reserved per buffer for the search's recursion: its deepest path is one frame group per
-// placed buffer (about 1 KiB measured under the sanitizers); four times that, for safety.
-inline constexpr std::size_t kSearchStackBytesPerBuffer = 4096;
-
 Solution solve_exact(const AllocationProblem& problem, const ExactSolverOptions& options = {},
                      ExactSolverStats* stats = nullptr);
 

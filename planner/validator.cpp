@@ -1,7 +1,8 @@
 #include "memplan/planner/validator.h"
 
 #include <algorithm>
-#include <numeric>
+#include <iterator>
+#include <map>
 #include <string>
 
 namespace memplan::planner {
@@ -46,33 +47,50 @@ Status validate_packing(const AllocationProblem& problem, const std::vector<Offs
     return Error{"arena height " + std::to_string(height_bytes) + " exceeds the capacity " +
                  std::to_string(*problem.capacity_bytes)};
   }
-  // Pairs whose lifetimes overlap, found by scanning in order of first_op: every pair is
-  // still examined directly, but pairs that are never live together are skipped cheaply.
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return problem.buffers[a].first_op < problem.buffers[b].first_op;
+  // A sweep over time keeping the live buffers ordered by offset. While no two live buffers
+  // overlap, a new one overlaps some live buffer exactly when it overlaps its neighbour below or
+  // above in that order, so each buffer costs O(log n): long recordings (300,000 buffers, some
+  // live across all of them) would otherwise mean billions of pairs. Ends come before starts at
+  // the same time (lifetimes are half-open).
+  struct Event {
+    TimePoint time;
+    bool start;
+    std::size_t buffer;
+  };
+  std::vector<Event> events;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (problem.buffers[i].size_bytes == 0) continue;
+    events.push_back({problem.buffers[i].first_op, true, i});
+    events.push_back({problem.buffers[i].end_op, false, i});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.start != b.start) return !a.start;
+    return a.buffer < b.buffer;
   });
-  for (std::size_t x = 0; x < n; ++x) {
-    const std::size_t i = order[x];
-    const BufferSpec& a = problem.buffers[i];
-    if (a.size_bytes == 0) continue;
-    for (std::size_t y = x + 1; y < n; ++y) {
-      const std::size_t j = order[y];
-      const BufferSpec& b = problem.buffers[j];
-      if (b.first_op >= a.end_op) break;  // sorted: no later buffer is live together with a
-      if (b.size_bytes == 0) continue;
-      const Offset a_end = offsets[i] + a.size_bytes;
-      const Offset b_end = offsets[j] + b.size_bytes;
-      if (offsets[i] < b_end && offsets[j] < a_end) {
-        const std::size_t first = std::min(i, j), second = std::max(i, j);
-        return Error{name(problem, first) + " at " + range(offsets[first], offsets[first] + problem.buffers[first].size_bytes) +
-                     " and " + name(problem, second) + " at " +
-                     range(offsets[second], offsets[second] + problem.buffers[second].size_bytes) +
-                     " overlap in memory while both are live (times " +
-                     range(std::max(a.first_op, b.first_op), std::min(a.end_op, b.end_op)) + ")"};
-      }
+  std::map<Offset, std::size_t> live;  // offset -> buffer
+  auto overlap = [&](std::size_t i, std::size_t j) -> Status {
+    const BufferSpec &a = problem.buffers[i], &b = problem.buffers[j];
+    const std::size_t first = std::min(i, j), second = std::max(i, j);
+    return Error{name(problem, first) + " at " + range(offsets[first], offsets[first] + problem.buffers[first].size_bytes) +
+                 " and " + name(problem, second) + " at " +
+                 range(offsets[second], offsets[second] + problem.buffers[second].size_bytes) +
+                 " overlap in memory while both are live (times " +
+                 range(std::max(a.first_op, b.first_op), std::min(a.end_op, b.end_op)) + ")"};
+  };
+  for (const Event& e : events) {
+    const Offset lo = offsets[e.buffer], hi = lo + problem.buffers[e.buffer].size_bytes;
+    if (!e.start) {
+      live.erase(lo);
+      continue;
     }
+    auto above = live.lower_bound(lo);
+    if (above != live.end() && above->first < hi) return overlap(e.buffer, above->second);
+    if (above != live.begin()) {
+      const std::size_t below = std::prev(above)->second;
+      if (offsets[below] + problem.buffers[below].size_bytes > lo) return overlap(e.buffer, below);
+    }
+    live.emplace(lo, e.buffer);
   }
   return Status::success();
 }
