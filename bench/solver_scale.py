@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Offset assignment at the size of long recordings, side by side for two memplan binaries.
 
-A real training-step trace (bench/data/real-traces, MiniMalloc CSV) is repeated in time to
-10k, 30k, 100k and 300k buffers, as a recording of several steps is:
+Real training-step traces (bench/data/real-traces, MiniMalloc CSV: medium_128_training, whose
+greedy packing is at its bound, and medium_512_training, which needs the search) are repeated in
+time to 10k, 30k, 100k and 300k buffers, as a recording of several steps is:
   independent  the copies one after another, nothing alive across them;
   shared       plus 2% more buffers alive across every copy (parameters, blocks allocated
                before the recording began), sizes drawn from the trace's.
 Each instance is solved by `memplan solve --json --time-limit T` with each binary, minimising
 the height and, once more, with the budget set to the lower bound (can the binary prove the
 bound is reachable, and does it say honestly why it stopped). Prints a markdown table (height
-over the lower bound, seconds) and writes JSON.
+over the lower bound, the solver's seconds (solve_ms) and the command's (reading the CSV and
+validating the packing too)) and writes JSON.
 
   python3 bench/solver_scale.py NEW_MEMPLAN [OLD_MEMPLAN] [--sizes 10000,30000,100000,300000]
-      [--time-limit 10] [--trace FILE.csv] [--json-out bench_solver_scale.json]
+      [--time-limit 10] [--traces A.csv,B.csv] [--json-out bench_solver_scale.json]
 """
 import argparse
 import csv
@@ -88,26 +90,29 @@ def main():
     ap.add_argument("old", nargs="?")
     ap.add_argument("--sizes", default="10000,30000,100000,300000")
     ap.add_argument("--time-limit", type=float, default=10.0)
-    ap.add_argument("--trace", default=os.path.join(ROOT, "bench/data/real-traces/medium_128_training.csv"))
+    ap.add_argument("--traces", default=",".join(os.path.join(ROOT, "bench/data/real-traces", f)
+                                                 for f in ("medium_128_training.csv", "medium_512_training.csv")))
     ap.add_argument("--json-out", default="bench_solver_scale.json")
     args = ap.parse_args()
     binaries = [("new", args.new)] + ([("old", args.old)] if args.old else [])
-    trace = read_trace(args.trace)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for variant, share in (("independent", 0.0), ("shared", 0.02)):
-            for target in (int(s) for s in args.sizes.split(",")):
-                buffers = repeated(trace, target, share)
-                path = os.path.join(tmp, f"{variant}_{target}.csv")
-                write_csv(path, buffers)
-                row = {"variant": variant, "buffers": len(buffers), "trace": os.path.basename(args.trace)}
-                for name, binary in binaries:
-                    free = solve(binary, path, args.time_limit)
-                    row[name] = free
-                    if free.get("lower_bound"):
-                        row[name + "_at_bound"] = solve(binary, path, args.time_limit, budget=free["lower_bound"])
-                    print(f"  {variant} {len(buffers)} {name}: {ratio(free)} in {free['wall_s']:.1f} s", file=sys.stderr)
-                rows.append(row)
+        for trace_path in args.traces.split(","):
+            trace = read_trace(trace_path)
+            for variant, share in (("independent", 0.0), ("shared", 0.02)):
+                for target in (int(s) for s in args.sizes.split(",")):
+                    buffers = repeated(trace, target, share)
+                    path = os.path.join(tmp, f"{variant}_{target}.csv")
+                    write_csv(path, buffers)
+                    row = {"variant": variant, "buffers": len(buffers), "trace": os.path.basename(trace_path)}
+                    for name, binary in binaries:
+                        free = solve(binary, path, args.time_limit)
+                        row[name] = free
+                        if free.get("lower_bound"):
+                            row[name + "_at_bound"] = solve(binary, path, args.time_limit, budget=free["lower_bound"])
+                        print(f"  {row['trace']} {variant} {len(buffers)} {name}: {ratio(free)} in {free['wall_s']:.1f} s",
+                              file=sys.stderr)
+                    rows.append(row)
 
     def cell(run):
         r = ratio(run)
@@ -117,19 +122,24 @@ def main():
         if run is None:
             return "-"
         if run.get("height") is not None:
-            return f"found, {run['wall_s']:.1f} s"
-        return f"{run.get('status')} ({run.get('stopped', '?')}), {run['wall_s']:.1f} s"
+            return f"found, {run.get('solve_ms', 0) / 1000:.2f} s"
+        return f"{run.get('status')} (stopped: {run.get('stopped', 'not said')}), {run.get('solve_ms', 0) / 1000:.2f} s"
 
-    head = "| variant | buffers |" + "".join(f" {n}: height / LB | {n}: s | {n}: parts | {n}: budget = LB |" for n, _ in binaries)
+    def seconds(run):
+        solve_ms = run.get("solve_ms")
+        return f"{solve_ms / 1000:.2f} ({run['wall_s']:.1f})" if solve_ms is not None else f"- ({run['wall_s']:.1f})"
+
+    head = "| trace | variant | buffers |" + "".join(
+        f" {n}: height / LB | {n}: solver s (command s) | {n}: parts | {n}: budget = LB |" for n, _ in binaries)
     print(head)
-    print("|" + " --- |" * (2 + 4 * len(binaries)))
+    print("|" + " --- |" * (3 + 4 * len(binaries)))
     for row in rows:
-        line = f"| {row['variant']} | {row['buffers']} |"
+        line = f"| {row['trace']} | {row['variant']} | {row['buffers']} |"
         for name, _ in binaries:
             run = row[name]
             parts = run.get("stats", {}).get("distinct_parts")
             parts_cell = f"{run.get('parts', 1)} ({parts} distinct)" if parts is not None else "-"
-            line += f" {cell(run)} | {run['wall_s']:.1f} | {parts_cell} | {bound_cell(row.get(name + '_at_bound'))} |"
+            line += f" {cell(run)} | {seconds(run)} | {parts_cell} | {bound_cell(row.get(name + '_at_bound'))} |"
         print(line)
     with open(args.json_out, "w") as f:
         json.dump({"time_limit_s": args.time_limit, "binaries": dict(binaries), "rows": rows}, f, indent=1)

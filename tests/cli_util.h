@@ -16,6 +16,14 @@
 
 namespace memplan::testing {
 
+// A sanitizer build (ASan + UBSan): tests that spend most of their time in many large plans or
+// runs check a sample there, which runs the same code; the plain build checks them all.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 struct CliResult {
   int exit_code = -1;
   std::string output;  // stdout, then stderr when `merge_stderr`

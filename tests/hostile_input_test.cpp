@@ -581,7 +581,8 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
       {{"plan", "--model", "mlp", "--hidden", "10000000000000000"}, "--hidden"},
       {{"plan", "--model", "bert-base", "--batch", "1000000000000000000"}, "--batch"},
   };
-  for (const SizeCase& c : planned) {
+  for (std::size_t k = 0; k < planned.size(); ++k) {
+    const SizeCase& c = planned[k];
     std::string what;
     for (const std::string& a : c.args) what += a + " ";
     const std::string out = expect_fast_refusal(c.args, c.flag + " " + c.args.back(), what);
@@ -589,6 +590,9 @@ TEST(HostileInput, SizesThatOverflowAreUsageErrorsNamingTheFlagAndTheLargestThat
     ASSERT_GT(largest, 0) << what << ": no largest value in:\n" << out;
     EXPECT_LT(largest, std::stoll(c.args.back()));
     EXPECT_EQ(largest % c.granule, 0) << what;
+    // Under the sanitizers every other answer is planned at and past (two plans of a large model
+    // each, seconds there); the refusals above, where the overflow checks run, are all kept.
+    if (testing::kSanitized && k % 2 == 1) continue;
     // The answer is exact: that value plans, the next one does not.
     std::vector<std::string> at = {"plan", "--model", c.args[2], c.flag, std::to_string(largest)};
     if (c.args[3] == "--attention") at.insert(at.begin() + 3, {c.args[3], c.args[4]});
