@@ -39,7 +39,8 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
                                 std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 // The best of all (order, placement) runs in `options`, every order with the first placement
-// rule before any with the next (the first rule is the stronger one). Status: optimal when the height
+// rule before any with the next (the first rule is the stronger one). A problem without fixed
+// buffers is first cut into parts (planner/problem_parts.h), each distinct part packed alone. Status: optimal when the height
 // equals the lower bound, feasible when within the capacity (or there is none), otherwise
 // not_found with no offsets and height_bytes set to the lowest height the greedy runs reached.
 Solution solve_greedy(const AllocationProblem& problem, const GreedyOptions& options = {});

@@ -133,8 +133,7 @@ int run_solve(const SolveOptions& options) {
                 << "  attempts      " << stats.attempts << "\n"
                 << "  parts         " << stats.parts << " (" << stats.distinct_parts << " distinct, "
                 << stats.floor_buffers << " buffers in floors)\n"
-                << "  proof         " << stats.proof << "\n"
-                << "  stopped       " << stats.stopped << "\n";
+                << "  proof         " << stats.proof << "\n";
     }
   }
   if (!solution.has_packing()) {
