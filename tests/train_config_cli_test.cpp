@@ -78,6 +78,22 @@ TEST_F(TrainConfigCli, DefaultSequenceIsTheConfigsPositionsUpToAMaximum) {
   EXPECT_EQ(run_json("--config " + config("llama.json") + " --data " + text() + " --batch 1 --steps 1")["context"], 256);
 }
 
+// --vocab widens the byte-level vocabulary past the text's characters: the report and the note
+// tell the two apart, and name the config's own vocabulary.
+TEST_F(TrainConfigCli, AWiderVocabularyIsReportedApartFromTheTextsCharacters) {
+  const std::string base = "--config " + config("llama.json") + " --data " + text() + " --seq 16 --batch 2 --steps 1";
+  const nlohmann::json plain = run_json(base);
+  const nlohmann::json wide = run_json(base + " --vocab 300");
+  EXPECT_EQ(plain["vocab"], plain["text_characters"]);
+  EXPECT_EQ(wide["vocab"], 300);
+  EXPECT_EQ(wide["text_characters"], plain["text_characters"]);
+  auto r = testing::run_cli("train " + base + " --vocab 300 --threads 1 --eval-samples 0");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string expected = "the text's " + std::to_string(plain["text_characters"].get<int>()) +
+                               " distinct bytes are the tokens, in a vocabulary of 300 (--vocab) in place of the config's 32000 tokens";
+  EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+}
+
 TEST_F(TrainConfigCli, AVitTrainsOnFashionMnist) {
   const std::string base = "--config " + config("vit.json") + " --data " + images() + " --batch 16 --steps 3 --seed 1";
   const nlohmann::json planned = run_json(base);

@@ -184,6 +184,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
   }
   if (r.text_model) {
     out["vocab"] = r.vocab;
+    out["text_characters"] = r.text_characters;
     out["context"] = r.context;
     out["tokens_per_s"] = r.samples_per_s;
   } else {

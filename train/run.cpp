@@ -142,9 +142,14 @@ void note_config(const TrainSpec& spec, const RunData& data, const Notes& note) 
   const models::HfConfig& c = *data.model.config;
   note("--config " + spec.model.name + ": " + c.describe());
   if (!data.text_model()) return;
-  const std::int64_t vocab = c.family == models::HfFamily::gpt2 ? c.gpt.vocab : c.llama.vocab;
-  note("no tokenizer: the text's " + std::to_string(data.model.gpt.vocab) + " bytes are the vocabulary in place of the config's " +
-       std::to_string(vocab) + " tokens; " + std::to_string(data.model.gpt.context) + " characters per sequence (--seq)");
+  // The config as the user wrote it (the run's copy holds the text's vocabulary already).
+  const models::HfConfig& given = spec.model.config ? *spec.model.config : c;
+  const std::int64_t config_vocab = given.family == models::HfFamily::gpt2 ? given.gpt.vocab : given.llama.vocab;
+  const std::int64_t characters = data.text->vocab_size();
+  const std::int64_t vocab = data.model.gpt.vocab;
+  note("no tokenizer: the text's " + std::to_string(characters) + " distinct bytes are the tokens, in a vocabulary of " +
+       std::to_string(vocab) + (vocab == characters ? "" : " (--vocab)") + " in place of the config's " +
+       std::to_string(config_vocab) + " tokens; " + std::to_string(data.model.gpt.context) + " characters per sequence (--seq)");
 }
 
 // Every rank's arena and allocations during steps, gathered on every rank (2 numbers a rank).
@@ -359,7 +364,8 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.samples_per_s = double(start.samples_per_step) * 1000.0 / report.summary.step_time_ms_median;
   if (trained.text) {
     report.unigram_entropy = unigram_entropy(trained.text->train, trained.text->vocab_size());
-    report.vocab = trained.text->vocab_size();
+    report.vocab = trained.model.gpt.vocab;
+    report.text_characters = trained.text->vocab_size();
     report.context = trained.model.gpt.context;
   }
   report.threads = kernels::cpu_threads();

@@ -133,7 +133,9 @@ struct TrainReport {
   std::optional<Evaluation> test;               // image models: test accuracy and loss
   std::optional<TextEvaluation> validation;     // text models: validation loss
   double unigram_entropy = 0.0;                 // text models: the loss to read validation against
-  std::int64_t vocab = 0, context = 0;          // text models
+  // Text models: the model's vocabulary (--vocab, or else the text's characters), the distinct
+  // characters the text holds, and the sequence length.
+  std::int64_t vocab = 0, text_characters = 0, context = 0;
   std::string params_sha256;
   int world = 1;
   std::vector<RankMemory> ranks;  // world > 1: every rank's arena and allocations during steps
