@@ -6,7 +6,9 @@ greedy packing is at its bound, and medium_512_training, which needs the search)
 time to 10k, 30k, 100k and 300k buffers, as a recording of several steps is:
   independent  the copies one after another, nothing alive across them;
   shared       plus 2% more buffers alive across every copy (parameters, blocks allocated
-               before the recording began), sizes drawn from the trace's.
+               before the recording began), sizes drawn from the trace's;
+  edges        (--variants edges) plus 1% more buffers alive from the recording's start into
+               its first step, or from its last step to the end.
 Each instance is solved by `memplan solve --json --time-limit T` with each binary, minimising
 the height and, once more, with the budget set to the lower bound (can the binary prove the
 bound is reachable, and does it say honestly why it stopped). Prints a markdown table (height
@@ -35,6 +37,20 @@ def read_trace(path):
         for row in csv.DictReader(f):
             buffers.append((int(row["lower"]), int(row["upper"]), int(row["size"])))
     return buffers
+
+
+def with_edges(trace, buffers, share, seed=11):
+    span = max(u for _, u, _ in trace) + 1
+    end = max(u for _, u, _ in buffers)
+    rng = random.Random(seed)
+    sizes = [s for _, _, s in trace]
+    out = list(buffers)
+    for _ in range(int(share * len(buffers))):
+        if rng.random() < 0.5:
+            out.append((0, rng.randrange(1, span), rng.choice(sizes)))
+        else:
+            out.append((rng.randrange(end - span, end - 1), end, rng.choice(sizes)))
+    return out
 
 
 def repeated(trace, target, shared_share, seed=7):
@@ -92,6 +108,7 @@ def main():
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--traces", default=",".join(os.path.join(ROOT, "bench/data/real-traces", f)
                                                  for f in ("medium_128_training.csv", "medium_512_training.csv")))
+    ap.add_argument("--variants", default="independent,shared")
     ap.add_argument("--json-out", default="bench_solver_scale.json")
     args = ap.parse_args()
     binaries = [("new", args.new)] + ([("old", args.old)] if args.old else [])
@@ -99,9 +116,11 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for trace_path in args.traces.split(","):
             trace = read_trace(trace_path)
-            for variant, share in (("independent", 0.0), ("shared", 0.02)):
+            for variant in args.variants.split(","):
                 for target in (int(s) for s in args.sizes.split(",")):
-                    buffers = repeated(trace, target, share)
+                    buffers = repeated(trace, target, 0.02 if variant == "shared" else 0.0)
+                    if variant == "edges":
+                        buffers = with_edges(trace, buffers, 0.01)
                     path = os.path.join(tmp, f"{variant}_{target}.csv")
                     write_csv(path, buffers)
                     row = {"variant": variant, "buffers": len(buffers), "trace": os.path.basename(trace_path)}
