@@ -11,6 +11,7 @@
 #include "memplan/planner/greedy_solver.h"
 #include "memplan/planner/problem_parts.h"
 #include "memplan/planner/validator.h"
+#include "solver_test_problems.h"
 
 namespace memplan::planner {
 namespace {
@@ -86,28 +87,6 @@ TEST(ProblemParts, DeeplyNestedLifetimesSplitWithoutRecursion) {
   }
 }
 
-// A small eager-execution-like step (forward saves, backward frees in reverse).
-AllocationProblem step_like(std::uint64_t seed, int layers) {
-  Rng rng(seed);
-  const Bytes classes[] = {512, 2048, 8192, 65536, 262144};
-  AllocationProblem problem;
-  auto add = [&](TimePoint first, TimePoint end) {
-    problem.buffers.push_back(buffer(classes[rng.below(5)], first, end));
-  };
-  TimePoint t = 0;
-  std::vector<std::size_t> saved;
-  for (int i = 0; i < layers; ++i) {
-    saved.push_back(problem.buffers.size());
-    add(t, t + 1);
-    ++t;
-    for (std::uint64_t k = rng.below(3); k > 0; --k, ++t) add(t, t + 1 + TimePoint(rng.below(4)));
-  }
-  for (auto it = saved.rbegin(); it != saved.rend(); ++it, t += 2) {
-    add(t, t + 1 + TimePoint(rng.below(6)));
-    problem.buffers[*it].end_op = t + 1;
-  }
-  return problem;
-}
 
 AllocationProblem repeated(const AllocationProblem& step, int copies, int shared) {
   TimePoint span = 0;
@@ -127,7 +106,7 @@ AllocationProblem repeated(const AllocationProblem& step, int copies, int shared
 // Copies of one step shifted in time, under buffers alive across all of them: one distinct
 // part, solved once, and the whole packs exactly as one copy on the same floor does.
 TEST(ProblemParts, CopiesOfAStepAreSolvedOnceAndPackAsOneCopy) {
-  const AllocationProblem step = step_like(11, 40);
+  const AllocationProblem step = trace_like(11, 40);
   const AllocationProblem one = repeated(step, 1, 3);
   const AllocationProblem many = repeated(step, 50, 3);
   ExactSolverStats one_stats, many_stats;
@@ -148,34 +127,8 @@ TEST(ProblemParts, CopiesOfAStepAreSolvedOnceAndPackAsOneCopy) {
 }
 
 // The optimum of the whole is the floor plus the highest piece's optimum, each piece's by brute
-// force (every order of its buffers, each at the lowest offset it fits): the solver on parts
-// must reach exactly that, on random pieces glued in time under a random floor.
-Bytes brute_force_height(const AllocationProblem& p) {
-  std::vector<std::size_t> order(p.buffers.size());
-  std::iota(order.begin(), order.end(), 0);
-  Bytes best = std::numeric_limits<Bytes>::max();
-  do {
-    std::vector<Offset> offsets(p.buffers.size(), -1);
-    for (const std::size_t i : order) {
-      const BufferSpec& b = p.buffers[i];
-      Offset x = 0;
-      for (bool moved = true; moved;) {
-        moved = false;
-        for (std::size_t j = 0; j < p.buffers.size(); ++j) {
-          if (offsets[j] < 0 || j == i || !lifetimes_overlap(b, p.buffers[j])) continue;
-          const Offset top = offsets[j] + footprint_bytes(p.buffers[j]);
-          if (x < top && offsets[j] < x + footprint_bytes(b)) {
-            x = align_up(top, b.alignment);
-            moved = true;
-          }
-        }
-      }
-      offsets[i] = x;
-    }
-    best = std::min(best, packing_height(p, offsets));
-  } while (std::next_permutation(order.begin(), order.end()));
-  return best;
-}
+// force (solver_test_problems.h): the solver on parts must reach exactly that, on random pieces
+// glued in time under a random floor.
 
 TEST(ProblemParts, SolvingByPartsEqualsBruteForceOnEachPiece) {
   Rng rng(5);
@@ -228,7 +181,7 @@ TEST(ProblemParts, TheSolverSaysWhyItStopped) {
   // Steps whose greedy packing misses the lower bound, so the bound needs the search.
   AllocationProblem p;
   for (std::uint64_t seed = 1; seed < 200 && p.buffers.empty(); ++seed) {
-    AllocationProblem candidate = repeated(step_like(seed, 60), 4, 0);
+    AllocationProblem candidate = repeated(trace_like(seed, 60), 4, 0);
     if (solve_greedy(candidate).height_bytes > lower_bound_bytes(candidate)) p = candidate;
   }
   ASSERT_FALSE(p.buffers.empty()) << "no step among 200 seeds where greedy misses the bound";
