@@ -2,6 +2,7 @@
 // file or the complete new one, never a partial file.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -13,8 +14,13 @@ namespace memplan {
 // fsync of the folder. A failure leaves `path` as it was and removes the temporary file.
 //
 // Fault injection for tests: when the environment variable MEMPLAN_FAULT_KILL_AFTER_BYTES=N is
-// set, the process kills itself with SIGKILL once N bytes of the temporary file are written, as
-// a power cut or an OOM kill would.
+// set, the process kills itself with SIGKILL once its atomic writes together have written N bytes
+// (of the first file, or N minus the earlier files' bytes into a later one), as a power cut or an
+// OOM kill would. MEMPLAN_FAULT_DISK_FULL_AFTER_BYTES=N makes every write fail
+// with ENOSPC once the process's atomic writes together have written N bytes, as a disk filling
+// up would.
 Status write_file_atomically(const std::string& path, std::string_view bytes);
+// The same for a file made of `pieces` one after another (a header and data held apart).
+Status write_file_atomically(const std::string& path, std::span<const std::string_view> pieces);
 
 }  // namespace memplan

@@ -43,6 +43,17 @@ const SafetensorsEntry* SafetensorsView::find(std::string_view name) const {
 
 Result<std::string> encode_safetensors(const std::vector<SafetensorsEntry>& tensors,
                                        const std::map<std::string, std::string>& metadata) {
+  auto out = encode_safetensors_header(tensors, metadata);
+  if (!out) return out;
+  std::size_t data = 0;
+  for (const SafetensorsEntry& t : tensors) data += t.data.size();
+  out.value().reserve(out.value().size() + data);
+  for (const SafetensorsEntry& t : tensors) out.value().append(t.data);
+  return out;
+}
+
+Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry>& tensors,
+                                              const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
@@ -67,8 +78,6 @@ Result<std::string> encode_safetensors(const std::vector<SafetensorsEntry>& tens
   const std::uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   out += json;
-  out.reserve(out.size() + offset);
-  for (const SafetensorsEntry& t : tensors) out.append(t.data);
   return out;
 }
 

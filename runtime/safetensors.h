@@ -32,6 +32,10 @@ struct SafetensorsView {
 // be unique and not "__metadata__".
 Result<std::string> encode_safetensors(const std::vector<SafetensorsEntry>& tensors,
                                        const std::map<std::string, std::string>& metadata);
+// The same file's first part, the length and the JSON header: the file is this followed by
+// every tensor's data in order (for a writer that does not join them in memory).
+Result<std::string> encode_safetensors_header(const std::vector<SafetensorsEntry>& tensors,
+                                              const std::map<std::string, std::string>& metadata);
 
 // Parses and checks a whole file held in `bytes` (the views point into it): header length,
 // JSON, dtypes, shapes, offsets inside the data and matching the shape, no overlaps, no bytes

@@ -36,15 +36,21 @@ Status update_loss_scale(Executor& executor, std::int64_t step, TrainSummary& su
 
 Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn& feed,
                            const ProgressFn& progress, const LrSchedule& schedule) {
+  return train(executor, TrainLoop{0, steps, schedule, {}}, feed, progress);
+}
+
+Result<TrainSummary> train(Executor& executor, const TrainLoop& loop, const FeedFn& feed, const ProgressFn& progress) {
   using Clock = std::chrono::steady_clock;
   const TensorId loss = executor.graph().loss;
   MEMPLAN_CHECK(loss != kNoTensor, "training graph without a loss");
+  MEMPLAN_CHECK(loop.first >= 0 && loop.first <= loop.total, "steps " << loop.first << " of " << loop.total);
   TrainSummary summary;
+  summary.first_step = loop.first;
   std::vector<double> step_ms;
   const auto start = Clock::now();
-  for (std::int64_t i = 0; i < steps; ++i) {
+  for (std::int64_t i = loop.first; i < loop.total; ++i) {
     feed(i, executor);
-    executor.set_lr_scale(schedule.factor(i, steps));
+    executor.set_lr_scale(loop.schedule.factor(i, loop.total));
     const auto t0 = Clock::now();
     Status status = executor.run_step();
     const auto t1 = Clock::now();
@@ -59,11 +65,19 @@ Result<TrainSummary> train(Executor& executor, std::int64_t steps, const FeedFn&
     }
     step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     summary.losses.push_back(value);
-    if (progress) progress(StepReport{i + 1, steps, value, step_ms.back()});
+    ++summary.steps;
+    if (progress) progress(StepReport{i + 1, loop.total, value, step_ms.back()});
+    if (loop.after_step && i + 1 < loop.total) {
+      auto stop = loop.after_step(i + 1);
+      if (!stop) return stop.error();
+      if (stop.value()) {
+        summary.stopped_early = true;
+        break;
+      }
+    }
   }
   executor.set_lr_scale(1.0);
   summary.loss_scale = executor.loss_scale();
-  summary.steps = steps;
   summary.final_loss = summary.losses.empty() ? 0.0f : summary.losses.back();
   summary.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!step_ms.empty()) {

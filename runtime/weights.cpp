@@ -68,27 +68,38 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
+// The persistent tensors a weights file holds: not a KV cache (the caller's), not one this
+// process does not hold (another rank's shard).
+bool saved_tensor(const Executor& executor, TensorId id) {
+  const graph::TensorDesc& t = executor.graph().tensor(id);
+  return graph::is_persistent(t.role) && !t.external && executor.storage(id) != nullptr;
+}
+
 }  // namespace
 
 Status save_weights(const Executor& executor, const std::string& path, std::map<std::string, std::string> metadata) {
+  const WeightsSnapshot snapshot = snapshot_weights(executor, std::move(metadata));
+  auto header = weights_file_header(snapshot, path);
+  if (!header) return header.error();
+  const std::string_view pieces[] = {header.value(), snapshot.data};
+  return write_file_atomically(path, pieces);
+}
+
+WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata) {
   const graph::Graph& g = executor.graph();
-  std::vector<std::string> storage;
+  WeightsSnapshot out;
+  std::size_t total = 0;
   std::vector<TensorId> ids;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
-    if (!graph::is_persistent(g.tensor(id).role) || g.tensor(id).external) continue;
-    std::string bytes(static_cast<std::size_t>(g.tensor(id).size_bytes()), '\0');
-    executor.read_tensor(id, bytes.data());
-    storage.push_back(std::move(bytes));
+    if (!saved_tensor(executor, id)) continue;
     ids.push_back(id);
+    const graph::TensorDesc& t = g.tensor(id);
+    const auto bytes = static_cast<std::size_t>(t.size_bytes());
+    out.tensors.push_back({t.name, t.dtype, t.shape.dims, total, bytes});
+    total += bytes;
   }
-  Sha256 sha;
-  std::vector<SafetensorsEntry> entries;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const graph::TensorDesc& t = g.tensor(ids[i]);
-    entries.push_back({t.name, t.dtype, t.shape.dims, storage[i]});
-    sha.update(storage[i].data(), storage[i].size());
-  }
-  metadata[kChecksumKey] = sha.finish_hex();
+  out.data.resize(total);
+  for (std::size_t i = 0; i < ids.size(); ++i) executor.read_tensor(ids[i], out.data.data() + out.tensors[i].offset);
   metadata[kStepKey] = std::to_string(executor.steps_completed());
   if (executor.scales_loss()) {
     // The loss scaler's state, so a resumed fp16 run scales and counts as the uninterrupted one.
@@ -98,9 +109,22 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
     metadata[kGrowthTrackerKey] = std::to_string(executor.loss_scale_growth_tracker());
     metadata[kSkippedStepsKey] = std::to_string(executor.skipped_steps());
   }
-  auto encoded = encode_safetensors(entries, metadata);
-  if (!encoded) return Error{path + ": " + encoded.error().message};
-  return write_file_atomically(path, encoded.value());
+  out.metadata = std::move(metadata);
+  return out;
+}
+
+Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source) {
+  std::vector<SafetensorsEntry> entries;
+  for (const WeightsSnapshot::Tensor& t : snapshot.tensors) {
+    entries.push_back({t.name, t.dtype, t.shape, std::string_view(snapshot.data).substr(t.offset, t.bytes)});
+  }
+  Sha256 sha;
+  sha.update(snapshot.data.data(), snapshot.data.size());  // the tensors' bytes one after another, as a reader hashes them
+  std::map<std::string, std::string> metadata = snapshot.metadata;
+  metadata[kChecksumKey] = sha.finish_hex();
+  auto header = encode_safetensors_header(entries, metadata);
+  if (!header) return Error{source + ": " + header.error().message};
+  return header;
 }
 
 namespace {
@@ -184,7 +208,7 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
   std::vector<std::pair<TensorId, const SafetensorsEntry*>> writes, conversions;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
     const graph::TensorDesc& t = g.tensor(id);
-    if (!graph::is_persistent(t.role) || t.external) continue;  // a KV cache is the caller's, never saved
+    if (!saved_tensor(executor, id)) continue;
     const SafetensorsEntry* entry = file.view.find(t.name);
     if (entry == nullptr || entry->dtype != t.dtype) {
       // Saved at another precision (mixed precision against fp32): converted without loss.
@@ -215,7 +239,7 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
   }
   for (const SafetensorsEntry& entry : file.view.tensors) {
     const TensorId id = g.find(entry.name);
-    const bool known = id != kNoTensor && graph::is_persistent(g.tensor(id).role);
+    const bool known = id != kNoTensor && saved_tensor(executor, id);
     if (!known && !looks_like_optimizer_state(g, entry.name)) {
       problems.push_back(entry.name + ": in the file but not in this model");
     }

@@ -26,7 +26,25 @@ inline constexpr const char* kSkippedStepsKey = "memplan.skipped_steps";
 
 // Writes every persistent tensor of `executor`'s graph (in graph order) with `metadata`, the
 // step count and the checksum. The previous file at `path`, if any, stays intact until the new one is complete.
+// A tensor this process does not hold (another rank's, under ZeRO) is left out.
 Status save_weights(const Executor& executor, const std::string& path, std::map<std::string, std::string> metadata);
+// A copy of the state save_weights writes, taken between steps (a copy of the tensors' bytes,
+// nothing encoded or hashed yet), so another thread can encode and write it while the next steps
+// run. The file is weights_file_header() followed by `data`.
+struct WeightsSnapshot {
+  struct Tensor {
+    std::string name;
+    graph::DType dtype = graph::DType::f32;
+    std::vector<std::int64_t> shape;
+    std::size_t offset = 0, bytes = 0;  // in `data`
+  };
+  std::vector<Tensor> tensors;
+  std::string data;
+  std::map<std::string, std::string> metadata;  // the caller's, the step and the loss scaler's state
+};
+WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata);
+// The file's length word and JSON header, with the data's SHA-256 in the metadata (kChecksumKey).
+Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source);
 
 struct WeightsFile {
   std::unique_ptr<std::string> bytes;  // the whole file; `view` points into it

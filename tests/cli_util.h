@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,11 +66,21 @@ struct MeasuredRun {
   int exit_code = -1;      // -1: killed by a signal (a crash, or the timeout)
   bool timed_out = false;
   std::string output;      // stdout and stderr together (the first MiB)
+  int term_signal = 0;      // the signal that ended it, if one did
   long peak_rss_kib = 0;
   double seconds = 0.0;
 };
 
-inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double timeout_s) {
+// A signal for a child run: sent once its output holds `after_output` (empty: at once) and
+// `after_s` more seconds have passed. signal 0: none.
+struct SignalPlan {
+  int signal = 0;
+  std::string after_output;
+  double after_s = 0.0;
+};
+
+// Runs `argv` (argv[0] the program's path) as a child process; see MeasuredRun.
+inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double timeout_s, const SignalPlan& plan = {}) {
   MeasuredRun r;
   int out[2];
   if (::pipe(out) != 0) return r;
@@ -82,10 +93,10 @@ inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double
     ::close(out[1]);
     const int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) ::dup2(null, 0);
-    std::vector<char*> argv = {const_cast<char*>(MEMPLAN_CLI_PATH)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    std::vector<char*> argv;
+    for (const std::string& a : argv_in) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(MEMPLAN_CLI_PATH, argv.data());
+    ::execv(argv.front(), argv.data());
     ::_exit(127);
   }
   ::close(out[1]);
@@ -97,6 +108,8 @@ inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double
   int status = 0;
   struct rusage usage {};
   bool reaped = false;
+  bool signalled = plan.signal == 0;
+  std::optional<std::chrono::steady_clock::time_point> seen;  // when after_output appeared
   auto drain = [&] {
     char buf[4096];
     for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {
@@ -105,10 +118,18 @@ inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double
   };
   while (!reaped) {
     struct pollfd p {out[0], POLLIN, 0};
-    ::poll(&p, 1, 50);
+    ::poll(&p, 1, 5);
     drain();
     reaped = ::wait4(pid, &status, WNOHANG, &usage) == pid;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto now = std::chrono::steady_clock::now();
+    if (!reaped && !signalled) {
+      if (!seen && r.output.find(plan.after_output) != std::string::npos) seen = now;
+      if (seen && std::chrono::duration<double>(now - *seen).count() >= plan.after_s) {
+        ::kill(pid, plan.signal);
+        signalled = true;
+      }
+    }
+    const double elapsed = std::chrono::duration<double>(now - start).count();
     if (!reaped && elapsed > timeout_s) {
       r.timed_out = true;
       ::kill(pid, SIGKILL);
@@ -119,8 +140,15 @@ inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double
   drain();
   ::close(out[0]);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   r.peak_rss_kib = usage.ru_maxrss;  // Linux reports KiB
   return r;
+}
+
+inline MeasuredRun run_cli_measured(const std::vector<std::string>& args, double timeout_s, const SignalPlan& plan = {}) {
+  std::vector<std::string> argv = {MEMPLAN_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_measured(argv, timeout_s, plan);
 }
 
 }  // namespace memplan::testing

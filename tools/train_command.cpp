@@ -39,6 +39,8 @@ struct TrainFlags {
   models::GptConfig gpt;  // vocab comes from the text
   std::int64_t vocab = 0;  // --vocab: a text model's vocabulary instead of the text's (at least the text's)
   std::string save, load;
+  train::CheckpointOptions checkpoints;  // --save-dir, --save-every, --keep, --on-save-error
+  std::string on_save_error = "stop";
   // An ONNX classifier instead of --model (train/session.h: load_onnx_run_data).
   std::string onnx;
   import::LossKind loss = import::LossKind::cross_entropy;
@@ -142,6 +144,8 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.prefetch = flags.prefetch;
   spec.load = flags.load;
   spec.save = flags.save;
+  spec.checkpoints = flags.checkpoints;
+  spec.checkpoints.continue_on_error = flags.on_save_error == "continue";
   spec.profile = flags.profile;
   spec.eval_samples = flags.eval_samples;
   return spec;
@@ -169,7 +173,21 @@ nlohmann::json report_json(const train::TrainReport& r) {
   out["warmup_steps"] = spec.schedule.warmup_steps;
   out["batch"] = spec.batch;
   out["seed"] = spec.seed;
-  out["steps"] = s.steps;
+  out["steps"] = s.first_step + s.steps;
+  if (!spec.checkpoints.dir.empty()) {
+    nlohmann::json saved = nlohmann::json::array();
+    for (const train::SaveRecord& c : r.checkpoints_saved) {
+      saved.push_back({{"step", c.step}, {"dir", c.dir}, {"bytes", c.bytes}, {"snapshot_seconds", c.snapshot_seconds},
+                       {"write_seconds", c.write_seconds}});
+    }
+    out["checkpoints"] = {{"dir", spec.checkpoints.dir},
+                          {"every", spec.checkpoints.every},
+                          {"keep", spec.checkpoints.keep},
+                          {"resumed_from", r.resumed_checkpoint.empty() ? nlohmann::json() : nlohmann::json(r.resumed_checkpoint)},
+                          {"resumed_at_step", s.first_step},
+                          {"snapshot_host_bytes", r.checkpoint_snapshot_bytes},
+                          {"saved", saved}};
+  }
   out["epochs"] = r.epochs;
   out["final_loss"] = s.final_loss;
   if (r.test) {
@@ -228,7 +246,16 @@ void print_report(const train::TrainReport& r) {
               std::string(graph::optimizer_name(spec.optimizer.kind)).c_str(), double(spec.optimizer.lr),
               schedule_label(spec.schedule).c_str(), static_cast<long long>(spec.batch),
               static_cast<unsigned long long>(spec.seed));
-  std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.steps), r.epochs, s.total_seconds);
+  std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.first_step + s.steps), r.epochs,
+              s.total_seconds);
+  if (!spec.checkpoints.dir.empty()) {
+    std::string steps;
+    for (const train::SaveRecord& c : r.checkpoints_saved) steps += (steps.empty() ? "" : ", ") + std::to_string(c.step);
+    std::printf("checkpoints      %s: %s%s; saved after step %s (the newest %d kept; snapshots take %s of host memory)\n",
+                spec.checkpoints.dir.c_str(), r.resumed_checkpoint.empty() ? "started afresh" : "resumed from ",
+                r.resumed_checkpoint.c_str(), steps.empty() ? "none" : steps.c_str(), spec.checkpoints.keep,
+                format_bytes(r.checkpoint_snapshot_bytes).c_str());
+  }
   std::printf("final loss       %.4f\n", s.final_loss);
   if (r.test) {
     std::printf("test accuracy    %.2f%%  (test loss %.4f over %lld images)\n", 100.0 * r.test->accuracy, r.test->mean_loss,
@@ -299,6 +326,7 @@ int run_train(const TrainFlags& flags) {
     } else {
       print_error_lines(e.message);
     }
+    if (e.kind == train::TrainError::Kind::interrupted) return 128 + e.signal;  // 143 for SIGTERM, as the shell says
     return e.kind == train::TrainError::Kind::run ? kExitFailure : kExitUsage;
   }
   if (progress) progress->finish("");
@@ -424,6 +452,28 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--load", flags.load,
                   "Start from the weights in this safetensors file (saved by --save with the same model flags)")
       ->check(CLI::ExistingFile);
+  CLI::Option* save_dir =
+      app.add_option("--save-dir", flags.checkpoints.dir,
+                     "Checkpoint the whole run into this folder (created if missing) every --save-every steps and at the "
+                     "end: weights, optimizer state, the step, the loss scaler; every rank its own shard. Run the same "
+                     "command again to resume from the newest complete checkpoint, exactly (it ends with the same params "
+                     "sha256). SIGTERM or SIGINT then finish the step, save and exit (143 for SIGTERM); a second one exits "
+                     "at once. Saves are written while training goes on");
+  app.add_option("--save-every", flags.checkpoints.every,
+                  "With --save-dir: steps between checkpoints (0: only at the end and on a signal)")
+      ->check(whole_number(std::uint64_t{INT64_MAX}))
+      ->capture_default_str()
+      ->needs(save_dir);
+  app.add_option("--keep", flags.checkpoints.keep, "With --save-dir: the newest complete checkpoints kept")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str()
+      ->needs(save_dir);
+  app.add_option("--on-save-error", flags.on_save_error,
+                  "With --save-dir: when a checkpoint cannot be written (disk full, folder not writable): stop (the previous "
+                  "checkpoint stays loadable) or continue without it")
+      ->check(CLI::IsMember({"stop", "continue"}))
+      ->capture_default_str()
+      ->needs(save_dir);
   app.add_option("--eval-samples", flags.eval_samples,
                   "Held-out examples to evaluate when training ends: the first N test images (default all), or N "
                   "validation sequences of --seq characters spread over the split (default 1024); 0 skips the evaluation")

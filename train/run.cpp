@@ -9,6 +9,7 @@
 #include "memplan/planner/fit.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/weights.h"
+#include "memplan/train/stop_signals.h"
 
 namespace memplan::train {
 namespace {
@@ -58,7 +59,8 @@ Status check_several_ranks(const TrainSpec& spec) {
   }
   // Rank 0 saves what every rank holds whole under stage 0; sharded state would need gathering.
   if (!spec.load.empty() || (!spec.save.empty() && spec.zero != 0)) {
-    return Error{"with several ranks --save works with --zero 0 only, and --load not at all; run one process to resume"};
+    return Error{"with several ranks --save works with --zero 0 only, and --load not at all; --save-dir saves and "
+                 "resumes every rank's shard at every stage"};
   }
   if (spec.mode != runtime::ExecutionMode::planned) return Error{"several ranks run --mode planned only"};
   if (spec.dtype == graph::DType::f16 && spec.zero != 0) {
@@ -227,7 +229,118 @@ Result<std::unique_ptr<TrainingSession>, TrainError> start_session(const TrainSp
   return session;
 }
 
+
+// Periodic checkpoints around a session (spec.checkpoints.dir set): resuming the newest complete
+// checkpoint, saving between steps, and stopping cleanly on SIGTERM or SIGINT.
+class CheckpointedRun {
+ public:
+  static Result<std::unique_ptr<CheckpointedRun>, TrainError> open(const TrainSpec& spec, TrainingSession& session,
+                                                                   dist::Communicator& comm, const Notes& note) {
+    std::unique_ptr<CheckpointedRun> run(new CheckpointedRun(spec, comm));
+    run->checkpointer_.note = [note](const std::string& line) { note(line); };
+    if (Status s = run->checkpointer_.prepare(); !s) return input_error(s.error().message);
+    auto search = find_resume_point(spec.checkpoints.dir, run_identity(spec, comm.world_size()), comm);
+    if (!search) return input_error(search.error().message);
+    for (const std::string& skipped : search.value().skipped) note("skipping checkpoint " + skipped);
+    if (const std::optional<ResumePoint>& found = search.value().found) {
+      if (Status s = session.resume_checkpoint(found->shard, found->shard_path); !s) return input_error(s.error().message);
+      run->checkpointer_.resumed_at(found->step);
+      run->resumed_ = found->dir;
+      note("resuming from " + found->dir + ": " + std::to_string(found->step) + " of " + std::to_string(spec.steps) +
+           " steps done");
+    } else {
+      note("no checkpoint in " + spec.checkpoints.dir + " yet: starting afresh, saving every " +
+           std::to_string(spec.checkpoints.every) + " steps");
+    }
+    return run;
+  }
+
+  // Between steps: a save due, a finished save committed, a signal agreed on.
+  Result<bool> after_step(const runtime::Executor& executor, std::int64_t done) {
+    return checkpointer_.after_step(executor, done, StopSignals::received() != 0);
+  }
+
+  // After the loop: the last step saved. A signal that arrived stops the run here (no
+  // evaluation); otherwise the handlers go, and a signal during evaluation ends the process.
+  Result<bool, TrainError> finish(const runtime::Executor& executor, std::int64_t done, std::int64_t total) {
+    if (Status s = checkpointer_.save_and_wait(executor, done); !s) return run_error(s.error().message);
+    const int signal = StopSignals::received();
+    signals_.reset();
+    if (signal == 0 && done == total) return true;
+    const std::string where = checkpointer_.saved().empty() ? resumed_ : checkpointer_.saved().back().dir;
+    TrainError e{TrainError::Kind::interrupted,
+                 std::string("stopped by ") + signal_name(signal == 0 ? SIGTERM : signal) + " after step " + std::to_string(done) +
+                     " of " + std::to_string(total) + "; " + where + " holds it: run the same command again to resume",
+                 std::nullopt, signal == 0 ? SIGTERM : signal};
+    return e;
+  }
+
+  void fill(TrainReport& report) const {
+    report.resumed_checkpoint = resumed_;
+    report.checkpoints_saved = checkpointer_.saved();
+    report.checkpoint_snapshot_bytes = checkpointer_.snapshot_bytes();
+  }
+
+ private:
+  CheckpointedRun(const TrainSpec& spec, dist::Communicator& comm)
+      : checkpointer_(spec.checkpoints, run_identity(spec, comm.world_size()), spec.steps, comm) {
+    signals_.emplace();
+  }
+
+  Checkpointer checkpointer_;
+  std::optional<StopSignals> signals_;
+  std::string resumed_;
+};
+
 }  // namespace
+
+RunIdentity run_identity(const TrainSpec& spec, int world) {
+  auto number = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", v);
+    return std::string(text);
+  };
+  RunIdentity id;
+  if (!spec.onnx.path.empty()) {
+    id.emplace_back("--onnx", spec.onnx.path);
+    id.emplace_back("--loss", std::string(enum_name(import::kLossKindNames, spec.onnx.loss)));
+  } else if (spec.model.config) {
+    id.emplace_back("--config", spec.model.name + " (" + spec.model.config->describe() + ")");
+    id.emplace_back("--seq", std::to_string(spec.model.zoo.seq));
+  } else {
+    id.emplace_back("--model", spec.model.name);
+    if (spec.model.name == "mlp") {
+      std::string widths;
+      for (std::int64_t w : spec.model.mlp.hidden) widths += (widths.empty() ? "" : ",") + std::to_string(w);
+      id.emplace_back("--hidden", widths);
+    }
+    if (spec.model.name == "gpt") {
+      const models::GptConfig& g = spec.model.gpt;
+      id.emplace_back("--seq", std::to_string(g.context));
+      id.emplace_back("--layers", std::to_string(g.layers));
+      id.emplace_back("--heads", std::to_string(g.heads));
+      id.emplace_back("--width", std::to_string(g.width));
+      id.emplace_back("--dropout", number(g.dropout));
+      id.emplace_back("--attention", std::string(models::attention_kind_name(g.attention)));
+    }
+  }
+  id.emplace_back("--data", spec.data.empty() ? "(default)" : spec.data);
+  id.emplace_back("--vocab", spec.vocab > 0 ? std::to_string(spec.vocab) : "(the text's)");
+  id.emplace_back("--batch", std::to_string(spec.batch));
+  id.emplace_back("--dtype", std::string(graph::dtype_name(spec.dtype)));
+  id.emplace_back("--optimizer", std::string(graph::optimizer_name(spec.optimizer.kind)));
+  id.emplace_back("--lr", number(spec.optimizer.lr));
+  id.emplace_back("--momentum", number(spec.optimizer.momentum));
+  id.emplace_back("--weight-decay", number(spec.optimizer.weight_decay));
+  id.emplace_back("--lr-schedule", std::string(enum_name(runtime::kLrScheduleNames, spec.schedule.kind)));
+  id.emplace_back("--warmup", std::to_string(spec.schedule.warmup_steps));
+  // The schedule's length moves every learning rate, unless it is constant after the warm-up.
+  if (spec.schedule.kind != runtime::LrScheduleKind::constant) id.emplace_back("--steps", std::to_string(spec.steps));
+  id.emplace_back("--seed", std::to_string(spec.seed));
+  id.emplace_back("mpirun -np", std::to_string(world));
+  id.emplace_back("--zero", std::to_string(spec.zero));
+  return id;
+}
 
 std::string TrainSpec::label() const { return !onnx.path.empty() ? onnx.path : model.name; }
 
@@ -258,6 +371,19 @@ Status check_train_spec(const TrainSpec& spec, int world, const planner::SizeNam
     step.batch = spec.batch;
     step.parallel = parallel_config(spec, world, 0);
     if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, naming)};
+  }
+  if (!spec.checkpoints.dir.empty()) {
+    if (!spec.load.empty()) {
+      return Error{"--load starts a run from saved weights and --save-dir resumes a run's own checkpoints: use one "
+                   "(a run resumed with --load can save with --save)"};
+    }
+    if (spec.checkpoints.every < 0 || spec.checkpoints.keep < 1) {
+      return Error{"--save-every must be 0 or more and --keep at least 1"};
+    }
+    std::error_code ec;
+    if (std::filesystem::exists(spec.checkpoints.dir, ec) && !std::filesystem::is_directory(spec.checkpoints.dir, ec)) {
+      return Error{"--save-dir " + spec.checkpoints.dir + " is a file; name a folder (created if missing)"};
+    }
   }
   if (!spec.load.empty()) {
     // A file that cannot be a weights file is refused before the data is read.
@@ -319,17 +445,31 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   const std::int64_t steps_per_epoch = session.steps_per_epoch();
   if (spec.steps <= 0) spec.steps = spec.epochs * steps_per_epoch;
   if (Status s = runtime::check_lr_schedule(spec.schedule, spec.steps); !s) return input_error(s.error().message);
-  TrainStart start{spec.steps, steps_per_epoch, session.samples_per_step(), text_model, device->name()};
+  std::unique_ptr<CheckpointedRun> checkpoints;
+  if (!spec.checkpoints.dir.empty()) {
+    auto opened = CheckpointedRun::open(spec, session, *comm, note);
+    if (!opened) return opened.error();
+    checkpoints = std::move(opened).value();
+  }
+  TrainStart start{session.steps_done(), spec.steps, steps_per_epoch, session.samples_per_step(), text_model, device->name()};
   if (device->kind() == kernels::DeviceKind::cpu) start.device += " (" + std::to_string(kernels::cpu_threads()) + " threads)";
   if (rank == 0 && events.start) events.start(start);
 
   // The profile leaves out the first step (first touches of the arena, threads starting) unless
   // it is the only one.
-  if (spec.profile && spec.steps == 1) executor.set_profiling(true);
-  auto summary = session.run(spec.steps, [&](const runtime::StepReport& r) {
-    if (spec.profile && r.step == 1 && spec.steps > 1) executor.set_profiling(true);
+  const std::int64_t first_step = checkpoints ? std::min(session.steps_done(), spec.steps) : 0;
+  if (spec.profile && spec.steps - first_step == 1) executor.set_profiling(true);
+  const runtime::ProgressFn on_step = [&](const runtime::StepReport& r) {
+    if (spec.profile && r.step == first_step + 1 && spec.steps - first_step > 1) executor.set_profiling(true);
     if (rank == 0 && events.step) events.step(r);
-  });
+  };
+  auto summary = checkpoints ? session.run_until(spec.steps, on_step,
+                                                 [&](std::int64_t done) { return checkpoints->after_step(executor, done); })
+                             : session.run(spec.steps, on_step);
+  if (summary && checkpoints) {
+    auto finished = checkpoints->finish(executor, session.steps_done(), spec.steps);
+    if (!finished) return finished.error();
+  }
   if (!summary) {
     std::string message = summary.error().message;
     if (!spec.debug.finite && message.find("non-finite") != std::string::npos) {
@@ -344,6 +484,7 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.ranks = gather_rank_memory(executor, *comm);
   report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3
   report.summary = std::move(summary).value();
+  if (checkpoints) checkpoints->fill(report);
   if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;
   report.device_allocations_during_steps = executor.device_allocations_during_steps();
   report.device_bytes_at_setup = executor.device_bytes_at_setup();
@@ -360,8 +501,9 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.text_model = text_model;
   report.step = session.planned().graph;
   report.checkpoint = session.planned().checkpoint;
-  report.epochs = double(report.summary.steps) / double(steps_per_epoch);
-  report.samples_per_s = double(start.samples_per_step) * 1000.0 / report.summary.step_time_ms_median;
+  report.epochs = double(report.summary.first_step + report.summary.steps) / double(steps_per_epoch);
+  const double median_ms = report.summary.step_time_ms_median;  // 0 when a resumed run had no step left
+  report.samples_per_s = median_ms > 0.0 ? double(start.samples_per_step) * 1000.0 / median_ms : 0.0;
   if (trained.text) {
     report.unigram_entropy = unigram_entropy(trained.text->train, trained.text->vocab_size());
     report.vocab = trained.model.gpt.vocab;

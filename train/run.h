@@ -22,6 +22,7 @@
 #include "memplan/planner/step_size.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/runtime/trainer.h"
+#include "memplan/train/checkpoints.h"
 #include "memplan/train/session.h"
 
 namespace memplan::train {
@@ -69,6 +70,11 @@ struct TrainSpec {
   int prefetch = 1;
   std::string load;  // a run saved by `save` to continue from
   std::string save;  // where the weights and optimizer state go when training ends
+  // Periodic checkpoints into checkpoints.dir (train/checkpoints.h), and resuming from the
+  // newest complete one there: the same spec run again continues where it stopped and ends with
+  // the same parameters as a run never stopped. SIGTERM and SIGINT then stop cleanly after the
+  // current step, with a checkpoint.
+  CheckpointOptions checkpoints;
   bool profile = false;  // time every op (from the second step, when there are several)
   // Held-out examples evaluated when training ends: test images, or validation sequences for text
   // models. None: every test image, or up to kDefaultEvalSequences sequences; 0: no evaluation.
@@ -82,11 +88,14 @@ struct TrainSpec {
 // them and rerun); `over_budget`: the step cannot meet request.budget (`unmet` holds the plan that
 // says how close it came); `run`: setting up or training failed (out of device memory, a
 // non-finite loss, a file that could not be written).
+// `interrupted`: a signal stopped the run cleanly after a step, its checkpoint saved
+// (checkpoints.dir); running the same spec again resumes it.
 struct TrainError {
-  enum class Kind : std::uint8_t { input, over_budget, run };
+  enum class Kind : std::uint8_t { input, over_budget, run, interrupted };
   Kind kind = Kind::input;
   std::string message;  // may span several lines (setup's out-of-memory advice)
   std::optional<planner::PlannedStep> unmet;  // over_budget
+  int signal = 0;                             // interrupted: SIGTERM or SIGINT
 };
 
 // Checks what can be checked before anything is read or allocated, for a run of `world` ranks:
@@ -98,6 +107,7 @@ Status check_train_spec(const TrainSpec& spec, int world,
 
 // What a run tells its caller while it runs, on the reporting rank only (rank 0).
 struct TrainStart {
+  std::int64_t first_step = 0;  // steps a resumed checkpoint had done
   std::int64_t steps = 0;
   std::int64_t steps_per_epoch = 0;
   std::int64_t samples_per_step = 0;  // images, or tokens for text models
@@ -127,7 +137,12 @@ struct TrainReport {
   graph::Graph step;  // the training step as executed (after checkpointing)
   std::optional<planner::MemoryPlan> plan;  // planned mode
   std::optional<planner::CheckpointOutcome> checkpoint;
-  runtime::TrainSummary summary;
+  runtime::TrainSummary summary;  // this process's steps: summary.first_step were done before
+  // checkpoints.dir: the checkpoint resumed (empty: none), the saves this process committed,
+  // and the host memory the largest snapshot took (outside the arena).
+  std::string resumed_checkpoint;
+  std::vector<SaveRecord> checkpoints_saved;
+  Bytes checkpoint_snapshot_bytes = 0;
   double epochs = 0.0;           // passes over the training set the steps made
   double samples_per_s = 0.0;    // at the median step time; tokens for text models
   std::optional<Evaluation> test;               // image models: test accuracy and loss
@@ -144,6 +159,10 @@ struct TrainReport {
   int threads = 0;
   std::optional<runtime::StepProfile> profile;  // spec.profile
 };
+
+// The flags a checkpoint of `spec` on `world` ranks records and a resuming run must repeat:
+// what changes the model, its data, the arithmetic or the schedule (CLI flag names).
+RunIdentity run_identity(const TrainSpec& spec, int world);
 
 // Runs `spec` on the ranks of `comm` (nullptr: dist::make_cpu_communicator, the ranks of mpirun
 // or this process alone). Every rank calls it; rank 0's report speaks for the run.

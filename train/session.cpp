@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <span>
@@ -240,6 +241,19 @@ Result<runtime::LoadReport> TrainingSession::resume(const std::string& path) {
   return loaded;
 }
 
+Status TrainingSession::resume_checkpoint(const runtime::WeightsFile& shard, const std::string& source) {
+  auto loaded = runtime::load_weights(*executor_, shard, source);
+  if (!loaded) return loaded.error();
+  if (!loaded.value().fresh_state.empty() || !loaded.value().converted.empty()) {
+    return Error{source + ": does not hold this run's state as it is (" +
+                 (loaded.value().fresh_state.empty() ? loaded.value().converted.front() + " converted"
+                                                     : loaded.value().fresh_state.front() + " missing") +
+                 "); give another --save-dir to start afresh"};
+  }
+  first_step_ = loaded.value().step;
+  return Status::success();
+}
+
 std::int64_t TrainingSession::steps_per_epoch() const {
   return text_feeder_ ? text_feeder_->steps_per_epoch() : image_feeder_->steps_per_epoch();
 }
@@ -262,6 +276,24 @@ Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const run
       },
       progress, options_.schedule);
   if (summary) first_step_ = first + summary.value().steps;
+  return summary;
+}
+
+Result<runtime::TrainSummary> TrainingSession::run_until(std::int64_t total, const runtime::ProgressFn& progress,
+                                                          std::function<Result<bool>(std::int64_t)> after_step) {
+  if (Status s = runtime::check_lr_schedule(options_.schedule, total); !s) return s.error();
+  runtime::TrainLoop loop{std::min(first_step_, total), total, options_.schedule, std::move(after_step)};
+  auto summary = runtime::train(
+      *executor_, loop,
+      [&](std::int64_t i, runtime::Executor& e) {
+        if (text_feeder_) {
+          text_feeder_->feed(i, e);
+        } else {
+          image_feeder_->feed(i, e);
+        }
+      },
+      progress);
+  if (summary) first_step_ = loop.first + summary.value().steps;
   return summary;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,12 +117,21 @@ class TrainingSession {
   // Loads the weights (and optimizer state) of a run saved by save(); the data continues after
   // the saved step.
   Result<runtime::LoadReport> resume(const std::string& path);
+  // Loads a periodic checkpoint's shard (train/checkpoints.h): every persistent tensor this rank
+  // holds, the step and the loss scaler, so run_until continues the run exactly.
+  Status resume_checkpoint(const runtime::WeightsFile& shard, const std::string& source);
 
   std::int64_t steps_per_epoch() const;
   std::int64_t samples_per_step() const;  // images, or tokens for the GPT
   // Trains `steps` steps from where the run stands, feeding the model's data; the learning rate
   // follows options.schedule over these steps (check_lr_schedule first: an Error otherwise).
   Result<runtime::TrainSummary> run(std::int64_t steps, const runtime::ProgressFn& progress);
+  // Trains from where the run stands to step `total` of a run of `total` steps: the data and the
+  // schedule as the run that was never stopped would have them (a resumed checkpoint).
+  // `after_step` as runtime::TrainLoop's.
+  Result<runtime::TrainSummary> run_until(std::int64_t total, const runtime::ProgressFn& progress,
+                                          std::function<Result<bool>(std::int64_t)> after_step);
+  std::int64_t steps_done() const { return first_step_; }
   // Test accuracy (image models) or validation loss (the GPT), with a forward graph of its own
   // planned for a device of the training device's kind, without its memory limit (that limit is
   // for the training step).
