@@ -31,6 +31,7 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
   }
   b.master_weights = master_copy_bytes(plan);
   b.optimizer_state -= b.master_weights;
+  for (const PlannedBuffer& buffer : plan.buffers) b.host_snapshot += buffer.persistent ? buffer.size_bytes : 0;
   b.workspace = plan.workspace_bytes;
   b.arena = plan.arena_bytes;
   b.runtime_overhead = device.overhead_bytes();

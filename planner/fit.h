@@ -28,6 +28,10 @@ struct FitBreakdown {
   Bytes arena = 0;
   Bytes runtime_overhead = 0;     // outside the arena
   Bytes total = 0;
+  // Host memory, not the device's: the copy of the persistent state (parameters, master weights,
+  // optimizer state, buffers) that train --save-dir takes between steps and writes while
+  // training goes on. Not in `total`.
+  Bytes host_snapshot = 0;
 };
 
 FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device);

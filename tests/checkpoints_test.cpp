@@ -2,6 +2,7 @@
 // (SIGKILL) at random moments, preempted (SIGTERM), the newest checkpoint truncated or
 // bit-flipped, the disk full, several ranks under ZeRO-2, a rank dying.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "memplan/train/checkpoints.h"
+#include "memplan/train/stop_signals.h"
 #include "cli_util.h"
 
 namespace memplan {
@@ -61,6 +63,12 @@ std::string reference_sha(const std::vector<std::string>& args) {
   return params_sha(r.output);
 }
 
+// The integer after "key": in a JSON text, or -1.
+long long json_number(const std::string& text, const std::string& key) {
+  const auto at = text.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + key.size() + 4);
+}
+
 // Complete checkpoint folders (with a manifest) in `dir`, oldest first.
 std::vector<std::string> complete_checkpoints(const fs::path& dir) {
   std::vector<std::string> out;
@@ -79,6 +87,36 @@ std::string read_file(const fs::path& path) {
 }
 void write_file(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The first SIGTERM or SIGINT is recorded for the loop; a second ends the process at once with
+// 128 + the signal; the handlers go when the StopSignals does.
+TEST(Checkpoints, TheFirstSignalIsRecordedAndTheSecondExitsAtOnce) {
+  for (int signal : {SIGTERM, SIGINT}) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      {
+        train::StopSignals installed;
+        ::raise(signal);
+        if (train::StopSignals::received() != signal) ::_exit(1);
+        ::raise(signal);  // does not return
+      }
+      ::_exit(2);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 128 + signal) << train::signal_name(signal);
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    { train::StopSignals installed; }
+    ::raise(SIGTERM);  // the default action again: killed by the signal
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
 }
 
 struct KillCase {
@@ -189,6 +227,30 @@ TEST(Checkpoints, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
     // The rerun saved step 20 again; put the damage back on a fresh copy for the next case.
     write_file(shard_of(newest), good);
     write_file(newest / train::kManifestName, manifest);
+  }
+  fs::remove_all(dir);
+}
+
+// fit counts the host memory train's snapshot takes, to the byte (fp32 and bf16, with and
+// without Adam's state).
+TEST(Checkpoints, FitCountsTheHostSnapshotTrainTakes) {
+  const fs::path dir = fresh_dir("fit");
+  for (const std::string model : {"--model gpt --seq 32 --batch 4",
+                                  "--model cnn --dtype bf16 --batch 8", "--model mlp --hidden 64 --optimizer sgd --batch 8"}) {
+    SCOPED_TRACE(model);
+    fs::remove_all(dir);
+    const testing::CliResult trained = testing::run_cli("train " + model + " --steps 1 --eval-samples 0 --threads 1 --json "
+                                                        "--save-dir " + dir.string(), false);
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const testing::CliResult fit = testing::run_cli("fit " + model + " --device cpu --device-memory 1GiB --json", false);
+    ASSERT_EQ(fit.exit_code, 0) << fit.output;
+    const long long snapshot = json_number(trained.output, "snapshot_host_bytes");
+    EXPECT_GT(snapshot, 0);
+    EXPECT_EQ(json_number(fit.output, "host_snapshot_bytes"), snapshot);
+    // The snapshot is the shard's tensors: the file is that and its header.
+    const auto shard = static_cast<long long>(fs::file_size(shard_of(dir / train::checkpoint_name(1))));
+    EXPECT_GT(shard, snapshot);
+    EXPECT_LT(shard, snapshot + 65536);
   }
   fs::remove_all(dir);
 }

@@ -246,6 +246,7 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                     {"activations", b.activations_at_peak},
                     {"communication", b.communication_at_peak},
                     {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
+  j["host_snapshot_bytes"] = b.host_snapshot;  // train --save-dir's copy of the state, in host memory
   nlohmann::json o = nlohmann::json::array();
   for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
   j["runtime_overheads"] = o;
@@ -322,6 +323,8 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("total", b.total);
   std::printf("  %-28s %14s\n", "headroom", a.headroom_bytes >= 0 ? format_bytes(a.headroom_bytes).c_str()
                                                                   : ("-" + format_bytes(-a.headroom_bytes)).c_str());
+  std::printf("  host memory for train --save-dir: %s%s (the state's copy, written while training goes on)\n",
+              format_bytes(b.host_snapshot).c_str(), flags.devices > 1 ? " per rank" : "");
   if (a.minimum) {
     std::printf("  %-28s %14s  with --checkpoint %s\n", "least arena of any strategy", format_bytes(a.minimum->arena_bytes).c_str(),
                 strategy_name(a.minimum->strategy).c_str());
