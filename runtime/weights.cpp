@@ -86,8 +86,14 @@ Status save_weights(const Executor& executor, const std::string& path, std::map<
 }
 
 WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata) {
-  const graph::Graph& g = executor.graph();
   WeightsSnapshot out;
+  snapshot_weights(executor, std::move(metadata), out);
+  return out;
+}
+
+void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& out) {
+  const graph::Graph& g = executor.graph();
+  out.tensors.clear();
   std::size_t total = 0;
   std::vector<TensorId> ids;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
@@ -110,10 +116,10 @@ WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string,
     metadata[kSkippedStepsKey] = std::to_string(executor.skipped_steps());
   }
   out.metadata = std::move(metadata);
-  return out;
 }
 
-Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source) {
+Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source,
+                                        std::string* data_sha256) {
   std::vector<SafetensorsEntry> entries;
   for (const WeightsSnapshot::Tensor& t : snapshot.tensors) {
     entries.push_back({t.name, t.dtype, t.shape, std::string_view(snapshot.data).substr(t.offset, t.bytes)});
@@ -122,6 +128,7 @@ Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const s
   sha.update(snapshot.data.data(), snapshot.data.size());  // the tensors' bytes one after another, as a reader hashes them
   std::map<std::string, std::string> metadata = snapshot.metadata;
   metadata[kChecksumKey] = sha.finish_hex();
+  if (data_sha256 != nullptr) *data_sha256 = metadata[kChecksumKey];
   auto header = encode_safetensors_header(entries, metadata);
   if (!header) return Error{source + ": " + header.error().message};
   return header;

@@ -43,8 +43,13 @@ struct WeightsSnapshot {
   std::map<std::string, std::string> metadata;  // the caller's, the step and the loss scaler's state
 };
 WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata);
-// The file's length word and JSON header, with the data's SHA-256 in the metadata (kChecksumKey).
-Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source);
+// The same into `into`, reusing its memory (a copy taken every N steps costs no allocation and
+// no page faults after the first).
+void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& into);
+// The file's length word and JSON header, with the data's SHA-256 in the metadata (kChecksumKey;
+// also put in `data_sha256` when given).
+Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source,
+                                        std::string* data_sha256 = nullptr);
 
 struct WeightsFile {
   std::unique_ptr<std::string> bytes;  // the whole file; `view` points into it

@@ -458,7 +458,9 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
                      "end: weights, optimizer state, the step, the loss scaler; every rank its own shard. Run the same "
                      "command again to resume from the newest complete checkpoint, exactly (it ends with the same params "
                      "sha256). SIGTERM or SIGINT then finish the step, save and exit (143 for SIGTERM); a second one exits "
-                     "at once. Saves are written while training goes on");
+                     "at once. Saves are written while training goes on")
+          ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a folder") : std::string(); },
+                                 "DIR"));
   app.add_option("--save-every", flags.checkpoints.every,
                   "With --save-dir: steps between checkpoints (0: only at the end and on a signal)")
       ->check(whole_number(std::uint64_t{INT64_MAX}))

@@ -1,6 +1,8 @@
 #include "memplan/train/checkpoints.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,7 +105,7 @@ struct Manifest {
   std::int64_t step = 0;
   int world = 0;
   RunIdentity flags;
-  std::vector<std::pair<std::string, std::pair<Bytes, std::string>>> shards;  // file, (size, sha256)
+  std::vector<std::pair<std::string, ShardDigest>> shards;  // file name, what it must be
 };
 
 Result<Manifest> read_manifest(const fs::path& folder) {
@@ -117,7 +119,9 @@ Result<Manifest> read_manifest(const fs::path& folder) {
     m.world = j.at("world").get<int>();
     for (const auto& [flag, value] : j.at("flags").items()) m.flags.emplace_back(flag, value.get<std::string>());
     for (const auto& s : j.at("shards")) {
-      m.shards.push_back({s.at("file").get<std::string>(), {s.at("bytes").get<Bytes>(), s.at("sha256").get<std::string>()}});
+      m.shards.push_back({s.at("file").get<std::string>(), ShardDigest{s.at("bytes").get<Bytes>(),
+                                                                       s.at("header_sha256").get<std::string>(),
+                                                                       s.at("data_sha256").get<std::string>()}});
     }
   } catch (const nlohmann::json::exception& e) {
     return Error{"the manifest does not parse: " + std::string(e.what())};
@@ -155,12 +159,17 @@ Result<ResumePoint> read_shard(const Manifest& m, const fs::path& folder, int ra
   point.shard_path = (folder / file).string();
   auto bytes = read_small_file(point.shard_path, runtime::kMaxWeightsFileBytes, "checkpoint shard");
   if (!bytes) return bytes.error();
-  if (static_cast<Bytes>(bytes.value().size()) != expected.first) {
-    return Error{point.shard_path + " holds " + std::to_string(bytes.value().size()) + " bytes, the manifest says " +
-                 std::to_string(expected.first) + " (truncated?)"};
+  const std::string& got = bytes.value();
+  if (static_cast<Bytes>(got.size()) != expected.bytes) {
+    return Error{point.shard_path + " holds " + std::to_string(got.size()) + " bytes, the manifest says " +
+                 std::to_string(expected.bytes) + " (truncated?)"};
   }
-  if (sha256_hex(bytes.value()) != expected.second) {
-    return Error{point.shard_path + ": SHA-256 differs from the manifest's (corrupted)"};
+  // The header (which holds the data's SHA-256) as the manifest says; the data is checked
+  // against it as the file is parsed.
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0 && got.size() >= 8; --i) header = (header << 8) | static_cast<unsigned char>(got[static_cast<std::size_t>(i)]);
+  if (got.size() < 8 || header > got.size() - 8 || sha256_hex(got.substr(0, 8 + header)) != expected.header_sha256) {
+    return Error{point.shard_path + ": its header differs from the manifest's SHA-256 (corrupted)"};
   }
   auto parsed = runtime::parse_weights_file(std::move(bytes).value(), point.shard_path);
   if (!parsed) return parsed.error();
@@ -251,19 +260,23 @@ Status Checkpointer::start(const runtime::Executor& executor, std::int64_t step)
   const auto t0 = Clock::now();
   const std::string folder = partial_dir(step);
   const std::string path = (fs::path(folder) / shard_name(comm_.rank(), comm_.world_size())).string();
-  runtime::WeightsSnapshot snapshot =
-      runtime::snapshot_weights(executor, {{"memplan.total_steps", std::to_string(total_steps_)}});
+  // The writer is done with the previous snapshot (settled), so its memory is taken again.
+  runtime::snapshot_weights(executor, {{"memplan.total_steps", std::to_string(total_steps_)}}, snapshot_);
   current_ = SaveRecord{step, (fs::path(options_.dir) / checkpoint_name(step)).string(), 0, 0.0, 0.0};
-  snapshot_bytes_ = std::max(snapshot_bytes_, static_cast<Bytes>(snapshot.data.size()));
+  snapshot_bytes_ = std::max(snapshot_bytes_, static_cast<Bytes>(snapshot_.data.size()));
   current_.snapshot_seconds = seconds_since(t0);
   last_step_ = step;
   pending_ = true;
   state_ = kWriting;
   // Hashing, encoding and writing happen on the writer, alongside the next steps.
-  writer_ = std::thread([this, folder, path, snapshot = std::move(snapshot)] {
+  writer_ = std::thread([this, folder, path] {
+    // The lowest priority: the writer takes the cores the training threads leave idle, rather
+    // than slowing the steps (Linux gives each thread its own nice value).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    const runtime::WeightsSnapshot& snapshot = snapshot_;
     const auto w0 = Clock::now();
     Status written = Status::success();
-    auto header = runtime::weights_file_header(snapshot, path);
+    auto header = runtime::weights_file_header(snapshot, path, &digest_.data_sha256);
     std::error_code ec;
     if (!header) {
       written = header.error();
@@ -272,11 +285,9 @@ Status Checkpointer::start(const runtime::Executor& executor, std::int64_t step)
     } else {
       const std::string_view pieces[] = {header.value(), snapshot.data};
       written = write_file_atomically(path, pieces);
-      Sha256 sha;
-      sha.update(header.value().data(), header.value().size());
-      sha.update(snapshot.data.data(), snapshot.data.size());
-      shard_sha_ = sha.finish_hex();
-      current_.bytes = static_cast<Bytes>(header.value().size() + snapshot.data.size());
+      digest_.bytes = static_cast<Bytes>(header.value().size() + snapshot.data.size());
+      digest_.header_sha256 = sha256_hex(header.value());
+      current_.bytes = digest_.bytes;
     }
     current_.write_seconds = seconds_since(w0);
     if (!written) {
@@ -292,20 +303,22 @@ Status Checkpointer::start(const runtime::Executor& executor, std::int64_t step)
 Status Checkpointer::settle(bool wait) {
   if (!pending_) return Status::success();
   if (wait && writer_.joinable()) writer_.join();
-  // Every rank's state, and once written its shard's size and SHA-256 (for the manifest).
+  // Every rank's state, and once written its shard's digest (for the manifest).
+  constexpr std::size_t kWords = 10;  // state, size, 4 + 4 words of SHA-256
   const std::int64_t state = state_.load();
-  std::vector<std::int64_t> mine(6, 0);
+  std::vector<std::int64_t> mine(kWords, 0);
   mine[0] = state;
   if (state == kWritten) {
-    const std::vector<std::int64_t> words = hex_words(shard_sha_);
-    std::copy(words.begin(), words.end(), mine.begin() + 1);
-    mine[5] = current_.bytes;
+    mine[1] = digest_.bytes;
+    const std::vector<std::int64_t> header = hex_words(digest_.header_sha256), data = hex_words(digest_.data_sha256);
+    std::copy(header.begin(), header.end(), mine.begin() + 2);
+    std::copy(data.begin(), data.end(), mine.begin() + 6);
   }
   const std::vector<std::int64_t> all = gather(comm_, mine);
   bool all_written = true;
   std::string failed;
   for (int r = 0; r < comm_.world_size(); ++r) {
-    const std::int64_t s = all[static_cast<std::size_t>(6 * r)];
+    const std::int64_t s = all[kWords * static_cast<std::size_t>(r)];
     all_written = all_written && s == kWritten;
     if (s == kFailed) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
   }
@@ -317,8 +330,8 @@ Status Checkpointer::settle(bool wait) {
   }
   shards_.clear();
   for (int r = 0; r < comm_.world_size(); ++r) {
-    const std::int64_t* w = all.data() + 6 * r;
-    shards_.emplace_back(w[5], words_hex(w + 1));
+    const std::int64_t* w = all.data() + kWords * static_cast<std::size_t>(r);
+    shards_.push_back(ShardDigest{w[1], words_hex(w + 2), words_hex(w + 6)});
   }
   return commit();
 }
@@ -336,8 +349,9 @@ Status Checkpointer::commit() {
     for (const auto& [flag, value] : identity_) j["flags"][flag] = value;
     j["shards"] = nlohmann::ordered_json::array();
     for (int r = 0; r < comm_.world_size(); ++r) {
-      const auto& [size, sha] = shards_[static_cast<std::size_t>(r)];
-      j["shards"].push_back({{"file", shard_name(r, comm_.world_size())}, {"bytes", size}, {"sha256", sha}});
+      const ShardDigest& d = shards_[static_cast<std::size_t>(r)];
+      j["shards"].push_back({{"file", shard_name(r, comm_.world_size())}, {"bytes", d.bytes},
+                             {"header_sha256", d.header_sha256}, {"data_sha256", d.data_sha256}});
     }
     const std::string folder = partial_dir(current_.step);
     Status s = write_file_atomically((fs::path(folder) / kManifestName).string(), j.dump(2) + "\n");

@@ -72,6 +72,14 @@ struct ResumeSearch {
 // this run. A collective when `comm` has several ranks.
 Result<ResumeSearch> find_resume_point(const std::string& dir, const RunIdentity& identity, dist::Communicator& comm);
 
+// What a shard file must be: its size, the SHA-256 of its header (the safetensors length word
+// and JSON, which hold the data's SHA-256) and of its data. Hashing the data once, where the file
+// is encoded, keeps the writer's work alongside training small.
+struct ShardDigest {
+  Bytes bytes = 0;
+  std::string header_sha256, data_sha256;
+};
+
 // One committed save.
 struct SaveRecord {
   std::int64_t step = 0;
@@ -124,10 +132,11 @@ class Checkpointer {
   std::thread writer_;
   std::atomic<std::int64_t> state_{kIdle};
   std::string write_error_;  // set by the writer before state_ becomes kFailed
-  std::string shard_sha_;    // set by the writer before state_ becomes kWritten: the shard file's SHA-256
+  ShardDigest digest_;       // set by the writer before state_ becomes kWritten
   bool pending_ = false;     // a save started and not yet committed or failed
   SaveRecord current_;
-  std::vector<std::pair<Bytes, std::string>> shards_;  // every rank's shard: size, SHA-256
+  runtime::WeightsSnapshot snapshot_;  // the writer's while a save is pending; reused by the next
+  std::vector<ShardDigest> shards_;  // every rank's, for the manifest
   std::int64_t last_step_ = -1;  // the newest save started
   std::vector<SaveRecord> saved_;
   Bytes snapshot_bytes_ = 0;
