@@ -42,6 +42,15 @@ bool is_library_path(std::string_view file) {
 
 }  // namespace
 
+MemorySnapshot cut_snapshot(const MemorySnapshot& snapshot, int device, std::size_t first) {
+  MemorySnapshot cut = snapshot;
+  if (device >= 0 && static_cast<std::size_t>(device) < cut.device_traces.size()) {
+    std::vector<SnapshotEvent>& events = cut.device_traces[static_cast<std::size_t>(device)];
+    events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(std::min(first, events.size())));
+  }
+  return cut;
+}
+
 std::optional<std::size_t> user_frame_index(const std::vector<StackFrame>& frames) {
   std::optional<std::size_t> any_python;
   for (std::size_t i = 0; i < frames.size(); ++i) {

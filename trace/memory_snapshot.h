@@ -77,6 +77,12 @@ Result<MemorySnapshot> parse_memory_snapshot(std::string_view bytes, std::string
 // Reads a regular file (not a stream, not a directory) of at most limits.max_file_bytes.
 Result<MemorySnapshot> read_memory_snapshot(const std::string& path, const SnapshotReadLimits& limits = {});
 
+// The snapshot as if the recording on `device` had started at its event `first`: the events
+// before it dropped, the dumped state (segments, blocks) and everything else kept. A recording
+// whose replay memplan reproduces becomes one that starts mid-run, as most users' do: the
+// self-test of the start state (trace/snapshot_replay.h). `first` past the end keeps no event.
+MemorySnapshot cut_snapshot(const MemorySnapshot& snapshot, int device, std::size_t first);
+
 // The frame a user would name for an allocation: the innermost Python frame outside installed
 // packages and the standard library, else the innermost Python frame; none when the stack has
 // no Python frame. Frames are innermost first, as PyTorch lists them.

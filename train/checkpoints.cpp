@@ -406,11 +406,15 @@ void Checkpointer::prune() const {
   fsync_dir(options_.dir);
 }
 
+bool Checkpointer::any_rank(bool mine) {
+  const std::vector<std::int64_t> all = gather(comm_, {mine ? 1 : 0});
+  return std::any_of(all.begin(), all.end(), [](std::int64_t s) { return s != 0; });
+}
+
 Result<bool> Checkpointer::after_step(const runtime::Executor& executor, std::int64_t done, bool stop_requested) {
   const bool due = options_.every > 0 && done % options_.every == 0;
   // Stopping is agreed before anything else, so every rank leaves the loop after the same step.
-  const std::vector<std::int64_t> stops = gather(comm_, {stop_requested ? 1 : 0});
-  const bool stop = std::any_of(stops.begin(), stops.end(), [](std::int64_t s) { return s != 0; });
+  const bool stop = any_rank(stop_requested);
   // A save due now waits for the one in flight; otherwise a finished one is committed.
   if (Status s = settle(due); !s) return s.error();
   if (due && !stop) {

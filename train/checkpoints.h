@@ -107,6 +107,8 @@ class Checkpointer {
   // Collective.
   Status save_and_wait(const runtime::Executor& executor, std::int64_t step);
 
+  // Whether `mine` holds on any rank (a collective with several ranks).
+  bool any_rank(bool mine);
   // The run resumed from the checkpoint of `step`: it is not saved again.
   void resumed_at(std::int64_t step) { last_step_ = step; }
 

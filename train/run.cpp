@@ -264,9 +264,11 @@ class CheckpointedRun {
   // evaluation); otherwise the handlers go, and a signal during evaluation ends the process.
   Result<bool, TrainError> finish(const runtime::Executor& executor, std::int64_t done, std::int64_t total) {
     if (Status s = checkpointer_.save_and_wait(executor, done); !s) return run_error(s.error().message);
+    // Agreed, so no rank goes on to the evaluation's collectives while another stops.
     const int signal = StopSignals::received();
+    const bool stop = checkpointer_.any_rank(signal != 0);
     signals_.reset();
-    if (signal == 0 && done == total) return true;
+    if (!stop && done == total) return true;
     const std::string where = checkpointer_.saved().empty() ? resumed_ : checkpointer_.saved().back().dir;
     TrainError e{TrainError::Kind::interrupted,
                  std::string("stopped by ") + signal_name(signal == 0 ? SIGTERM : signal) + " after step " + std::to_string(done) +

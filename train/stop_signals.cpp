@@ -18,6 +18,7 @@ extern "C" void on_stop_signal(int signal) {
 }  // namespace
 
 StopSignals::StopSignals() {
+  g_received.store(0);  // a signal a previous run in this process handled is not this run's
   struct sigaction action{};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
