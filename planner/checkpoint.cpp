@@ -28,6 +28,16 @@ bool is_free(const Graph& g, TensorId t) {
   return graph::is_persistent(role) || role == graph::Role::input;
 }
 
+// A ZeRO-3 parameter gathered from this rank's persistent shard: a recompute run gathers it again
+// (a collective in the backward, at the same place on every rank), so it neither blocks a cut
+// between stages nor stays alive for one.
+bool regatherable(const Graph& g, TensorId t) {
+  const int p = g.producer(t);
+  if (p < 0) return false;
+  const Op& op = g.ops()[static_cast<std::size_t>(p)];
+  return op.kind == graph::OpKind::all_gather && op.inputs.size() == 1 && graph::is_persistent(g.tensor(op.inputs[0]).role);
+}
+
 std::vector<bool> read_by_backward(const Graph& g) {
   std::vector<bool> read(static_cast<std::size_t>(g.num_tensors()), false);
   for (const Op& op : g.ops()) {
@@ -82,7 +92,7 @@ CheckpointChain find_checkpoint_chain(const Graph& g) {
       }
     }
     for (TensorId t : op.outputs) {
-      if (!is_free(g, t) && last_read[static_cast<std::size_t>(t)] > p) {
+      if (!is_free(g, t) && !regatherable(g, t) && last_read[static_cast<std::size_t>(t)] > p) {
         open[static_cast<std::size_t>(t)] = true;
         ++num_open;
       }
@@ -244,7 +254,9 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
       const int p = g.producer(t);
       if (!needed.insert(p).second) continue;
       for (TensorId in : g.ops()[static_cast<std::size_t>(p)].inputs) {
-        if (stage_of(in) == i && recomputable(in)) targets.push_back(in);
+        // A parameter gathered in an earlier stage (ZeRO-3 prefetch, a tied embedding) is gathered
+        // again rather than kept from the forward pass.
+        if ((stage_of(in) == i && recomputable(in)) || regatherable(g, in)) targets.push_back(in);
       }
     }
     std::vector<TensorId> made(nt, kNoTensor);  // this run's tensors

@@ -84,9 +84,6 @@ Result<graph::Graph> build_step(const StepDescription& step) {
 }  // namespace
 
 Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request) {
-  if (step.parallel.active() && request.checkpoint != CheckpointStrategy::kNone) {
-    return Error{"activation checkpointing of a data-parallel step is not supported: drop --checkpoint or run one process"};
-  }
   auto built = build_step(step);
   if (!built) return built.error();
   const PlanOptions options = request.plan_options();
@@ -114,9 +111,7 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
     out.plan = std::move(plan).value();
     return out;
   }
-  // The least arena of any strategy would checkpoint a data-parallel step: not asked there.
-  CheckpointRequest cr{request.checkpoint, request.budget,
-                       request.find_minimum_arena && !request.answer_only && !step.parallel.active(), request.answer_only,
+  CheckpointRequest cr{request.checkpoint, request.budget, request.find_minimum_arena && !request.answer_only, request.answer_only,
                        request.answer_only && request.any_fitting};
   auto outcome = apply_checkpointing(built.value(), cr, options);
   if (!outcome) return outcome.error();

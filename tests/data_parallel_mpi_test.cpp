@@ -166,6 +166,44 @@ TEST(DataParallelMixedPrecision, Bf16StagesEndWithTheSameParametersInTheArenaFit
   }
 }
 
+// Activation checkpointing on every rank's step: recomputation changes no bit at any stage (at
+// ZeRO-3 a recomputed layer gathers its parameters again, a collective in the backward), the
+// arena is the one fit plans for the same flags, and the least arena (optimal) is smaller than
+// without checkpointing.
+TEST(DataParallelCheckpointing, EveryStageAndStrategyEndsWithTheSameParametersInTheArenaFitPlans) {
+  // Sequences long enough for activations, not the optimizer's state, to set the peak.
+  const Model gpt{"gpt", "--model gpt --batch 8 --seq 64 --vocab 96", "--steps 2", true};
+  for (const Model& m : {gpt, kCnn}) {
+    for (int zero : {0, 2, 3}) {
+      const std::string dp = std::string(m.shape) + " --zero " + std::to_string(zero);
+      const nlohmann::json plain = train_json(mpirun(2), dp + " " + m.flags + data_flag(m));
+      for (const char* strategy : {"sqrt", "optimal"}) {
+        SCOPED_TRACE(std::string(m.name) + " zero " + std::to_string(zero) + " --checkpoint " + strategy);
+        const std::string args = dp + " --checkpoint " + strategy;
+        const nlohmann::json out = train_json(mpirun(2), args + " " + m.flags + data_flag(m));
+        ASSERT_EQ(out["ranks"].size(), 2u) << out.dump();
+        EXPECT_EQ(out["params_sha256"], plain["params_sha256"]) << "recomputation changed the result";
+        ASSERT_TRUE(out.contains("checkpoint")) << out.dump();
+        EXPECT_GT(out["checkpoint"]["recompute_ops"].get<int>(), 0);
+        // optimal (no budget: the least arena) saves; sqrt's evenly spaced segments need not here
+        // (the loss's all-reduce adds stages to the chain, and a segment then spans both layers).
+        if (std::string(strategy) == "optimal") {
+          EXPECT_LT(out["arena_bytes"].get<std::int64_t>(), plain["arena_bytes"].get<std::int64_t>());
+        } else {
+          EXPECT_LE(out["arena_bytes"].get<std::int64_t>(), plain["arena_bytes"].get<std::int64_t>());
+        }
+        for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+        if (std::string(strategy) == "sqrt") {  // budget-free: fit plans the same step
+          const auto fit_run = run_cli("fit " + args + " --devices 2 --device cpu --device-memory 1TiB --json", false);
+          ASSERT_EQ(fit_run.exit_code, 0) << fit_run.output;
+          const nlohmann::json fit = nlohmann::json::parse(fit_run.output);
+          for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
+        }
+      }
+    }
+  }
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;

@@ -192,10 +192,6 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
   planner::FitQuestion question;
   question.step = step.value();
   if (flags.devices > 1) {
-    if (flags.checkpoint_given) {
-      return Error{"--checkpoint does not apply to a data-parallel step (--devices " + std::to_string(flags.devices) +
-                   "); drop one of them"};
-    }
     // Without --batch, the model's default batch need not divide among the devices: the first
     // global batch is then one sample per device (what --max-batch starts from anyway).
     if (flags.model.batch == 0 && question.step.batch % flags.devices != 0) question.step.batch = flags.devices;
@@ -215,7 +211,7 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
   if (Status s = apply_checkpoint_flags(strategy_only, question.request); !s) return s.error();
   question.find_minimum_arena = flags.minimum;
   if (flags.max_batch) {
-    question.max_batch_strategies = flags.checkpoint_given || flags.devices > 1
+    question.max_batch_strategies = flags.checkpoint_given
                                         ? std::vector<planner::CheckpointStrategy>{question.request.checkpoint}
                                         : std::vector<planner::CheckpointStrategy>{planner::CheckpointStrategy::kNone,
                                                                                    planner::CheckpointStrategy::kSqrt,

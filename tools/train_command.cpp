@@ -249,11 +249,12 @@ void print_report(const train::TrainReport& r) {
   std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.first_step + s.steps), r.epochs,
               s.total_seconds);
   if (!spec.checkpoints.dir.empty()) {
-    std::string steps;
-    for (const train::SaveRecord& c : r.checkpoints_saved) steps += (steps.empty() ? "" : ", ") + std::to_string(c.step);
-    std::printf("checkpoints      %s: %s%s; saved after step %s (the newest %d kept; snapshots take %s of host memory)\n",
+    const std::size_t saves = r.checkpoints_saved.size();
+    const std::string saved = saves == 0 ? "no save" : std::to_string(saves) + (saves == 1 ? " save" : " saves") +
+                                                        ", the last after step " + std::to_string(r.checkpoints_saved.back().step);
+    std::printf("checkpoints      %s: %s%s; %s (the newest %d kept; snapshots take %s of host memory)\n",
                 spec.checkpoints.dir.c_str(), r.resumed_checkpoint.empty() ? "started afresh" : "resumed from ",
-                r.resumed_checkpoint.c_str(), steps.empty() ? "none" : steps.c_str(), spec.checkpoints.keep,
+                r.resumed_checkpoint.c_str(), saved.c_str(), spec.checkpoints.keep,
                 format_bytes(r.checkpoint_snapshot_bytes).c_str());
   }
   std::printf("final loss       %.4f\n", s.final_loss);

@@ -277,8 +277,10 @@ class CheckpointedRun {
     return e;
   }
 
-  void fill(TrainReport& report) const {
+  void fill(TrainReport& report, const runtime::Executor& executor) const {
     report.resumed_checkpoint = resumed_;
+    // fp16 loss scaling: the steps skipped over the whole run, its resumed part included.
+    report.summary.skipped_steps = executor.skipped_steps();
     report.checkpoints_saved = checkpointer_.saved();
     report.checkpoint_snapshot_bytes = checkpointer_.snapshot_bytes();
   }
@@ -486,7 +488,7 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.ranks = gather_rank_memory(executor, *comm);
   report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3
   report.summary = std::move(summary).value();
-  if (checkpoints) checkpoints->fill(report);
+  if (checkpoints) checkpoints->fill(report, executor);
   if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;
   report.device_allocations_during_steps = executor.device_allocations_during_steps();
   report.device_bytes_at_setup = executor.device_bytes_at_setup();
