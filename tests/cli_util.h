@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,10 @@ struct SignalPlan {
   int signal = 0;
   std::string after_output;
   double after_s = 0.0;
+  // Called with the child's pid instead of sending it `signal` (to signal other processes).
+  std::function<void(pid_t)> action;
+  // When set, checked instead of after_output (a file the run writes, say).
+  std::function<bool()> when;
 };
 
 // Runs `argv` (argv[0] the program's path) as a child process; see MeasuredRun.
@@ -123,9 +128,14 @@ inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double 
     reaped = ::wait4(pid, &status, WNOHANG, &usage) == pid;
     const auto now = std::chrono::steady_clock::now();
     if (!reaped && !signalled) {
-      if (!seen && r.output.find(plan.after_output) != std::string::npos) seen = now;
+      const bool ready = plan.when ? plan.when() : r.output.find(plan.after_output) != std::string::npos;
+      if (!seen && ready) seen = now;
       if (seen && std::chrono::duration<double>(now - *seen).count() >= plan.after_s) {
-        ::kill(pid, plan.signal);
+        if (plan.action) {
+          plan.action(pid);
+        } else {
+          ::kill(pid, plan.signal);
+        }
         signalled = true;
       }
     }
