@@ -45,6 +45,14 @@ ssize_t write_some(int fd, const char* data, std::size_t n, long long disk_full_
 
 }  // namespace
 
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
 Status write_file_atomically(const std::string& path, std::string_view bytes) {
   const std::string_view pieces[] = {bytes};
   return write_file_atomically(path, pieces);
@@ -108,12 +116,7 @@ Status write_file_atomically(const std::string& path, std::span<const std::strin
     std::remove(tmpl.c_str());
     return Error{path + ": cannot rename the temporary file into place: " + std::strerror(failure)};
   }
-  // Make the rename itself durable.
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  sync_directory(dir.string());  // the rename itself durable
   return Status::success();
 }
 

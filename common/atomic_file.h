@@ -23,4 +23,9 @@ Status write_file_atomically(const std::string& path, std::string_view bytes);
 // The same for a file made of `pieces` one after another (a header and data held apart).
 Status write_file_atomically(const std::string& path, std::span<const std::string_view> pieces);
 
+// Makes the renames and removals already done inside folder `dir` durable (fsync of the folder);
+// best effort: a folder that cannot be opened is left as it is.
+void sync_directory(const std::string& dir);
+
+
 }  // namespace memplan

@@ -1,6 +1,5 @@
 #include "memplan/train/checkpoints.h"
 
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -62,21 +61,6 @@ std::vector<std::pair<std::int64_t, fs::path>> checkpoint_folders(const fs::path
   return out;
 }
 
-// Makes a rename or removal inside `dir` durable.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-std::string sha256_hex(const std::string& bytes) {
-  Sha256 sha;
-  sha.update(bytes.data(), bytes.size());
-  return sha.finish_hex();
-}
-
 // 32 hex digits of a SHA-256 as 4 int64 (for a gather) and back.
 std::vector<std::int64_t> hex_words(const std::string& hex) {
   std::vector<std::int64_t> words;
@@ -93,14 +77,6 @@ std::string words_hex(const std::int64_t* words) {
   return hex;
 }
 
-Result<std::string> read_small_file(const fs::path& path, Bytes max_bytes, std::string_view what) {
-  auto file = InputFile::open(path.string(), max_bytes, what);
-  if (!file) return file.error();
-  std::string bytes;
-  if (Status s = file.value().read_exact(static_cast<std::size_t>(file.value().size()), bytes); !s) return s.error();
-  return bytes;
-}
-
 struct Manifest {
   std::int64_t step = 0;
   int world = 0;
@@ -109,7 +85,7 @@ struct Manifest {
 };
 
 Result<Manifest> read_manifest(const fs::path& folder) {
-  auto bytes = read_small_file(folder / kManifestName, kMaxManifestBytes, "checkpoint manifest");
+  auto bytes = read_regular_file((folder / kManifestName).string(), kMaxManifestBytes, "checkpoint manifest");
   if (!bytes) return bytes.error();
   Manifest m;
   try {
@@ -157,7 +133,7 @@ Result<ResumePoint> read_shard(const Manifest& m, const fs::path& folder, int ra
   point.dir = folder.string();
   point.step = m.step;
   point.shard_path = (folder / file).string();
-  auto bytes = read_small_file(point.shard_path, runtime::kMaxWeightsFileBytes, "checkpoint shard");
+  auto bytes = read_regular_file(point.shard_path, runtime::kMaxWeightsFileBytes, "checkpoint shard");
   if (!bytes) return bytes.error();
   const std::string& got = bytes.value();
   if (static_cast<Bytes>(got.size()) != expected.bytes) {
@@ -168,7 +144,7 @@ Result<ResumePoint> read_shard(const Manifest& m, const fs::path& folder, int ra
   // against it as the file is parsed.
   std::uint64_t header = 0;
   for (int i = 7; i >= 0 && got.size() >= 8; --i) header = (header << 8) | static_cast<unsigned char>(got[static_cast<std::size_t>(i)]);
-  if (got.size() < 8 || header > got.size() - 8 || sha256_hex(got.substr(0, 8 + header)) != expected.header_sha256) {
+  if (got.size() < 8 || header > got.size() - 8 || sha256_hex(got.data(), 8 + header) != expected.header_sha256) {
     return Error{point.shard_path + ": its header differs from the manifest's SHA-256 (corrupted)"};
   }
   auto parsed = runtime::parse_weights_file(std::move(bytes).value(), point.shard_path);
@@ -286,7 +262,7 @@ Status Checkpointer::start(const runtime::Executor& executor, std::int64_t step)
       const std::string_view pieces[] = {header.value(), snapshot.data};
       written = write_file_atomically(path, pieces);
       digest_.bytes = static_cast<Bytes>(header.value().size() + snapshot.data.size());
-      digest_.header_sha256 = sha256_hex(header.value());
+      digest_.header_sha256 = sha256_hex(header.value().data(), header.value().size());
       current_.bytes = digest_.bytes;
     }
     current_.write_seconds = seconds_since(w0);
@@ -360,7 +336,7 @@ Status Checkpointer::commit() {
       fs::remove_all(current_.dir, ec);  // a checkpoint of the same step passed over as corrupt
       fs::rename(folder, current_.dir, ec);
       if (ec) s = Error{folder + ": cannot rename it to " + current_.dir + ": " + ec.message()};
-      else fsync_dir(options_.dir);
+      else sync_directory(options_.dir);
     }
     if (!s) {
       ok = 0;
@@ -403,7 +379,7 @@ void Checkpointer::prune() const {
     std::error_code ec;
     fs::remove_all(complete[i].second, ec);
   }
-  fsync_dir(options_.dir);
+  sync_directory(options_.dir);
 }
 
 bool Checkpointer::any_rank(bool mine) {
