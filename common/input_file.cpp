@@ -10,6 +10,8 @@
 #include <cstring>
 #include <utility>
 
+#include "memplan/common/memory_files.h"
+
 namespace memplan {
 namespace {
 
@@ -43,16 +45,18 @@ std::string describe_bytes(Bytes bytes) {
 
 Result<InputFile> InputFile::open(const std::string& path, Bytes max_bytes, std::string_view what) {
   const std::string quoted = "'" + path + "'";
+  // An input handed over in memory (common/memory_files.h) is opened under its name.
+  const std::string opened = memory_input_path(path).value_or(path);
   // stat first: it has no side effects on devices, and a named pipe is refused before open().
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (::stat(opened.c_str(), &st) != 0) {
     return Error{"cannot open " + std::string(what) + " " + quoted + ": " + std::strerror(errno)};
   }
   if (!S_ISREG(st.st_mode)) {
     return Error{quoted + " is " + kind_of(st.st_mode) + "; a " + std::string(what) + " must be a regular file"};
   }
   // O_NONBLOCK: should the path be swapped for a pipe after the stat, open() still returns at once.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(opened.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Error{"cannot open " + std::string(what) + " " + quoted + ": " + std::strerror(errno)};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "memplan/common/cancellation.h"
 #include "memplan/planner/allocation_problem.h"
 
 namespace memplan::planner::exact_search {
@@ -71,6 +72,10 @@ class Budget {
       limit_reached_ = "time limit";
       return true;
     }
+    if (cancellation_requested()) {
+      limit_reached_ = "cancelled";
+      return true;
+    }
     return false;
   }
   std::int64_t nodes() const { return nodes_; }
@@ -82,6 +87,11 @@ class Budget {
     if (phase_deadline_ && Clock::now() >= *phase_deadline_) {
       exhausted_ = true;
       limit_reached_ = "time limit";
+    }
+    // A search may run on a worker thread, so a cancellation stops it as a limit would.
+    if (cancellation_requested()) {
+      exhausted_ = true;
+      limit_reached_ = "cancelled";
     }
   }
 

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "memplan/common/cancellation.h"
 #include "memplan/graph/data_parallel.h"
 #include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
@@ -84,6 +85,7 @@ Result<graph::Graph> build_step(const StepDescription& step) {
 }  // namespace
 
 Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request) {
+  throw_if_cancelled();
   auto built = build_step(step);
   if (!built) return built.error();
   const PlanOptions options = request.plan_options();

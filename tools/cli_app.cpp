@@ -1,9 +1,13 @@
 #include "tools/cli_app.h"
 
+#include <chrono>
 #include <exception>
 #include <iostream>
+#include <mutex>
+#include <sstream>
 #include <string>
 
+#include "memplan/common/cancellation.h"
 #include "memplan/common/check.h"
 
 namespace memplan::tools {
@@ -49,6 +53,9 @@ int CliApp::run() {
     for (const Command& command : commands_) {
       if (command.app->parsed()) return command.run();
     }
+  } catch (const memplan::Cancelled&) {
+    std::cerr << "memplan: stopped on request\n";
+    return kExitCancelled;
   } catch (const memplan::InternalError& e) {
     std::cerr << "memplan: internal error (please report): " << e.what() << "\n";
     return 3;
@@ -63,6 +70,37 @@ int run_cli(int argc, const char* const* argv) {
   CliApp cli;
   if (std::optional<int> code = cli.parse(argc, argv)) return *code;
   return cli.run();
+}
+
+CapturedRun run_cli_captured(const std::vector<std::string>& args) {
+  static std::mutex one_at_a_time;
+  std::lock_guard lock(one_at_a_time);
+  std::vector<const char*> argv = {"memplan"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  // Restores the streams however the run ends.
+  struct Swap {
+    std::streambuf* cout_buf;
+    std::streambuf* cerr_buf;
+    ~Swap() {
+      std::cout.rdbuf(cout_buf);
+      std::cerr.rdbuf(cerr_buf);
+    }
+  } swap{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf())};
+  CapturedRun run;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    CliApp cli;
+    std::optional<int> code = cli.parse(static_cast<int>(argv.size()), argv.data());
+    run.exit_code = code ? *code : cli.run();
+  } catch (const std::exception& e) {  // CliApp::run catches what commands throw; this is CLI11's setup
+    err << "memplan: " << e.what() << "\n";
+    run.exit_code = kExitFailure;
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.out = out.str();
+  run.err = err.str();
+  return run;
 }
 
 }  // namespace memplan::tools

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -33,5 +34,17 @@ class CliApp {
 
 // parse() then run(): what main() does.
 int run_cli(int argc, const char* const* argv);
+
+// A command run in-process, its standard output and error kept rather than printed: the Python
+// package runs the CLI's own flags, errors and JSON this way. One such run at a time in a process
+// (std::cout and std::cerr are swapped for the run's buffers; a lock keeps runs apart).
+struct CapturedRun {
+  int exit_code = 0;   // as the CLI's (commands.h), kExitCancelled when stopped on request
+  std::string out;     // what the command wrote to standard output
+  std::string err;     // and to standard error
+  double seconds = 0;  // the command itself, from parsing its flags to its last output
+};
+// `args` are the command line without the program name ("fit", "--model", "gpt2", ...).
+CapturedRun run_cli_captured(const std::vector<std::string>& args);
 
 }  // namespace memplan::tools

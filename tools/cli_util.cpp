@@ -4,12 +4,14 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
+#include "memplan/common/memory_files.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/import/onnx_source.h"
 #include "memplan/models/model_source.h"
@@ -375,6 +377,22 @@ CLI::Validator byte_size(bool allow_zero) {
       allow_zero ? "SIZE|0" : "SIZE");
 }
 
+void print_out(const char* format, ...) {
+  std::va_list args;
+  va_start(args, format);
+  std::va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  if (n > 0) {
+    std::string text(static_cast<std::size_t>(n) + 1, '\0');
+    std::vsnprintf(text.data(), text.size(), format, args);
+    text.pop_back();
+    std::cout << text;
+  }
+  va_end(args);
+}
+
 Progress::Progress(std::string label, std::int64_t total, bool enabled)
     : label_(std::move(label)), total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
 
@@ -407,6 +425,7 @@ void Progress::finish(const std::string& detail) {
 }
 
 bool write_report_file(std::string_view command, const std::string& path, std::string_view bytes) {
+  if (write_memory_output(path, bytes)) return true;  // a report an in-process caller reads back
   if (Status s = write_file_atomically(path, bytes); !s) {
     std::cerr << "memplan " << command << ": cannot write " << s.error().message << "\n";
     return false;

@@ -140,6 +140,10 @@ std::string checkpoint_line(const planner::CheckpointOutcome& outcome);
 bool write_report_file(std::string_view command, const std::string& path, std::string_view bytes);
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 
+// printf to the command's standard output. Commands write through std::cout only (this included),
+// so a caller running a command in-process (run_cli_captured, the Python package) keeps all of it.
+void print_out(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {
  public:

@@ -27,5 +27,6 @@ Command add_generate_command(CLI::App& root);
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitCancelled = 130;  // stopped on request (common/cancellation.h), as a shell reports SIGINT
 
 }  // namespace memplan::tools

@@ -40,17 +40,6 @@ struct CompareFlags {
   std::string trace_json;
 };
 
-int color_of(graph::Role role) {
-  switch (role) {
-    case graph::Role::parameter:
-    case graph::Role::optimizer_state: return 0;
-    case graph::Role::activation:
-    case graph::Role::input: return 1;
-    case graph::Role::gradient: return 2;
-    default: return 3;
-  }
-}
-
 struct Variant {
   std::string name;
   runtime::ReplayResult result;
@@ -85,22 +74,9 @@ LayoutPanel dynamic_panel(const std::string& title, const planner::MemoryPlan& p
     const Bytes y = locate(p.address);
     if (y < 0) continue;
     const double t0 = b.persistent ? 0 : b.first_op, t1 = b.persistent ? panel.t_max : b.last_op + 1;
-    panel.rects.push_back({t0, t1, y, y + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")", color_of(b.role)});
+    panel.rects.push_back({t0, t1, y, y + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")", layout_color(b.role)});
   }
   panel.lines.push_back({r.peak_reserved_bytes, "reserved peak " + format_bytes(r.peak_reserved_bytes)});
-  return panel;
-}
-
-LayoutPanel static_panel(const planner::MemoryPlan& plan) {
-  LayoutPanel panel;
-  panel.title = "memplan static plan (one arena)";
-  panel.t_max = double(plan.schedule.size());
-  for (const planner::PlannedBuffer& b : plan.buffers) {
-    const double t0 = b.persistent ? 0 : b.first_op, t1 = b.persistent ? panel.t_max : b.last_op + 1;
-    panel.rects.push_back({t0, t1, b.offset, b.offset + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")",
-                           color_of(b.role)});
-  }
-  panel.lines.push_back({plan.arena_bytes, "arena " + format_bytes(plan.arena_bytes)});
   return panel;
 }
 
@@ -207,7 +183,7 @@ nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
 bool write_compare_files(const CompareFlags& flags, const Comparison& c, const nlohmann::json& j) {
   const planner::MemoryPlan& plan = c.planned.plan;
   if (!flags.svg.empty()) {
-    std::vector<LayoutPanel> panels = {static_panel(plan)};
+    std::vector<LayoutPanel> panels = {planned_layout_panel(plan)};
     for (const Variant& v : c.variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
@@ -218,7 +194,7 @@ bool write_compare_files(const CompareFlags& flags, const Comparison& c, const n
     }
   }
   if (!flags.html.empty()) {
-    std::vector<LayoutPanel> panels = {static_panel(plan)};
+    std::vector<LayoutPanel> panels = {planned_layout_panel(plan)};
     for (const Variant& v : c.variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
@@ -243,41 +219,41 @@ bool write_compare_files(const CompareFlags& flags, const Comparison& c, const n
 
 void print_compare(const CompareFlags& flags, const Comparison& c) {
   const planner::MemoryPlan& plan = c.planned.plan;
-  std::printf("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
+  print_out("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
               flags.model.display_name().c_str(), static_cast<long long>(c.batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
               flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(c.capacity)).c_str());
-  std::printf("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",
+  print_out("%-40s %14s %14s %14s %14s %10s\n", "", "reserved peak", "allocated*", "fragmentation", "inactive split",
               "allocs/step");
-  std::printf("%-40s %14s\n", "lower bound (peak of live bytes)", format_bytes(plan.lower_bound_bytes).c_str());
-  std::printf("%-40s %14s %14s %14s %14s %10s\n", "memplan planned arena", format_bytes(plan.arena_bytes).c_str(),
+  print_out("%-40s %14s\n", "lower bound (peak of live bytes)", format_bytes(plan.lower_bound_bytes).c_str());
+  print_out("%-40s %14s %14s %14s %14s %10s\n", "memplan planned arena", format_bytes(plan.arena_bytes).c_str(),
               "-", "0 B", "0 B", "0");
   for (const Variant& v : c.variants) {
     const auto& r = v.result;
     if (r.out_of_memory) {
-      std::printf("%-40s OUT OF MEMORY in step %lld at op %s, allocating '%s'\n", v.name.c_str(),
+      print_out("%-40s OUT OF MEMORY in step %lld at op %s, allocating '%s'\n", v.name.c_str(),
                   static_cast<long long>(r.oom_step), op_name(c, r.oom_op).c_str(), r.oom_tensor.c_str());
-      std::printf("    %s\n", r.oom_message.c_str());
+      print_out("    %s\n", r.oom_message.c_str());
       continue;
     }
-    std::printf("%-40s %14s %14s %14s %14s %10lld\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
+    print_out("%-40s %14s %14s %14s %14s %10lld\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
                 format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
                 static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
   }
-  std::printf("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
+  print_out("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
               "  inactive split = free blocks inside split segments then; allocs/step = device allocations in the\n"
               "  last (steady-state) step. planned: one allocation at setup, none per step.\n");
   if (!c.plan_fits) {
-    std::printf("\nplanned arena: OUT OF MEMORY at setup: it needs %s, the budget is %s\n",
+    print_out("\nplanned arena: OUT OF MEMORY at setup: it needs %s, the budget is %s\n",
                 format_bytes(plan.arena_bytes).c_str(), format_bytes(c.capacity).c_str());
   }
-  if (!flags.svg.empty()) std::printf("\nwrote %s\n", flags.svg.c_str());
-  if (!flags.html.empty()) std::printf("wrote %s\n", flags.html.c_str());
-  if (!flags.trace_json.empty()) std::printf("wrote %s\n", flags.trace_json.c_str());
-  if (!flags.snapshot.empty()) std::printf("wrote %s (open it at pytorch.org/memory_viz)\n", flags.snapshot.c_str());
+  if (!flags.svg.empty()) print_out("\nwrote %s\n", flags.svg.c_str());
+  if (!flags.html.empty()) print_out("wrote %s\n", flags.html.c_str());
+  if (!flags.trace_json.empty()) print_out("wrote %s\n", flags.trace_json.c_str());
+  if (!flags.snapshot.empty()) print_out("wrote %s (open it at pytorch.org/memory_viz)\n", flags.snapshot.c_str());
 }
 
 int run_compare(const CompareFlags& flags) {

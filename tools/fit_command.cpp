@@ -147,12 +147,12 @@ int run_fit_serve(const FitFlags& flags) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%s serving sequences of %lld positions, weights %s, KV cache %s, on %s with %s of memory\n\n",
+  print_out("%s serving sequences of %lld positions, weights %s, KV cache %s, on %s with %s of memory\n\n",
               flags.model.model.c_str(), static_cast<long long>(a.seq), std::string(graph::dtype_name(flags.model.dtype)).c_str(),
               std::string(graph::dtype_name(q.kv_dtype)).c_str(), std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(q.device_memory).c_str());
   auto row = [](const std::string& label, Bytes bytes) {
-    std::printf("  %-40s %14s  %16lld B\n", label.c_str(), format_bytes(bytes).c_str(), static_cast<long long>(bytes));
+    print_out("  %-40s %14s  %16lld B\n", label.c_str(), format_bytes(bytes).c_str(), static_cast<long long>(bytes));
   };
   row("weights", a.weights_bytes);
   row("decode step activations + workspace", a.decode_arena_bytes - a.weights_bytes);
@@ -160,11 +160,11 @@ int run_fit_serve(const FitFlags& flags) {
   row("KV cache (" + std::to_string(a.max_sequences) + " x " + std::to_string(a.seq) + " positions)", a.kv_bytes);
   row("runtime overhead", a.runtime_overhead_bytes);
   row("total", a.total_bytes);
-  std::printf("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
+  print_out("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
               format_bytes(a.kv_bytes_per_sequence).c_str());
-  std::printf("  contiguous: at most %lld concurrent sequences of %lld positions\n", static_cast<long long>(a.max_sequences),
+  print_out("  contiguous: at most %lld concurrent sequences of %lld positions\n", static_cast<long long>(a.max_sequences),
               static_cast<long long>(a.seq));
-  std::printf("  paged: %lld KV blocks of %lld positions (%s each) beside the same decode step: %lld full-length sequences, "
+  print_out("  paged: %lld KV blocks of %lld positions (%s each) beside the same decode step: %lld full-length sequences, "
               "more when they are shorter\n",
               static_cast<long long>(a.kv_blocks), static_cast<long long>(q.block_size), format_bytes(a.kv_block_bytes).c_str(),
               static_cast<long long>(a.paged_sequences));
@@ -286,18 +286,18 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
                const std::string& suggestion) {
   const planner::FitBreakdown& b = a.breakdown;
   const std::int64_t batch = question.step.batch;
-  std::printf("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.display_name().c_str(),
+  print_out("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.display_name().c_str(),
               static_cast<long long>(a.planned.parameter_count()), static_cast<long long>(batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(),
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(a.device_memory).c_str(), a.fits ? "FITS" : "DOES NOT FIT");
   if (flags.devices > 1) {
-    std::printf("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
+    print_out("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
                 flags.devices, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / flags.devices));
   }
   auto row = [](const char* label, Bytes bytes) {
-    std::printf("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
+    print_out("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
   };
   row("parameters", b.parameters);
   row("gradients (at the peak)", b.gradients_at_peak);
@@ -305,7 +305,7 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("optimizer state", b.optimizer_state);
   row("activations (at the peak)", b.activations_at_peak);
   for (const planner::NamedBytes& g : top_activation_groups(a)) {
-    std::printf("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
+    print_out("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
   }
   if (flags.devices > 1) row("communication (at the peak)", b.communication_at_peak);
   // A 16-bit step's workspace holds the fp32 copies its widened ops compute in, after the
@@ -317,27 +317,27 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("arena (exact)", b.arena);
   for (const auto& item : a.overheads) row(("+ " + item.what).c_str(), item.bytes);
   row("total", b.total);
-  std::printf("  %-28s %14s\n", "headroom", a.headroom_bytes >= 0 ? format_bytes(a.headroom_bytes).c_str()
+  print_out("  %-28s %14s\n", "headroom", a.headroom_bytes >= 0 ? format_bytes(a.headroom_bytes).c_str()
                                                                   : ("-" + format_bytes(-a.headroom_bytes)).c_str());
-  std::printf("  host memory for train --save-dir: %s%s (the state's copy, written while training goes on)\n",
+  print_out("  host memory for train --save-dir: %s%s (the state's copy, written while training goes on)\n",
               format_bytes(b.host_snapshot).c_str(), flags.devices > 1 ? " per rank" : "");
   if (a.minimum) {
-    std::printf("  %-28s %14s  with --checkpoint %s\n", "least arena of any strategy", format_bytes(a.minimum->arena_bytes).c_str(),
+    print_out("  %-28s %14s  with --checkpoint %s\n", "least arena of any strategy", format_bytes(a.minimum->arena_bytes).c_str(),
                 strategy_name(a.minimum->strategy).c_str());
   }
   if (!a.max_batch.empty()) {
-    std::printf("\nlargest batch that fits (exact: it fits, one more does not)\n  %-12s", "checkpoint");
-    for (const auto& r : a.max_batch) std::printf(" %10s", strategy_name(r.strategy).c_str());
-    std::printf("\n  %-12s", "max batch");
-    for (const auto& r : a.max_batch) std::printf(" %10lld", static_cast<long long>(r.max_batch));
-    std::printf("\n  %-12s", "plans made");
-    for (const auto& r : a.max_batch) std::printf(" %10lld", static_cast<long long>(r.steps_planned));
-    std::printf("\n");
+    print_out("\nlargest batch that fits (exact: it fits, one more does not)\n  %-12s", "checkpoint");
+    for (const auto& r : a.max_batch) print_out(" %10s", strategy_name(r.strategy).c_str());
+    print_out("\n  %-12s", "max batch");
+    for (const auto& r : a.max_batch) print_out(" %10lld", static_cast<long long>(r.max_batch));
+    print_out("\n  %-12s", "plans made");
+    for (const auto& r : a.max_batch) print_out(" %10lld", static_cast<long long>(r.steps_planned));
+    print_out("\n");
   }
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
-    std::printf("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
+    print_out("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
   }
-  if (a.suggestion) std::printf("suggestion: %s\n", suggestion.c_str());
+  if (a.suggestion) print_out("suggestion: %s\n", suggestion.c_str());
 }
 
 int run_fit(const FitFlags& flags) {

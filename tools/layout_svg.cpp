@@ -145,6 +145,31 @@ void draw_panel(std::ostringstream& svg, const LayoutPanel& p, double x0, const 
 
 }  // namespace
 
+int layout_color(graph::Role role) {
+  switch (role) {
+    case graph::Role::parameter:
+    case graph::Role::optimizer_state: return 0;
+    case graph::Role::activation:
+    case graph::Role::input: return 1;
+    case graph::Role::gradient: return 2;
+    default: return 3;
+  }
+}
+
+LayoutPanel planned_layout_panel(const planner::MemoryPlan& plan) {
+  LayoutPanel panel;
+  panel.title = "memplan static plan (one arena)";
+  panel.t_max = double(plan.schedule.size());
+  for (const planner::PlannedBuffer& b : plan.buffers) {
+    const double t0 = b.persistent ? 0 : b.first_op, t1 = b.persistent ? panel.t_max : b.last_op + 1;
+    panel.rects.push_back({t0, t1, b.offset, b.offset + b.size_bytes, b.name + " (" + format_bytes(b.size_bytes) + ")",
+                           layout_color(b.role)});
+  }
+  panel.lines.push_back({plan.arena_bytes, "arena " + format_bytes(plan.arena_bytes)});
+  return panel;
+}
+
+
 std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "memplan/common/types.h"
+#include "memplan/graph/tensor.h"
+#include "memplan/planner/memory_plan.h"
 
 namespace memplan::tools {
 
@@ -31,6 +33,12 @@ struct LayoutPanel {
   std::vector<LayoutLine> lines;
   double t_max = 1;
 };
+
+// A tensor role's colour category (LayoutRect::color).
+int layout_color(graph::Role role);
+// A static plan's arena as a panel: every buffer over its lifetime (persistent ones over the whole
+// step) at its offset, and the arena's size.
+LayoutPanel planned_layout_panel(const planner::MemoryPlan& plan);
 
 // One SVG document with the panels side by side sharing the vertical (byte) scale.
 std::string render_layout_svg(const std::string& title, const std::vector<LayoutPanel>& panels);

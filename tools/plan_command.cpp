@@ -17,6 +17,7 @@
 #include "memplan/planner/minimalloc_csv.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/layout_svg.h"
 #include "tools/memory_report.h"
 #include "tools/profile_report.h"
 #include "memplan/runtime/devices.h"
@@ -34,6 +35,7 @@ struct PlanFlags {
   double time_limit_s = 0.0;
   bool json = false;
   std::string out;
+  std::string svg;
   bool profile = false;
   CheckpointFlags checkpoint;
 };
@@ -104,17 +106,22 @@ int run_plan(const PlanFlags& flags) {
       return kExitFailure;
     }
   }
+  if (!flags.svg.empty()) {
+    const std::string title = flags.model.display_name() + ", batch " + std::to_string(step.value().batch) + ": the planned arena";
+    if (!write_report_file("plan", flags.svg, render_layout_svg(title, {planned_layout_panel(plan)}))) return kExitFailure;
+  }
   if (flags.json) {
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
+    print_out("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
                 static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(), graph.num_ops(),
                 plan.buffers.size());
-    std::fputs(buffer_table(plan).c_str(), stdout);
-    std::printf("\n%s", memory_summary(graph, plan).c_str());
-    if (checkpoint) std::printf("%s\n", checkpoint_line(*checkpoint).c_str());
-    if (profile) std::printf("\n%s", profile_text(*profile).c_str());
-    if (!flags.out.empty()) std::printf("\nwrote %s\n", flags.out.c_str());
+    std::cout << buffer_table(plan);
+    print_out("\n%s", memory_summary(graph, plan).c_str());
+    if (checkpoint) print_out("%s\n", checkpoint_line(*checkpoint).c_str());
+    if (profile) print_out("\n%s", profile_text(*profile).c_str());
+    if (!flags.out.empty()) print_out("\nwrote %s\n", flags.out.c_str());
+    if (!flags.svg.empty()) print_out("%swrote %s\n", flags.out.empty() ? "\n" : "", flags.svg.c_str());
   }
   return kExitOk;
 }
@@ -144,6 +151,8 @@ Command add_plan_command(CLI::App& root) {
       ->capture_default_str();
   app->add_flag("--json", flags->json, "Print the plan as JSON (totals and every buffer)");
   app->add_option("--out", flags->out, "Also write the JSON plan to this file (atomically)");
+  app->add_option("--svg", flags->svg,
+                  "Also write a picture of the arena (SVG): every tensor at its offset over its lifetime");
   app->add_flag("--profile", flags->profile,
                 "Also run the planned step on --device with random inputs (one warm-up step, then one timed step) "
                 "and show where its time goes: per op kind, share, GFLOP/s, the five slowest ops (JSON: \"profile\")");

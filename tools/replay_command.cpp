@@ -114,19 +114,19 @@ std::string percent(double v) {
 }
 
 void print_table(const std::string& input, const trace::SnapshotReplay& r) {
-  std::printf("%s: device %d, %lld events (%lld allocations, %lld frees), %lld stream%s\n", input.c_str(), r.device,
+  print_out("%s: device %d, %lld events (%lld allocations, %lld frees), %lld stream%s\n", input.c_str(), r.device,
               static_cast<long long>(r.events), static_cast<long long>(r.allocs), static_cast<long long>(r.frees),
               static_cast<long long>(r.streams), r.streams == 1 ? "" : "s");
-  std::printf("start state: %zu segments (%s reserved) and %lld live blocks (%s) existed before the first event\n",
+  print_out("start state: %zu segments (%s reserved) and %lld live blocks (%s) existed before the first event\n",
               r.start.segments.size(), format_bytes(r.start.reserved_bytes).c_str(), static_cast<long long>(r.start.live_blocks),
               format_bytes(r.start.live_bytes).c_str());
-  for (const auto& u : r.start.unrecovered) std::printf("  not in the file: %s\n", u.c_str());
-  std::printf("\n%-40s %24s %24s %24s %9s\n", "", "reserved peak", "allocated*", "fragmentation*", "segments");
-  std::printf("%-40s %24s\n", "lower bound (peak of live bytes)", format_bytes(r.live_peak_bytes).c_str());
-  std::printf("%-40s %24s %24s %24s %9s\n", "memplan static plan (one arena)", format_bytes(r.planned_arena_bytes).c_str(), "-",
+  for (const auto& u : r.start.unrecovered) print_out("  not in the file: %s\n", u.c_str());
+  print_out("\n%-40s %24s %24s %24s %9s\n", "", "reserved peak", "allocated*", "fragmentation*", "segments");
+  print_out("%-40s %24s\n", "lower bound (peak of live bytes)", format_bytes(r.live_peak_bytes).c_str());
+  print_out("%-40s %24s %24s %24s %9s\n", "memplan static plan (one arena)", format_bytes(r.planned_arena_bytes).c_str(), "-",
               "0 B", "1");
   auto row = [](const std::string& name, const trace::AllocatorRun& run) {
-    std::printf("%-40s %24s %24s %24s %9zu\n", name.c_str(), format_bytes(run.reserved_peak_bytes).c_str(),
+    print_out("%-40s %24s %24s %24s %9zu\n", name.c_str(), format_bytes(run.reserved_peak_bytes).c_str(),
                 format_bytes(run.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(run.reserved_peak_bytes - run.allocated_at_reserved_peak_bytes).c_str(), run.segment_sizes.size());
   };
@@ -134,45 +134,45 @@ void print_table(const std::string& input, const trace::SnapshotReplay& r) {
   row("simulated caching allocator", r.simulated);
   row("simulated, expandable segments", r.expandable);
   if (r.alloc_conf) row("simulated, " + r.alloc_conf->name.substr(2), *r.alloc_conf);
-  std::printf("\n* at the moment reserved memory peaked (the most allocated while it stood there); recorded:\n"
+  print_out("\n* at the moment reserved memory peaked (the most allocated while it stood there); recorded:\n"
               "  requested bytes; fragmentation = reserved - allocated. segments: device allocations during the\n"
               "  trace (page maps for expandable segments); the static plan allocates its arena once.\n");
 
   const auto& f = r.fidelity;
-  std::printf("\nfidelity: %zu segment allocations recorded, %zu simulated: %s; reserved peak %s\n",
+  print_out("\nfidelity: %zu segment allocations recorded, %zu simulated: %s; reserved peak %s\n",
               r.recorded.segment_sizes.size(), r.simulated.segment_sizes.size(),
               f.segment_sizes_match ? "same sizes in the same order" : "they differ",
               f.reserved_peak_matches ? "equal" : "differs");
-  std::printf("  %lld of %lld allocations at the recorded segment and offset (%s)\n", static_cast<long long>(f.placements_matched),
+  print_out("  %lld of %lld allocations at the recorded segment and offset (%s)\n", static_cast<long long>(f.placements_matched),
               static_cast<long long>(f.placements_compared), percent(f.placement_match_ratio).c_str());
   if (f.first_divergence) {
     const auto& d = *f.first_divergence;
-    std::printf("  first divergence: event %lld, %s%s: %s\n", static_cast<long long>(d.event), format_bytes(d.size).c_str(),
+    print_out("  first divergence: event %lld, %s%s: %s\n", static_cast<long long>(d.event), format_bytes(d.size).c_str(),
                 d.site.empty() ? "" : (" at " + d.site).c_str(), d.what.c_str());
   } else {
-    std::printf("  no divergence\n");
+    print_out("  no divergence\n");
   }
   const double ratio = r.live_peak_bytes > 0 ? double(r.planned_arena_bytes) / double(r.live_peak_bytes) : 1.0;
-  std::printf("\nstatic plan: %s, %.4fx the lower bound (%s); %s less than the recorded reserved peak\n",
+  print_out("\nstatic plan: %s, %.4fx the lower bound (%s); %s less than the recorded reserved peak\n",
               format_bytes(r.planned_arena_bytes).c_str(), ratio, std::string(planner::to_string(r.plan_status)).c_str(),
               format_bytes(r.recorded.reserved_peak_bytes - r.planned_arena_bytes).c_str());
   if (!r.top_sites.empty()) {
-    std::printf("\nwhere the memory went at the simulated reserved peak (event %lld):\n",
+    print_out("\nwhere the memory went at the simulated reserved peak (event %lld):\n",
                 static_cast<long long>(r.simulated.peak_moment_event));
-    std::printf("  %24s %24s %7s  %s\n", "live", "stranded beside", "blocks", "site (innermost user frame)");
+    print_out("  %24s %24s %7s  %s\n", "live", "stranded beside", "blocks", "site (innermost user frame)");
     for (const auto& s : r.top_sites) {
-      std::printf("  %24s %24s %7lld  %s\n", format_bytes(s.live_bytes).c_str(), format_bytes(s.stranded_bytes).c_str(),
+      print_out("  %24s %24s %7lld  %s\n", format_bytes(s.live_bytes).c_str(), format_bytes(s.stranded_bytes).c_str(),
                   static_cast<long long>(s.blocks), s.site.c_str());
     }
   }
   for (const auto& o : r.ooms) {
-    std::printf("\nout of memory at event %lld: %s requested, %s free on the device (capacity about %s); largest cached "
+    print_out("\nout of memory at event %lld: %s requested, %s free on the device (capacity about %s); largest cached "
                 "block %s\n  would have fit: cached block %s, expandable segments %s, static plan %s\n",
                 static_cast<long long>(o.event), format_bytes(o.requested_bytes).c_str(), format_bytes(o.device_free_bytes).c_str(),
                 format_bytes(o.capacity_bytes).c_str(), format_bytes(o.largest_free_block_bytes).c_str(),
                 o.fits_cached ? "yes" : "no", o.fits_expandable ? "yes" : "no", o.fits_static_plan ? "yes" : "no");
   }
-  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  for (const auto& n : r.notes) print_out("note: %s\n", n.c_str());
 }
 
 // Panels over event time: the static plan's offsets and the recorded addresses (segments stacked
@@ -322,8 +322,8 @@ int run_replay(const ReplayFlags& flags) {
     return kExitOk;
   }
   print_table(flags.input, r);
-  if (!flags.svg.empty()) std::printf("\nwrote %s\n", flags.svg.c_str());
-  if (!flags.html.empty()) std::printf("wrote %s\n", flags.html.c_str());
+  if (!flags.svg.empty()) print_out("\nwrote %s\n", flags.svg.c_str());
+  if (!flags.html.empty()) print_out("wrote %s\n", flags.html.c_str());
   return kExitOk;
 }
 

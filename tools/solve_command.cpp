@@ -14,7 +14,6 @@
 
 #include "memplan/planner/exact_solver.h"
 #include "tools/cli_util.h"
-#include "memplan/common/atomic_file.h"
 #include "memplan/planner/minimalloc_csv.h"
 #include "memplan/planner/validator.h"
 #include "tools/commands.h"
@@ -65,10 +64,7 @@ int run_solve(const SolveOptions& options) {
         std::cerr << "memplan solve: " << options.output_path << ": " << text.error().message << "\n";
         return kExitUsage;
       }
-      if (const Status written = write_file_atomically(options.output_path, text.value()); !written) {
-        std::cerr << "memplan solve: " << written.error().message << "\n";
-        return kExitUsage;
-      }
+      if (!write_report_file("solve", options.output_path, text.value())) return kExitUsage;
     }
   }
 

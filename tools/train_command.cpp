@@ -241,47 +241,47 @@ nlohmann::json report_json(const train::TrainReport& r) {
 void print_report(const train::TrainReport& r) {
   const train::TrainSpec& spec = r.spec;
   const runtime::TrainSummary& s = r.summary;
-  std::printf("model            %s (%s%s, lr %g%s, batch %lld, seed %llu)\n", spec.label().c_str(),
+  print_out("model            %s (%s%s, lr %g%s, batch %lld, seed %llu)\n", spec.label().c_str(),
               spec.dtype == graph::DType::f32 ? "" : (std::string(graph::dtype_name(spec.dtype)) + " mixed precision, ").c_str(),
               std::string(graph::optimizer_name(spec.optimizer.kind)).c_str(), double(spec.optimizer.lr),
               schedule_label(spec.schedule).c_str(), static_cast<long long>(spec.batch),
               static_cast<unsigned long long>(spec.seed));
-  std::printf("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.first_step + s.steps), r.epochs,
+  print_out("steps            %lld (%.2f epochs) in %.1f s\n", static_cast<long long>(s.first_step + s.steps), r.epochs,
               s.total_seconds);
   if (!spec.checkpoints.dir.empty()) {
     const std::size_t saves = r.checkpoints_saved.size();
     const std::string saved = saves == 0 ? "no save" : std::to_string(saves) + (saves == 1 ? " save" : " saves") +
                                                         ", the last after step " + std::to_string(r.checkpoints_saved.back().step);
-    std::printf("checkpoints      %s: %s%s; %s (the newest %d kept; snapshots take %s of host memory)\n",
+    print_out("checkpoints      %s: %s%s; %s (the newest %d kept; snapshots take %s of host memory)\n",
                 spec.checkpoints.dir.c_str(), r.resumed_checkpoint.empty() ? "started afresh" : "resumed from ",
                 r.resumed_checkpoint.c_str(), saved.c_str(), spec.checkpoints.keep,
                 format_bytes(r.checkpoint_snapshot_bytes).c_str());
   }
-  std::printf("final loss       %.4f\n", s.final_loss);
+  print_out("final loss       %.4f\n", s.final_loss);
   if (r.test) {
-    std::printf("test accuracy    %.2f%%  (test loss %.4f over %lld images)\n", 100.0 * r.test->accuracy, r.test->mean_loss,
+    print_out("test accuracy    %.2f%%  (test loss %.4f over %lld images)\n", 100.0 * r.test->accuracy, r.test->mean_loss,
                 static_cast<long long>(r.test->images));
   }
   if (r.validation) {
-    std::printf("val loss         %.4f nats/char over %lld characters (unigram entropy of the text %.4f)\n",
+    print_out("val loss         %.4f nats/char over %lld characters (unigram entropy of the text %.4f)\n",
                 r.validation->mean_loss, static_cast<long long>(r.validation->tokens), r.unigram_entropy);
   }
-  std::printf("step time        %.3f ms median, %s\n", s.step_time_ms_median, format_rate(r.samples_per_s, r.text_model).c_str());
-  std::printf("params sha256    %s\n", r.params_sha256.c_str());
+  print_out("step time        %.3f ms median, %s\n", s.step_time_ms_median, format_rate(r.samples_per_s, r.text_model).c_str());
+  print_out("params sha256    %s\n", r.params_sha256.c_str());
   if (spec.dtype == graph::DType::f16) {
-    std::printf("loss scale       %g after the last step; %lld of %lld steps skipped for overflowed fp16 gradients\n",
+    print_out("loss scale       %g after the last step; %lld of %lld steps skipped for overflowed fp16 gradients\n",
                 s.loss_scale, static_cast<long long>(s.skipped_steps), static_cast<long long>(s.steps));
   }
   for (const train::RankMemory& m : r.ranks) {
     if (r.world < 2) break;
-    std::printf("rank %d           arena %s, %lld device allocations during steps\n", m.rank,
+    print_out("rank %d           arena %s, %lld device allocations during steps\n", m.rank,
                 format_bytes(m.arena_bytes).c_str(), static_cast<long long>(m.device_allocations_during_steps));
   }
-  std::printf("device allocations during steps: %lld (%s mode)\n", static_cast<long long>(r.device_allocations_during_steps),
+  print_out("device allocations during steps: %lld (%s mode)\n", static_cast<long long>(r.device_allocations_during_steps),
               std::string(runtime::mode_name(spec.mode)).c_str());
-  if (r.plan) std::printf("\n%s", memory_summary(r.step, *r.plan).c_str());
-  if (r.checkpoint) std::printf("%s\n", checkpoint_line(*r.checkpoint).c_str());
-  if (r.profile) std::printf("\n%s", profile_text(*r.profile).c_str());
+  if (r.plan) print_out("\n%s", memory_summary(r.step, *r.plan).c_str());
+  if (r.checkpoint) print_out("%s\n", checkpoint_line(*r.checkpoint).c_str());
+  if (r.profile) print_out("\n%s", profile_text(*r.profile).c_str());
 }
 
 int run_train(const TrainFlags& flags) {
