@@ -40,4 +40,18 @@ output="$("$work/build/plan_mlp")" || { echo "install test: FAILED: plan_mlp exi
 echo "$output"
 [[ "$output" =~ ^arena_bytes\ [1-9][0-9]*$'\n'cuda_device_present\ [01]$'\n'train_spec_refused\ 1$ ]] ||
   { echo "install test: FAILED: unexpected output" >&2; exit 1; }
+# The Python package (when the build has it: MEMPLAN_PYTHON names the interpreter, MEMPLAN_PYTHON_DIR
+# its folder under the prefix): installed where that python3 looks under /usr/local, and it imports
+# and answers from the prefix alone.
+if [[ -n "${MEMPLAN_PYTHON:-}" ]]; then
+  site="$work/prefix/$MEMPLAN_PYTHON_DIR"
+  [[ -e "$site/memplan/__init__.py" && -e "$site/memplan/torch.py" ]] ||
+    { echo "install test: FAILED: the Python package is not under $site" >&2; exit 1; }
+  "$MEMPLAN_PYTHON" -c "import site, sys; sys.exit(0 if '/usr/local/$MEMPLAN_PYTHON_DIR' in site.getsitepackages() else 1)" ||
+    { echo "install test: FAILED: $MEMPLAN_PYTHON does not look in /usr/local/$MEMPLAN_PYTHON_DIR" >&2; exit 1; }
+  fits="$(cd "$work" && PYTHONPATH="$site" "$MEMPLAN_PYTHON" -c \
+    "import memplan; print(memplan.fit(model='mlp', device_memory='1GiB').fits, memplan.__file__)")"
+  [[ "$fits" == "True $site/memplan/__init__.py" ]] || { echo "install test: FAILED: import memplan gave '$fits'" >&2; exit 1; }
+  echo "python package: $fits"
+fi
 echo "install test: passed"
