@@ -129,6 +129,13 @@ class KilledRun : public ::testing::TestWithParam<KillCase> {};
 // Killed with SIGKILL at random moments (during setup, a step or a save) and restarted each time,
 // the run ends with the parameters of the run never stopped, bit for bit.
 TEST_P(KilledRun, EndsAsTheRunNeverStopped) {
+  // Under the sanitizers (each run there is 5-10x slower) two of the four cover their code: fp32
+  // (the plain save and resume) and bf16 with recomputation (16-bit state, the loss scaler,
+  // rewritten graphs). Every case runs in the normal build.
+  const std::string name = GetParam().name;
+  if (testing::kSanitized && name != "fp32" && name != "bf16_recompute") {
+    GTEST_SKIP() << "under the sanitizers only fp32 and bf16_recompute run; the normal build runs " << name;
+  }
   const std::vector<std::string> run = gpt_run(std::string("--steps 150 ") + GetParam().flags);
   const std::string expected = reference_sha(run);
   ASSERT_EQ(expected.size(), 64u);
@@ -353,7 +360,7 @@ std::vector<std::string> under_mpirun(int ranks, const std::vector<std::string>&
 // the run never stopped, and a different world size is refused.
 TEST(Checkpoints, TwoRanksUnderZero2StopKillAndResumeExactly) {
   // Long enough for the signal to land well before the end (under ASan the steps are slower).
-  const std::string steps = testing::kSanitized ? "600" : "1500";
+  const std::string steps = testing::kSanitized ? "250" : "1500";
   const std::vector<std::string> run = gpt_run("--steps " + steps + " --zero 2");
   const testing::MeasuredRun reference = testing::run_measured(under_mpirun(2, run), 300.0);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;

@@ -26,6 +26,7 @@ import copy as _copy
 import json as _json
 import os as _os
 import pickle as _pickle
+import warnings as _warnings
 
 from . import _memplan
 
@@ -98,6 +99,9 @@ def _run(args, inputs, outputs=()):
     code = r["exit_code"]
     if code == _memplan.exit_cancelled:
         raise KeyboardInterrupt(_message(r["err"]))
+    if code == 0 and r["err"].strip():
+        # What the CLI would have said on stderr beside its answer (notes, resumptions).
+        _warnings.warn(r["err"].strip(), RuntimeWarning, stacklevel=4)
     return r
 
 
