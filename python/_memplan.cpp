@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct Outcome {
 
 Outcome run_with_files(const std::vector<std::string>& args, const std::map<std::string, std::string>& inputs,
                        const std::vector<std::string>& outputs) {
+  // Calls from several Python threads take turns: the in-memory names ("<snapshot dict>") are the
+  // same for every call, and commands run one at a time in a process anyway.
+  static std::mutex one_call_at_a_time;
+  std::lock_guard lock(one_call_at_a_time);
   Outcome o;
   std::vector<memplan::ScopedMemoryInput> in;
   for (const auto& [name, bytes] : inputs) {

@@ -258,6 +258,27 @@ class Interrupts(unittest.TestCase):
         self.assertLess(stopped, 30.0)
         self.assertTrue(memplan.fit(model="mlp", device_memory="1GiB").fits)
 
+    def test_calls_from_several_threads_take_turns(self):
+        path = os.path.join(SNAPSHOTS, "fresh_protocol4.pickle")
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        expected = without_times(memplan.replay(snapshot).to_dict())
+        results, errors = [], []
+
+        def call():
+            try:
+                results.append(without_times(memplan.replay(snapshot).to_dict()))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(results, [expected] * 4)
+
     def test_the_gil_is_released_while_planning(self):
         done = threading.Event()
         ticks = []
