@@ -87,10 +87,12 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
     throw graph::GraphError("llama decode: slots, block size, pool blocks, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
-  if (C % NH != 0 || NH % NKV != 0 || (C / NH) % 2 != 0) {
-    throw graph::GraphError("llama: width must split into an even head size and heads into kv_heads groups");
+  if (config.head_dim < 0 || (config.head_dim == 0 && C % NH != 0) || NH % NKV != 0) {
+    throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
   }
-  const std::int64_t HD = C / NH, KW = graph::checked_mul(NKV, HD), MB = shape.table_width(T);
+  const std::int64_t HD = config.head_dim > 0 ? config.head_dim : C / NH;
+  if (HD % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  const std::int64_t QC = graph::checked_mul(NH, HD), KW = graph::checked_mul(NKV, HD), MB = shape.table_width(T);
   const graph::DType dt = config.dtype;
   graph::Graph g;
   graph::Builder b(g);
@@ -102,6 +104,13 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   auto norm = [&](TensorId x, const std::string& name) {
     return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
   };
+  // Qwen3's q_norm/k_norm: RMSNorm over each head's HD channels (as build_llama).
+  auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
+    if (!config.qk_norm) return x;
+    const TensorId rows = b.reshape(x, {graph::checked_mul(B, heads), HD}, name + ".rows");
+    return b.reshape(b.rms_norm(rows, b.parameter(name + ".weight", {HD}, ones, dt), name), {B, graph::checked_mul(heads, HD)},
+                     name + ".flat");
+  };
   const TensorId tokens = b.input("tokens", {B}, graph::DType::i32);
   const TensorId positions = b.input("positions", {B}, graph::DType::i32);
   const TensorId table = b.input("block_table", {B, MB}, graph::DType::i32);
@@ -111,15 +120,15 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
     const std::string n = "layers." + std::to_string(l);
     const std::string a = n + ".self_attn";
     const TensorId a_in = norm(h, n + ".input_layernorm");
-    const TensorId q = b.matmul(a_in, weight(a + ".q_proj", C, C), false, true, a + ".q");
-    const TensorId k = b.matmul(a_in, weight(a + ".k_proj", KW, C), false, true, a + ".k");
+    const TensorId q = head_norm(b.matmul(a_in, weight(a + ".q_proj", QC, C), false, true, a + ".q"), NH, a + ".q_norm");
+    const TensorId k = head_norm(b.matmul(a_in, weight(a + ".k_proj", KW, C), false, true, a + ".k"), NKV, a + ".k_norm");
     const TensorId v = b.matmul(a_in, weight(a + ".v_proj", KW, C), false, true, a + ".v");
     const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
     const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
     const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
                                           config.rope_base);
     b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base);
-    h = b.add(h, b.matmul(y, weight(a + ".o_proj", C, C), false, true, a + ".o"), n + ".residual1");
+    h = b.add(h, b.matmul(y, weight(a + ".o_proj", C, QC), false, true, a + ".o"), n + ".residual1");
     const std::string m = n + ".mlp";
     const TensorId m_in = norm(h, n + ".post_attention_layernorm");
     const TensorId gate = b.silu(b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate"), m + ".act");

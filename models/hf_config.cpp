@@ -22,7 +22,8 @@ struct TypeRow {
   HfFamily family;
 };
 constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},       {"llama", HfFamily::llama}, {"mistral", HfFamily::llama},
-                                   {"qwen2", HfFamily::llama},     {"bert", HfFamily::bert},   {"vit", HfFamily::vit}};
+                                   {"qwen2", HfFamily::llama},     {"qwen3", HfFamily::llama}, {"bert", HfFamily::bert},
+                                   {"vit", HfFamily::vit}};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -247,23 +248,25 @@ void read_llama(Fields& f, HfConfig& c) {
   // puts one on all four.
   l.qkv_bias = c.model_type == "qwen2" || attention_bias;
   l.o_bias = attention_bias;
-  check_heads(f, l.width, l.heads, "hidden_size");
+  // Qwen3 normalises each head's queries and keys (q_norm, k_norm), and its head size is its own
+  // setting (Qwen3-0.6B: 16 heads of 128 over a width of 1024).
+  l.qk_norm = c.model_type == "qwen3";
+  l.head_dim = f.size({"head_dim"}, std::int64_t{0});
+  if (l.head_dim == 0) check_heads(f, l.width, l.heads, "hidden_size");
   if (f.ok() && l.heads % l.kv_heads != 0) {
     f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
            std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
   }
-  if (f.ok() && (l.width / l.heads) % 2 != 0) {
-    f.fail("hidden_size / num_attention_heads = " + std::to_string(l.width / l.heads) +
-           " is odd; rotary positions need an even head size");
-  }
-  const std::int64_t head_dim = f.size({"head_dim"}, std::int64_t{0});
-  if (f.ok() && head_dim != 0 && head_dim != l.width / l.heads) {
-    f.fail("head_dim", std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
-                           std::to_string(l.width / l.heads) + "; memplan's llama takes head_dim = hidden_size / heads");
+  const std::int64_t head_size = l.head_dim > 0 ? l.head_dim : l.width / l.heads;
+  if (f.ok() && head_size % 2 != 0) {
+    f.fail(l.head_dim > 0 ? "head_dim " + std::to_string(head_size) + " is odd; rotary positions need an even head size"
+                          : "hidden_size / num_attention_heads = " + std::to_string(head_size) +
+                                " is odd; rotary positions need an even head size");
   }
   check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
   check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});
   check_weight(f, "hidden_size x hidden_size", {l.width, l.width});
+  if (l.head_dim > 0) check_weight(f, "num_attention_heads x head_dim x hidden_size (q_proj)", {l.heads, l.head_dim, l.width});
 }
 
 void read_encoder(Fields& f, EncoderConfig& e) {

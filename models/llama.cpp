@@ -14,10 +14,12 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0) {
     throw graph::GraphError("llama: batch, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
-  if (C % NH != 0 || NH % NKV != 0 || (C / NH) % 2 != 0) {
-    throw graph::GraphError("llama: width must split into an even head size and heads into kv_heads groups");
+  if (config.head_dim < 0 || (config.head_dim == 0 && C % NH != 0) || NH % NKV != 0) {
+    throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
   }
-  const std::int64_t HD = C / NH;  // head size
+  const std::int64_t HD = config.head_dim > 0 ? config.head_dim : C / NH;  // head size
+  if (HD % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  const std::int64_t QC = graph::checked_mul(NH, HD);  // query (and attention output) channels
   const graph::DType dt = config.dtype;
   graph::Graph g;
   graph::Builder b(g);
@@ -41,6 +43,13 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   auto split_heads = [&](TensorId x, std::int64_t heads, const std::string& name) {
     return b.permute(b.reshape(x, {B, T, heads, HD}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
   };
+  // Qwen3's q_norm/k_norm: RMSNorm over each head's HD channels, one weight shared by the heads.
+  auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
+    if (!config.qk_norm) return x;
+    const TensorId rows = b.reshape(x, {graph::checked_mul(graph::checked_mul(B, T), heads), HD}, name + ".rows");
+    const TensorId normed = b.rms_norm(rows, b.parameter(name + ".weight", {HD}, ones, dt), name);
+    return b.reshape(normed, {graph::checked_mul(B, T), graph::checked_mul(heads, HD)}, name + ".flat");
+  };
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
   const TensorId labels = b.input("labels", {graph::checked_mul(B, T)}, graph::DType::i32);
@@ -51,14 +60,16 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     const std::string n = "layers." + std::to_string(l);
     const std::string a = n + ".self_attn";
     const TensorId a_in = norm(h, n + ".input_layernorm");
-    TensorId q = split_heads(project(a_in, a + ".q_proj", graph::checked_mul(NH, HD), C, config.qkv_bias, a + ".q"), NH, a + ".q");
-    TensorId k = split_heads(project(a_in, a + ".k_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".k"), NKV, a + ".k");
+    TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, C, config.qkv_bias, a + ".q"), NH, a + ".q_norm"), NH, a + ".q");
+    TensorId k = split_heads(
+        head_norm(project(a_in, a + ".k_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".k"), NKV, a + ".k_norm"), NKV,
+        a + ".k");
     TensorId v = split_heads(project(a_in, a + ".v_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".v"), NKV, a + ".v");
     q = b.rotary(q, config.rope_base, a + ".q.rope");
     k = b.rotary(k, config.rope_base, a + ".k.rope");
     TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
-    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), C}, a + ".merged");
-    y = project(y, a + ".o_proj", C, C, config.o_bias, a + ".o");
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), QC}, a + ".merged");
+    y = project(y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
     h = b.add(h, y, n + ".residual1");
     // SwiGLU MLP: down(silu(gate(x)) * up(x))
     const std::string m = n + ".mlp";

@@ -24,6 +24,8 @@ struct LlamaConfig {
   AttentionKind attention = AttentionKind::fused;  // models/attention.h
   bool qkv_bias = false;  // biases on the q, k and v projections (Qwen2; Llama's attention_bias)
   bool o_bias = false;    // a bias on the output projection (Llama's attention_bias)
+  std::int64_t head_dim = 0;  // channels per head; 0: width / heads (Qwen3 sets it apart from the width)
+  bool qk_norm = false;       // RMSNorm over each head's queries and keys before rotary (Qwen3's q_norm, k_norm)
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output

@@ -33,6 +33,8 @@ constexpr ZooEntry kEntries[] = {
     {"llama2-70b", "llama-2-70b.json", "Llama-2-70B", 0, 8},
     {"mistral-7b", "mistral-7b-v0.1.json", "Mistral-7B-v0.1", 4096, 8},
     {"qwen2.5-7b", "qwen2.5-7b.json", "Qwen2.5-7B", 4096, 8},
+    {"qwen3-0.6b", "qwen3-0.6b.json", "Qwen3-0.6B", 4096, 8},
+    {"qwen3-8b", "qwen3-8b.json", "Qwen3-8B", 4096, 8},
     {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
     {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
 };

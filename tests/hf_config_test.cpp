@@ -95,6 +95,8 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"llama-2-70b.json", 68'976'648'192},
       {"mistral-7b-v0.1.json", 7'241'732'096},
       {"qwen2.5-7b.json", 7'615'616'512},
+      {"qwen3-0.6b.json", 596'049'920},
+      {"qwen3-8b.json", 8'190'735'360},
       {"bert-base-uncased.json", 109'514'298},
       {"vit-base-patch16-224.json", 86'567'656},
   };
@@ -130,6 +132,29 @@ TEST(HfConfig, GroupedQueryAttentionKeepsKvProjectionsSmall) {
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{1024, 8192}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.v_proj.weight"), (graph::Shape{1024, 8192}));
   EXPECT_EQ(shapes.at("lm_head.weight"), (graph::Shape{32000, 8192}));
+}
+
+// Qwen3: a head size of its own (0.6B: 16 heads of 128 over a width of 1024) and an RMSNorm over
+// each head's queries and keys.
+TEST(HfConfig, Qwen3HasItsOwnHeadSizeAndPerHeadQueryKeyNorms) {
+  const graph::Graph g = build(models::shipped_config("qwen3-0.6b.json").value());
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{2048, 1024}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{1024, 1024}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.o_proj.weight"), (graph::Shape{1024, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (graph::Shape{128}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_norm.weight"), (graph::Shape{128}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u) << "tied to the embeddings";
+  // Read as qwen2 (no norms, but q/k/v biases): 28 layers x (2 x 128 norm weights) fewer, 28 x
+  // (2048 + 2 x 1024) bias entries more.
+  auto j = nlohmann::json::parse(shipped_text("qwen3-0.6b.json"));
+  j["model_type"] = "qwen2";
+  EXPECT_EQ(parameter_count(g) - parameter_count(build(parse(j.dump()))), 28 * (2 * 128) - 28 * (2048 + 2 * 1024));
+  // An odd head size cannot carry rotary positions.
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 127;
+  EXPECT_FALSE(models::parse_hf_config(j.dump(), "odd.json").ok());
 }
 
 TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
@@ -221,7 +246,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, bert, vit)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, bert, vit)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},
@@ -241,7 +266,7 @@ std::vector<BadConfig> bad_configs() {
       {"kv heads do not divide", "{" + llama + R"(,"num_key_value_heads":3})", "num_key_value_heads 3 does not divide num_attention_heads 4"},
       {"odd head size", R"({"model_type":"llama","hidden_size":60,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
        "rotary positions need an even head size"},
-      {"head_dim differs", "{" + llama + R"(,"head_dim":32})", "head_dim: 32 differs from hidden_size / num_attention_heads = 16"},
+      {"odd head_dim", "{" + llama + R"(,"head_dim":33})", "head_dim 33 is odd; rotary positions need an even head size"},
       {"bytes overflow", R"({"model_type":"llama","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":2,"num_attention_heads":32,"vocab_size":4000000000000000,"max_position_embeddings":4096})",
        "vocab_size x hidden_size (4000000000000000 x 4096): the weight would hold more than 2^60 bytes"},
       {"square overflow", R"({"model_type":"bert","hidden_size":3000000000,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"vocab_size":2,"max_position_embeddings":2})",

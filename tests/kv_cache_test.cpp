@@ -254,6 +254,11 @@ TEST(DecodeStep, LlamaLogitsWithRotaryAndGroupedHeadsEqualTheFullContextModels) 
   shape.block_size = 4;
   shape.pool_blocks = 4;
   expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 2 * 8, 4, c.vocab);
+  // Qwen3's layout: heads of 16 channels over a width of 32 (queries 64 wide), each head's queries
+  // and keys RMS-normalised.
+  c.head_dim = 16;
+  c.qk_norm = true;
+  expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 2 * 16, 4, c.vocab);
 }
 
 // The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the

@@ -30,6 +30,10 @@ struct TrainConfigCli : ::testing::Test {
     std::ofstream(dir / "llama.json") << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
       "max_position_embeddings": 4096, "rms_norm_eps": 1e-5})";
+    // A small Qwen3 layout: per-head q/k RMSNorm, and a head size (16) apart from hidden / heads (8).
+    std::ofstream(dir / "qwen3.json") << R"({"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
+      "vocab_size": 151936, "max_position_embeddings": 4096, "tie_word_embeddings": true})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -53,7 +57,7 @@ struct TrainConfigCli : ::testing::Test {
 };
 
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
-  for (const std::string name : {"llama.json", "gpt2.json"}) {
+  for (const std::string name : {"llama.json", "qwen3.json", "gpt2.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
