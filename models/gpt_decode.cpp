@@ -116,6 +116,7 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   const TensorId table = b.input("block_table", {B, MB}, graph::DType::i32);
   const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
   TensorId h = b.embedding(tokens, embed, "residual0");  // [B, C]
+  if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string n = "layers." + std::to_string(l);
     const std::string a = n + ".self_attn";
@@ -131,7 +132,10 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
     h = b.add(h, b.matmul(y, weight(a + ".o_proj", C, QC), false, true, a + ".o"), n + ".residual1");
     const std::string m = n + ".mlp";
     const TensorId m_in = norm(h, n + ".post_attention_layernorm");
-    const TensorId gate = b.silu(b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate"), m + ".act");
+    const TensorId gate_in = b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate");
+    const TensorId gate = config.gate == LlamaConfig::Gate::gelu   ? b.gelu(gate_in, m + ".act")
+                          : config.gate == LlamaConfig::Gate::relu ? b.relu(gate_in, m + ".act")
+                                                                   : b.silu(gate_in, m + ".act");
     const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
     const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
     h = b.add(h, down, n + ".residual2");

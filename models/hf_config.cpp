@@ -22,8 +22,8 @@ struct TypeRow {
   HfFamily family;
 };
 constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},       {"llama", HfFamily::llama}, {"mistral", HfFamily::llama},
-                                   {"qwen2", HfFamily::llama},     {"qwen3", HfFamily::llama}, {"bert", HfFamily::bert},
-                                   {"vit", HfFamily::vit}};
+                                   {"qwen2", HfFamily::llama},     {"qwen3", HfFamily::llama}, {"gemma", HfFamily::llama},
+                                   {"bert", HfFamily::bert},       {"vit", HfFamily::vit}};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -233,10 +233,23 @@ void read_llama(Fields& f, HfConfig& c) {
   l.vocab = f.size({"vocab_size"});
   c.positions = f.size({"max_position_embeddings"});
   l.context = c.positions;
-  l.tied_head = f.boolean("tie_word_embeddings", false);
+  const bool gemma = c.model_type == "gemma";
+  l.tied_head = f.boolean("tie_word_embeddings", gemma);  // GemmaConfig ties them unless told not to
   l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
   f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
-  f.text("hidden_act");
+  // The gated MLP's activation: SiLU (SwiGLU) for llama and its kin; Gemma's GeGLU takes the
+  // tanh-approximated GELU (hidden_activation, which overrides hidden_act), computed here as the
+  // erf form: the same memory, values within about 1e-3.
+  const std::string act = f.text("hidden_activation").empty() ? f.text("hidden_act") : f.text("hidden_activation");
+  if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || (gemma && act.empty())) {
+    l.gate = LlamaConfig::Gate::gelu;
+  } else if (act == "relu") {
+    l.gate = LlamaConfig::Gate::relu;
+  } else if (!act.empty() && act != "silu" && act != "swish") {
+    f.fail(f.text("hidden_activation").empty() ? "hidden_act" : "hidden_activation",
+           "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
+  }
+  l.scale_embeddings = gemma;  // Gemma multiplies the embeddings by sqrt(hidden_size)
   f.expect_object_or_absent("rope_scaling");  // longer contexts: positions, not memory
   // mistral's sliding window (and qwen2's, when use_sliding_window) masks scores that are still
   // computed in full here: a mask, not a change in memory.

@@ -23,7 +23,7 @@ namespace memplan::models {
 // qwen2 adds biases to the q, k and v projections.
 enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit };
 
-// "gpt2, llama, mistral, qwen2, qwen3, bert, vit": the model_type values the reader takes.
+// "gpt2, llama, mistral, qwen2, qwen3, gemma, bert, vit": the model_type values the reader takes.
 std::string supported_model_types();
 
 struct HfConfig {

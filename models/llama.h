@@ -26,6 +26,13 @@ struct LlamaConfig {
   bool o_bias = false;    // a bias on the output projection (Llama's attention_bias)
   std::int64_t head_dim = 0;  // channels per head; 0: width / heads (Qwen3 sets it apart from the width)
   bool qk_norm = false;       // RMSNorm over each head's queries and keys before rotary (Qwen3's q_norm, k_norm)
+  // The gated MLP's activation (SiLU: SwiGLU; Gemma's GELU: GeGLU). Gemma also scales the embeddings by
+  // sqrt(width) before the first layer. (Gemma's RMSNorm multiplies by 1 + weight, its weights
+  // starting at zero; memplan keeps 1 + weight as the one parameter, starting at one: the same
+  // memory and, without weight decay on it, the same training.)
+  enum class Gate : std::uint8_t { silu, gelu, relu };
+  Gate gate = Gate::silu;
+  bool scale_embeddings = false;
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output

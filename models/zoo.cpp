@@ -35,6 +35,8 @@ constexpr ZooEntry kEntries[] = {
     {"qwen2.5-7b", "qwen2.5-7b.json", "Qwen2.5-7B", 4096, 8},
     {"qwen3-0.6b", "qwen3-0.6b.json", "Qwen3-0.6B", 4096, 8},
     {"qwen3-8b", "qwen3-8b.json", "Qwen3-8B", 4096, 8},
+    {"gemma-2b", "gemma-2b.json", "Gemma-2B", 0, 8},
+    {"gemma-7b", "gemma-7b.json", "Gemma-7B", 0, 8},
     {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
     {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
 };

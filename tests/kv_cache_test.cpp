@@ -259,6 +259,13 @@ TEST(DecodeStep, LlamaLogitsWithRotaryAndGroupedHeadsEqualTheFullContextModels) 
   c.head_dim = 16;
   c.qk_norm = true;
   expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 2 * 16, 4, c.vocab);
+  // Gemma's: one K/V head, a GELU-gated MLP, embeddings scaled by sqrt(width), tied.
+  c.qk_norm = false;
+  c.kv_heads = 1;
+  c.gate = models::LlamaConfig::Gate::gelu;
+  c.scale_embeddings = true;
+  c.tied_head = true;
+  expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 16, 4, c.vocab);
 }
 
 // The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the

@@ -33,7 +33,8 @@ TEST(Zoo, ParameterCountsMatchThePublishedModels) {
       {"gpt2-xl", 1'557'611'200},     {"llama-1b", 1'235'814'400},      {"llama3.1-8b", 8'030'261'248},
       {"llama2-7b", 6'738'415'616},   {"llama2-13b", 13'015'864'320},   {"llama2-70b", 68'976'648'192},
       {"mistral-7b", 7'241'732'096},  {"qwen2.5-7b", 7'615'616'512},
-      {"qwen3-0.6b", 596'049'920}, {"qwen3-8b", 8'190'735'360},    {"bert-base", 109'514'298},
+      {"qwen3-0.6b", 596'049'920}, {"qwen3-8b", 8'190'735'360}, {"gemma-2b", 2'506'172'416},
+      {"gemma-7b", 8'537'680'896},    {"bert-base", 109'514'298},
       {"vit-b16", 86'567'656},        {"resnet50", 25'557'032},
   };
   ASSERT_EQ(published.size(), models::zoo_models().size());
