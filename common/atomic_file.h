@@ -27,5 +27,4 @@ Status write_file_atomically(const std::string& path, std::span<const std::strin
 // best effort: a folder that cannot be opened is left as it is.
 void sync_directory(const std::string& dir);
 
-
 }  // namespace memplan

@@ -87,11 +87,7 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
     throw graph::GraphError("llama decode: slots, block size, pool blocks, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
-  if (config.head_dim < 0 || (config.head_dim == 0 && C % NH != 0) || NH % NKV != 0) {
-    throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
-  }
-  const std::int64_t HD = config.head_dim > 0 ? config.head_dim : C / NH;
-  if (HD % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  const std::int64_t HD = llama_parts::checked_head_size(config);
   const std::int64_t QC = graph::checked_mul(NH, HD), KW = graph::checked_mul(NKV, HD), MB = shape.table_width(T);
   const graph::DType dt = config.dtype;
   graph::Graph g;
@@ -104,12 +100,8 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   auto norm = [&](TensorId x, const std::string& name) {
     return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
   };
-  // Qwen3's q_norm/k_norm: RMSNorm over each head's HD channels (as build_llama).
   auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
-    if (!config.qk_norm) return x;
-    const TensorId rows = b.reshape(x, {graph::checked_mul(B, heads), HD}, name + ".rows");
-    return b.reshape(b.rms_norm(rows, b.parameter(name + ".weight", {HD}, ones, dt), name), {B, graph::checked_mul(heads, HD)},
-                     name + ".flat");
+    return llama_parts::head_norm(b, config, x, B, heads, name);
   };
   const TensorId tokens = b.input("tokens", {B}, graph::DType::i32);
   const TensorId positions = b.input("positions", {B}, graph::DType::i32);
@@ -133,9 +125,7 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
     const std::string m = n + ".mlp";
     const TensorId m_in = norm(h, n + ".post_attention_layernorm");
     const TensorId gate_in = b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate");
-    const TensorId gate = config.gate == LlamaConfig::Gate::gelu   ? b.gelu(gate_in, m + ".act")
-                          : config.gate == LlamaConfig::Gate::relu ? b.relu(gate_in, m + ".act")
-                                                                   : b.silu(gate_in, m + ".act");
+    const TensorId gate = llama_parts::gate(b, config, gate_in, m + ".act");
     const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
     const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
     h = b.add(h, down, n + ".residual2");

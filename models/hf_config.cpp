@@ -240,14 +240,15 @@ void read_llama(Fields& f, HfConfig& c) {
   // The gated MLP's activation: SiLU (SwiGLU) for llama and its kin; Gemma's GeGLU takes the
   // tanh-approximated GELU (hidden_activation, which overrides hidden_act), computed here as the
   // erf form: the same memory, values within about 1e-3.
-  const std::string act = f.text("hidden_activation").empty() ? f.text("hidden_act") : f.text("hidden_activation");
+  const std::string hidden_activation = f.text("hidden_activation");
+  const char* act_key = hidden_activation.empty() ? "hidden_act" : "hidden_activation";
+  const std::string act = hidden_activation.empty() ? f.text("hidden_act") : hidden_activation;
   if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || (gemma && act.empty())) {
     l.gate = LlamaConfig::Gate::gelu;
   } else if (act == "relu") {
     l.gate = LlamaConfig::Gate::relu;
   } else if (!act.empty() && act != "silu" && act != "swish") {
-    f.fail(f.text("hidden_activation").empty() ? "hidden_act" : "hidden_activation",
-           "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
+    f.fail(act_key, "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
   }
   l.scale_embeddings = gemma;  // Gemma multiplies the embeddings by sqrt(hidden_size)
   f.expect_object_or_absent("rope_scaling");  // longer contexts: positions, not memory
@@ -270,11 +271,9 @@ void read_llama(Fields& f, HfConfig& c) {
     f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
            std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
   }
-  const std::int64_t head_size = l.head_dim > 0 ? l.head_dim : l.width / l.heads;
-  if (f.ok() && head_size % 2 != 0) {
-    f.fail(l.head_dim > 0 ? "head_dim " + std::to_string(head_size) + " is odd; rotary positions need an even head size"
-                          : "hidden_size / num_attention_heads = " + std::to_string(head_size) +
-                                " is odd; rotary positions need an even head size");
+  if (f.ok() && l.head_size() % 2 != 0) {
+    f.fail((l.head_dim > 0 ? "head_dim " : "hidden_size / num_attention_heads = ") + std::to_string(l.head_size()) +
+           " is odd; rotary positions need an even head size");
   }
   check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
   check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});

@@ -8,17 +8,45 @@
 
 namespace memplan::models {
 
+namespace llama_parts {
+
+std::int64_t checked_head_size(const LlamaConfig& config) {
+  const std::int64_t C = config.width, NH = config.heads, NKV = config.kv_heads;
+  if (config.head_dim < 0 || (config.head_dim == 0 && C % NH != 0) || NH % NKV != 0) {
+    throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
+  }
+  if (config.head_size() % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  return config.head_size();
+}
+
+TensorId gate(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name) {
+  switch (config.gate) {
+    case LlamaConfig::Gate::gelu: return b.gelu(gate_in, name);
+    case LlamaConfig::Gate::relu: return b.relu(gate_in, name);
+    case LlamaConfig::Gate::silu: break;
+  }
+  return b.silu(gate_in, name);
+}
+
+TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
+                   const std::string& name) {
+  if (!config.qk_norm) return x;
+  const std::int64_t HD = config.head_size();
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  const TensorId per_head = b.reshape(x, {graph::checked_mul(rows, heads), HD}, name + ".rows");
+  const TensorId normed = b.rms_norm(per_head, b.parameter(name + ".weight", {HD}, ones, config.dtype), name);
+  return b.reshape(normed, {rows, graph::checked_mul(heads, HD)}, name + ".flat");
+}
+
+}  // namespace llama_parts
+
 graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const std::int64_t B = batch, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
   const std::int64_t V = config.vocab, F = config.ffn;
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0) {
     throw graph::GraphError("llama: batch, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
-  if (config.head_dim < 0 || (config.head_dim == 0 && C % NH != 0) || NH % NKV != 0) {
-    throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
-  }
-  const std::int64_t HD = config.head_dim > 0 ? config.head_dim : C / NH;  // head size
-  if (HD % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  const std::int64_t HD = llama_parts::checked_head_size(config);  // head size
   const std::int64_t QC = graph::checked_mul(NH, HD);  // query (and attention output) channels
   const graph::DType dt = config.dtype;
   graph::Graph g;
@@ -43,12 +71,8 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   auto split_heads = [&](TensorId x, std::int64_t heads, const std::string& name) {
     return b.permute(b.reshape(x, {B, T, heads, HD}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
   };
-  // Qwen3's q_norm/k_norm: RMSNorm over each head's HD channels, one weight shared by the heads.
   auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
-    if (!config.qk_norm) return x;
-    const TensorId rows = b.reshape(x, {graph::checked_mul(graph::checked_mul(B, T), heads), HD}, name + ".rows");
-    const TensorId normed = b.rms_norm(rows, b.parameter(name + ".weight", {HD}, ones, dt), name);
-    return b.reshape(normed, {graph::checked_mul(B, T), graph::checked_mul(heads, HD)}, name + ".flat");
+    return llama_parts::head_norm(b, config, x, graph::checked_mul(B, T), heads, name);
   };
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
@@ -76,9 +100,7 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     const std::string m = n + ".mlp";
     const TensorId m_in = norm(h, n + ".post_attention_layernorm");
     const TensorId gate_in = b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate");
-    const TensorId gate = config.gate == LlamaConfig::Gate::gelu   ? b.gelu(gate_in, m + ".act")
-                          : config.gate == LlamaConfig::Gate::relu ? b.relu(gate_in, m + ".act")
-                                                                   : b.silu(gate_in, m + ".act");
+    const TensorId gate = llama_parts::gate(b, config, gate_in, m + ".act");
     const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
     const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
     h = b.add(h, down, n + ".residual2");

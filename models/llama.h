@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "memplan/graph/builder.h"
 #include "memplan/graph/graph.h"
 #include "memplan/models/attention.h"
 
@@ -33,7 +35,24 @@ struct LlamaConfig {
   enum class Gate : std::uint8_t { silu, gelu, relu };
   Gate gate = Gate::silu;
   bool scale_embeddings = false;
+
+  // Channels per head: head_dim, or width / heads.
+  std::int64_t head_size() const { return head_dim > 0 ? head_dim : width / heads; }
 };
+
+// The pieces the training graph (build_llama) and the decode step (models/gpt_decode.h) build
+// alike, so both follow the config the same way.
+namespace llama_parts {
+// The head size, after checking that the heads split the width (or head_dim is given), group
+// into the K/V heads, and have an even size (rotary); a graph::GraphError otherwise.
+std::int64_t checked_head_size(const LlamaConfig& config);
+// The gated MLP's activation of `gate_in`, as config.gate says.
+TensorId gate(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name);
+// Qwen3's q_norm/k_norm on `x` [rows, heads * head_size]: RMSNorm over each head's channels, one
+// weight shared by the heads; `x` itself without config.qk_norm.
+TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
+                   const std::string& name);
+}  // namespace llama_parts
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output
 // "logits" [B*T, V]; loss "loss". Parameter names follow Hugging Face's LlamaForCausalLM

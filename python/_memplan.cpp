@@ -1,6 +1,6 @@
 // The Python package's native half: runs a memplan command in-process (the CLI's own flags,
-// validation, errors and JSON: tools/cli_app.h) with inputs handed over in memory and reports
-// kept in memory (common/memory_files.h). The GIL is released while the command runs, and
+// validation, errors and JSON, inputs handed over and reports kept in memory: tools/cli_app.h).
+// Calls from several Python threads take turns there. The GIL is released while the command runs, and
 // Ctrl-C in Python stops it (common/cancellation.h) and raises KeyboardInterrupt.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,14 +8,12 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "memplan/common/byte_size.h"
 #include "memplan/common/cancellation.h"
-#include "memplan/common/memory_files.h"
 #include "tools/cli_app.h"
 #include "tools/commands.h"
 
@@ -28,42 +26,6 @@ using memplan::tools::CapturedRun;
 // How often the waiting Python thread looks for a pending KeyboardInterrupt.
 constexpr auto kSignalPoll = std::chrono::milliseconds(20);
 
-struct Outcome {
-  CapturedRun run;
-  std::map<std::string, std::optional<std::string>> outputs;
-  std::string setup_error;  // an input or output that could not be registered
-};
-
-Outcome run_with_files(const std::vector<std::string>& args, const std::map<std::string, std::string>& inputs,
-                       const std::vector<std::string>& outputs) {
-  // Calls from several Python threads take turns: the in-memory names ("<snapshot dict>") are the
-  // same for every call, and commands run one at a time in a process anyway.
-  static std::mutex one_call_at_a_time;
-  std::lock_guard lock(one_call_at_a_time);
-  Outcome o;
-  std::vector<memplan::ScopedMemoryInput> in;
-  for (const auto& [name, bytes] : inputs) {
-    auto made = memplan::ScopedMemoryInput::create(name, bytes);
-    if (!made) {
-      o.setup_error = made.error().message;
-      return o;
-    }
-    in.push_back(std::move(made).value());
-  }
-  std::vector<memplan::ScopedMemoryOutput> out;
-  for (const std::string& name : outputs) {
-    auto made = memplan::ScopedMemoryOutput::create(name);
-    if (!made) {
-      o.setup_error = made.error().message;
-      return o;
-    }
-    out.push_back(std::move(made).value());
-  }
-  o.run = memplan::tools::run_cli_captured(args);
-  for (const memplan::ScopedMemoryOutput& m : out) o.outputs[m.name()] = m.bytes();
-  return o;
-}
-
 py::dict run(const std::vector<std::string>& args, const std::map<std::string, py::bytes>& inputs,
              const std::vector<std::string>& outputs) {
   std::map<std::string, std::string> input_bytes;
@@ -72,12 +34,12 @@ py::dict run(const std::vector<std::string>& args, const std::map<std::string, p
   PyObject* type = nullptr;
   PyObject* value = nullptr;
   PyObject* traceback = nullptr;
-  Outcome o;
+  CapturedRun o;
   {
     py::gil_scoped_release no_gil;
     memplan::clear_cancellation();
-    std::future<Outcome> done =
-        std::async(std::launch::async, [&] { return run_with_files(args, input_bytes, outputs); });
+    std::future<CapturedRun> done =
+        std::async(std::launch::async, [&] { return memplan::tools::run_cli_captured(args, input_bytes, outputs); });
     while (done.wait_for(kSignalPoll) != std::future_status::ready) {
       if (interrupted) continue;
       py::gil_scoped_acquire gil;
@@ -94,12 +56,11 @@ py::dict run(const std::vector<std::string>& args, const std::map<std::string, p
     PyErr_Restore(type, value, traceback);
     throw py::error_already_set();
   }
-  if (!o.setup_error.empty()) throw py::value_error(o.setup_error);
   py::dict result;
-  result["exit_code"] = o.run.exit_code;
-  result["out"] = py::bytes(o.run.out).attr("decode")("utf-8", "replace");
-  result["err"] = py::bytes(o.run.err).attr("decode")("utf-8", "replace");
-  result["seconds"] = o.run.seconds;
+  result["exit_code"] = o.exit_code;
+  result["out"] = py::bytes(o.out).attr("decode")("utf-8", "replace");
+  result["err"] = py::bytes(o.err).attr("decode")("utf-8", "replace");
+  result["seconds"] = o.seconds;
   py::dict written;
   for (const auto& [name, bytes] : o.outputs) {
     if (bytes) written[py::str(name)] = py::bytes(*bytes);

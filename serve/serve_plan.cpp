@@ -52,8 +52,7 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   // Keys and values of one position in every layer: the K/V heads' width (grouped-query
   // attention caches NKV heads, not NH).
   const std::int64_t layers = q.llama ? q.llama->layers : q.model.layers;
-  const std::int64_t kv_width =
-      q.llama ? q.llama->kv_heads * (q.llama->head_dim > 0 ? q.llama->head_dim : q.llama->width / q.llama->heads) : q.model.width;
+  const std::int64_t kv_width = q.llama ? q.llama->kv_heads * q.llama->head_size() : q.model.width;
   a.kv_bytes_per_token = 2 * layers * kv_width * graph::dtype_size(q.kv_dtype);
   a.kv_bytes_per_sequence = a.kv_bytes_per_token * a.seq;
   a.kv_block_bytes = a.kv_bytes_per_token * q.block_size;

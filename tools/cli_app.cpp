@@ -9,6 +9,7 @@
 
 #include "memplan/common/cancellation.h"
 #include "memplan/common/check.h"
+#include "memplan/common/memory_files.h"
 
 namespace memplan::tools {
 
@@ -72,9 +73,31 @@ int run_cli(int argc, const char* const* argv) {
   return cli.run();
 }
 
-CapturedRun run_cli_captured(const std::vector<std::string>& args) {
+CapturedRun run_cli_captured(const std::vector<std::string>& args, const std::map<std::string, std::string>& inputs,
+                             const std::vector<std::string>& outputs) {
   static std::mutex one_at_a_time;
   std::lock_guard lock(one_at_a_time);
+  CapturedRun run;
+  std::vector<ScopedMemoryInput> in;
+  for (const auto& [name, bytes] : inputs) {
+    auto made = ScopedMemoryInput::create(name, bytes);
+    if (!made) {
+      run.exit_code = kExitUsage;
+      run.err = "memplan: " + made.error().message + "\n";
+      return run;
+    }
+    in.push_back(std::move(made).value());
+  }
+  std::vector<ScopedMemoryOutput> out_files;
+  for (const std::string& name : outputs) {
+    auto made = ScopedMemoryOutput::create(name);
+    if (!made) {
+      run.exit_code = kExitUsage;
+      run.err = "memplan: " + made.error().message + "\n";
+      return run;
+    }
+    out_files.push_back(std::move(made).value());
+  }
   std::vector<const char*> argv = {"memplan"};
   for (const std::string& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
@@ -87,7 +110,6 @@ CapturedRun run_cli_captured(const std::vector<std::string>& args) {
       std::cerr.rdbuf(cerr_buf);
     }
   } swap{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf())};
-  CapturedRun run;
   const auto start = std::chrono::steady_clock::now();
   try {
     CliApp cli;
@@ -100,6 +122,7 @@ CapturedRun run_cli_captured(const std::vector<std::string>& args) {
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.out = out.str();
   run.err = err.str();
+  for (const ScopedMemoryOutput& m : out_files) run.outputs[m.name()] = m.bytes();
   return run;
 }
 

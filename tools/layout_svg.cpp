@@ -169,7 +169,6 @@ LayoutPanel planned_layout_panel(const planner::MemoryPlan& plan) {
   return panel;
 }
 
-
 std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {

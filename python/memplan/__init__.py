@@ -105,8 +105,8 @@ def _run(args, inputs, outputs=()):
     return r
 
 
-def _json_of(command, args, inputs):
-    r = _run(args + ["--json"], inputs)
+def _json_of(command, args, inputs, outputs=()):
+    r = _run(args + ["--json"], inputs, outputs)
     code = r["exit_code"]
     if code == _memplan.exit_usage:
         raise ValueError(_message(r["err"]))
@@ -380,14 +380,7 @@ def solve(buffers, budget=None, **flags):
         flags = dict(flags, budget=budget)
     args = _command_line("solve", dict(flags, input=source))
     packing = "<packing>"
-    r = _run(args + ["--json", f"--output={packing}"], inputs, [packing])
-    code = r["exit_code"]
-    if code == _memplan.exit_usage:
-        raise ValueError(_message(r["err"]))
-    out = r["out"].strip()
-    if not out:
-        raise RuntimeError(_message(r["err"]))
-    data = _json.loads(out)
+    data, r = _json_of("solve", args + [f"--output={packing}"], inputs, [packing])
     data.pop("output", None)  # the in-memory name of the packing, not a file the caller has
     offsets = {}
     written = r["outputs"].get(packing)
