@@ -348,7 +348,7 @@ std::vector<std::string> under_mpirun(int ranks, const std::vector<std::string>&
   std::string command;
   for (const std::string& a : args) command += " " + a;
   const std::string cli = std::string(MEMPLAN_CLI_PATH) + command;
-  std::string line = testing::mpirun(last_rank_env.empty() ? ranks : ranks - 1) + " " + cli;
+  std::string line = testing::mpirun(last_rank_env.empty() ? ranks : ranks - 1, /*limited=*/false) + " " + cli;
   line.replace(line.find(" mpirun "), 8, " exec mpirun ");
   if (!last_rank_env.empty()) line += " : -np 1 -x " + last_rank_env + " " + cli;
   return {"/bin/sh", "-c", line};
