@@ -59,6 +59,7 @@ const std::vector<Target>& targets() {
       {"byte_size", fuzz_byte_size}, {"minimalloc_csv", fuzz_minimalloc_csv}, {"idx", fuzz_idx},
       {"safetensors", fuzz_safetensors}, {"cli", fuzz_cli}, {"solver", fuzz_solver},
       {"alloc_conf", fuzz_alloc_conf}, {"text", fuzz_text}, {"snapshot", fuzz_snapshot}, {"onnx", fuzz_onnx},
+      {"hf_config", fuzz_hf_config},
   };
   return all;
 }

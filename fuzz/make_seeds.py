@@ -136,3 +136,21 @@ with open(os.path.join(os.path.dirname(ROOT), "..", "tests", "data", "onnx", "sm
 write("onnx", "seed-small-cnn", cnn)
 write("onnx", "seed-truncated", cnn[: len(cnn) // 2])
 write("onnx", "seed-zeros", b"\0" * 64)
+
+# Hugging Face configs: every shipped one (the families' real fields), small ones of each family,
+# and near-misses (heads that do not divide the width, a wrong type, an unknown model_type).
+CONFIGS = os.path.join(os.path.dirname(ROOT), "..", "models", "configs")
+for name in sorted(os.listdir(CONFIGS)):
+    with open(os.path.join(CONFIGS, name), "rb") as f:
+        write("hf_config", "seed-" + name[: -len(".json")], f.read())
+small = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 24,
+         "vocab_size": 32, "max_position_embeddings": 8}
+for model_type in ["llama", "qwen3", "gemma", "phi3", "olmo2", "gpt_neox", "falcon"]:
+    write("hf_config", "seed-small-" + model_type, json.dumps(dict(small, model_type=model_type)))
+write("hf_config", "seed-small-gpt2", json.dumps({"model_type": "gpt2", "n_embd": 16, "n_layer": 1, "n_head": 2,
+                                                   "vocab_size": 32, "n_positions": 8}))
+write("hf_config", "seed-heads-do-not-divide", json.dumps(dict(small, model_type="llama", num_attention_heads=3)))
+write("hf_config", "seed-partial-rotary", json.dumps(dict(small, model_type="gpt_neox", rotary_pct=0.5)))
+write("hf_config", "seed-wrong-type", json.dumps(dict(small, model_type="falcon", multi_query="yes")))
+write("hf_config", "seed-unknown-type", json.dumps(dict(small, model_type="t5")))
+write("hf_config", "seed-not-json", "{\"model_type\": \"llama\", ")

@@ -8,6 +8,7 @@
 #include "memplan/graph/tensor.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/models/fashion_mnist.h"
+#include "memplan/models/hf_config.h"
 #include "memplan/models/text_dataset.h"
 #include "memplan/planner/allocation_problem.h"
 #include "memplan/planner/exact_solver.h"
@@ -242,6 +243,29 @@ void fuzz_onnx(const std::uint8_t* data, std::size_t size) {
   for (const auto& [id, values] : built.value().initial_values) {
     MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == g.tensor(id).shape.numel(),
                   "initial values of '" << g.tensor(id).name << "' do not match its shape");
+  }
+}
+
+// A Hugging Face config.json: whatever the reader accepts describes itself and, at a size small
+// enough to build here, builds its graph or refuses with a GraphError (never another exception).
+void fuzz_hf_config(const std::uint8_t* data, std::size_t size) {
+  auto config = models::parse_hf_config(as_text(data, size), "fuzz/config.json");
+  if (!config) return;
+  const models::HfConfig& c = config.value();
+  MEMPLAN_CHECK(!c.describe().empty(), "an accepted config without a description");
+  const std::int64_t layers = std::max({c.gpt.layers, c.llama.layers, c.bert.encoder.layers, c.vit.encoder.layers});
+  const std::int64_t width = std::max({c.gpt.width, c.llama.width, c.bert.encoder.width, c.vit.encoder.width});
+  if (layers > 4 || width > 256 || c.llama.ffn > 1024 || c.llama.vocab > 4096 || c.gpt.vocab > 4096 ||
+      c.bert.vocab > 4096 || c.image_size > 64) {
+    return;
+  }
+  models::ZooOptions options;
+  options.seq = 4;
+  try {
+    const graph::Graph g = models::build_hf_forward(c, 1, options);
+    MEMPLAN_CHECK(g.loss != kNoTensor, "a built config without a loss");
+  } catch (const graph::GraphError&) {
+    // a refusal the builder words; anything else escapes as a bug
   }
 }
 

@@ -34,5 +34,6 @@ void fuzz_alloc_conf(const std::uint8_t* data, std::size_t size);
 void fuzz_text(const std::uint8_t* data, std::size_t size);
 void fuzz_snapshot(const std::uint8_t* data, std::size_t size);
 void fuzz_onnx(const std::uint8_t* data, std::size_t size);
+void fuzz_hf_config(const std::uint8_t* data, std::size_t size);
 
 }  // namespace memplan::fuzz

@@ -48,7 +48,7 @@ TensorId Builder::external(const std::string& name, Shape shape, DType dtype) {
 
 void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, TensorId positions, TensorId k_cache,
                              TensorId v_cache, const std::string& name, std::int64_t rotary_head_size,
-                             float rope_base) {
+                             float rope_base, std::int64_t rotary_dims) {
   // The op's shape inference sees inputs only; the caches it updates are checked here.
   const TensorDesc& kd = graph_.tensor(k);
   for (TensorId cache : {k_cache, v_cache}) {
@@ -63,6 +63,7 @@ void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, Tenso
   if (rope_base > 0.0f) {
     attrs.shape = {rotary_head_size};
     attrs.rope_base = rope_base;
+    attrs.rotary_dims = rotary_dims;
   }
   graph_.add_op(OpKind::kv_cache_write, {k, v, block_table, positions}, std::move(attrs), name, Role::temporary, phase_,
                 {k_cache, v_cache});
@@ -70,12 +71,13 @@ void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, Tenso
 
 TensorId Builder::decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
                                    TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
-                                   const std::string& name, float rope_base) {
+                                   const std::string& name, float rope_base, std::int64_t rotary_dims) {
   OpAttrs attrs;
   attrs.shape = {heads, kv_heads};
   if (rope_base > 0.0f) {
     attrs.shape.push_back(1);
     attrs.rope_base = rope_base;
+    attrs.rotary_dims = rotary_dims;
   }
   return graph_.add_op(OpKind::decode_attention, {q, k, v, k_cache, v_cache, block_table, positions}, std::move(attrs),
                        name, Role::activation, phase_);
@@ -271,9 +273,10 @@ TensorId Builder::swiglu(TensorId gate, TensorId up, const std::string& name) {
   return binary(OpKind::swiglu, gate, up, name);
 }
 
-TensorId Builder::rotary(TensorId x, float base, const std::string& name) {
+TensorId Builder::rotary(TensorId x, float base, const std::string& name, std::int64_t rotary_dims) {
   OpAttrs attrs;
   attrs.rope_base = base;
+  attrs.rotary_dims = rotary_dims;
   return unary(OpKind::rotary, x, name, std::move(attrs));
 }
 

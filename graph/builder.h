@@ -78,7 +78,8 @@ class Builder {
   // excitation), without broadcasting the gate into memory.
   TensorId channel_scale(TensorId x, TensorId g, const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
-  TensorId rotary(TensorId x, float base, const std::string& name);
+  // rotary_dims > 0 rotates only each head's first rotary_dims channels (partial rotary).
+  TensorId rotary(TensorId x, float base, const std::string& name, std::int64_t rotary_dims = 0);
   // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.
   TensorId repeat_heads(TensorId x, std::int64_t repeats, const std::string& name);
   TensorId concat(TensorId a, TensorId b, std::int64_t axis, const std::string& name);
@@ -94,13 +95,14 @@ class Builder {
   // persistent tensor the caller binds outside the arena (a cache [blocks, block_size, NKV*HD]).
   TensorId external(const std::string& name, Shape shape, DType dtype = DType::f32);
   // With rope_base > 0 keys (heads of rotary_head_size) and queries are rotated by their
-  // position first (rotary embedding, as Builder::rotary), and the cache holds rotated keys.
+  // position first (rotary embedding, as Builder::rotary, over each head's first rotary_dims
+  // channels, 0: all), and the cache holds rotated keys.
   void kv_cache_write(TensorId k, TensorId v, TensorId block_table, TensorId positions, TensorId k_cache,
                       TensorId v_cache, const std::string& name, std::int64_t rotary_head_size = 0,
-                      float rope_base = 0.0f);
+                      float rope_base = 0.0f, std::int64_t rotary_dims = 0);
   TensorId decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
                             TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
-                            const std::string& name, float rope_base = 0.0f);
+                            const std::string& name, float rope_base = 0.0f, std::int64_t rotary_dims = 0);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

@@ -169,7 +169,10 @@ struct OpAttrs {
   // shard_count < 0: the whole tensor (the default).
   std::int64_t shard_offset = 0;
   std::int64_t shard_count = -1;
-  float rope_base = 10000.0f;      // rotary
+  float rope_base = 10000.0f;      // rotary, kv_cache_write, decode_attention
+  // rotary, kv_cache_write, decode_attention: the channels of each head that rotate, the first
+  // ones (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); the rest pass through. 0: all.
+  std::int64_t rotary_dims = 0;
   bool inverse = false;            // rotary
   // optimizer hyper-parameters
   float lr = 0.0f;

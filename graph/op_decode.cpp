@@ -34,6 +34,10 @@ OutputSpec infer_kv_cache_write(Inputs in, const OpAttrs& attrs) {
       (attrs.shape.size() != 1 || attrs.shape[0] <= 0 || attrs.shape[0] % 2 != 0 || in[0]->shape[1] % attrs.shape[0] != 0)) {
     fail("kv_cache_write", "shape must be {} or {head size} (even, dividing the key's width)");
   }
+  const std::int64_t hd = attrs.shape.empty() ? 0 : attrs.shape[0];
+  if (attrs.rotary_dims < 0 || attrs.rotary_dims % 2 != 0 || attrs.rotary_dims > hd) {
+    fail("kv_cache_write", "rotary_dims " + str(attrs.rotary_dims) + " must be even and at most the head size " + str(hd) + " (0: all)");
+  }
   return {};
 }
 
@@ -55,6 +59,11 @@ OutputSpec infer_decode_attention(Inputs in, const OpAttrs& attrs) {
     fail("decode_attention", "query '" + q.name + "' " + q.shape.to_string() + " and key '" + k.name + "' " +
                                  k.shape.to_string() + " do not split into " + str(nh) + " and " + str(nkv) +
                                  " heads of one size");
+  }
+  const std::int64_t rotary_limit = attrs.shape.size() == 3 ? q.shape[1] / nh : 0;
+  if (attrs.rotary_dims < 0 || attrs.rotary_dims % 2 != 0 || attrs.rotary_dims > rotary_limit) {
+    fail("decode_attention", "rotary_dims " + str(attrs.rotary_dims) + " must be even and at most the head size " +
+                                 str(rotary_limit) + " of a rotating step (0: all)");
   }
   for (const TensorDesc* cache : {in[3], in[4]}) {
     expect_rank("decode_attention", *cache, 3);

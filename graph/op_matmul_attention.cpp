@@ -83,6 +83,10 @@ OutputSpec infer_rotary(Inputs in, const OpAttrs& attrs) {
     fail("rotary", "'" + x.name + "' " + x.shape.to_string() + " must be [..., T, head_dim] with an even head_dim");
   }
   if (!(attrs.rope_base > 1.0f)) fail("rotary", "rope_base must be > 1");
+  if (attrs.rotary_dims < 0 || attrs.rotary_dims % 2 != 0 || attrs.rotary_dims > x.shape.cols()) {
+    fail("rotary", "rotary_dims " + std::to_string(attrs.rotary_dims) + " must be even and at most head_dim " +
+                       std::to_string(x.shape.cols()) + " (0: all)");
+  }
   return {x.shape, x.dtype};
 }
 

@@ -83,8 +83,8 @@ graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape)
 
 graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape) {
   const std::int64_t B = shape.slots, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
-  const std::int64_t V = config.vocab, F = config.ffn, BS = shape.block_size, NB = shape.pool_blocks;
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
+  const std::int64_t V = config.vocab, BS = shape.block_size, NB = shape.pool_blocks;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || config.ffn <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
     throw graph::GraphError("llama decode: slots, block size, pool blocks, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
   const std::int64_t HD = llama_parts::checked_head_size(config);
@@ -93,12 +93,8 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   graph::Graph g;
   graph::Builder b(g);
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
-  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
-  auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
-    return b.parameter(name + ".weight", {out, in}, w_init, dt);
-  };
-  auto norm = [&](TensorId x, const std::string& name) {
-    return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
+  auto project = [&](TensorId x, const std::string& name, std::int64_t out, const std::string& op_name) {
+    return llama_parts::project(b, config, x, name, out, C, config.qkv_bias, op_name);
   };
   auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
     return llama_parts::head_norm(b, config, x, B, heads, name);
@@ -110,27 +106,20 @@ graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& sh
   TensorId h = b.embedding(tokens, embed, "residual0");  // [B, C]
   if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
   for (std::int64_t l = 0; l < config.layers; ++l) {
-    const std::string n = "layers." + std::to_string(l);
-    const std::string a = n + ".self_attn";
-    const TensorId a_in = norm(h, n + ".input_layernorm");
-    const TensorId q = head_norm(b.matmul(a_in, weight(a + ".q_proj", QC, C), false, true, a + ".q"), NH, a + ".q_norm");
-    const TensorId k = head_norm(b.matmul(a_in, weight(a + ".k_proj", KW, C), false, true, a + ".k"), NKV, a + ".k_norm");
-    const TensorId v = b.matmul(a_in, weight(a + ".v_proj", KW, C), false, true, a + ".v");
-    const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
-    const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
-    const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
-                                          config.rope_base);
-    b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base);
-    h = b.add(h, b.matmul(y, weight(a + ".o_proj", C, QC), false, true, a + ".o"), n + ".residual1");
-    const std::string m = n + ".mlp";
-    const TensorId m_in = norm(h, n + ".post_attention_layernorm");
-    const TensorId gate_in = b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate");
-    const TensorId gate = llama_parts::gate(b, config, gate_in, m + ".act");
-    const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
-    const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
-    h = b.add(h, down, n + ".residual2");
+    const std::string a = "layers." + std::to_string(l) + ".self_attn";
+    h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
+      const TensorId q = head_norm(project(a_in, a + ".q_proj", QC, a + ".q"), NH, a + ".q_norm");
+      const TensorId k = head_norm(project(a_in, a + ".k_proj", KW, a + ".k"), NKV, a + ".k_norm");
+      const TensorId v = project(a_in, a + ".v_proj", KW, a + ".v");
+      const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
+      const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
+      const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
+                                            config.rope_base, config.rotary_dims);
+      b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base, config.rotary_dims);
+      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
+    });
   }
-  h = norm(h, "norm");
+  h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
   g.output = b.matmul(h, head, false, true, "logits");  // [B, V]
   return g;

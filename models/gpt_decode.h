@@ -31,9 +31,10 @@ std::string kv_cache_name(std::int64_t layer, bool value);
 // they are. Each layer writes its new key and value into its caches at the slot's position.
 graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape);
 
-// The same step for a LLaMA-style decoder (models/llama.h): RMSNorm, rotary positions applied to
-// queries and keys at each slot's position (the cache holds rotated keys), grouped-query K/V heads
-// (caches [NB, BS, NKV*HD]), SwiGLU; parameters named as build_llama names them.
+// The same step for the rotary decoder (models/llama.h) in any of its settings: rotary positions
+// applied to queries and keys at each slot's position (the cache holds rotated keys), grouped-query
+// K/V heads (caches [NB, BS, NKV*HD]), norms, MLP and residuals through llama_parts as the training
+// graph has them; parameters named as build_llama names them.
 graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape);
 
 }  // namespace memplan::models

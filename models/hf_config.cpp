@@ -21,9 +21,11 @@ struct TypeRow {
   const char* model_type;
   HfFamily family;
 };
-constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},       {"llama", HfFamily::llama}, {"mistral", HfFamily::llama},
-                                   {"qwen2", HfFamily::llama},     {"qwen3", HfFamily::llama}, {"gemma", HfFamily::llama},
-                                   {"bert", HfFamily::bert},       {"vit", HfFamily::vit}};
+// The decoder-only families all map onto the rotary decoder (models/llama.h), each with its settings.
+constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFamily::llama},    {"mistral", HfFamily::llama},
+                                   {"qwen2", HfFamily::llama},    {"qwen3", HfFamily::llama},    {"gemma", HfFamily::llama},
+                                   {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
+                                   {"falcon", HfFamily::llama},   {"bert", HfFamily::bert},      {"vit", HfFamily::vit}};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -186,6 +188,59 @@ void check_heads(Fields& f, std::int64_t width, std::int64_t heads, const char* 
   }
 }
 
+// Dropout the rotary decoder does not apply: a rate above zero would store masks memplan does not
+// plan, so it is refused naming the key; zero (what these families train and ship with) passes.
+void expect_no_dropout(Fields& f, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const double p = f.number(name, 0.0, 0.0, 1.0);
+    if (p > 0.0) {
+      f.fail(name, std::to_string(p).substr(0, 8) + " is not supported: memplan's rotary decoder (" +
+                       "llama, mistral, qwen, gemma, phi3, olmo2, gpt_neox, falcon) trains without dropout; set it to 0.0");
+    }
+  }
+}
+
+// The rotating channels of a head of `head_size` for a fraction `key` of it (GPT-NeoX's
+// rotary_pct, Phi's partial_rotary_factor), rounded down as transformers does; 0 for all of them.
+std::int64_t rotary_dims(Fields& f, const char* key, std::int64_t head_size) {
+  const double fraction = f.number(key, 1.0, 0.0, 1.0);
+  const auto dims = static_cast<std::int64_t>(static_cast<double>(head_size) * fraction);
+  if (!f.ok() || dims == head_size) return 0;
+  if (dims <= 0 || dims % 2 != 0) {
+    f.fail(key, "gives " + std::to_string(dims) + " rotating channels of a head of " + std::to_string(head_size) +
+                    "; rotary needs a positive even count");
+  }
+  return dims;
+}
+
+// hidden_act / activation of an MLP: silu, gelu (and its tanh forms, computed as the erf form: the
+// same memory, values within about 1e-3) or relu.
+LlamaConfig::Gate activation(Fields& f, const char* key, const std::string& act, LlamaConfig::Gate fallback) {
+  if (act.empty()) return fallback;
+  if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return LlamaConfig::Gate::gelu;
+  if (act == "relu") return LlamaConfig::Gate::relu;
+  if (act == "silu" || act == "swish") return LlamaConfig::Gate::silu;
+  f.fail(key, "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
+  return fallback;
+}
+
+// The checks every rotary decoder's sizes pass, with the config's own names for them.
+void check_decoder(Fields& f, const LlamaConfig& l, const char* width_name) {
+  if (l.head_dim == 0) check_heads(f, l.width, l.heads, width_name);
+  if (f.ok() && l.heads % l.kv_heads != 0) {
+    f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
+           std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
+  }
+  if (f.ok() && l.head_size() % 2 != 0) {
+    f.fail((l.head_dim > 0 ? "head_dim " : std::string(width_name) + " / num_attention_heads = ") + std::to_string(l.head_size()) +
+           " is odd; rotary positions need an even head size");
+  }
+  check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
+  check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});
+  check_weight(f, "hidden_size x hidden_size", {l.width, l.width});
+  if (l.head_dim > 0) check_weight(f, "num_attention_heads x head_dim x hidden_size (q_proj)", {l.heads, l.head_dim, l.width});
+}
+
 void read_torch_dtype(Fields& f, HfConfig& c) {
   // transformers writes torch_dtype, and dtype since 4.56.
   c.torch_dtype = f.text("torch_dtype");
@@ -238,18 +293,11 @@ void read_llama(Fields& f, HfConfig& c) {
   l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
   f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
   // The gated MLP's activation: SiLU (SwiGLU) for llama and its kin; Gemma's GeGLU takes the
-  // tanh-approximated GELU (hidden_activation, which overrides hidden_act), computed here as the
-  // erf form: the same memory, values within about 1e-3.
+  // tanh-approximated GELU (hidden_activation, which overrides hidden_act).
   const std::string hidden_activation = f.text("hidden_activation");
   const char* act_key = hidden_activation.empty() ? "hidden_act" : "hidden_activation";
-  const std::string act = hidden_activation.empty() ? f.text("hidden_act") : hidden_activation;
-  if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || (gemma && act.empty())) {
-    l.gate = LlamaConfig::Gate::gelu;
-  } else if (act == "relu") {
-    l.gate = LlamaConfig::Gate::relu;
-  } else if (!act.empty() && act != "silu" && act != "swish") {
-    f.fail(act_key, "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
-  }
+  l.gate = activation(f, act_key, hidden_activation.empty() ? f.text("hidden_act") : hidden_activation,
+                      gemma ? LlamaConfig::Gate::gelu : LlamaConfig::Gate::silu);
   l.scale_embeddings = gemma;  // Gemma multiplies the embeddings by sqrt(hidden_size)
   f.expect_object_or_absent("rope_scaling");  // longer contexts: positions, not memory
   // mistral's sliding window (and qwen2's, when use_sliding_window) masks scores that are still
@@ -264,21 +312,90 @@ void read_llama(Fields& f, HfConfig& c) {
   l.o_bias = attention_bias;
   // Qwen3 normalises each head's queries and keys (q_norm, k_norm), and its head size is its own
   // setting (Qwen3-0.6B: 16 heads of 128 over a width of 1024).
-  l.qk_norm = c.model_type == "qwen3";
+  if (c.model_type == "qwen3") l.qk_norm = LlamaConfig::QkNorm::per_head;
   l.head_dim = f.size({"head_dim"}, std::int64_t{0});
-  if (l.head_dim == 0) check_heads(f, l.width, l.heads, "hidden_size");
-  if (f.ok() && l.heads % l.kv_heads != 0) {
-    f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
-           std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
+  expect_no_dropout(f, {"attention_dropout"});
+  if (c.model_type == "phi3") {
+    // Phi-3 stores q, k and v as one qkv_proj and gate and up as one gate_up_proj: the same
+    // parameters and activations as separate projections. Dropout rates are its own keys.
+    expect_no_dropout(f, {"resid_pdrop", "embd_pdrop"});
+    f.size({"original_max_position_embeddings"}, std::int64_t{0});
   }
-  if (f.ok() && l.head_size() % 2 != 0) {
-    f.fail((l.head_dim > 0 ? "head_dim " : "hidden_size / num_attention_heads = ") + std::to_string(l.head_size()) +
-           " is odd; rotary positions need an even head size");
+  if (c.model_type == "olmo2") {
+    // OLMo-2 normalises each sublayer's output before the residual add (no norm before it) and
+    // its queries and keys over the whole projection.
+    l.pre_norm = false;
+    l.post_norm = true;
+    l.qk_norm = LlamaConfig::QkNorm::whole;
   }
-  check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
-  check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});
-  check_weight(f, "hidden_size x hidden_size", {l.width, l.width});
-  if (l.head_dim > 0) check_weight(f, "num_attention_heads x head_dim x hidden_size (q_proj)", {l.heads, l.head_dim, l.width});
+  check_decoder(f, l, "hidden_size");
+  if (f.ok()) l.rotary_dims = rotary_dims(f, "partial_rotary_factor", l.head_size());
+}
+
+// GPT-NeoX (Pythia): LayerNorms, fused q/k/v with biases, a plain GELU MLP with biases, attention
+// and MLP in parallel on the residual (use_parallel_residual), rotary over rotary_pct of each head.
+void read_gpt_neox(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  l.kv_heads = l.heads;
+  l.ffn = f.size({"intermediate_size"});
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"});
+  l.context = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", false);
+  std::string base_key = "rotary_emb_base";
+  const json* base = f.find({"rotary_emb_base", "rope_theta"}, &base_key);
+  l.rope_base = static_cast<float>(base == nullptr ? 10000.0 : f.number(base_key.c_str(), 10000.0, 1.0, 1e12));
+  f.number("layer_norm_eps", 1e-5, 0.0, 1.0);
+  f.expect_object_or_absent("rope_scaling");
+  expect_no_dropout(f, {"hidden_dropout", "attention_dropout", "classifier_dropout"});
+  l.norm = LlamaConfig::Norm::layer;
+  l.gated_mlp = false;
+  l.mlp_bias = true;
+  l.gate = activation(f, "hidden_act", f.text("hidden_act"), LlamaConfig::Gate::gelu);
+  l.qkv_bias = l.o_bias = f.boolean("attention_bias", true);
+  l.parallel_residual = f.boolean("use_parallel_residual", true);
+  check_decoder(f, l, "hidden_size");
+  if (f.ok()) l.rotary_dims = rotary_dims(f, "rotary_pct", l.head_size());
+}
+
+// Falcon: LayerNorms, multi-query (or grouped, new_decoder_architecture) attention, a plain GELU
+// MLP of ffn_hidden_size, attention and MLP in parallel from one norm (two with the new
+// architecture), biases everywhere or nowhere (bias), tied embeddings by default.
+void read_falcon(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  const bool new_architecture = f.boolean("new_decoder_architecture", false);
+  const bool multi_query = f.boolean("multi_query", true);
+  l.kv_heads = new_architecture ? f.size({"num_kv_heads"}, l.heads) : (multi_query ? 1 : l.heads);
+  // ffn_hidden_size absent: 4 hidden_size (kept representable; check_decoder bounds the weight).
+  l.ffn = f.size({"ffn_hidden_size"}, l.width > std::numeric_limits<std::int64_t>::max() / 4 ? l.width : 4 * l.width);
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"}, std::int64_t{2048});
+  l.context = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", true);
+  l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
+  f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
+  f.expect_object_or_absent("rope_scaling");
+  expect_no_dropout(f, {"hidden_dropout", "attention_dropout"});
+  if (f.boolean("alibi", false)) f.fail("alibi", "true is not supported: memplan's decoder takes rotary positions (alibi false)");
+  if (f.boolean("apply_residual_connection_post_layernorm", false)) {
+    f.fail("apply_residual_connection_post_layernorm", "true is not supported: the residual adds the layer's input");
+  }
+  l.norm = LlamaConfig::Norm::layer;
+  l.gated_mlp = false;
+  l.gate = activation(f, "activation", f.text("activation"), LlamaConfig::Gate::gelu);
+  l.qkv_bias = l.o_bias = l.mlp_bias = f.boolean("bias", false);
+  l.parallel_residual = f.boolean("parallel_attn", true);
+  // The new architecture's parallel block has a norm for each branch unless num_ln_in_parallel_attn is 1.
+  const std::int64_t norms = f.size({"num_ln_in_parallel_attn"}, new_architecture ? 2 : 1);
+  if (norms > 2) f.fail("num_ln_in_parallel_attn", "must be 1 or 2, got " + std::to_string(norms));
+  l.shared_norm = l.parallel_residual && norms == 1;
+  check_decoder(f, l, "hidden_size");
 }
 
 void read_encoder(Fields& f, EncoderConfig& e) {
@@ -380,10 +497,18 @@ std::string HfConfig::describe() const {
              s(gpt.mlp > 0 ? gpt.mlp : 4 * gpt.width) + ", vocab " + s(gpt.vocab) + ", " + s(positions) + " positions" +
              (gpt.tied_head ? "" : ", untied lm_head");
     case HfFamily::llama:
+    {
+      const char* act = llama.gate == LlamaConfig::Gate::silu ? "SiLU" : llama.gate == LlamaConfig::Gate::gelu ? "GELU" : "ReLU";
+      const std::string mlp = llama.gated_mlp ? std::string(llama.gate == LlamaConfig::Gate::silu ? "SwiGLU" : act + std::string("-gated MLP"))
+                                              : act + std::string(" MLP");
       return model_type + ": " + s(llama.layers) + " layers, width " + s(llama.width) + ", " + s(llama.heads) +
-             " heads" + (llama.kv_heads != llama.heads ? " (" + s(llama.kv_heads) + " K/V)" : "") + ", SwiGLU " +
-             s(llama.ffn) + ", vocab " + s(llama.vocab) + ", rotary" + (llama.tied_head ? ", tied embeddings" : "") +
-             (llama.qkv_bias ? ", q/k/v biases" : "");
+             " heads" + (llama.kv_heads != llama.heads ? " (" + s(llama.kv_heads) + " K/V)" : "") + ", " + mlp + " " +
+             s(llama.ffn) + ", vocab " + s(llama.vocab) + ", rotary" +
+             (llama.rotary_dims > 0 ? " on " + s(llama.rotary_dims) + " of " + s(llama.head_size()) + " channels" : "") +
+             (llama.norm == LlamaConfig::Norm::layer ? ", LayerNorm" : "") + (llama.parallel_residual ? ", parallel residual" : "") +
+             (!llama.pre_norm ? ", norms after each sublayer" : llama.post_norm ? ", norms before and after each sublayer" : "") +
+             (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "");
+    }
     case HfFamily::bert:
       return model_type + " (masked-LM head): " + s(bert.encoder.layers) + " layers, width " + s(bert.encoder.width) +
              ", " + s(bert.encoder.heads) + " heads, MLP " + s(bert.encoder.mlp) + ", vocab " + s(bert.vocab) + ", " +
@@ -427,7 +552,15 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
   read_torch_dtype(f, c);
   switch (c.family) {
     case HfFamily::gpt2: read_gpt2(f, c); break;
-    case HfFamily::llama: read_llama(f, c); break;
+    case HfFamily::llama:
+      if (c.model_type == "gpt_neox") {
+        read_gpt_neox(f, c);
+      } else if (c.model_type == "falcon") {
+        read_falcon(f, c);
+      } else {
+        read_llama(f, c);
+      }
+      break;
     case HfFamily::bert: read_bert(f, c); break;
     case HfFamily::vit: read_vit(f, j, c); break;
   }

@@ -1,6 +1,6 @@
 // Hugging Face transformers `config.json` files read onto memplan's model builders: the families
-// gpt2, llama (and mistral and qwen2, which share its layout), bert and vit, from the fields
-// those configs carry. Architecture only: no weights, no tokenizer, and not a general
+// gpt2, the rotary decoders (llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox,
+// falcon), bert and vit, from the fields those configs carry. Architecture only: no weights, no tokenizer, and not a general
 // PretrainedConfig (fields that change no tensor are checked for their type and otherwise left).
 #pragma once
 
@@ -18,12 +18,14 @@
 
 namespace memplan::models {
 
-// The builder a config maps onto. mistral and qwen2 are llama's layout (grouped-query attention,
-// RMSNorm, SwiGLU, rotary positions); mistral's sliding window is a mask over the same scores and
-// qwen2 adds biases to the q, k and v projections.
+// The builder a config maps onto. Every decoder-only family but gpt2 is a setting of the rotary
+// decoder (HfFamily::llama, models/llama.h): mistral's sliding window is a mask over the same
+// scores, qwen2 adds biases to q, k and v, qwen3 and olmo2 normalise queries and keys, gemma
+// gates with GELU and scales its embeddings, phi3 fuses projections (the same tensors), gpt_neox
+// and falcon take LayerNorms, plain GELU MLPs and parallel residuals.
 enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit };
 
-// "gpt2, llama, mistral, qwen2, qwen3, gemma, bert, vit": the model_type values the reader takes.
+// "gpt2, llama, mistral, ..., bert, vit": the model_type values the reader takes.
 std::string supported_model_types();
 
 struct HfConfig {

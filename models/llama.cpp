@@ -16,10 +16,35 @@ std::int64_t checked_head_size(const LlamaConfig& config) {
     throw graph::GraphError("llama: width must split into heads (or head_dim be given) and heads into kv_heads groups");
   }
   if (config.head_size() % 2 != 0) throw graph::GraphError("llama: rotary positions need an even head size");
+  if (config.rotary_dims < 0 || config.rotary_dims % 2 != 0 || config.rotary_dims > config.head_size()) {
+    throw graph::GraphError("llama: rotary_dims " + std::to_string(config.rotary_dims) + " must be even and at most the head size " +
+                            std::to_string(config.head_size()));
+  }
   return config.head_size();
 }
 
-TensorId gate(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name) {
+TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name, std::int64_t out,
+                 std::int64_t in, bool bias, const std::string& op_name) {
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  const TensorId w = b.parameter(name + ".weight", {out, in}, w_init, config.dtype);
+  if (!bias) return b.matmul(x, w, false, true, op_name);
+  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
+  return b.linear(x, w, b.parameter(name + ".bias", {out}, zeros, config.dtype), op_name);
+}
+
+namespace {
+
+// RMSNorm or LayerNorm over the last dim of `x`, `width` channels.
+TensorId norm_of_width(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t width, const std::string& name) {
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  const TensorId weight = b.parameter(name + ".weight", {width}, ones, config.dtype);
+  if (config.norm == LlamaConfig::Norm::rms) return b.rms_norm(x, weight, name);
+  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
+  return b.layer_norm(x, weight, b.parameter(name + ".bias", {width}, zeros, config.dtype), name);
+}
+
+// The gated MLP's activation of `gate_in` (the plain MLP's of its hidden layer), as config.gate says.
+TensorId activation(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name) {
   switch (config.gate) {
     case LlamaConfig::Gate::gelu: return b.gelu(gate_in, name);
     case LlamaConfig::Gate::relu: return b.relu(gate_in, name);
@@ -28,84 +53,107 @@ TensorId gate(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, co
   return b.silu(gate_in, name);
 }
 
+}  // namespace
+
+TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name) {
+  return norm_of_width(b, config, x, config.width, name);
+}
+
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
                    const std::string& name) {
-  if (!config.qk_norm) return x;
   const std::int64_t HD = config.head_size();
   const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  switch (config.qk_norm) {
+    case LlamaConfig::QkNorm::none: return x;
+    case LlamaConfig::QkNorm::whole:
+      return b.rms_norm(x, b.parameter(name + ".weight", {graph::checked_mul(heads, HD)}, ones, config.dtype), name);
+    case LlamaConfig::QkNorm::per_head: break;
+  }
   const TensorId per_head = b.reshape(x, {graph::checked_mul(rows, heads), HD}, name + ".rows");
   const TensorId normed = b.rms_norm(per_head, b.parameter(name + ".weight", {HD}, ones, config.dtype), name);
   return b.reshape(normed, {rows, graph::checked_mul(heads, HD)}, name + ".flat");
+}
+
+TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m) {
+  const std::int64_t C = config.width, F = config.ffn;
+  TensorId hidden;
+  if (config.gated_mlp) {  // down(act(gate(x)) * up(x))
+    const TensorId gate_in = project(b, config, x, m + ".gate_proj", F, C, config.mlp_bias, m + ".gate");
+    const TensorId gate = activation(b, config, gate_in, m + ".act");
+    hidden = b.mul(gate, project(b, config, x, m + ".up_proj", F, C, config.mlp_bias, m + ".up"), m + ".glu");
+  } else {  // down(act(up(x)))
+    hidden = activation(b, config, project(b, config, x, m + ".up_proj", F, C, config.mlp_bias, m + ".up"), m + ".act");
+  }
+  return project(b, config, hidden, m + ".down_proj", C, F, config.mlp_bias, m + ".down");
+}
+
+TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::int64_t layer,
+               const std::function<TensorId(TensorId)>& attention) {
+  const std::string n = "layers." + std::to_string(layer);
+  // Names as the Hugging Face checkpoints have them: a pre-norm layer's second norm is its
+  // post_attention_layernorm; with norms on the outputs too, that name is the attention output's
+  // and the MLP's input norm is pre_feedforward_layernorm.
+  const std::string mlp_in_norm = config.post_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm";
+  auto pre = [&](TensorId x, const std::string& name) { return config.pre_norm ? norm(b, config, x, n + name) : x; };
+  auto post = [&](TensorId x, const std::string& name) { return config.post_norm ? norm(b, config, x, n + name) : x; };
+  if (config.parallel_residual) {
+    const TensorId a_in = pre(h, ".input_layernorm");
+    const TensorId m_in = config.shared_norm ? a_in : pre(h, ".post_attention_layernorm");
+    const TensorId a = post(attention(a_in), ".post_attention_layernorm");
+    const TensorId m = post(mlp(b, config, m_in, n + ".mlp"), ".post_feedforward_layernorm");
+    return b.add(b.add(h, a, n + ".residual1"), m, n + ".residual2");
+  }
+  h = b.add(h, post(attention(pre(h, ".input_layernorm")), ".post_attention_layernorm"), n + ".residual1");
+  return b.add(h, post(mlp(b, config, pre(h, mlp_in_norm), n + ".mlp"), ".post_feedforward_layernorm"), n + ".residual2");
 }
 
 }  // namespace llama_parts
 
 graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const std::int64_t B = batch, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
-  const std::int64_t V = config.vocab, F = config.ffn;
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || F <= 0 || config.layers <= 0) {
+  const std::int64_t V = config.vocab;
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || config.ffn <= 0 || config.layers <= 0) {
     throw graph::GraphError("llama: batch, context, width, heads, kv_heads, ffn, vocab and layers must be positive");
   }
   const std::int64_t HD = llama_parts::checked_head_size(config);  // head size
   const std::int64_t QC = graph::checked_mul(NH, HD);  // query (and attention output) channels
+  const std::int64_t KW = graph::checked_mul(NKV, HD);  // key and value channels
+  const std::int64_t rows = graph::checked_mul(B, T);
   const graph::DType dt = config.dtype;
   graph::Graph g;
   graph::Builder b(g);
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
-  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
-  auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
-    return b.parameter(name + ".weight", {out, in}, w_init, dt);
-  };
-  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
-  // x W^T (+ b when `bias`): a projection named as Hugging Face names it.
-  auto project = [&](TensorId x, const std::string& name, std::int64_t out, std::int64_t in, bool bias,
-                     const std::string& op_name) {
-    const TensorId w = weight(name, out, in);
-    if (!bias) return b.matmul(x, w, false, true, op_name);
-    return b.linear(x, w, b.parameter(name + ".bias", {out}, zeros, dt), op_name);
-  };
-  auto norm = [&](TensorId x, const std::string& name) {
-    return b.rms_norm(x, b.parameter(name + ".weight", {C}, ones, dt), name);
+  auto project = [&](TensorId x, const std::string& name, std::int64_t out, bool bias, const std::string& op_name) {
+    return llama_parts::project(b, config, x, name, out, C, bias, op_name);
   };
   // [B*T, heads*HD] -> [B, heads, T, HD]
   auto split_heads = [&](TensorId x, std::int64_t heads, const std::string& name) {
     return b.permute(b.reshape(x, {B, T, heads, HD}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
   };
   auto head_norm = [&](TensorId x, std::int64_t heads, const std::string& name) {
-    return llama_parts::head_norm(b, config, x, graph::checked_mul(B, T), heads, name);
+    return llama_parts::head_norm(b, config, x, rows, heads, name);
   };
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
-  const TensorId labels = b.input("labels", {graph::checked_mul(B, T)}, graph::DType::i32);
+  const TensorId labels = b.input("labels", {rows}, graph::DType::i32);
   const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
-  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {graph::checked_mul(B, T), C}, "residual0");  // [B*T, C]
+  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {rows, C}, "residual0");  // [B*T, C]
   if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
 
   for (std::int64_t l = 0; l < config.layers; ++l) {
-    const std::string n = "layers." + std::to_string(l);
-    const std::string a = n + ".self_attn";
-    const TensorId a_in = norm(h, n + ".input_layernorm");
-    TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, C, config.qkv_bias, a + ".q"), NH, a + ".q_norm"), NH, a + ".q");
-    TensorId k = split_heads(
-        head_norm(project(a_in, a + ".k_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".k"), NKV, a + ".k_norm"), NKV,
-        a + ".k");
-    TensorId v = split_heads(project(a_in, a + ".v_proj", graph::checked_mul(NKV, HD), C, config.qkv_bias, a + ".v"), NKV, a + ".v");
-    q = b.rotary(q, config.rope_base, a + ".q.rope");
-    k = b.rotary(k, config.rope_base, a + ".k.rope");
-    TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
-    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {graph::checked_mul(B, T), QC}, a + ".merged");
-    y = project(y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
-    h = b.add(h, y, n + ".residual1");
-    // SwiGLU MLP: down(silu(gate(x)) * up(x))
-    const std::string m = n + ".mlp";
-    const TensorId m_in = norm(h, n + ".post_attention_layernorm");
-    const TensorId gate_in = b.matmul(m_in, weight(m + ".gate_proj", F, C), false, true, m + ".gate");
-    const TensorId gate = llama_parts::gate(b, config, gate_in, m + ".act");
-    const TensorId up = b.matmul(m_in, weight(m + ".up_proj", F, C), false, true, m + ".up");
-    const TensorId down = b.matmul(b.mul(gate, up, m + ".glu"), weight(m + ".down_proj", C, F), false, true, m + ".down");
-    h = b.add(h, down, n + ".residual2");
+    const std::string a = "layers." + std::to_string(l) + ".self_attn";
+    h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
+      TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NH, a + ".q_norm"), NH, a + ".q");
+      TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKV, a + ".k_norm"), NKV, a + ".k");
+      TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKV, a + ".v");
+      q = b.rotary(q, config.rope_base, a + ".q.rope", config.rotary_dims);
+      k = b.rotary(k, config.rope_base, a + ".k.rope", config.rotary_dims);
+      TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
+      y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC}, a + ".merged");
+      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
+    });
   }
-  h = norm(h, "norm");
+  h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
   g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
   g.loss = b.cross_entropy(g.output, labels, "loss");

@@ -1,9 +1,13 @@
-// LLaMA-style decoder for planning at real scale: token embedding, L pre-norm blocks of causal
-// self-attention (rotary positions, grouped-query K/V heads) and a SwiGLU MLP, RMSNorm, no
-// biases, a head tied to the embedding or its own. Shapes as the published checkpoints have them.
+// The rotary decoder the decoder-only families are settings of: token embedding, L blocks of
+// causal self-attention (rotary positions, whole or partial; multi-head, grouped-query or
+// multi-query K/V heads) and an MLP, a final norm, a head tied to the embedding or its own.
+// LLaMA's defaults (pre-norm RMSNorm, SwiGLU, no biases); LlamaConfig's settings give Mistral,
+// Qwen2/3, Gemma, Phi-3, GPT-NeoX, Falcon and OLMo-2 (models/hf_config.h reads them from
+// config.json). Shapes as the published checkpoints have them.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "memplan/graph/builder.h"
@@ -27,7 +31,10 @@ struct LlamaConfig {
   bool qkv_bias = false;  // biases on the q, k and v projections (Qwen2; Llama's attention_bias)
   bool o_bias = false;    // a bias on the output projection (Llama's attention_bias)
   std::int64_t head_dim = 0;  // channels per head; 0: width / heads (Qwen3 sets it apart from the width)
-  bool qk_norm = false;       // RMSNorm over each head's queries and keys before rotary (Qwen3's q_norm, k_norm)
+  // RMSNorm of the queries and keys before rotary: over each head's channels, one weight shared by
+  // the heads (Qwen3's q_norm, k_norm), or over the whole projection (OLMo-2's).
+  enum class QkNorm : std::uint8_t { none, per_head, whole };
+  QkNorm qk_norm = QkNorm::none;
   // The gated MLP's activation (SiLU: SwiGLU; Gemma's GELU: GeGLU). Gemma also scales the embeddings by
   // sqrt(width) before the first layer. (Gemma's RMSNorm multiplies by 1 + weight, its weights
   // starting at zero; memplan keeps 1 + weight as the one parameter, starting at one: the same
@@ -35,6 +42,25 @@ struct LlamaConfig {
   enum class Gate : std::uint8_t { silu, gelu, relu };
   Gate gate = Gate::silu;
   bool scale_embeddings = false;
+  // The decoder's other settings, llama's by default: the families are settings of one layer.
+  // Norms: RMSNorm (a weight) or LayerNorm (weight and bias; GPT-NeoX, Falcon).
+  enum class Norm : std::uint8_t { rms, layer };
+  Norm norm = Norm::rms;
+  // The MLP: gated (down(act(gate x) * up x)) or plain (down(act(up x)); GPT-NeoX and Falcon,
+  // with gate's activation), with biases on its projections or not.
+  bool gated_mlp = true;
+  bool mlp_bias = false;
+  // Where the norms sit: before each sublayer (pre_norm; llama), on each sublayer's output before
+  // the residual add (post_norm; OLMo-2), or both (Gemma-2).
+  bool pre_norm = true;
+  bool post_norm = false;
+  // Attention and MLP side by side on the same residual (GPT-NeoX's use_parallel_residual,
+  // Falcon's parallel_attn): h + attn(norm1 h) + mlp(norm2 h); with shared_norm one norm feeds
+  // both (Falcon-7B).
+  bool parallel_residual = false;
+  bool shared_norm = false;
+  // Rotary over each head's first rotary_dims channels (GPT-NeoX's rotary_pct); 0: all of them.
+  std::int64_t rotary_dims = 0;
 
   // Channels per head: head_dim, or width / heads.
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : width / heads; }
@@ -44,14 +70,24 @@ struct LlamaConfig {
 // alike, so both follow the config the same way.
 namespace llama_parts {
 // The head size, after checking that the heads split the width (or head_dim is given), group
-// into the K/V heads, and have an even size (rotary); a graph::GraphError otherwise.
+// into the K/V heads, have an even size (rotary) and take the rotary_dims; a graph::GraphError
+// otherwise.
 std::int64_t checked_head_size(const LlamaConfig& config);
-// The gated MLP's activation of `gate_in`, as config.gate says.
-TensorId gate(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name);
-// Qwen3's q_norm/k_norm on `x` [rows, heads * head_size]: RMSNorm over each head's channels, one
-// weight shared by the heads; `x` itself without config.qk_norm.
+// `x` W^T (+ bias) with W = `name`.weight [out, in] (and `name`.bias [out]).
+TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name, std::int64_t out,
+                 std::int64_t in, bool bias, const std::string& op_name);
+// The config's norm of `x` [rows, width] (RMSNorm or LayerNorm), parameters `name`.weight/.bias.
+TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name);
+// The q_norm/k_norm on `x` [rows, heads * head_size] as config.qk_norm says; `x` itself for none.
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
                    const std::string& name);
+// The MLP of `x` [rows, width] (gated or plain), parameters under `prefix`.{gate,up,down}_proj.
+TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& prefix);
+// Decoder layer `layer` on the residual stream `h` [rows, width]: its norms, residual adds and MLP
+// as the config says; `attention` maps the attention's input [rows, width] to its output
+// projection's result [rows, width] (the training graph's full attention, or a decode step's).
+TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::int64_t layer,
+               const std::function<TensorId(TensorId)>& attention);
 }  // namespace llama_parts
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output

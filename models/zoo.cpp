@@ -37,6 +37,11 @@ constexpr ZooEntry kEntries[] = {
     {"qwen3-8b", "qwen3-8b.json", "Qwen3-8B", 4096, 8},
     {"gemma-2b", "gemma-2b.json", "Gemma-2B", 0, 8},
     {"gemma-7b", "gemma-7b.json", "Gemma-7B", 0, 8},
+    {"phi3-mini", "phi-3-mini-4k.json", "Phi-3-mini-4k", 0, 8},
+    {"olmo2-7b", "olmo-2-7b.json", "OLMo-2-1124-7B", 0, 8},
+    {"pythia-160m", "pythia-160m.json", "Pythia-160M (GPT-NeoX)", 0, 8},
+    {"pythia-6.9b", "pythia-6.9b.json", "Pythia-6.9B (GPT-NeoX)", 0, 8},
+    {"falcon-7b", "falcon-7b.json", "Falcon-7B", 0, 8},
     {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
     {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
 };

@@ -81,7 +81,10 @@ TEST(HfConfig, EveryFileInModelsConfigsIsEmbeddedVerbatim) {
 // 1,235,814,400 (tied); Llama-3.1-8B 8,030,261,248; Llama-2 7B 6,738,415,616, 13B
 // 13,015,864,320, 70B 68,976,648,192; Mistral-7B-v0.1 7,241,732,096; Qwen2.5-7B 7,615,616,512
 // (its card: "7.61B"); bert-base-uncased with the MLM head 109,514,298 (BertModel with its pooler:
-// 109,482,240); google/vit-base-patch16-224 86,567,656 (timm's vit_base_patch16_224: the same).
+// 109,482,240); google/vit-base-patch16-224 86,567,656 (timm's vit_base_patch16_224: the same);
+// Phi-3-mini-4k-instruct 3,821,079,552 (its card: "3.8B"); OLMo-2-1124-7B 7,298,617,344;
+// Pythia-160M 162,322,944 and Pythia-6.9B 6,857,302,016 (the Pythia suite's "total params",
+// untied embed_out included); Falcon-7B 6,921,720,704 (tied).
 const std::map<std::string, std::int64_t>& published_counts() {
   static const std::map<std::string, std::int64_t> counts = {
       {"gpt2.json", 124'439'808},
@@ -99,6 +102,11 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"qwen3-8b.json", 8'190'735'360},
       {"gemma-2b.json", 2'506'172'416},
       {"gemma-7b.json", 8'537'680'896},
+      {"phi-3-mini-4k.json", 3'821'079'552},
+      {"olmo-2-7b.json", 7'298'617'344},
+      {"pythia-160m.json", 162'322'944},
+      {"pythia-6.9b.json", 6'857'302'016},
+      {"falcon-7b.json", 6'921'720'704},
       {"bert-base-uncased.json", 109'514'298},
       {"vit-base-patch16-224.json", 86'567'656},
   };
@@ -194,6 +202,127 @@ TEST(HfConfig, GemmaIsAGeGluDecoderWithScaledTiedEmbeddings) {
   EXPECT_NE(refused.error().message.find("hidden_activation"), std::string::npos) << refused.error().message;
 }
 
+namespace {
+int count_ops(const graph::Graph& graph, graph::OpKind kind) {
+  int n = 0;
+  for (const graph::Op& op : graph.ops()) n += op.kind == kind;
+  return n;
+}
+std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  return shapes;
+}
+}  // namespace
+
+// GPT-NeoX (Pythia): LayerNorms with biases, biases on every projection, a plain GELU MLP, the
+// attention and the MLP side by side, rotary over a quarter of each head.
+TEST(HfConfig, GptNeoxIsAParallelLayerNormDecoderWithPartialRotary) {
+  const HfConfig c = models::shipped_config("pythia-160m.json").value();
+  EXPECT_EQ(c.llama.rotary_dims, 16);  // 0.25 of 64
+  const graph::Graph g = build(c);
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.at("layers.0.input_layernorm.bias"), (graph::Shape{768}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{768}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.o_proj.bias"), (graph::Shape{768}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.up_proj.bias"), (graph::Shape{3072}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.down_proj.bias"), (graph::Shape{768}));
+  EXPECT_EQ(shapes.count("layers.0.mlp.gate_proj.weight"), 0u) << "a plain MLP";
+  EXPECT_EQ(count_ops(g, graph::OpKind::gelu), 12);
+  EXPECT_EQ(count_ops(g, graph::OpKind::layer_norm), 2 * 12 + 1);
+  EXPECT_EQ(count_ops(g, graph::OpKind::rms_norm), 0);
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind == graph::OpKind::rotary) {
+      EXPECT_EQ(op.attrs.rotary_dims, 16) << op.name;
+    }
+  }
+  // Parallel: the MLP reads the layer's input, not the attention's sum; its norm's input is the
+  // residual stream the attention also reads.
+  const graph::Op* mlp_norm = nullptr;
+  for (const graph::Op& op : g.ops()) {
+    if (op.name == "layers.1.post_attention_layernorm") mlp_norm = &op;
+  }
+  ASSERT_NE(mlp_norm, nullptr);
+  EXPECT_EQ(g.tensor(mlp_norm->inputs[0]).name, "layers.0.residual2");
+  // Sequential (use_parallel_residual false): the MLP's norm reads the attention's sum.
+  auto j = nlohmann::json::parse(shipped_text("pythia-160m.json"));
+  j["use_parallel_residual"] = false;
+  const graph::Graph sequential = build(parse(j.dump()));
+  for (const graph::Op& op : sequential.ops()) {
+    if (op.name == "layers.1.post_attention_layernorm") {
+      EXPECT_EQ(sequential.tensor(op.inputs[0]).name, "layers.1.residual1");
+    }
+  }
+  // A rotary fraction that leaves an odd count is refused, naming the key; dropout too.
+  j["rotary_pct"] = 0.3;  // 19.2 -> 19 channels
+  auto odd = models::parse_hf_config(j.dump(), "odd.json");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.error().message.find("rotary_pct"), std::string::npos) << odd.error().message;
+  j["rotary_pct"] = 0.25;
+  j["hidden_dropout"] = 0.1;
+  auto dropout = models::parse_hf_config(j.dump(), "dropout.json");
+  ASSERT_FALSE(dropout.ok());
+  EXPECT_NE(dropout.error().message.find("hidden_dropout"), std::string::npos) << dropout.error().message;
+}
+
+// Falcon-7B: one K/V head (multi_query), one LayerNorm feeding attention and MLP, no biases, tied
+// embeddings; the new architecture's grouped K/V heads and two norms from num_kv_heads.
+TEST(HfConfig, FalconIsAMultiQueryParallelDecoderWithOneNorm) {
+  const HfConfig c = models::shipped_config("falcon-7b.json").value();
+  EXPECT_EQ(c.llama.kv_heads, 1);
+  EXPECT_TRUE(c.llama.shared_norm);
+  const graph::Graph g = build(c);
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{64, 4544}));
+  EXPECT_EQ(shapes.count("layers.0.post_attention_layernorm.weight"), 0u) << "one norm per layer";
+  EXPECT_EQ(shapes.count("layers.0.self_attn.q_proj.bias"), 0u);
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u) << "tied";
+  EXPECT_EQ(shapes.at("layers.0.mlp.up_proj.weight"), (graph::Shape{4 * 4544, 4544}));
+  auto j = nlohmann::json::parse(shipped_text("falcon-7b.json"));
+  j["new_decoder_architecture"] = true;
+  j["num_kv_heads"] = 1;
+  // Two norms (ln_attn, ln_mlp): 32 layers x 2 x 4544 parameters more.
+  EXPECT_EQ(parameter_count(build(parse(j.dump()))) - parameter_count(g), 32 * 2 * 4544);
+  j["alibi"] = true;
+  auto alibi = models::parse_hf_config(j.dump(), "alibi.json");
+  ASSERT_FALSE(alibi.ok());
+  EXPECT_NE(alibi.error().message.find("alibi"), std::string::npos) << alibi.error().message;
+}
+
+// OLMo-2: RMSNorms on the outputs of attention and MLP (none before them), queries and keys
+// normalised over the whole projection.
+TEST(HfConfig, Olmo2NormalisesSublayerOutputsAndWholeQueriesAndKeys) {
+  const graph::Graph g = build(models::shipped_config("olmo-2-7b.json").value());
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.count("layers.0.input_layernorm.weight"), 0u);
+  EXPECT_EQ(shapes.at("layers.0.post_attention_layernorm.weight"), (graph::Shape{4096}));
+  EXPECT_EQ(shapes.at("layers.0.post_feedforward_layernorm.weight"), (graph::Shape{4096}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (graph::Shape{4096}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_norm.weight"), (graph::Shape{4096}));
+  // The attention's output norm feeds the residual add.
+  for (const graph::Op& op : g.ops()) {
+    if (op.name == "layers.0.residual1") {
+      EXPECT_EQ(g.tensor(op.inputs[1]).name, "layers.0.post_attention_layernorm");
+    }
+  }
+}
+
+// Phi-3: llama's layout (fused projections hold the same tensors); its dropout keys are checked
+// and a partial rotary factor applies.
+TEST(HfConfig, Phi3IsLlamasLayoutWithItsOwnDropoutKeys) {
+  auto j = nlohmann::json::parse(shipped_text("phi-3-mini-4k.json"));
+  const HfConfig c = parse(j.dump());
+  EXPECT_EQ(c.llama.rotary_dims, 0);
+  EXPECT_TRUE(c.llama.gated_mlp);
+  j["resid_pdrop"] = 0.1;
+  auto refused = models::parse_hf_config(j.dump(), "phi3.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("resid_pdrop"), std::string::npos) << refused.error().message;
+  j["resid_pdrop"] = 0.0;
+  j["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: 72 of 96 channels
+  EXPECT_EQ(parse(j.dump()).llama.rotary_dims, 72);
+}
+
 TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
   const graph::Graph g = build(models::shipped_config("qwen2.5-7b.json").value());
   std::map<std::string, graph::Shape> shapes;
@@ -283,7 +412,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, bert, vit)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, bert, vit)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},

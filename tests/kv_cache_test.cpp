@@ -5,6 +5,8 @@
 // and the options and requests a generator refuses.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include <cmath>
@@ -177,6 +179,24 @@ TEST(DecodeStep, CachesLiveOutsideThePlannedArena) {
 // every position: the same weights (initialised by name from one seed), the same math up to
 // rounding.
 // The decode step runs on `device` (the CPU when null), the full-context graph on the CPU.
+// Parameters that start constant (biases at zero, norm weights at one) get values of their own,
+// the same for the same name in any graph: a step that leaves one out, or applies it elsewhere,
+// then computes other logits.
+void vary_constant_parameters(runtime::Executor& executor, const graph::Graph& g) {
+  for (int id = 0; id < g.num_tensors(); ++id) {
+    const graph::TensorDesc& t = g.tensor(id);
+    if (t.role != graph::Role::parameter ||
+        (t.init.kind != graph::InitSpec::Kind::zeros && t.init.kind != graph::InitSpec::Kind::ones)) {
+      continue;
+    }
+    std::vector<float> values(static_cast<std::size_t>(t.shape.numel()));
+    executor.read_values(id, values.data());
+    const double phase = double(std::hash<std::string>{}(t.name) % 1000);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] += 0.2f * static_cast<float>(std::sin(phase + double(i)));
+    executor.write_values(id, values.data());
+  }
+}
+
 void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& decode, std::int64_t layers,
                                 std::int64_t kv_width, std::int64_t block_size, std::int64_t vocab,
                                 runtime::Device* decode_device = nullptr) {
@@ -186,6 +206,7 @@ void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& de
   runtime::Executor reference(full_step, cpu);
   ASSERT_TRUE(reference.setup());
   reference.initialize_persistent(11);
+  vary_constant_parameters(reference, full_step.graph);
   std::vector<std::int32_t> x(static_cast<std::size_t>(T)), labels(static_cast<std::size_t>(T), 0);
   for (std::int64_t t = 0; t < T; ++t) x[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 7 + 3) % vocab);
   reference.set_input(full_step.graph.find("x"), x.data(), T * 4);
@@ -210,6 +231,7 @@ void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& de
   }
   ASSERT_TRUE(executor.setup());
   executor.initialize_persistent(11);
+  vary_constant_parameters(executor, g);
   std::vector<std::int32_t> table(static_cast<std::size_t>(2 * mb), -1);
   for (std::int64_t i = 0; i < mb; ++i) table[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(ps.blocks - 1 - i);
   std::vector<float> logits(static_cast<std::size_t>(2 * vocab));
@@ -257,15 +279,68 @@ TEST(DecodeStep, LlamaLogitsWithRotaryAndGroupedHeadsEqualTheFullContextModels) 
   // Qwen3's layout: heads of 16 channels over a width of 32 (queries 64 wide), each head's queries
   // and keys RMS-normalised.
   c.head_dim = 16;
-  c.qk_norm = true;
+  c.qk_norm = models::LlamaConfig::QkNorm::per_head;
   expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 2 * 16, 4, c.vocab);
   // Gemma's: one K/V head, a GELU-gated MLP, embeddings scaled by sqrt(width), tied.
-  c.qk_norm = false;
+  c.qk_norm = models::LlamaConfig::QkNorm::none;
   c.kv_heads = 1;
   c.gate = models::LlamaConfig::Gate::gelu;
   c.scale_embeddings = true;
   c.tied_head = true;
   expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 16, 4, c.vocab);
+}
+
+// The decoder's other settings, each family's combination: the step's logits equal the full
+// model's, so the decode graph follows the same settings as the training graph.
+TEST(DecodeStep, EveryDecoderFamilysSettingsGiveTheFullContextModelsLogits) {
+  using Config = models::LlamaConfig;
+  models::DecodeShape shape;
+  shape.slots = 2;
+  shape.block_size = 4;
+  shape.pool_blocks = 4;
+  auto base = [] {
+    Config c;
+    c.vocab = 20;
+    c.context = 10;
+    c.layers = 2;
+    c.width = 32;
+    c.heads = 4;
+    c.kv_heads = 4;
+    c.ffn = 48;
+    return c;
+  };
+  auto check = [&](const Config& c, const std::string& family) {
+    SCOPED_TRACE(family);
+    expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers,
+                               c.kv_heads * c.head_size(), 4, c.vocab);
+  };
+  Config qwen2 = base();  // biases on q, k and v
+  qwen2.kv_heads = 2;
+  qwen2.qkv_bias = true;
+  check(qwen2, "qwen2");
+  Config neox = base();  // LayerNorm, a plain GELU MLP with biases, parallel residual, a quarter of each head rotating
+  neox.norm = Config::Norm::layer;
+  neox.gated_mlp = false;
+  neox.mlp_bias = true;
+  neox.gate = Config::Gate::gelu;
+  neox.qkv_bias = neox.o_bias = true;
+  neox.parallel_residual = true;
+  neox.rotary_dims = 2;
+  check(neox, "gpt_neox");
+  Config falcon = neox;  // one norm feeding both branches, one K/V head, no biases
+  falcon.shared_norm = true;
+  falcon.kv_heads = 1;
+  falcon.mlp_bias = falcon.qkv_bias = falcon.o_bias = false;
+  falcon.rotary_dims = 0;
+  check(falcon, "falcon");
+  Config olmo2 = base();  // norms on the sublayers' outputs only, queries and keys normalised whole
+  olmo2.pre_norm = false;
+  olmo2.post_norm = true;
+  olmo2.qk_norm = Config::QkNorm::whole;
+  check(olmo2, "olmo2");
+  Config sandwich = base();  // norms before and after each sublayer
+  sandwich.post_norm = true;
+  check(sandwich, "pre and post norms");
 }
 
 // The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the

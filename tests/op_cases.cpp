@@ -303,6 +303,11 @@ const std::vector<OpCase>& op_cases() {
       {"rotary", OpKind::rotary,
        [](Builder& b, const Dims& d, DType t) { return b.rotary(b.parameter("x", Shape(d), {}, t), 10.0f, "y"); },
        {{2, 3, 4}, {1, 2, 5, 6}}},
+      {"rotary_partial", OpKind::rotary,  // the last two channels of each head pass through
+       [](Builder& b, const Dims& d, DType t) {
+         return b.rotary(b.parameter("x", Shape(d), {}, t), 10.0f, "y", d.back() - 2);
+       },
+       {{2, 3, 6}, {1, 2, 5, 4}}},
       {"repeat_heads", OpKind::repeat_heads,
        [](Builder& b, const Dims& d, DType t) {
          return b.repeat_heads(b.parameter("x", {d[0], d[1], d[2], d[3]}, {}, t), d[4], "y");
@@ -712,11 +717,12 @@ V ref_slice(const RefOperands& o) {
 V ref_rotary(const RefOperands& o) {
   const auto& a = o.op.attrs;
   const int r = o.shape[0].rank();
-  const std::int64_t T = o.shape[0][r - 2], HD = o.shape[0][r - 1], half = HD / 2, rows = numel(o.shape[0]) / HD;
+  const std::int64_t T = o.shape[0][r - 2], HD = o.shape[0][r - 1], rows = numel(o.shape[0]) / HD;
+  const std::int64_t R = a.rotary_dims > 0 ? a.rotary_dims : HD, half = R / 2;  // channels from R on stay
   V y = o.in[0];
   for (std::int64_t row = 0; row < rows; ++row)
     for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = (a.inverse ? -1.0 : 1.0) * double(row % T) * std::pow(double(a.rope_base), -2.0 * double(i) / double(HD));
+      const double angle = (a.inverse ? -1.0 : 1.0) * double(row % T) * std::pow(double(a.rope_base), -2.0 * double(i) / double(R));
       const double x0 = o.in[0][at(row * HD + i)], x1 = o.in[0][at(row * HD + i + half)];
       y[at(row * HD + i)] = x0 * std::cos(angle) - x1 * std::sin(angle);
       y[at(row * HD + i + half)] = x1 * std::cos(angle) + x0 * std::sin(angle);

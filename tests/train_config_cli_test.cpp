@@ -38,6 +38,16 @@ struct TrainConfigCli : ::testing::Test {
     std::ofstream(dir / "gemma.json") << R"({"model_type": "gemma", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 48,
       "vocab_size": 256000, "max_position_embeddings": 8192, "hidden_act": "gelu"})";
+    // GPT-NeoX: LayerNorms, a plain GELU MLP, biases, parallel residual, a quarter of each head rotating.
+    std::ofstream(dir / "gpt_neox.json") << R"({"model_type": "gpt_neox", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "intermediate_size": 48, "vocab_size": 50304, "max_position_embeddings": 2048,
+      "rotary_pct": 0.25})";
+    // Falcon: one K/V head, one norm feeding attention and MLP, tied embeddings.
+    std::ofstream(dir / "falcon.json") << R"({"model_type": "falcon", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "vocab_size": 65024})";
+    // OLMo-2: norms on the sublayers' outputs, whole-projection query/key norms.
+    std::ofstream(dir / "olmo2.json") << R"({"model_type": "olmo2", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "intermediate_size": 48, "vocab_size": 100352, "max_position_embeddings": 4096})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -61,7 +71,7 @@ struct TrainConfigCli : ::testing::Test {
 };
 
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
-  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gpt2.json"}) {
+  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gpt_neox.json", "falcon.json", "olmo2.json", "gpt2.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
@@ -74,8 +84,8 @@ TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode)
     EXPECT_EQ(planned["device_allocations_during_steps"], 0);
     // 40 steps on a text this regular beat the unigram model.
     EXPECT_LT(planned["val_loss"].get<double>(), planned["unigram_entropy"].get<double>()) << name;
-    // Under the sanitizers the other modes run for llama and gpt2 only (qwen3 and gemma build the
-    // same ops in other shapes); the normal build runs them for every config.
+    // Under the sanitizers the other modes run for llama and gpt2 only (the other families build
+    // the same ops in other arrangements); the normal build runs them for every config.
     if (testing::kSanitized && name != "llama.json" && name != "gpt2.json") continue;
     for (const char* mode : {"naive", "dynamic"}) {
       EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << name << " " << mode;

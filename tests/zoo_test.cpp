@@ -34,7 +34,9 @@ TEST(Zoo, ParameterCountsMatchThePublishedModels) {
       {"llama2-7b", 6'738'415'616},   {"llama2-13b", 13'015'864'320},   {"llama2-70b", 68'976'648'192},
       {"mistral-7b", 7'241'732'096},  {"qwen2.5-7b", 7'615'616'512},
       {"qwen3-0.6b", 596'049'920}, {"qwen3-8b", 8'190'735'360}, {"gemma-2b", 2'506'172'416},
-      {"gemma-7b", 8'537'680'896},    {"bert-base", 109'514'298},
+      {"gemma-7b", 8'537'680'896},    {"phi3-mini", 3'821'079'552},     {"olmo2-7b", 7'298'617'344},
+      {"pythia-160m", 162'322'944},   {"pythia-6.9b", 6'857'302'016},   {"falcon-7b", 6'921'720'704},
+      {"bert-base", 109'514'298},
       {"vit-b16", 86'567'656},        {"resnet50", 25'557'032},
   };
   ASSERT_EQ(published.size(), models::zoo_models().size());

@@ -21,17 +21,18 @@ inline const std::int32_t* table_row(const KernelCall& c, int table_input, std::
   return c.inputs[static_cast<std::size_t>(table_input)].i32() + b * (*c.inputs[static_cast<std::size_t>(table_input)].shape)[1];
 }
 
-// Rotary embedding of one head at `pos`: pairs (i, i + HD/2) rotate by pos * base^(-2i/HD), as the
-// rotary kernel computes them.
-void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, double base) {
-  const std::int64_t half = hd / 2;
+// Rotary embedding of one head at `pos`: pairs (i, i + R/2) rotate by pos * base^(-2i/R), R the
+// rotating channels (rotary_dims, or all HD), the rest copied, as the rotary kernel computes them.
+void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, double base, std::int64_t rotary_dims) {
+  const std::int64_t rd = rotary_dims > 0 ? rotary_dims : hd, half = rd / 2;
   for (std::int64_t i = 0; i < half; ++i) {
-    const double angle = double(pos) * std::pow(base, -2.0 * double(i) / double(hd));
+    const double angle = double(pos) * std::pow(base, -2.0 * double(i) / double(rd));
     const float cs = float(std::cos(angle)), sn = float(std::sin(angle));
     const float a = x[i], b = x[i + half];
     y[i] = a * cs - b * sn;
     y[i + half] = b * cs + a * sn;
   }
+  for (std::int64_t i = rd; i < hd; ++i) y[i] = x[i];
 }
 
 void k_kv_cache_write(const KernelCall& c) {
@@ -52,7 +53,7 @@ void k_kv_cache_write(const KernelCall& c) {
     } else {
       const std::int64_t hd = c.attrs->shape[0];
       for (std::int64_t head = 0; head < width / hd; ++head) {
-        rotate_head(k + b * width + head * hd, k_cache + row * width + head * hd, hd, pos, c.attrs->rope_base);
+        rotate_head(k + b * width + head * hd, k_cache + row * width + head * hd, hd, pos, c.attrs->rope_base, c.attrs->rotary_dims);
       }
     }
     std::memcpy(v_cache + row * width, v + b * width, static_cast<std::size_t>(width) * sizeof(float));
@@ -96,8 +97,8 @@ void k_decode_attention(const KernelCall& c) {
       const float* qh = q + b * q_width + h * hd;
       const float* own_key = k + b * kv_width + g * hd;
       if (rotary) {  // the cache holds rotated keys; the query and this position's key rotate here
-        rotate_head(qh, q_rot.data(), hd, pos, c.attrs->rope_base);
-        rotate_head(own_key, k_rot.data(), hd, pos, c.attrs->rope_base);
+        rotate_head(qh, q_rot.data(), hd, pos, c.attrs->rope_base, c.attrs->rotary_dims);
+        rotate_head(own_key, k_rot.data(), hd, pos, c.attrs->rope_base, c.attrs->rotary_dims);
         qh = q_rot.data();
         own_key = k_rot.data();
       }

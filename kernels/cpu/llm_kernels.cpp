@@ -105,11 +105,13 @@ void k_silu_backward(const KernelCall& c) {
   });
 }
 
-// Pairs (i, i + HD/2) of each row at position t rotate by t * base^(-2i/HD) (the half-split
-// layout LLaMA implementations use); `inverse` rotates by the negative angle.
+// Pairs (i, i + R/2) of each row at position t rotate by t * base^(-2i/R) (the half-split
+// layout LLaMA implementations use), R the rotating channels (rotary_dims, or all HD); channels
+// from R on are copied. `inverse` rotates by the negative angle.
 void k_rotary(const KernelCall& c) {
   const Shape& s = *c.inputs[0].shape;
-  const std::int64_t hd = s.cols(), t_len = s[s.rank() - 2], half = hd / 2;
+  const std::int64_t hd = s.cols(), t_len = s[s.rank() - 2];
+  const std::int64_t rd = c.attrs->rotary_dims > 0 ? c.attrs->rotary_dims : hd, half = rd / 2;
   const std::int64_t rows = s.rows();
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
@@ -120,12 +122,13 @@ void k_rotary(const KernelCall& c) {
     const float* xr = x + r * hd;
     float* yr = y + r * hd;
     for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(base, -2.0 * double(i) / double(hd));
+      const double angle = pos * std::pow(base, -2.0 * double(i) / double(rd));
       const float cs = float(std::cos(angle)), sn = float(sign * std::sin(angle));
       const float a = xr[i], b = xr[i + half];
       yr[i] = a * cs - b * sn;
       yr[i + half] = b * cs + a * sn;
     }
+    for (std::int64_t i = rd; i < hd; ++i) yr[i] = xr[i];
   });
 }
 

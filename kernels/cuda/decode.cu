@@ -14,10 +14,14 @@ using graph::OpKind;
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeChunk = 1024;  // positions whose scores one pass holds in shared memory
 
-// Element i of a head of `hd` values, rotated by `pos` (rotary embedding: pairs (i, i + hd/2)).
-__device__ inline float rotated(const float* head, std::int64_t i, std::int64_t hd, std::int64_t pos, double base) {
-  const std::int64_t half = hd / 2, p = i < half ? i : i - half;
-  const double angle = double(pos) * pow(base, -2.0 * double(p) / double(hd));
+// Element i of a head of `hd` values, rotated by `pos` (rotary embedding: pairs (i, i + R/2) of
+// the first R = rotary_dims channels, or all hd; the rest pass through).
+__device__ inline float rotated(const float* head, std::int64_t i, std::int64_t hd, std::int64_t pos, double base,
+                                std::int64_t rotary_dims) {
+  const std::int64_t rd = rotary_dims > 0 ? rotary_dims : hd;
+  if (i >= rd) return head[i];
+  const std::int64_t half = rd / 2, p = i < half ? i : i - half;
+  const double angle = double(pos) * pow(base, -2.0 * double(p) / double(rd));
   const float cs = float(cos(angle)), sn = float(sin(angle));
   const float a = head[p], b = head[p + half];
   return i < half ? a * cs - b * sn : b * cs + a * sn;
@@ -34,6 +38,7 @@ void k_kv_cache_write(const KernelCall& c) {
   float* v_cache = c.updates[1].f32();
   const std::int64_t rotary_hd = c.attrs->shape.empty() ? 0 : c.attrs->shape[0];
   const double base = c.attrs->rope_base;
+  const std::int64_t rotary_dims = c.attrs->rotary_dims;
   for_each_index(slots * width, "kv_cache_write", [=] __device__(std::int64_t i) {
     const std::int64_t b = i / width, e = i % width;
     const std::int32_t* blocks = table + b * mb;
@@ -41,7 +46,8 @@ void k_kv_cache_write(const KernelCall& c) {
     const std::int64_t pos = positions[b];
     const std::int64_t row = std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
     k_cache[row * width + e] =
-        rotary_hd > 0 ? rotated(k + b * width + e / rotary_hd * rotary_hd, e % rotary_hd, rotary_hd, pos, base) : k[i];
+        rotary_hd > 0 ? rotated(k + b * width + e / rotary_hd * rotary_hd, e % rotary_hd, rotary_hd, pos, base, rotary_dims)
+                      : k[i];
     v_cache[row * width + e] = v[i];
   });
 }
@@ -50,6 +56,7 @@ struct DecodeShape {
   std::int64_t q_width, kv_width, hd, nh, group, mb, block_size;
   bool rotary;
   double rope_base;
+  std::int64_t rotary_dims;
 };
 
 __device__ inline std::int64_t cache_row(const std::int32_t* blocks, std::int64_t j, std::int64_t block_size) {
@@ -79,8 +86,8 @@ __global__ void decode_attention_kernel(DecodeShape s, const float* q, const flo
     acc[d] = 0.0f;
     const float* q_head = q + b * s.q_width + h * s.hd;
     const float* k_head = k + b * s.kv_width + g * s.hd;
-    q_rot[d] = s.rotary ? rotated(q_head, d, s.hd, pos, s.rope_base) : q_head[d];
-    k_own[d] = s.rotary ? rotated(k_head, d, s.hd, pos, s.rope_base) : k_head[d];
+    q_rot[d] = s.rotary ? rotated(q_head, d, s.hd, pos, s.rope_base, s.rotary_dims) : q_head[d];
+    k_own[d] = s.rotary ? rotated(k_head, d, s.hd, pos, s.rope_base, s.rotary_dims) : k_head[d];
   }
   __syncthreads();
   const float* qh = q_rot;
@@ -126,7 +133,7 @@ void k_decode_attention(const KernelCall& c) {
   const std::int64_t slots = (*c.inputs[0].shape)[0], q_width = (*c.inputs[0].shape)[1];
   const std::int64_t nh = c.attrs->shape[0], nkv = c.attrs->shape[1], hd = q_width / nh;
   const DecodeShape s{q_width, nkv * hd, hd, nh, nh / nkv, (*c.inputs[5].shape)[1], (*c.inputs[3].shape)[1],
-                      c.attrs->shape.size() == 3, c.attrs->rope_base};
+                      c.attrs->shape.size() == 3, c.attrs->rope_base, c.attrs->rotary_dims};
   const auto blocks = static_cast<unsigned>(slots * nh);
   if (blocks == 0) return;
   const std::size_t shared_bytes = static_cast<std::size_t>(kDecodeChunk + 3 * hd) * sizeof(float);

@@ -1,0 +1,138 @@
+// The rotary decoder's settings (models/llama.h), family by family, as a whole model: the
+// backward graph's gradients of every parameter match central finite differences of the loss, so
+// the settings compose (norm kinds and places, plain and gated MLPs, biases, parallel residuals,
+// partial rotary, query/key norms) and not only the ops one by one (tests/op_harness_test.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memplan/graph/autograd.h"
+#include "memplan/models/llama.h"
+#include "tests/test_util.h"
+
+namespace memplan {
+namespace {
+
+using Config = models::LlamaConfig;
+
+struct Family {
+  std::string name;
+  Config config;
+};
+
+std::vector<Family> families() {
+  Config base;
+  base.vocab = 7;
+  base.context = 4;
+  base.layers = 1;
+  base.width = 8;
+  base.heads = 2;
+  base.kv_heads = 2;
+  base.ffn = 12;
+  std::vector<Family> out;
+  out.push_back({"llama", base});
+  Config qwen3 = base;  // a head size apart from the width, per-head query/key norms, q/k/v biases
+  qwen3.head_dim = 6;
+  qwen3.kv_heads = 1;
+  qwen3.qk_norm = Config::QkNorm::per_head;
+  qwen3.qkv_bias = true;
+  out.push_back({"qwen3", qwen3});
+  Config neox = base;  // LayerNorm, plain GELU MLP with biases, parallel residual, half of each head rotating
+  neox.norm = Config::Norm::layer;
+  neox.gated_mlp = false;
+  neox.mlp_bias = neox.qkv_bias = neox.o_bias = true;
+  neox.gate = Config::Gate::gelu;
+  neox.parallel_residual = true;
+  neox.rotary_dims = 2;
+  out.push_back({"gpt_neox", neox});
+  Config falcon = neox;  // one norm for both branches, one K/V head
+  falcon.shared_norm = true;
+  falcon.kv_heads = 1;
+  falcon.mlp_bias = falcon.qkv_bias = falcon.o_bias = false;
+  falcon.rotary_dims = 0;
+  out.push_back({"falcon", falcon});
+  Config olmo2 = base;  // norms after the sublayers only, whole-projection query/key norms
+  olmo2.pre_norm = false;
+  olmo2.post_norm = true;
+  olmo2.qk_norm = Config::QkNorm::whole;
+  out.push_back({"olmo2", olmo2});
+  Config gemma = base;  // norms before and after, GELU gate, scaled tied embeddings
+  gemma.post_norm = true;
+  gemma.gate = Config::Gate::gelu;
+  gemma.scale_embeddings = true;
+  gemma.tied_head = true;
+  out.push_back({"pre and post norms", gemma});
+  return out;
+}
+
+std::vector<float> read(const runtime::Executor& e, TensorId id) {
+  std::vector<float> v(static_cast<std::size_t>(e.graph().tensor(id).shape.numel()));
+  e.read_values(id, v.data());
+  return v;
+}
+
+TEST(DecoderFamilies, EveryParametersGradientMatchesCentralFiniteDifferences) {
+  for (const Family& family : families()) {
+    SCOPED_TRACE(family.name);
+    graph::Graph g = models::build_llama(family.config, 2);
+    graph::append_backward(g, g.loss);
+    for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);  // readable after the step
+    testing::CpuRun run(g);
+    run.executor.initialize_persistent(1);
+    // Every parameter random (norm weights and biases too, which start at one and zero), so each
+    // setting's path carries a gradient of its own.
+    std::uint64_t seed = 5;
+    for (TensorId p : g.parameters()) {
+      auto values = testing::random_values(static_cast<std::size_t>(g.tensor(p).shape.numel()), seed++, 0.5f);
+      run.executor.write_values(p, values.data());
+    }
+    const std::int64_t tokens = 2 * family.config.context;
+    std::vector<std::int32_t> x(static_cast<std::size_t>(tokens)), labels(static_cast<std::size_t>(tokens));
+    for (std::int64_t i = 0; i < tokens; ++i) {
+      x[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 3 + 1) % family.config.vocab);
+      labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 5 + 2) % family.config.vocab);
+    }
+    auto loss_now = [&] {
+      run.executor.set_input(g.find("x"), x.data(), tokens * 4);
+      run.executor.set_input(g.find("labels"), labels.data(), tokens * 4);
+      EXPECT_TRUE(run.executor.run_step().ok());
+      return double(read(run.executor, g.loss)[0]);
+    };
+    const double first = loss_now();
+    EXPECT_EQ(loss_now(), first) << "a step must not change what the next one computes";
+    std::vector<std::vector<float>> analytic;
+    for (TensorId p : g.parameters()) analytic.push_back(read(run.executor, g.tensor(p).grad));
+    const float h = 1e-2f;
+    std::size_t index = 0;
+    int checked = 0;
+    for (TensorId p : g.parameters()) {
+      std::vector<float> values = read(run.executor, p);
+      // Up to five elements of each parameter, spread over it.
+      const std::size_t n = values.size(), stride = std::max<std::size_t>(1, n / 5);
+      for (std::size_t i = 0; i < n; i += stride) {
+        const float original = values[i];
+        values[i] = original + h;
+        run.executor.write_values(p, values.data());
+        const double up = loss_now();
+        values[i] = original - h;
+        run.executor.write_values(p, values.data());
+        const double down = loss_now();
+        values[i] = original;
+        run.executor.write_values(p, values.data());
+        const double numeric = (up - down) / (2.0 * h);
+        EXPECT_NEAR(analytic[index][i], numeric, 2e-3 * (1.0 + std::abs(numeric)))
+            << "d loss / d " << g.tensor(p).name << "[" << i << "]";
+        ++checked;
+      }
+      ++index;
+    }
+    EXPECT_GT(checked, 20);
+  }
+}
+
+}  // namespace
+}  // namespace memplan
