@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,7 @@ class Fields {
   const json* find(std::initializer_list<const char*> names, std::string* which) {
     const json* found = nullptr;
     for (const char* name : names) {
+      read_.insert(name);
       auto it = j_.find(name);
       if (it == j_.end() || it->is_null()) continue;
       if (found == nullptr) {
@@ -102,6 +104,7 @@ class Fields {
   }
 
   bool boolean(const char* name, bool fallback) {
+    read_.insert(name);
     auto it = j_.find(name);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_boolean()) {
@@ -113,6 +116,7 @@ class Fields {
 
   // A finite number in [lo, hi] (a probability, an epsilon, rope theta).
   double number(const char* name, double fallback, double lo, double hi) {
+    read_.insert(name);
     auto it = j_.find(name);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_number()) {
@@ -131,6 +135,7 @@ class Fields {
 
   // A string, "" when absent.
   std::string text(const char* name) {
+    read_.insert(name);
     auto it = j_.find(name);
     if (it == j_.end() || it->is_null()) return {};
     if (!it->is_string()) {
@@ -142,14 +147,28 @@ class Fields {
 
   // Present with a type that changes no tensor (rope_scaling, sliding_window): only checked.
   void expect_object_or_absent(const char* name) {
+    read_.insert(name);
     auto it = j_.find(name);
     if (it != j_.end() && !it->is_null() && !it->is_object()) fail(name, "expected an object, got " + kind_of(*it));
+  }
+
+  // A key read directly from the object (id2label) counts as read.
+  void mark_read(const char* name) { read_.insert(name); }
+  // The object's keys no getter asked for, sorted.
+  std::vector<std::string> unread() const {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : j_.items()) {
+      if (!read_.count(key)) keys.push_back(key);
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
   }
 
  private:
   const json& j_;
   std::string source_;
   std::optional<Error> error_;
+  std::set<std::string, std::less<>> read_;
 };
 
 // Dropout rates: memplan applies one rate per model; the largest of the config's rates decides
@@ -268,6 +287,9 @@ void read_gpt2(Fields& f, HfConfig& c) {
   g.dropout = dropout(f, {"resid_pdrop", "embd_pdrop", "attn_pdrop"}, 0.1);
   f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
   f.text("activation_function");
+  if (f.boolean("add_cross_attention", false)) {
+    f.fail("add_cross_attention", "true is not supported: memplan's GPT-2 is a decoder without cross-attention");
+  }
   check_heads(f, g.width, g.heads, "n_embd");
   check_weight(f, "vocab_size x n_embd", {g.vocab, g.width});
   check_weight(f, "n_positions x n_embd", {c.positions, g.width});
@@ -445,6 +467,8 @@ void read_vit(Fields& f, const json& j, HfConfig& c) {
   // The classifier's classes: num_labels, or as many as id2label names; PretrainedConfig's
   // default is 2.
   std::int64_t labels = 2;
+  f.mark_read("id2label");
+  f.mark_read("label2id");  // id2label's inverse: the same classes
   if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
     if (!it->is_object() || it->empty()) {
       f.fail("id2label", "expected a non-empty object of class names, got " + kind_of(*it));
@@ -549,6 +573,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
                  supported_model_types() + ")"};
   }
   c.family = row->family;
+  f.mark_read("model_type");
   read_torch_dtype(f, c);
   switch (c.family) {
     case HfFamily::gpt2: read_gpt2(f, c); break;
@@ -565,6 +590,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
     case HfFamily::vit: read_vit(f, j, c); break;
   }
   if (!f.ok()) return f.error();
+  c.unread_keys = f.unread();
   return c;
 }
 

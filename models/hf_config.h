@@ -46,6 +46,10 @@ struct HfConfig {
   // torch_dtype (or dtype) as written, "" when absent. It is the dtype the weights are stored in;
   // like from_pretrained without torch_dtype="auto", planning uses --dtype (fp32 by default).
   std::string torch_dtype;
+  // The file's keys the reader did not read, sorted: for this model_type none of them changes a
+  // tensor memplan plans (architectures, token ids, initializer_range, use_cache, ...); a key that
+  // would change memory and is not modelled is refused instead. `--verbose` lists them.
+  std::vector<std::string> unread_keys;
 
   bool vision() const { return family == HfFamily::vit; }
   // "llama: 32 layers, width 4096, 32 heads (8 K/V), SwiGLU 14336, vocab 128256, rotary"

@@ -323,6 +323,22 @@ TEST(HfConfig, Phi3IsLlamasLayoutWithItsOwnDropoutKeys) {
   EXPECT_EQ(parse(j.dump()).llama.rotary_dims, 72);
 }
 
+// The keys a reader does not read are kept, sorted; the ones it reads (even at their default) are
+// not among them. A key that would change memory is refused rather than left unread.
+TEST(HfConfig, KeysTheReaderDoesNotReadAreListed) {
+  auto j = nlohmann::json::parse(shipped_text("llama-3.2-1b.json"));
+  j["zz_custom"] = 1;
+  j["attention_dropout"] = 0.0;
+  const HfConfig c = parse(j.dump());
+  EXPECT_EQ(c.unread_keys, (std::vector<std::string>{"architectures", "bos_token_id", "eos_token_id", "initializer_range",
+                                                     "zz_custom"}));
+  auto gpt2 = nlohmann::json::parse(shipped_text("gpt2.json"));
+  gpt2["add_cross_attention"] = true;
+  auto refused = models::parse_hf_config(gpt2.dump(), "gpt2.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("add_cross_attention"), std::string::npos) << refused.error().message;
+}
+
 TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
   const graph::Graph g = build(models::shipped_config("qwen2.5-7b.json").value());
   std::map<std::string, graph::Shape> shapes;
@@ -504,6 +520,24 @@ TEST(HfConfigCli, PlanAndCompareTakeAConfig) {
   const auto by_name = json_of("compare --steps 1 --model gpt2 --seq 32 --batch 1");
   EXPECT_EQ(compare["caching"]["reserved_peak_bytes"], by_name["caching"]["reserved_peak_bytes"]);
   EXPECT_EQ(compare["expandable"]["reserved_peak_bytes"], by_name["expandable"]["reserved_peak_bytes"]);
+}
+
+// --verbose names the keys the reader left (on stderr: --json stays one document); without it
+// nothing is said. Every plan command and train take it.
+TEST(HfConfigCli, VerboseListsTheKeysMemplanDoesNotRead) {
+  const std::string config = config_path("pythia-160m.json");
+  const std::string expected = config + ": 5 keys memplan does not read (for model_type gpt_neox none changes what it plans): "
+                               "architectures, bos_token_id, eos_token_id, initializer_range, use_cache";
+  for (const std::string command : {"plan", "fit --device-memory 80GiB", "compare --steps 1"}) {
+    if (testing::kSanitized && command != "plan") continue;  // the same function; replays take seconds there
+    const auto quiet = run_cli(command + " --config " + config + " --seq 16 --batch 1 --json");
+    EXPECT_EQ(quiet.output.find("does not read"), std::string::npos) << quiet.output;
+    const auto verbose = run_cli(command + " --config " + config + " --seq 16 --batch 1 --json --verbose", false);
+    EXPECT_EQ(verbose.exit_code, 0) << verbose.output;
+    EXPECT_TRUE(nlohmann::json::accept(verbose.output)) << command << ": stdout is not one JSON document\n" << verbose.output;
+    const auto both = run_cli(command + " --config " + config + " --seq 16 --batch 1 --json --verbose");
+    EXPECT_NE(both.output.find(expected), std::string::npos) << command << "\n" << both.output;
+  }
 }
 
 TEST(HfConfigCli, FlagsThatDoNotFitTheConfigAreUsageErrors) {

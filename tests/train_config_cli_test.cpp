@@ -115,6 +115,20 @@ TEST_F(TrainConfigCli, AWiderVocabularyIsReportedApartFromTheTextsCharacters) {
   EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
 }
 
+TEST_F(TrainConfigCli, VerboseListsTheKeysMemplanDoesNotRead) {
+  std::ofstream(dir / "llama_extra.json") << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "intermediate_size": 48, "vocab_size": 32000, "max_position_embeddings": 64,
+    "use_cache": true, "architectures": ["LlamaForCausalLM"]})";
+  const std::string args = "train --config " + config("llama_extra.json") + " --data " + text() +
+                           " --seq 16 --batch 2 --steps 1 --threads 1 --quiet --eval-samples 0";
+  const auto r = testing::run_cli(args + " --verbose");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 keys memplan does not read (for model_type llama none changes what it plans): architectures, use_cache"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(testing::run_cli(args).output.find("does not read"), std::string::npos);
+}
+
 TEST_F(TrainConfigCli, AVitTrainsOnFashionMnist) {
   const std::string base = "--config " + config("vit.json") + " --data " + images() + " --batch 16 --steps 3 --seed 1";
   const nlohmann::json planned = run_json(base);

@@ -124,6 +124,9 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
       ->check(CLI::Validator([](std::string& path) { return path.empty() ? std::string("a file path is required") : std::string(); },
                              "PATH"))
       ->each([&flags](const std::string& path) { flags.model = path; });
+  app.add_flag("--verbose", flags.verbose,
+               "With --config: list the config's keys memplan does not read (for its model_type none changes what "
+               "memplan plans; a key that would and is not modelled is refused)");
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--vocab", flags.vocab,
                  "Vocabulary size of a text model (gpt, decoder configs; default: gpt's is its default text's, "
@@ -198,6 +201,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   auto config = models::read_hf_config(flags.config);
   if (!config) return Error{"--config " + config.error().message};
   const models::HfConfig& c = config.value();
+  if (flags.verbose) note_unread_config_keys(flags.config, c);
   if (flags.seq > 0 && c.vision()) return Error{"--seq applies to language models; the config " + flags.config + " is a " + c.model_type};
   if (flags.image_size > 0 && !c.vision()) {
     return Error{"--image-size applies to vision models; the config " + flags.config + " is a " + c.model_type};
@@ -431,6 +435,14 @@ bool write_report_file(std::string_view command, const std::string& path, std::s
     return false;
   }
   return true;
+}
+
+void note_unread_config_keys(const std::string& path, const models::HfConfig& config) {
+  std::string keys;
+  for (const std::string& key : config.unread_keys) keys += (keys.empty() ? "" : ", ") + key;
+  std::cerr << path << ": " << config.unread_keys.size() << " key" << (config.unread_keys.size() == 1 ? "" : "s")
+            << " memplan does not read (for model_type " << config.model_type << " none changes what it plans)"
+            << (keys.empty() ? "" : ": " + keys) << "\n";
 }
 
 }  // namespace memplan::tools

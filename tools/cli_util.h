@@ -113,6 +113,7 @@ struct ModelFlags {
   std::string output;
   std::string config;  // --config: a Hugging Face config.json (then `model` is its path, as a label)
   std::int64_t vocab = 0;  // --vocab; 0: the model's (the GPT's: its default text's, as train builds it)
+  bool verbose = false;    // --verbose: with --config, list the keys memplan does not read
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
@@ -143,6 +144,9 @@ nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 // printf to the command's standard output. Commands write through std::cout only (this included),
 // so a caller running a command in-process (run_cli_captured, the Python package) keeps all of it.
 void print_out(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// --verbose with --config: the config's keys memplan does not read (models::HfConfig::unread_keys),
+// on stderr so that --json output stays one JSON document.
+void note_unread_config_keys(const std::string& path, const models::HfConfig& config);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {

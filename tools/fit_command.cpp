@@ -90,6 +90,7 @@ int run_fit_serve(const FitFlags& flags) {
     auto config = models::read_hf_config(flags.model.config);
     if (!config) return fail("--config " + config.error().message);
     const models::HfConfig& c = config.value();
+    if (flags.model.verbose) note_unread_config_keys(flags.model.config, c);
     const std::int64_t seq = flags.model.seq > 0 ? flags.model.seq : c.positions;
     if (c.family == models::HfFamily::llama) {
       q.llama = c.llama;

@@ -58,6 +58,7 @@ struct TrainFlags {
   std::string device_memory;  // empty: as much as the host gives
   bool json = false;
   bool quiet = false;
+  bool verbose = false;  // --verbose: with --config, list the keys memplan does not read
   bool profile = false;
   std::optional<std::int64_t> eval_samples;  // empty: the whole test set, or 1024 validation sequences
   CheckpointFlags checkpoint;
@@ -500,6 +501,8 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
       ->check(byte_size());
   app.add_flag("--json", flags.json, "Print one JSON object with the results on stdout");
   app.add_flag("--quiet", flags.quiet, "No progress output on stderr");
+  app.add_flag("--verbose", flags.verbose,
+               "With --config: list the config's keys memplan does not read (for its model_type none changes the step)");
   app.add_flag("--profile", flags.profile,
                 "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s "
                 "(FLOPs as the plan counts them), the five slowest ops; with --json every op under \"profile\"");
@@ -531,6 +534,7 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
   auto parsed = models::read_hf_config(given.config);
   if (!parsed) return Error{"--config " + parsed.error().message};
   resolved.hf = std::move(parsed).value();
+  if (given.verbose) note_unread_config_keys(given.config, *resolved.hf);
   resolved.model = resolved.hf->vision() ? "cnn" : "gpt";
   if (o.hidden->count() > 0) return Error{"--hidden sets the MLP's widths; a --config fixes the model"};
   const CLI::Option* seq = o.gpt_options.front();
