@@ -29,6 +29,35 @@ void h_clip(Importer& im, const onnx::NodeProto&) {
   im.set_tensor(0, im.builder().clip(im.tensor(0), static_cast<float>(lo), static_cast<float>(hi), im.out_name()));
 }
 
+// HardSwish(x) = x * relu6(x + 3) / 6, written as (x * clip(x, -3, 3) + 3 x) / 6: the same values
+// and the same gradients (0 below -3, 1 above 3, (2x + 3) / 6 between) from ops memplan has.
+void h_hard_swish(Importer& im, const onnx::NodeProto&) {
+  graph::Builder& b = im.builder();
+  const TensorId x = im.tensor(0);
+  const std::string n = im.out_name();
+  const TensorId product = b.mul(x, b.clip(x, -3.0f, 3.0f, n + ".clip"), n + ".x_clip");
+  im.set_tensor(0, b.scale(b.add(product, b.scale(x, 3.0f, n + ".3x"), n + ".sum"), 1.0f / 6.0f, n));
+}
+
+// HardSigmoid(x) = clip(alpha x + beta, 0, 1) = alpha clip(x, -beta/alpha, (1 - beta)/alpha) + beta;
+// the constant beta is a filled tensor of x's shape (MobileNetV3 gates [N, C, 1, 1] with it).
+void h_hard_sigmoid(Importer& im, const onnx::NodeProto&) {
+  const float alpha = im.attr_float("alpha", 0.2f), beta = im.attr_float("beta", 0.5f);
+  if (!(alpha > 0.0f) || !std::isfinite(alpha) || !std::isfinite(beta)) {
+    im.fail("alpha " + std::to_string(alpha) + " must be positive and beta finite");
+  }
+  graph::Builder& b = im.builder();
+  const TensorId x = im.tensor(0);
+  const std::string n = im.out_name();
+  const TensorId clipped = b.clip(x, -beta / alpha, (1.0f - beta) / alpha, n + ".clip");
+  graph::OpAttrs fill;
+  fill.shape = im.shape_of(x).dims;
+  fill.alpha = beta;
+  fill.dtype = im.desc(x).dtype;
+  const TensorId offset = im.graph().add_op(graph::OpKind::fill, {}, fill, n + ".beta", graph::Role::activation, graph::Phase::forward);
+  im.set_tensor(0, b.add(b.scale(clipped, alpha, n + ".scaled"), offset, n));
+}
+
 void h_gelu(Importer& im, const onnx::NodeProto&) {
   if (const auto* a = im.attr("approximate"); a && a->s() != "none") im.fail("only the exact (erf) GELU is supported");
   im.set_tensor(0, im.builder().gelu(im.tensor(0), im.out_name()));
@@ -71,6 +100,8 @@ HandlerRows activation_handlers() {
       {"Sigmoid", h_sigmoid},
       {"Tanh", h_tanh},
       {"Clip", h_clip},
+      {"HardSwish", h_hard_swish},
+      {"HardSigmoid", h_hard_sigmoid},
       {"Gelu", h_gelu},
       {"Erf", h_erf},
       {"Softmax", h_softmax},

@@ -1,7 +1,10 @@
-// 2-D convolution and pooling over [N, C, H, W] tensors.
+// 2-D convolution and pooling over [N, C, H, W] tensors, and constant padding (Pad) of any tensor.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "memplan/import/onnx_handlers.h"
 #include "memplan/import/onnx_importer.h"
@@ -56,6 +59,54 @@ void h_conv(Importer& im, const onnx::NodeProto&) {
   im.set_tensor(0, im.builder().permute(biased, {0, 3, 1, 2}, im.out_name()));
 }
 
+// `x` with `before` and `after` elements of `value` added along `axis`: concatenations with filled
+// tensors (their gradient is the slice of x's part), so a padded copy costs one tensor of the
+// padded size per padded axis.
+TensorId pad_axis(Importer& im, TensorId x, std::int64_t axis, std::int64_t before, std::int64_t after, float value,
+                  const std::string& name) {
+  auto filled = [&](std::int64_t extent, const std::string& side) {
+    graph::OpAttrs fill;
+    fill.shape = im.shape_of(x).dims;
+    fill.shape[static_cast<std::size_t>(axis)] = extent;
+    fill.alpha = value;
+    fill.dtype = im.desc(x).dtype;
+    return im.graph().add_op(graph::OpKind::fill, {}, fill, name + side, graph::Role::activation, graph::Phase::forward);
+  };
+  const std::string axis_name = name + ".axis" + std::to_string(axis);
+  if (before > 0) x = im.builder().concat(filled(before, ".before" + std::to_string(axis)), x, axis, axis_name + ".before");
+  if (after > 0) x = im.builder().concat(x, filled(after, ".after" + std::to_string(axis)), axis, axis_name + ".after");
+  return x;
+}
+
+// Pad in constant mode (opset 11+: pads and the value as constant inputs; earlier: attributes).
+// Reflect and edge modes, negative pads (cropping) and the axes input are refused.
+void h_pad(Importer& im, const onnx::NodeProto&) {
+  const TensorId x = im.tensor(0);
+  const int rank = im.shape_of(x).rank();
+  std::string mode = "constant";
+  if (const auto* a = im.attr("mode")) mode = a->s();
+  if (mode != "constant") im.fail("mode '" + mode + "' is not supported (constant only)");
+  std::vector<std::int64_t> pads = im.attr_ints("pads");
+  double value = im.attr_float("value", 0.0f);
+  if (im.has_in(1)) {
+    if (!im.is_constant(1)) im.fail("the pads must be a constant");
+    pads = im.ints_of(1);
+  }
+  if (im.has_in(2) && !im.is_scalar_constant(2, &value)) im.fail("the constant value must be a constant scalar");
+  if (im.has_in(3)) im.fail("the axes input is not supported (pads for every axis are)");
+  if (static_cast<int>(pads.size()) != 2 * rank) {
+    im.fail(std::to_string(pads.size()) + " pads for a rank-" + std::to_string(rank) + " tensor; expected " + std::to_string(2 * rank));
+  }
+  if (std::isnan(value)) im.fail("the constant value is not a number");
+  TensorId y = x;
+  for (int axis = 0; axis < rank; ++axis) {
+    const std::int64_t before = pads[static_cast<std::size_t>(axis)], after = pads[static_cast<std::size_t>(axis + rank)];
+    if (before < 0 || after < 0) im.fail("negative pads (cropping) are not supported");
+    y = pad_axis(im, y, axis, before, after, static_cast<float>(value), im.out_name());
+  }
+  im.set_tensor(0, y);
+}
+
 void h_max_pool(Importer& im, const onnx::NodeProto& n) {
   const TensorId x = im.tensor(0);
   if (im.shape_of(x).rank() != 4) im.fail("memplan pools [N, C, H, W] inputs, got " + im.shape_of(x).to_string());
@@ -63,7 +114,6 @@ void h_max_pool(Importer& im, const onnx::NodeProto& n) {
   const auto s = im.attr_ints("strides");
   const auto p = im.attr_ints("pads");
   if (k.size() != 2 || k[0] != k[1]) im.fail("memplan pools with square windows");
-  if (im.attr_int("ceil_mode", 0) != 0) im.fail("ceil_mode 1 is not supported");
   for (std::int64_t d : im.attr_ints("dilations")) {
     if (d != 1) im.fail("dilated pooling is not supported");
   }
@@ -72,7 +122,24 @@ void h_max_pool(Importer& im, const onnx::NodeProto& n) {
   if (!s.empty() && (s.size() != 2 || s[1] != stride)) im.fail("memplan pools with equal strides along H and W");
   const std::int64_t padding = p.empty() ? 0 : p[0];
   if (!p.empty() && std::any_of(p.begin(), p.end(), [&](std::int64_t v) { return v != padding; })) im.fail("memplan pools with the same padding on every side");
-  im.set_tensor(0, im.builder().max_pool2d(x, k[0], stride, padding, im.out_name()));
+  // ceil_mode 1 (GoogLeNet, SqueezeNet): the last window may run past the input; it is kept when
+  // it starts inside the input or its left padding (PyTorch's and ONNX's rule). Those extra rows
+  // and columns are -inf, which never win a maximum, so padding the bottom and right with them
+  // and pooling in floor mode gives the ceil-mode output and gradients.
+  TensorId input = x;
+  if (im.attr_int("ceil_mode", 0) != 0) {
+    for (std::int64_t axis : {2, 3}) {
+      const std::int64_t size = im.shape_of(x)[static_cast<int>(axis)], span = size + 2 * padding - k[0];
+      if (span < 0) break;  // max_pool2d refuses a window larger than the input
+      std::int64_t out = (span + stride - 1) / stride + 1;
+      if ((out - 1) * stride >= size + padding) --out;
+      const std::int64_t extra = (out - 1) * stride + k[0] - (size + 2 * padding);
+      if (extra > 0) {
+        input = pad_axis(im, input, axis, 0, extra, -std::numeric_limits<float>::infinity(), im.out_name() + ".ceil");
+      }
+    }
+  }
+  im.set_tensor(0, im.builder().max_pool2d(input, k[0], stride, padding, im.out_name()));
 }
 
 void h_average_pool(Importer& im, const onnx::NodeProto&) {
@@ -102,6 +169,7 @@ HandlerRows conv_pool_handlers() {
   static constexpr HandlerRow rows[] = {
       {"Conv", h_conv},
       {"MaxPool", h_max_pool},
+      {"Pad", h_pad},
       {"AveragePool", h_average_pool},
       {"GlobalAveragePool", h_global_average_pool},
   };

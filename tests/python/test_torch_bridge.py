@@ -73,10 +73,10 @@ class TransformerBlock(nn.Module):
         return self.out(x)
 
 
-class WithHardswish(nn.Module):
+class WithSoftplus(nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(8, 8), nn.Hardswish())
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.Softplus())
         self.head = nn.Linear(8, 2)
 
     def forward(self, x):
@@ -139,10 +139,10 @@ class TorchBridge(unittest.TestCase):
 
     def test_an_unsupported_op_names_the_module(self):
         with self.assertRaises(ValueError) as caught:
-            memplan.torch.fit(WithHardswish(), torch.randn(2, 8), device_memory="1GiB")
+            memplan.torch.fit(WithSoftplus(), torch.randn(2, 8), device_memory="1GiB")
         message = str(caught.exception)
-        self.assertIn("HardSwish", message)
-        self.assertIn("body.1 (Hardswish)", message)
+        self.assertIn("Softplus", message)
+        self.assertIn("body.1 (Softplus)", message)
 
     def test_bad_arguments(self):
         with self.assertRaises(ValueError):
