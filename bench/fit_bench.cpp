@@ -112,6 +112,11 @@ int main() {
       // Every checkpoint strategy side by side: each probe of sqrt and optimal plans rewritten graphs.
       {"gpt2 --max-batch s256 16GiB (3 strategies)", "--model gpt2 --seq 256 --budget 16GiB --max-batch", 0},
       {"gpt2-xl --max-batch bf16 80GiB (3 strategies)", "--model gpt2-xl --dtype bf16 --budget 80GiB --max-batch", 0},
+      // The decoder families' settings (issue: --max-batch under 10 s up to 47B parameters).
+      {"phi3-mini --max-batch bf16 80GiB (3 strategies)", "--model phi3-mini --dtype bf16 --budget 80GiB --max-batch", 10000},
+      {"pythia-6.9b --max-batch bf16 141GB (3 strategies)", "--model pythia-6.9b --dtype bf16 --budget 141GB --max-batch", 10000},
+      {"falcon-7b --max-batch bf16 141GB (3 strategies)", "--model falcon-7b --dtype bf16 --budget 141GB --max-batch", 10000},
+      {"olmo2-7b --max-batch bf16 141GB (3 strategies)", "--model olmo2-7b --dtype bf16 --budget 141GB --max-batch", 10000},
   };
   // Every shipped Hugging Face config (models/configs), by its zoo name at its default shape: one
   // plan each, under a second.

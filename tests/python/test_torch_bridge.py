@@ -124,6 +124,25 @@ class TorchBridge(unittest.TestCase):
         answer = self.check(model, torch.randn(2, 3, 224, 224), batch=32, device_memory="24GiB")
         self.assertEqual(answer.parameter_count, 11689512)
 
+    def test_torchvision_models_with_pad_ceil_pooling_and_hard_activations(self):
+        """DenseNet (Pad before its transition pools), SqueezeNet (ceil-mode MaxPool) and
+        MobileNetV3 (HardSwish, HardSigmoid gates) import with torch's parameter counts
+        (bench/torchvision_onnx.py runs every torchvision classification model)."""
+        try:
+            import torchvision
+        except ImportError:
+            self.skipTest("python3-torchvision is not installed (scripts/test.sh installs it)")
+        torch.manual_seed(0)
+        models = {
+            "densenet": torchvision.models.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16),
+            "squeezenet1_1": torchvision.models.squeezenet1_1(),
+            "mobilenet_v3_small": torchvision.models.mobilenet_v3_small(),
+        }
+        for name, model in models.items():
+            with self.subTest(model=name):
+                answer = self.check(model, torch.randn(2, 3, 64, 64), batch=4, device_memory="4GiB")
+                self.assertEqual(answer.parameter_count, parameters(model))
+
     def test_the_module_is_left_as_it_was(self):
         torch.manual_seed(0)
         model = SmallCnn()
