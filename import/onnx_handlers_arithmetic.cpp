@@ -130,8 +130,32 @@ void h_mul(Importer& im, const onnx::NodeProto&) {
     for (int k = 2; gate && k < gs.rank(); ++k) gate = gs[k] == 1;
     if (gate) return im.set_tensor(0, im.builder().channel_scale(i == 0 ? a : b, i == 0 ? b : a, im.out_name()));
   }
+  // A per-channel factor shared by the batch, [C, 1, 1] or [1, C, 1, 1] (ConvNeXt's layer scale):
+  // repeated over the batch into an [N, C, 1, 1] gate (zeros plus the factor as a bias; the
+  // gradient sums over the batch) and applied as above.
+  for (int i = 0; i < 2; ++i) {
+    const TensorId x = i == 0 ? a : b, factor = i == 0 ? b : a;
+    const Shape& xs = im.shape_of(x);
+    const Shape& fs = im.shape_of(factor);
+    if (xs.rank() < 3 || fs.rank() > xs.rank() || fs.rank() < xs.rank() - 1 || fs.numel() != xs[1] || fs == xs) continue;
+    const int lead = xs.rank() - fs.rank();  // fs aligned to xs's last dims
+    bool per_channel = true;
+    for (int k = 0; per_channel && k < fs.rank(); ++k) per_channel = fs[k] == (k + lead == 1 ? xs[1] : 1);
+    if (!per_channel) continue;
+    graph::OpAttrs zeros;
+    zeros.shape = {xs[0], xs[1]};
+    zeros.alpha = 0.0f;
+    zeros.dtype = im.desc(factor).dtype;
+    const std::string n = im.out_name();
+    const TensorId z = im.graph().add_op(graph::OpKind::fill, {}, zeros, n + ".zeros", graph::Role::activation, graph::Phase::forward);
+    const TensorId rows = im.builder().bias_add(z, im.reshape_to(factor, Shape{xs[1]}, n + ".factor"), n + ".per_sample");
+    Shape gate_shape = xs;
+    for (int k = 2; k < gate_shape.rank(); ++k) gate_shape.dims[static_cast<std::size_t>(k)] = 1;
+    return im.set_tensor(0, im.builder().channel_scale(x, im.reshape_to(rows, gate_shape, n + ".gate"), n));
+  }
   if (im.shape_of(a) != im.shape_of(b)) {
-    im.fail("memplan multiplies tensors of equal shape, by a scalar constant, or [N, C, ...] by a gate [N, C, 1, ...]; got " +
+    im.fail("memplan multiplies tensors of equal shape, by a scalar constant, [N, C, ...] by a gate [N, C, 1, ...] or by a "
+            "per-channel factor [C, 1, ...]; got " +
          im.shape_of(a).to_string() + " and " + im.shape_of(b).to_string());
   }
   im.set_tensor(0, im.builder().mul(a, b, im.out_name()));

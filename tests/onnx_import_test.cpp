@@ -340,17 +340,26 @@ TEST(OnnxImport, SqueezeExcitationGatesAreChannelScalesAndOtherBroadcastsAreRefu
   onnx::ModelProto m = tiny_model();
   auto* dims = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
   for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(3);  // x [B, 4, 3, 3]
-  auto* w = m.mutable_graph()->add_initializer();  // a [1, 4, 1, 1] per-channel factor, not a per-sample gate
+  auto* w = m.mutable_graph()->add_initializer();  // a [1, 1, 3, 3] spatial factor: neither gate nor per channel
   w->set_name("w");
   w->set_data_type(onnx::TensorProto::FLOAT);
-  for (std::int64_t d : {1, 4, 1, 1}) w->add_dims(d);
-  for (int i = 0; i < 4; ++i) w->add_float_data(1.0f);
-  add_node(m, "Mul", "per_channel", {"x", "w"}, {"y"});
+  for (std::int64_t d : {1, 1, 3, 3}) w->add_dims(d);
+  for (int i = 0; i < 9; ++i) w->add_float_data(1.0f);
+  add_node(m, "Mul", "spatial", {"x", "w"}, {"y"});
   const std::string e = build_error(m);
-  EXPECT_NE(e.find("node 'per_channel' (Mul, opset 15): memplan multiplies tensors of equal shape, by a scalar constant, or "
-                   "[N, C, ...] by a gate [N, C, 1, ...]; got [2, 4, 3, 3] and [1, 4, 1, 1]"),
+  EXPECT_NE(e.find("node 'spatial' (Mul, opset 15): memplan multiplies tensors of equal shape, by a scalar constant, "
+                   "[N, C, ...] by a gate [N, C, 1, ...] or by a per-channel factor [C, 1, ...]; got [2, 4, 3, 3] and [1, 1, 3, 3]"),
             std::string::npos)
       << e;
+  // A per-channel factor ([1, 4, 1, 1] or [4, 1, 1], ConvNeXt's layer scale) is repeated over the
+  // batch into a gate: tests/data/onnx/tiny_torchvision_ops checks its values against PyTorch.
+  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{1, 4, 1, 1}, std::vector<std::int64_t>{4, 1, 1}}) {
+    w->clear_dims();
+    w->clear_float_data();
+    for (std::int64_t d : shape) w->add_dims(d);
+    for (int i = 0; i < 4; ++i) w->add_float_data(1.0f);
+    EXPECT_EQ(build_error(m), "(imported)") << graph::Shape(shape).to_string();
+  }
 }
 
 // The loader leaves the initializers' data out of the parsed message and reads it from the file

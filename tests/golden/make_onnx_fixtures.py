@@ -155,8 +155,9 @@ class TinyTorchvisionOps(nn.Module):
     """What torchvision's DenseNet, Inception-v3, GoogLeNet, SqueezeNet and MobileNetV3 export
     beyond the other fixtures: Hardswish, MaxPool2d with ceil_mode (12 -> 6, floor would give 5),
     an AvgPool2d with count_include_pad padding (exported as Pad + AveragePool, Inception's
-    branches), DenseNet's channel concatenation and transition pool, and MobileNetV3's
-    squeeze-and-excitation gate with Hardsigmoid."""
+    branches), DenseNet's channel concatenation and transition pool, MobileNetV3's
+    squeeze-and-excitation gate with Hardsigmoid, and ConvNeXt's layer scale (a [C, 1, 1]
+    parameter times the features)."""
 
     def __init__(self, classes=10):
         super().__init__()
@@ -165,12 +166,13 @@ class TinyTorchvisionOps(nn.Module):
         self.pool = nn.MaxPool2d(3, stride=2, ceil_mode=True)
         self.branch = nn.Conv2d(8, 4, 1)
         self.se = SqueezeExcitation(12, 4, scale_activation=nn.Hardsigmoid)
+        self.layer_scale = nn.Parameter(torch.rand(12, 1, 1) + 0.5)
         self.fc = nn.Linear(12, classes)
 
     def forward(self, x):
         y = self.pool(self.stem(x))
         z = self.branch(F.avg_pool2d(y, 3, stride=1, padding=1))
-        y = self.se(torch.cat([y, z], 1))
+        y = self.layer_scale * self.se(torch.cat([y, z], 1))
         y = F.avg_pool2d(y, 2, stride=2)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
 
@@ -323,7 +325,7 @@ def main():
             ["conv_proj.weight", "encoder.pos_embedding", "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
              "encoder.layers.encoder_layer_1.mlp.0.weight"])
     fixture(TinyTorchvisionOps(), "tiny_torchvision_ops", torch.randn(batch, 3, 12, 12), torch.tensor([3, 8]), out_dir, 15,
-            ["stem.0.weight", "branch.weight", "branch.bias", "se.fc1.weight", "se.fc2.bias"])
+            ["stem.0.weight", "branch.weight", "branch.bias", "se.fc1.weight", "se.fc2.bias", "layer_scale"])
 
 
 def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
