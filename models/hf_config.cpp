@@ -244,10 +244,10 @@ LlamaConfig::Gate activation(Fields& f, const char* key, const std::string& act,
 }
 
 // The checks every rotary decoder's sizes pass, with the config's own names for them.
-void check_decoder(Fields& f, const LlamaConfig& l, const char* width_name) {
+void check_decoder(Fields& f, const LlamaConfig& l, const char* width_name, const char* kv_heads_name = "num_key_value_heads") {
   if (l.head_dim == 0) check_heads(f, l.width, l.heads, width_name);
   if (f.ok() && l.heads % l.kv_heads != 0) {
-    f.fail("num_key_value_heads " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
+    f.fail(std::string(kv_heads_name) + " " + std::to_string(l.kv_heads) + " does not divide num_attention_heads " +
            std::to_string(l.heads) + " (each K/V head serves a group of query heads)");
   }
   if (f.ok() && l.head_size() % 2 != 0) {
@@ -393,7 +393,8 @@ void read_falcon(Fields& f, HfConfig& c) {
   l.heads = f.size({"num_attention_heads"});
   const bool new_architecture = f.boolean("new_decoder_architecture", false);
   const bool multi_query = f.boolean("multi_query", true);
-  l.kv_heads = new_architecture ? f.size({"num_kv_heads"}, l.heads) : (multi_query ? 1 : l.heads);
+  // FalconAttention: num_kv_heads with the new architecture or without multi_query, else one.
+  l.kv_heads = new_architecture || !multi_query ? f.size({"num_kv_heads"}, l.heads) : 1;
   // ffn_hidden_size absent: 4 hidden_size (kept representable; check_decoder bounds the weight).
   l.ffn = f.size({"ffn_hidden_size"}, l.width > std::numeric_limits<std::int64_t>::max() / 4 ? l.width : 4 * l.width);
   l.vocab = f.size({"vocab_size"});
@@ -417,7 +418,7 @@ void read_falcon(Fields& f, HfConfig& c) {
   const std::int64_t norms = f.size({"num_ln_in_parallel_attn"}, new_architecture ? 2 : 1);
   if (norms > 2) f.fail("num_ln_in_parallel_attn", "must be 1 or 2, got " + std::to_string(norms));
   l.shared_norm = l.parallel_residual && norms == 1;
-  check_decoder(f, l, "hidden_size");
+  check_decoder(f, l, "hidden_size", "num_kv_heads");
 }
 
 void read_encoder(Fields& f, EncoderConfig& e) {

@@ -283,6 +283,19 @@ TEST(HfConfig, FalconIsAMultiQueryParallelDecoderWithOneNorm) {
   j["num_kv_heads"] = 1;
   // Two norms (ln_attn, ln_mlp): 32 layers x 2 x 4544 parameters more.
   EXPECT_EQ(parameter_count(build(parse(j.dump()))) - parameter_count(g), 32 * 2 * 4544);
+  // Without multi_query the old architecture takes num_kv_heads too (all heads when absent).
+  auto mha = j;
+  mha["new_decoder_architecture"] = false;
+  mha["multi_query"] = false;
+  mha.erase("num_kv_heads");
+  EXPECT_EQ(parse(mha.dump()).llama.kv_heads, 71);
+  mha["num_kv_heads"] = 1;
+  EXPECT_EQ(parse(mha.dump()).llama.kv_heads, 1);
+  mha["num_kv_heads"] = 2;  // 71 heads do not split into 2 groups
+  auto groups = models::parse_hf_config(mha.dump(), "groups.json");
+  ASSERT_FALSE(groups.ok());
+  EXPECT_NE(groups.error().message.find("num_kv_heads 2 does not divide num_attention_heads 71"), std::string::npos)
+      << groups.error().message;
   j["alibi"] = true;
   auto alibi = models::parse_hf_config(j.dump(), "alibi.json");
   ASSERT_FALSE(alibi.ok());
