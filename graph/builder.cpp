@@ -293,6 +293,14 @@ TensorId Builder::concat(TensorId a, TensorId b, std::int64_t axis, const std::s
   return binary(OpKind::concat, a, b, name, std::move(attrs));
 }
 
+TensorId Builder::fill(Shape shape, float value, DType dtype, const std::string& name) {
+  OpAttrs attrs;
+  attrs.shape = std::move(shape.dims);
+  attrs.alpha = value;
+  attrs.dtype = dtype;
+  return graph_.add_op(OpKind::fill, {}, std::move(attrs), name, Role::activation, phase_);
+}
+
 TensorId Builder::slice(TensorId x, std::int64_t axis, std::int64_t start, std::int64_t length,
                         const std::string& name) {
   OpAttrs attrs;

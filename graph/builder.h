@@ -83,6 +83,8 @@ class Builder {
   // [B, H, ...] -> [B, H*repeats, ...] (grouped-query attention's shared K/V heads); x when 1.
   TensorId repeat_heads(TensorId x, std::int64_t repeats, const std::string& name);
   TensorId concat(TensorId a, TensorId b, std::int64_t axis, const std::string& name);
+  // A tensor of `shape` holding `value` everywhere (no inputs; written when the step runs).
+  TensorId fill(Shape shape, float value, DType dtype, const std::string& name);
   TensorId slice(TensorId x, std::int64_t axis, std::int64_t start, std::int64_t length, const std::string& name);
   // Fused attention: softmax(scale q k^T) v with q [B, H, T, D], k and v [B, KH, T, D] (KH divides
   // H; K/V heads are shared, never repeated in memory). Two ops: `name`.lse [B, H, T] (f32, the

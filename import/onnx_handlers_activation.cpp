@@ -50,11 +50,7 @@ void h_hard_sigmoid(Importer& im, const onnx::NodeProto&) {
   const TensorId x = im.tensor(0);
   const std::string n = im.out_name();
   const TensorId clipped = b.clip(x, -beta / alpha, (1.0f - beta) / alpha, n + ".clip");
-  graph::OpAttrs fill;
-  fill.shape = im.shape_of(x).dims;
-  fill.alpha = beta;
-  fill.dtype = im.desc(x).dtype;
-  const TensorId offset = im.graph().add_op(graph::OpKind::fill, {}, fill, n + ".beta", graph::Role::activation, graph::Phase::forward);
+  const TensorId offset = b.fill(im.shape_of(x), beta, im.desc(x).dtype, n + ".beta");
   im.set_tensor(0, b.add(b.scale(clipped, alpha, n + ".scaled"), offset, n));
 }
 

@@ -142,13 +142,8 @@ void h_mul(Importer& im, const onnx::NodeProto&) {
     bool per_channel = true;
     for (int k = 0; per_channel && k < fs.rank(); ++k) per_channel = fs[k] == (k + lead == 1 ? xs[1] : 1);
     if (!per_channel) continue;
-    graph::OpAttrs zeros;
-    zeros.shape = {xs[0], xs[1]};
-    zeros.alpha = 0.0f;
-    zeros.dtype = im.desc(factor).dtype;
     const std::string n = im.out_name();
-    const TensorId z = im.graph().add_op(graph::OpKind::fill, {}, zeros, n + ".zeros", graph::Role::activation, graph::Phase::forward);
-    const TensorId rows = im.builder().bias_add(z, im.reshape_to(factor, Shape{xs[1]}, n + ".factor"), n + ".per_sample");
+    const TensorId rows = im.repeat_as_rows(factor, xs[0], n + ".factor");
     Shape gate_shape = xs;
     for (int k = 2; k < gate_shape.rank(); ++k) gate_shape.dims[static_cast<std::size_t>(k)] = 1;
     return im.set_tensor(0, im.builder().channel_scale(x, im.reshape_to(rows, gate_shape, n + ".gate"), n));

@@ -65,12 +65,9 @@ void h_conv(Importer& im, const onnx::NodeProto&) {
 TensorId pad_axis(Importer& im, TensorId x, std::int64_t axis, std::int64_t before, std::int64_t after, float value,
                   const std::string& name) {
   auto filled = [&](std::int64_t extent, const std::string& side) {
-    graph::OpAttrs fill;
-    fill.shape = im.shape_of(x).dims;
-    fill.shape[static_cast<std::size_t>(axis)] = extent;
-    fill.alpha = value;
-    fill.dtype = im.desc(x).dtype;
-    return im.graph().add_op(graph::OpKind::fill, {}, fill, name + side, graph::Role::activation, graph::Phase::forward);
+    Shape shape = im.shape_of(x);
+    shape.dims[static_cast<std::size_t>(axis)] = extent;
+    return im.builder().fill(shape, value, im.desc(x).dtype, name + side);
   };
   const std::string axis_name = name + ".axis" + std::to_string(axis);
   if (before > 0) x = im.builder().concat(filled(before, ".before" + std::to_string(axis)), x, axis, axis_name + ".before");

@@ -293,14 +293,7 @@ void h_expand(Importer& im, const onnx::NodeProto&) {
   for (std::size_t k = first_kept; k < rank; ++k) {
     if (dx[k] != out[k]) im.fail("memplan expands leading dimensions only; cannot expand " + xs.to_string() + " to " + Shape(out).to_string());
   }
-  const std::int64_t inner = xs.numel();
-  const std::int64_t rows = Shape(out).numel() / inner;
-  graph::OpAttrs zeros;
-  zeros.shape = {rows, inner};
-  zeros.alpha = 0.0f;
-  zeros.dtype = im.desc(x).dtype;
-  const TensorId z = im.graph().add_op(graph::OpKind::fill, {}, zeros, im.out_name() + ".zeros", graph::Role::activation, graph::Phase::forward);
-  const TensorId y = im.builder().bias_add(z, im.reshape_to(x, Shape{inner}, im.out_name() + ".row"), im.out_name() + ".rows");
+  const TensorId y = im.repeat_as_rows(x, Shape(out).numel() / xs.numel(), im.out_name());
   im.set_tensor(0, im.reshape_to(y, Shape(out), im.out_name()));
 }
 

@@ -116,6 +116,13 @@ class Importer {
     if (shape_of(x) == shape) return x;
     return builder_.reshape(x, shape, name);
   }
+  // x (n elements, any shape) repeated as every row of a [rows, n] tensor: zeros plus x as a bias,
+  // so x's gradient sums the rows (Expand over leading dims, a per-channel factor over the batch).
+  TensorId repeat_as_rows(TensorId x, std::int64_t rows, const std::string& name) {
+    const std::int64_t n = shape_of(x).numel();
+    const TensorId zeros = builder_.fill(graph::Shape{rows, n}, 0.0f, desc(x).dtype, name + ".zeros");
+    return builder_.bias_add(zeros, reshape_to(x, graph::Shape{n}, name + ".row"), name + ".rows");
+  }
   const ImportOptions& options() const { return options_; }
   std::int64_t file_batch() const { return file_batch_; }  // the first input's static batch in the file, or -1
 

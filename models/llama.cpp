@@ -34,15 +34,6 @@ TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const
 
 namespace {
 
-// RMSNorm or LayerNorm over the last dim of `x`, `width` channels.
-TensorId norm_of_width(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t width, const std::string& name) {
-  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
-  const TensorId weight = b.parameter(name + ".weight", {width}, ones, config.dtype);
-  if (config.norm == LlamaConfig::Norm::rms) return b.rms_norm(x, weight, name);
-  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
-  return b.layer_norm(x, weight, b.parameter(name + ".bias", {width}, zeros, config.dtype), name);
-}
-
 // The gated MLP's activation of `gate_in` (the plain MLP's of its hidden layer), as config.gate says.
 TensorId activation(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name) {
   switch (config.gate) {
@@ -56,7 +47,11 @@ TensorId activation(graph::Builder& b, const LlamaConfig& config, TensorId gate_
 }  // namespace
 
 TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name) {
-  return norm_of_width(b, config, x, config.width, name);
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  const TensorId weight = b.parameter(name + ".weight", {config.width}, ones, config.dtype);
+  if (config.norm == LlamaConfig::Norm::rms) return b.rms_norm(x, weight, name);
+  const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
+  return b.layer_norm(x, weight, b.parameter(name + ".bias", {config.width}, zeros, config.dtype), name);
 }
 
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,

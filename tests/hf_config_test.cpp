@@ -130,13 +130,25 @@ TEST(HfConfig, EveryShippedConfigIsReachableByAZooName) {
   for (const models::ShippedConfig& s : models::shipped_configs()) EXPECT_TRUE(reachable.count(std::string(s.file))) << s.file;
 }
 
+// How many ops of `kind` the graph has.
+int count_ops(const graph::Graph& graph, graph::OpKind kind) {
+  int n = 0;
+  for (const graph::Op& op : graph.ops()) n += op.kind == kind;
+  return n;
+}
+// Every parameter's shape, by name.
+std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  return shapes;
+}
+
 TEST(HfConfig, GroupedQueryAttentionKeepsKvProjectionsSmall) {
   const HfConfig c = models::shipped_config("llama-2-70b.json").value();
   EXPECT_EQ(c.llama.heads, 64);
   EXPECT_EQ(c.llama.kv_heads, 8);
   const graph::Graph g = build(c);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const auto shapes = parameter_shapes(g);
   // head size 128: q 64 heads x 128, k and v 8 heads x 128.
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{8192, 8192}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{1024, 8192}));
@@ -148,8 +160,7 @@ TEST(HfConfig, GroupedQueryAttentionKeepsKvProjectionsSmall) {
 // each head's queries and keys.
 TEST(HfConfig, Qwen3HasItsOwnHeadSizeAndPerHeadQueryKeyNorms) {
   const graph::Graph g = build(models::shipped_config("qwen3-0.6b.json").value());
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const auto shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{2048, 1024}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{1024, 1024}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.o_proj.weight"), (graph::Shape{1024, 2048}));
@@ -171,16 +182,10 @@ TEST(HfConfig, Qwen3HasItsOwnHeadSizeAndPerHeadQueryKeyNorms) {
 // by default, a GeGLU MLP and embeddings scaled by sqrt(hidden_size).
 TEST(HfConfig, GemmaIsAGeGluDecoderWithScaledTiedEmbeddings) {
   const graph::Graph g = build(models::shipped_config("gemma-2b.json").value());
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const auto shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{2048, 2048}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{256, 2048}));
   EXPECT_EQ(shapes.count("lm_head.weight"), 0u) << "tied to the embeddings";
-  auto count_ops = [](const graph::Graph& graph, graph::OpKind kind) {
-    int n = 0;
-    for (const graph::Op& op : graph.ops()) n += op.kind == kind;
-    return n;
-  };
   EXPECT_EQ(count_ops(g, graph::OpKind::gelu), 18);
   EXPECT_EQ(count_ops(g, graph::OpKind::silu), 0);
   const TensorId scaled = g.find("residual0.scaled");
@@ -201,19 +206,6 @@ TEST(HfConfig, GemmaIsAGeGluDecoderWithScaledTiedEmbeddings) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("hidden_activation"), std::string::npos) << refused.error().message;
 }
-
-namespace {
-int count_ops(const graph::Graph& graph, graph::OpKind kind) {
-  int n = 0;
-  for (const graph::Op& op : graph.ops()) n += op.kind == kind;
-  return n;
-}
-std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
-  return shapes;
-}
-}  // namespace
 
 // GPT-NeoX (Pythia): LayerNorms with biases, biases on every projection, a plain GELU MLP, the
 // attention and the MLP side by side, rotary over a quarter of each head.
@@ -354,8 +346,7 @@ TEST(HfConfig, KeysTheReaderDoesNotReadAreListed) {
 
 TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
   const graph::Graph g = build(models::shipped_config("qwen2.5-7b.json").value());
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const auto shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{3584}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.bias"), (graph::Shape{512}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.v_proj.bias"), (graph::Shape{512}));

@@ -35,6 +35,11 @@ struct FusedKernelEntry {
 std::vector<FusedKernelEntry> nn_fused_kernel_entries();
 // RMSNorm, SiLU, rotary, grouped-query head repetition, concat and slice (llm_kernels.cpp).
 KernelEntries llm_kernel_entries();
+// Rotary embedding of one head of `hd` values at position `pos` (llm_kernels.cpp): pairs (i, i + R/2)
+// rotate by pos * base^(-2i/R), R the rotating channels (rotary_dims, or all hd), the rest copied;
+// `inverse` rotates by the negative angle. The rotary op and the decode kernels both use it.
+void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, double base, std::int64_t rotary_dims,
+                 bool inverse = false);
 // Fused attention: its log-sum-exp, output and backward ops (attention_kernels.cpp).
 KernelEntries attention_kernel_entries();
 // KV cache writes and decode attention through a block table (decode_kernels.cpp).

@@ -21,20 +21,6 @@ inline const std::int32_t* table_row(const KernelCall& c, int table_input, std::
   return c.inputs[static_cast<std::size_t>(table_input)].i32() + b * (*c.inputs[static_cast<std::size_t>(table_input)].shape)[1];
 }
 
-// Rotary embedding of one head at `pos`: pairs (i, i + R/2) rotate by pos * base^(-2i/R), R the
-// rotating channels (rotary_dims, or all HD), the rest copied, as the rotary kernel computes them.
-void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, double base, std::int64_t rotary_dims) {
-  const std::int64_t rd = rotary_dims > 0 ? rotary_dims : hd, half = rd / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const double angle = double(pos) * std::pow(base, -2.0 * double(i) / double(rd));
-    const float cs = float(std::cos(angle)), sn = float(std::sin(angle));
-    const float a = x[i], b = x[i + half];
-    y[i] = a * cs - b * sn;
-    y[i + half] = b * cs + a * sn;
-  }
-  for (std::int64_t i = rd; i < hd; ++i) y[i] = x[i];
-}
-
 void k_kv_cache_write(const KernelCall& c) {
   const std::int64_t slots = (*c.inputs[0].shape)[0], width = (*c.inputs[0].shape)[1];
   const std::int64_t block_size = (*c.updates[0].shape)[1];

@@ -9,6 +9,21 @@
 #include "memplan/kernels/cpu/parallel.h"
 
 namespace memplan::kernels::cpu {
+
+void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, double base, std::int64_t rotary_dims,
+                 bool inverse) {
+  const std::int64_t rd = rotary_dims > 0 ? rotary_dims : hd, half = rd / 2;
+  const double sign = inverse ? -1.0 : 1.0;
+  for (std::int64_t i = 0; i < half; ++i) {
+    const double angle = double(pos) * std::pow(base, -2.0 * double(i) / double(rd));
+    const float cs = float(std::cos(angle)), sn = float(sign * std::sin(angle));
+    const float a = x[i], b = x[i + half];
+    y[i] = a * cs - b * sn;
+    y[i + half] = b * cs + a * sn;
+  }
+  for (std::int64_t i = rd; i < hd; ++i) y[i] = x[i];
+}
+
 namespace {
 
 using graph::OpKind;
@@ -105,30 +120,16 @@ void k_silu_backward(const KernelCall& c) {
   });
 }
 
-// Pairs (i, i + R/2) of each row at position t rotate by t * base^(-2i/R) (the half-split
-// layout LLaMA implementations use), R the rotating channels (rotary_dims, or all HD); channels
-// from R on are copied. `inverse` rotates by the negative angle.
+// Each row [.., t, :] is one head at position t, rotated by rotate_head (the half-split layout
+// LLaMA implementations use).
 void k_rotary(const KernelCall& c) {
   const Shape& s = *c.inputs[0].shape;
   const std::int64_t hd = s.cols(), t_len = s[s.rank() - 2];
-  const std::int64_t rd = c.attrs->rotary_dims > 0 ? c.attrs->rotary_dims : hd, half = rd / 2;
   const std::int64_t rows = s.rows();
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
-  const double sign = c.attrs->inverse ? -1.0 : 1.0;
-  const double base = c.attrs->rope_base;
   parallel_each(rows, hd, [&](std::int64_t r) {
-    const double pos = double(r % t_len);
-    const float* xr = x + r * hd;
-    float* yr = y + r * hd;
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(base, -2.0 * double(i) / double(rd));
-      const float cs = float(std::cos(angle)), sn = float(sign * std::sin(angle));
-      const float a = xr[i], b = xr[i + half];
-      yr[i] = a * cs - b * sn;
-      yr[i + half] = b * cs + a * sn;
-    }
-    for (std::int64_t i = rd; i < hd; ++i) yr[i] = xr[i];
+    rotate_head(x + r * hd, y + r * hd, hd, r % t_len, c.attrs->rope_base, c.attrs->rotary_dims, c.attrs->inverse);
   });
 }
 
