@@ -120,6 +120,28 @@ TensorId Builder::channel_scale(TensorId x, TensorId g, const std::string& name)
   return binary(OpKind::channel_scale, x, g, name);
 }
 
+TensorId Builder::moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name) {
+  OpAttrs attrs;
+  attrs.top_k = top_k;
+  attrs.normalize = normalize;
+  return unary(OpKind::moe_top_k, probs, name, std::move(attrs));
+}
+
+TensorId Builder::moe_dispatch(TensorId x, TensorId gates, std::int64_t capacity, const std::string& name) {
+  OpAttrs attrs;
+  attrs.capacity = capacity;
+  attrs.weighted = false;  // the experts see the tokens themselves; moe_combine applies the gates
+  return binary(OpKind::moe_dispatch, x, gates, name, std::move(attrs));
+}
+
+TensorId Builder::moe_combine(TensorId ye, TensorId gates, const std::string& name) {
+  return binary(OpKind::moe_combine, ye, gates, name);
+}
+
+TensorId Builder::moe_router_stats(TensorId probs, TensorId gates, const std::string& name) {
+  return binary(OpKind::moe_router_stats, probs, gates, name);
+}
+
 TensorId Builder::linear(TensorId x, TensorId weight, TensorId bias, const std::string& name) {
   TensorId xw = matmul(x, weight, false, true, name + ".matmul");
   return bias_add(xw, bias, name);

@@ -77,6 +77,15 @@ class Builder {
   // x [N, C, ...] times a per-(sample, channel) gate g [N, C] or [N, C, 1, ..., 1] (squeeze and
   // excitation), without broadcasting the gate into memory.
   TensorId channel_scale(TensorId x, TensorId g, const std::string& name);
+  // Mixtures of experts (graph/op.h: moe_*): each token's gates[N, E] for the `top_k` largest
+  // router probabilities (renormalised to sum 1 when `normalize`), 0 elsewhere.
+  TensorId moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name);
+  // x [N, C] into [E, capacity, C]: each expert's tokens in token order, the first `capacity` kept.
+  TensorId moe_dispatch(TensorId x, TensorId gates, std::int64_t capacity, const std::string& name);
+  // ye [E, capacity, C] back to [N, C]: each token's kept experts' rows weighted by its gates, summed.
+  TensorId moe_combine(TensorId ye, TensorId gates, const std::string& name);
+  // [2, E] (f32): the tokens routed to each expert and the sum of their router probabilities.
+  TensorId moe_router_stats(TensorId probs, TensorId gates, const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
   // rotary_dims > 0 rotates only each head's first rotary_dims channels (partial rotary).
   TensorId rotary(TensorId x, float base, const std::string& name, std::int64_t rotary_dims = 0);

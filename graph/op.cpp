@@ -31,7 +31,8 @@ const std::array<OpInfo, kOpKindCount>& table() {
   static const std::array<OpInfo, kOpKindCount> instance = [] {
     const std::span<const OpInfo> families[] = {elementwise_rows(),    layout_rows(),         losses_rows(),
                                                 normalization_rows(),  matmul_attention_rows(), conv_pool_rows(),
-                                                optimizer_updates_rows(), collectives_rows(), decode_rows()};
+                                                optimizer_updates_rows(), collectives_rows(), decode_rows(),
+                                                moe_rows()};
     return assemble_op_table(families);
   }();
   return instance;

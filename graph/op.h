@@ -77,6 +77,17 @@ enum class OpKind : std::uint8_t {
   channel_scale,          // y[n, c, ...] = x[n, c, ...] * g[n, c]   inputs: x[N, C, ...], g[N, C] or [N, C, 1, ..., 1]
                           // (a squeeze-and-excitation gate; the gate is never broadcast into memory)
   swiglu,                 // y = silu(gate) * up   inputs: gate, up (same shape): the gated MLP's activation
+  // mixtures of experts (models/llama.h): gates[N, E] hold each token's weight for the experts it
+  // is routed to and 0 elsewhere (a token is routed to expert e where gates[n, e] != 0). Expert e
+  // takes its routed tokens in token order into `capacity` slots; tokens beyond are dropped for e.
+  moe_top_k,              // gates[N, E] = the `top_k` largest of probs[N, E] in each row (ties: the lower
+                          // index), 0 elsewhere; `normalize` divides them by their sum   inputs: probs
+  moe_dispatch,           // xe[E, capacity, C]: slot s of expert e = w x[n] for its s-th kept token n,
+                          // w = gates[n, e] if `weighted` else 1; unfilled slots 0   inputs: x[N, C], gates
+  moe_combine,            // y[N, C] = sum over e (ascending) of w ye[e, slot of n in e] for the experts that
+                          // kept n, w as moe_dispatch's   inputs: ye[E, capacity, C], gates[N, E]
+  moe_router_stats,       // stats[2, E] (f32): row 0 the tokens routed to each expert (capacity aside), row 1
+                          // the sum of probs over tokens (the load-balancing loss's terms)   inputs: probs, gates
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -110,6 +121,10 @@ enum class OpKind : std::uint8_t {
   grouped_conv2d_backward_input,   // dx[N, C, H, W]                 inputs: dy, w; shape = x dims
   grouped_conv2d_backward_weight,  // dw[Cout, C/groups, K, K]       inputs: dy, x; shape = w dims
   channel_scale_backward,          // dg[n, c] = sum over ... of dy * x   inputs: dy, x; shape = g dims
+  moe_top_k_backward,              // dprobs[N, E]   inputs: dgates, gates, probs (moe_top_k's attrs)
+  moe_combine_backward_gates,      // dgates[n, e] = dot(dy[n], ye[e, slot]) where e kept n, else 0
+                                   //   inputs: dy[N, C], ye[E, capacity, C], gates[N, E]
+  moe_router_stats_backward,       // dprobs[n, e] = dstats[1, e]    inputs: dstats[2, E]; shape = probs dims, dtype
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -134,6 +149,8 @@ enum class OpKind : std::uint8_t {
 };
 
 inline constexpr int kOpKindCount = static_cast<int>(OpKind::count_);
+// The most experts moe_top_k routes among (its CPU kernel keeps a flag per expert on the stack).
+inline constexpr std::int64_t kMaxExperts = 4096;
 
 enum class Phase : std::uint8_t { forward, backward, optimizer, recompute };
 std::string_view phase_name(Phase phase);
@@ -174,6 +191,10 @@ struct OpAttrs {
   // ones (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); the rest pass through. 0: all.
   std::int64_t rotary_dims = 0;
   bool inverse = false;            // rotary
+  std::int64_t top_k = 1;          // moe_top_k*: experts per token
+  bool normalize = false;          // moe_top_k*: gates divided by their sum
+  std::int64_t capacity = 1;       // moe_dispatch: slots per expert
+  bool weighted = true;            // moe_dispatch, moe_combine: rows scaled by their gates
   // optimizer hyper-parameters
   float lr = 0.0f;
   float momentum = 0.0f;  // also running_stats_update: new = (1 - m) * old + m * batch

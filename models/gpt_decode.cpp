@@ -81,7 +81,11 @@ graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape)
   return g;
 }
 
-graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape) {
+graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& shape) {
+  // A mixture of experts drops no token while generating: every expert has a slot for every one
+  // of the step's few tokens (a dropped token would change the model's output, not only its cost).
+  LlamaConfig config = trained;
+  config.moe.capacity_factor = 0.0;
   const std::int64_t B = shape.slots, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
   const std::int64_t V = config.vocab, BS = shape.block_size, NB = shape.pool_blocks;
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || config.ffn <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {

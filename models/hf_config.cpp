@@ -26,7 +26,8 @@ struct TypeRow {
 constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFamily::llama},    {"mistral", HfFamily::llama},
                                    {"qwen2", HfFamily::llama},    {"qwen3", HfFamily::llama},    {"gemma", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
-                                   {"falcon", HfFamily::llama},   {"bert", HfFamily::bert},      {"vit", HfFamily::vit}};
+                                   {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
+                                   {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit}};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -150,6 +151,26 @@ class Fields {
     read_.insert(name);
     auto it = j_.find(name);
     if (it != j_.end() && !it->is_null() && !it->is_object()) fail(name, "expected an object, got " + kind_of(*it));
+  }
+
+  // A list of non-negative integers (layer indices), empty when absent.
+  std::vector<std::int64_t> indices(const char* name) {
+    read_.insert(name);
+    auto it = j_.find(name);
+    std::vector<std::int64_t> out;
+    if (it == j_.end() || it->is_null()) return out;
+    if (!it->is_array()) {
+      fail(name, "expected a list of layer indices, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      return out;
+    }
+    for (const json& v : *it) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
+        fail(name, "expected non-negative integers, got " + v.dump().substr(0, 40));
+        return {};
+      }
+      out.push_back(v.get<std::int64_t>());
+    }
+    return out;
   }
 
   // A key read directly from the object (id2label) counts as read.
@@ -300,6 +321,50 @@ void read_gpt2(Fields& f, HfConfig& c) {
   }
 }
 
+// The mixture of experts of Mixtral (num_local_experts, every layer, top-k renormalised, experts
+// of intermediate_size) and of Qwen2-MoE and Qwen3-MoE (num_experts of moe_intermediate_size,
+// norm_topk_prob, dense layers by decoder_sparse_step and mlp_only_layers, and Qwen2-MoE's gated
+// shared expert). The load-balancing loss joins the loss when output_router_logits asks for it.
+void read_moe(Fields& f, HfConfig& c) {
+  LlamaConfig::Moe& m = c.llama.moe;
+  const bool mixtral = c.model_type == "mixtral";
+  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  m.experts = f.size({experts_key}, std::int64_t{mixtral ? 8 : c.model_type == "qwen2_moe" ? 60 : 128});
+  m.top_k = f.size({"num_experts_per_tok"}, std::int64_t{mixtral ? 2 : c.model_type == "qwen2_moe" ? 4 : 8});
+  if (f.ok() && m.top_k > m.experts) {
+    f.fail("num_experts_per_tok", std::to_string(m.top_k) + " exceeds the " + std::to_string(m.experts) + " experts of " +
+                                      experts_key + "; a token is routed to at most every expert once");
+  }
+  if (f.ok() && m.experts > graph::kMaxExperts) {
+    f.fail(experts_key, std::to_string(m.experts) + " is more than the " + std::to_string(graph::kMaxExperts) +
+                            " experts memplan routes among");
+  }
+  const double coef = f.number("router_aux_loss_coef", 0.001, 0.0, 1e6);
+  m.aux_loss_coef = f.boolean("output_router_logits", false) ? coef : 0.0;
+  if (mixtral) {
+    m.normalize_top_k = true;  // softmax over the chosen experts' logits
+    if (f.number("router_jitter_noise", 0.0, 0.0, 1e6) > 0.0) {
+      f.fail("router_jitter_noise", "is not supported: memplan's router takes no noise; set it to 0.0");
+    }
+  } else {
+    m.expert_ffn = f.size({"moe_intermediate_size"});
+    m.normalize_top_k = f.boolean("norm_topk_prob", false);
+    m.sparse_step = f.size({"decoder_sparse_step"}, std::int64_t{1});
+    m.dense_layers = f.indices("mlp_only_layers");
+    for (std::int64_t layer : m.dense_layers) {
+      if (f.ok() && layer >= c.llama.layers) {
+        f.fail("mlp_only_layers", "layer " + std::to_string(layer) + " is not among the " + std::to_string(c.llama.layers) +
+                                      " layers of num_hidden_layers");
+      }
+    }
+    if (c.model_type == "qwen2_moe") m.shared_ffn = f.size({"shared_expert_intermediate_size"});
+  }
+  const std::int64_t F = m.expert_ffn > 0 ? m.expert_ffn : c.llama.ffn;
+  check_weight(f, std::string(experts_key) + " x " + (mixtral ? "intermediate_size" : "moe_intermediate_size") + " x hidden_size",
+               {m.experts, F, c.llama.width});
+  if (m.shared_ffn > 0) check_weight(f, "shared_expert_intermediate_size x hidden_size", {m.shared_ffn, c.llama.width});
+}
+
 void read_llama(Fields& f, HfConfig& c) {
   LlamaConfig& l = c.llama;
   l.width = f.size({"hidden_size"});
@@ -330,11 +395,11 @@ void read_llama(Fields& f, HfConfig& c) {
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "true is not supported: memplan's SwiGLU MLP has no biases");
   // Qwen2's attention always has q, k and v biases (and none on o_proj); Llama's attention_bias
   // puts one on all four.
-  l.qkv_bias = c.model_type == "qwen2" || attention_bias;
+  l.qkv_bias = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || attention_bias;
   l.o_bias = attention_bias;
   // Qwen3 normalises each head's queries and keys (q_norm, k_norm), and its head size is its own
   // setting (Qwen3-0.6B: 16 heads of 128 over a width of 1024).
-  if (c.model_type == "qwen3") l.qk_norm = LlamaConfig::QkNorm::per_head;
+  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") l.qk_norm = LlamaConfig::QkNorm::per_head;
   l.head_dim = f.size({"head_dim"}, std::int64_t{0});
   expect_no_dropout(f, {"attention_dropout"});
   if (c.model_type == "phi3") {
@@ -350,6 +415,7 @@ void read_llama(Fields& f, HfConfig& c) {
     l.post_norm = true;
     l.qk_norm = LlamaConfig::QkNorm::whole;
   }
+  if (c.model_type == "mixtral" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") read_moe(f, c);
   check_decoder(f, l, "hidden_size");
   if (f.ok()) l.rotary_dims = rotary_dims(f, "partial_rotary_factor", l.head_size());
 }
@@ -496,6 +562,15 @@ void read_vit(Fields& f, const json& j, HfConfig& c) {
   if (f.ok()) check_weight(f, "(image_size / patch_size)^2 + 1 positions x hidden_size", {side * side + 1, v.encoder.width});
 }
 
+// ", 8 experts (top 2) of 14336" for a mixture of experts, "" for a dense MLP.
+std::string moe_summary(const LlamaConfig::Moe& m) {
+  if (m.experts <= 0) return "";
+  std::string s = ", " + std::to_string(m.experts) + " experts (top " + std::to_string(m.top_k) + ")";
+  if (m.expert_ffn > 0) s += " of " + std::to_string(m.expert_ffn);
+  if (m.shared_ffn > 0) s += " and a shared expert of " + std::to_string(m.shared_ffn);
+  return s;
+}
+
 std::string family_name(HfFamily f) {
   switch (f) {
     case HfFamily::gpt2: return "gpt2";
@@ -532,7 +607,7 @@ std::string HfConfig::describe() const {
              (llama.rotary_dims > 0 ? " on " + s(llama.rotary_dims) + " of " + s(llama.head_size()) + " channels" : "") +
              (llama.norm == LlamaConfig::Norm::layer ? ", LayerNorm" : "") + (llama.parallel_residual ? ", parallel residual" : "") +
              (!llama.pre_norm ? ", norms after each sublayer" : llama.post_norm ? ", norms before and after each sublayer" : "") +
-             (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "");
+             (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "") + moe_summary(llama.moe);
     }
     case HfFamily::bert:
       return model_type + " (masked-LM head): " + s(bert.encoder.layers) + " layers, width " + s(bert.encoder.width) +

@@ -1,5 +1,6 @@
 #include "memplan/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -82,8 +83,55 @@ TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
   return project(b, config, hidden, m + ".down_proj", C, F, config.mlp_bias, m + ".down");
 }
 
+TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m, TensorId* router_stats) {
+  const LlamaConfig::Moe& moe = config.moe;
+  const std::int64_t C = config.width, E = moe.experts, F = moe.expert_ffn > 0 ? moe.expert_ffn : config.ffn;
+  const std::int64_t tokens = b.graph().tensor(x).shape[0];
+  const TensorId probs = b.softmax(project(b, config, x, m + ".gate", E, C, false, m + ".router"), false, m + ".router.probs");
+  const TensorId gates = b.moe_top_k(probs, moe.top_k, moe.normalize_top_k, m + ".gates");
+  if (router_stats != nullptr && moe.aux_loss_coef > 0.0) {
+    const TensorId stats = b.moe_router_stats(probs, gates, m + ".router.stats");
+    *router_stats = *router_stats == kNoTensor ? stats : b.add(*router_stats, stats, m + ".router.stats_sum");
+  }
+  const TensorId xe = b.moe_dispatch(x, gates, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  auto expert_project = [&](TensorId in, const std::string& name, std::int64_t out, std::int64_t width) {
+    const TensorId w = b.parameter(m + ".experts." + name + ".weight", {E, out, width}, w_init, config.dtype);
+    return b.batched_matmul(in, w, false, true, m + ".experts." + name);
+  };
+  TensorId hidden;
+  if (config.gated_mlp) {
+    const TensorId gate = activation(b, config, expert_project(xe, "gate_proj", F, C), m + ".experts.act");
+    hidden = b.mul(gate, expert_project(xe, "up_proj", F, C), m + ".experts.glu");
+  } else {
+    hidden = activation(b, config, expert_project(xe, "up_proj", F, C), m + ".experts.act");
+  }
+  TensorId y = b.moe_combine(expert_project(hidden, "down_proj", C, F), gates, m + ".combine");
+  if (moe.shared_ffn > 0) {
+    LlamaConfig shared = config;
+    shared.ffn = moe.shared_ffn;
+    const TensorId s = mlp(b, shared, x, m + ".shared_expert");
+    const TensorId s_gate = b.sigmoid(project(b, config, x, m + ".shared_expert_gate", 1, C, false, m + ".shared_gate"),
+                                      m + ".shared_gate.sigmoid");  // [N, 1]
+    const TensorId gated = b.channel_scale(b.reshape(s, {tokens, 1, C}, m + ".shared_rows"), s_gate, m + ".shared_scaled");
+    y = b.add(y, b.reshape(gated, {tokens, C}, m + ".shared_out"), m + ".with_shared");
+  }
+  return y;
+}
+
+TensorId load_balancing_loss(graph::Builder& b, const LlamaConfig& config, TensorId stats, std::int64_t tokens_per_layer) {
+  std::int64_t layers = 0;
+  for (std::int64_t l = 0; l < config.layers; ++l) layers += config.moe.sparse(l) ? 1 : 0;
+  const double tokens = double(tokens_per_layer) * double(layers);
+  const double alpha = config.moe.aux_loss_coef * double(config.moe.experts) / (tokens * tokens);
+  const TensorId routed = b.slice(stats, 0, 0, 1, "router.routed");
+  const TensorId probs = b.slice(stats, 0, 1, 1, "router.probs_sum");
+  return b.scale(b.sum(b.mul(routed, probs, "router.balance_terms"), "router.balance_sum"), static_cast<float>(alpha),
+                 "router.aux_loss");
+}
+
 TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::int64_t layer,
-               const std::function<TensorId(TensorId)>& attention) {
+               const std::function<TensorId(TensorId)>& attention, TensorId* router_stats) {
   const std::string n = "layers." + std::to_string(layer);
   // Names as the Hugging Face checkpoints have them: a pre-norm layer's second norm is its
   // post_attention_layernorm; with norms on the outputs too, that name is the attention output's
@@ -91,18 +139,32 @@ TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::in
   const std::string mlp_in_norm = config.post_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm";
   auto pre = [&](TensorId x, const std::string& name) { return config.pre_norm ? norm(b, config, x, n + name) : x; };
   auto post = [&](TensorId x, const std::string& name) { return config.post_norm ? norm(b, config, x, n + name) : x; };
+  auto ffn = [&](TensorId x) {
+    return config.moe.sparse(layer) ? moe(b, config, x, n + ".mlp", router_stats) : mlp(b, config, x, n + ".mlp");
+  };
   if (config.parallel_residual) {
     const TensorId a_in = pre(h, ".input_layernorm");
     const TensorId m_in = config.shared_norm ? a_in : pre(h, ".post_attention_layernorm");
     const TensorId a = post(attention(a_in), ".post_attention_layernorm");
-    const TensorId m = post(mlp(b, config, m_in, n + ".mlp"), ".post_feedforward_layernorm");
+    const TensorId m = post(ffn(m_in), ".post_feedforward_layernorm");
     return b.add(b.add(h, a, n + ".residual1"), m, n + ".residual2");
   }
   h = b.add(h, post(attention(pre(h, ".input_layernorm")), ".post_attention_layernorm"), n + ".residual1");
-  return b.add(h, post(mlp(b, config, pre(h, mlp_in_norm), n + ".mlp"), ".post_feedforward_layernorm"), n + ".residual2");
+  return b.add(h, post(ffn(pre(h, mlp_in_norm)), ".post_feedforward_layernorm"), n + ".residual2");
 }
 
 }  // namespace llama_parts
+
+bool LlamaConfig::Moe::sparse(std::int64_t layer) const {
+  if (experts <= 0 || sparse_step <= 0 || (layer + 1) % sparse_step != 0) return false;
+  return std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
+}
+
+std::int64_t LlamaConfig::Moe::capacity(std::int64_t tokens) const {
+  if (capacity_factor <= 0.0 || experts <= 0) return tokens;
+  const double slots = std::ceil(capacity_factor * double(tokens) * double(top_k) / double(experts));
+  return std::clamp(static_cast<std::int64_t>(std::min(slots, double(tokens))), std::int64_t{1}, tokens);
+}
 
 graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const std::int64_t B = batch, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
@@ -135,6 +197,7 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   TensorId h = b.reshape(b.embedding(x, embed, "embed"), {rows, C}, "residual0");  // [B*T, C]
   if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
 
+  TensorId router_stats = kNoTensor;  // summed over the mixture layers (the load-balancing loss)
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
     h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
@@ -146,12 +209,15 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
       TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
       y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC}, a + ".merged");
       return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
-    });
+    }, &router_stats);
   }
   h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
   g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
   g.loss = b.cross_entropy(g.output, labels, "loss");
+  if (router_stats != kNoTensor) {
+    g.loss = b.add(g.loss, llama_parts::load_balancing_loss(b, config, router_stats, rows), "loss.with_aux");
+  }
   return g;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/graph.h"
@@ -62,6 +63,36 @@ struct LlamaConfig {
   // Rotary over each head's first rotary_dims channels (GPT-NeoX's rotary_pct); 0: all of them.
   std::int64_t rotary_dims = 0;
 
+  // A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE): a router [E, width]
+  // whose softmax picks top_k experts per token (their probabilities renormalised to sum 1 when
+  // normalize_top_k), each expert an MLP as the dense one (gated or plain) of expert_ffn, its
+  // weights stacked over the experts ([E, out, in]). Activations are planned for `capacity`
+  // slots per expert, and tokens routed beyond an expert's slots are dropped for that expert (the
+  // residual carries them), as GShard and Switch do.
+  struct Moe {
+    std::int64_t experts = 0;     // E; 0: a dense MLP in every layer
+    std::int64_t top_k = 2;       // experts per token
+    std::int64_t expert_ffn = 0;  // each expert's hidden width; 0: ffn
+    bool normalize_top_k = true;
+    // A shared expert every token also goes through, a gated MLP of shared_ffn scaled by
+    // sigmoid(x w) with w [1, width] (Qwen2-MoE); 0: none.
+    std::int64_t shared_ffn = 0;
+    // Slots per expert: ceil(capacity_factor * tokens * top_k / experts), at least 1 and at most
+    // the tokens. 1 plans a balanced load (every expert its share); 0: the tokens, nothing dropped.
+    double capacity_factor = 1.0;
+    // > 0: the router's load-balancing loss (Switch's, over the tokens of every mixture layer, as
+    // transformers' load_balancing_loss_func) times this, added to the loss.
+    double aux_loss_coef = 0.0;
+    // Layer l (0-based) is a mixture when (l + 1) % sparse_step == 0 and l is not among
+    // dense_layers (Qwen's decoder_sparse_step and mlp_only_layers); the others keep the dense MLP.
+    std::int64_t sparse_step = 1;
+    std::vector<std::int64_t> dense_layers;
+
+    bool sparse(std::int64_t layer) const;
+    std::int64_t capacity(std::int64_t tokens) const;
+  };
+  Moe moe;
+
   // Channels per head: head_dim, or width / heads.
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : width / heads; }
 };
@@ -83,11 +114,21 @@ TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std
                    const std::string& name);
 // The MLP of `x` [rows, width] (gated or plain), parameters under `prefix`.{gate,up,down}_proj.
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& prefix);
+// The mixture of experts of `x` [rows, width] (config.moe), parameters under `prefix`: the router
+// `prefix`.gate, the experts' stacked `prefix`.experts.{gate,up,down}_proj and the shared expert's
+// `prefix`.shared_expert.* and `prefix`.shared_expert_gate. With `router_stats` and an auxiliary
+// loss, the layer's router statistics [2, E] are added into *router_stats (kNoTensor at first).
+TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& prefix, TensorId* router_stats);
 // Decoder layer `layer` on the residual stream `h` [rows, width]: its norms, residual adds and MLP
-// as the config says; `attention` maps the attention's input [rows, width] to its output
-// projection's result [rows, width] (the training graph's full attention, or a decode step's).
+// (or mixture of experts) as the config says; `attention` maps the attention's input [rows, width]
+// to its output projection's result [rows, width] (the training graph's full attention, or a
+// decode step's). `router_stats` as moe's.
 TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::int64_t layer,
-               const std::function<TensorId(TensorId)>& attention);
+               const std::function<TensorId(TensorId)>& attention, TensorId* router_stats = nullptr);
+// The load-balancing loss from the router statistics summed over the mixture layers (moe's):
+// aux_loss_coef * E * sum_e (routed_e / tokens) (probs_e / tokens), tokens counted over layers.
+TensorId load_balancing_loss(graph::Builder& b, const LlamaConfig& config, TensorId router_stats,
+                             std::int64_t tokens_per_layer);
 }  // namespace llama_parts
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output

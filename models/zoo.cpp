@@ -42,6 +42,9 @@ constexpr ZooEntry kEntries[] = {
     {"pythia-160m", "pythia-160m.json", "Pythia-160M (GPT-NeoX)", 0, 8},
     {"pythia-6.9b", "pythia-6.9b.json", "Pythia-6.9B (GPT-NeoX)", 0, 8},
     {"falcon-7b", "falcon-7b.json", "Falcon-7B", 0, 8},
+    {"mixtral-8x7b", "mixtral-8x7b.json", "Mixtral-8x7B (mixture of experts)", 4096, 8},
+    {"qwen1.5-moe", "qwen1.5-moe-a2.7b.json", "Qwen1.5-MoE-A2.7B (mixture of experts)", 4096, 8},
+    {"qwen3-30b-a3b", "qwen3-30b-a3b.json", "Qwen3-30B-A3B (mixture of experts)", 4096, 8},
     {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
     {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
 };

@@ -84,7 +84,9 @@ TEST(HfConfig, EveryFileInModelsConfigsIsEmbeddedVerbatim) {
 // 109,482,240); google/vit-base-patch16-224 86,567,656 (timm's vit_base_patch16_224: the same);
 // Phi-3-mini-4k-instruct 3,821,079,552 (its card: "3.8B"); OLMo-2-1124-7B 7,298,617,344;
 // Pythia-160M 162,322,944 and Pythia-6.9B 6,857,302,016 (the Pythia suite's "total params",
-// untied embed_out included); Falcon-7B 6,921,720,704 (tied).
+// untied embed_out included); Falcon-7B 6,921,720,704 (tied); Mixtral-8x7B-v0.1 46,702,792,704
+// (its card: "46.7B"); Qwen1.5-MoE-A2.7B 14,315,784,192 ("14.3B", 60 experts and a shared one);
+// Qwen3-30B-A3B 30,532,122,624 ("30.5B", 128 experts); each the sum of its safetensors' shapes.
 const std::map<std::string, std::int64_t>& published_counts() {
   static const std::map<std::string, std::int64_t> counts = {
       {"gpt2.json", 124'439'808},
@@ -107,6 +109,9 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"pythia-160m.json", 162'322'944},
       {"pythia-6.9b.json", 6'857'302'016},
       {"falcon-7b.json", 6'921'720'704},
+      {"mixtral-8x7b.json", 46'702'792'704},
+      {"qwen1.5-moe-a2.7b.json", 14'315'784'192},
+      {"qwen3-30b-a3b.json", 30'532'122'624},
       {"bert-base-uncased.json", 109'514'298},
       {"vit-base-patch16-224.json", 86'567'656},
   };
@@ -176,6 +181,89 @@ TEST(HfConfig, Qwen3HasItsOwnHeadSizeAndPerHeadQueryKeyNorms) {
   j["model_type"] = "qwen3";
   j["head_dim"] = 127;
   EXPECT_FALSE(models::parse_hf_config(j.dump(), "odd.json").ok());
+}
+
+// The op of `kind` named `name`, or nullptr.
+const graph::Op* op_named(const graph::Graph& g, graph::OpKind kind, const std::string& name) {
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind == kind && op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+// Mixtral: every layer's MLP is 8 experts of Llama's SwiGLU shape, 2 per token renormalised, the
+// router a [8, 4096] linear; the load-balancing loss joins the loss only when output_router_logits.
+TEST(HfConfig, MixtralRoutesEachTokenToTwoOfEightSwiGluExperts) {
+  const HfConfig c = models::shipped_config("mixtral-8x7b.json").value();
+  EXPECT_EQ(c.describe(), "mixtral: 32 layers, width 4096, 32 heads (8 K/V), SwiGLU 14336, vocab 32000, rotary, 8 experts (top 2)");
+  const graph::Graph g = build(c);  // 16 tokens: a balanced share of 16 x 2 / 8 = 4 slots per expert
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.at("layers.0.mlp.gate.weight"), (graph::Shape{8, 4096}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.experts.gate_proj.weight"), (graph::Shape{8, 14336, 4096}));
+  EXPECT_EQ(shapes.at("layers.31.mlp.experts.down_proj.weight"), (graph::Shape{8, 4096, 14336}));
+  EXPECT_EQ(shapes.count("layers.0.mlp.gate_proj.weight"), 0u) << "no dense MLP beside the experts";
+  EXPECT_EQ(count_ops(g, graph::OpKind::moe_dispatch), 32);
+  EXPECT_EQ(count_ops(g, graph::OpKind::moe_router_stats), 0) << "output_router_logits is false";
+  const graph::Op* top_k = op_named(g, graph::OpKind::moe_top_k, "layers.0.mlp.gates");
+  ASSERT_NE(top_k, nullptr);
+  EXPECT_EQ(top_k->attrs.top_k, 2);
+  EXPECT_TRUE(top_k->attrs.normalize);
+  EXPECT_EQ(g.tensor(g.find("layers.0.mlp.dispatch")).shape, (graph::Shape{8, 4, 4096}));
+  // A capacity factor of 1.25 rounds 5 slots up from 4 x 1.25; 0 gives every expert all 16 tokens.
+  HfConfig roomy = c;
+  roomy.llama.moe.capacity_factor = 1.25;
+  EXPECT_EQ(build(roomy).tensor(build(roomy).find("layers.0.mlp.dispatch")).shape, (graph::Shape{8, 5, 4096}));
+  roomy.llama.moe.capacity_factor = 0.0;
+  EXPECT_EQ(build(roomy).tensor(build(roomy).find("layers.0.mlp.dispatch")).shape, (graph::Shape{8, 16, 4096}));
+  // With output_router_logits, one statistics op per layer feeds the loss.
+  auto j = nlohmann::json::parse(shipped_text("mixtral-8x7b.json"));
+  j["output_router_logits"] = true;
+  const HfConfig with_aux = parse(j.dump());
+  EXPECT_DOUBLE_EQ(with_aux.llama.moe.aux_loss_coef, 0.02);
+  const graph::Graph aux = build(with_aux);
+  EXPECT_EQ(count_ops(aux, graph::OpKind::moe_router_stats), 32);
+  EXPECT_EQ(aux.tensor(aux.loss).name, "loss.with_aux");
+  EXPECT_EQ(parameter_count(aux), parameter_count(g));
+}
+
+// Qwen2-MoE: 60 experts of their own width (moe_intermediate_size), 4 per token without
+// renormalising, a shared expert gated by sigmoid(x w), q/k/v biases; decoder_sparse_step and
+// mlp_only_layers keep dense MLPs of intermediate_size where they say.
+TEST(HfConfig, Qwen2MoeHasAGatedSharedExpertAndDenseLayersWhereAsked) {
+  const HfConfig c = models::shipped_config("qwen1.5-moe-a2.7b.json").value();
+  const graph::Graph g = build(c);
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.at("layers.0.mlp.experts.up_proj.weight"), (graph::Shape{60, 1408, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.shared_expert.gate_proj.weight"), (graph::Shape{5632, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.shared_expert_gate.weight"), (graph::Shape{1, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{2048}));
+  EXPECT_FALSE(op_named(g, graph::OpKind::moe_top_k, "layers.0.mlp.gates")->attrs.normalize);
+  auto j = nlohmann::json::parse(shipped_text("qwen1.5-moe-a2.7b.json"));
+  j["decoder_sparse_step"] = 2;  // layers 1, 3, ... are mixtures
+  j["mlp_only_layers"] = {3};    // but 3 is dense
+  const graph::Graph sparse = build(parse(j.dump()));
+  const auto sparse_shapes = parameter_shapes(sparse);
+  EXPECT_EQ(sparse_shapes.at("layers.0.mlp.gate_proj.weight"), (graph::Shape{5632, 2048}));
+  EXPECT_EQ(sparse_shapes.count("layers.1.mlp.gate_proj.weight"), 0u);
+  EXPECT_EQ(sparse_shapes.at("layers.1.mlp.experts.gate_proj.weight"), (graph::Shape{60, 1408, 2048}));
+  EXPECT_EQ(sparse_shapes.at("layers.3.mlp.gate_proj.weight"), (graph::Shape{5632, 2048}));
+  EXPECT_EQ(count_ops(sparse, graph::OpKind::moe_combine), 11);  // 1, 5, 7, ..., 23
+}
+
+// Qwen3-MoE: Qwen3's attention (heads of 128, per-head q/k norms, no biases) over 128 experts, 8
+// per token renormalised (norm_topk_prob), no shared expert.
+TEST(HfConfig, Qwen3MoeIsQwen3AttentionOverOneHundredAndTwentyEightExperts) {
+  const HfConfig c = models::shipped_config("qwen3-30b-a3b.json").value();
+  const graph::Graph g = build(c);
+  const auto shapes = parameter_shapes(g);
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (graph::Shape{128}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{4096, 2048}));
+  EXPECT_EQ(shapes.at("layers.47.mlp.experts.down_proj.weight"), (graph::Shape{128, 2048, 768}));
+  EXPECT_EQ(shapes.count("layers.0.mlp.shared_expert_gate.weight"), 0u);
+  EXPECT_EQ(shapes.count("layers.0.self_attn.q_proj.bias"), 0u);
+  const graph::Op* top_k = op_named(g, graph::OpKind::moe_top_k, "layers.0.mlp.gates");
+  EXPECT_EQ(top_k->attrs.top_k, 8);
+  EXPECT_TRUE(top_k->attrs.normalize);
 }
 
 // Gemma: heads of 256 channels apart from the width, multi-query attention (2B), tied embeddings
@@ -426,13 +514,15 @@ struct BadConfig {
 std::vector<BadConfig> bad_configs() {
   const std::string llama = R"("model_type":"llama","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256)";
   const std::string gpt2 = R"("model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64)";
+  const std::string mixtral = R"("model_type":"mixtral","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256)";
+  const std::string qwen_moe = R"("model_type":"qwen2_moe","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256,"moe_intermediate_size":32,"shared_expert_intermediate_size":48)";
   const std::string vit = R"("model_type":"vit","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"patch_size":16)";
   return {
       {"not JSON", "{\"model_type\": \"llama\",", "not a JSON config"},
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, bert, vit)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},
@@ -470,6 +560,16 @@ std::vector<BadConfig> bad_configs() {
       {"rope_theta negative", "{" + llama + R"(,"rope_theta":-1})", "rope_theta: must be a number in"},
       {"rope_scaling a string", "{" + llama + R"(,"rope_scaling":"linear"})", "rope_scaling: expected an object"},
       {"mlp_bias", "{" + llama + R"(,"mlp_bias":true})", "mlp_bias: true is not supported"},
+      {"experts per token above the experts", "{" + mixtral + R"(,"num_experts_per_tok":9})",
+       "num_experts_per_tok: 9 exceeds the 8 experts of num_local_experts"},
+      {"zero experts", "{" + mixtral + R"(,"num_local_experts":0})", "num_local_experts: must be a positive integer, got 0"},
+      {"router noise", "{" + mixtral + R"(,"router_jitter_noise":0.1})", "router_jitter_noise: is not supported"},
+      {"no expert width", R"({"model_type":"qwen3_moe","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
+       "moe_intermediate_size: missing"},
+      {"dense layer past the last", "{" + qwen_moe + R"(,"mlp_only_layers":[0, 2]})", "mlp_only_layers: layer 2 is not among the 2 layers"},
+      {"dense layers not a list", "{" + qwen_moe + R"(,"mlp_only_layers":3})", "mlp_only_layers: expected a list of layer indices"},
+      {"negative dense layer", "{" + qwen_moe + R"(,"mlp_only_layers":[-1]})", "mlp_only_layers: expected non-negative integers"},
+      {"negative aux coefficient", "{" + mixtral + R"(,"router_aux_loss_coef":-0.02})", "router_aux_loss_coef: must be a number in"},
       {"sliding window negative", R"({"model_type":"mistral","sliding_window":-1,"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
        "sliding_window: must be a positive integer, got -1"},
   };
@@ -526,6 +626,21 @@ TEST(HfConfigCli, PlanAndCompareTakeAConfig) {
   EXPECT_EQ(compare["expandable"]["reserved_peak_bytes"], by_name["expandable"]["reserved_peak_bytes"]);
 }
 
+// --moe-capacity-factor sets the slots each expert plans for: more slots, more activation bytes;
+// 0 (every token a slot in every expert) the most. The same factor reaches plan, fit and compare.
+TEST(HfConfigCli, MoeCapacityFactorSetsTheExpertSlotsPlanned) {
+  const std::string model = "--config " + config_path("mixtral-8x7b.json") + " --seq 32 --batch 1 --dtype bf16";
+  auto arena = [&](const std::string& factor) {
+    return json_of("plan " + model + factor)["arena_bytes"].get<Bytes>();
+  };
+  const Bytes balanced = arena(""), roomy = arena(" --moe-capacity-factor 1.25"), dropless = arena(" --moe-capacity-factor 0");
+  EXPECT_EQ(balanced, arena(" --moe-capacity-factor 1"));
+  EXPECT_LT(balanced, roomy);
+  EXPECT_LT(roomy, dropless);
+  if (testing::kSanitized) return;  // the same flag function; a 47B model's replay takes seconds there
+  EXPECT_EQ(json_of("compare --steps 1 " + model + " --moe-capacity-factor 1.25")["planned_arena_bytes"].get<Bytes>(), roomy);
+}
+
 // --verbose names the keys the reader left (on stderr: --json stays one document); without it
 // nothing is said. Every plan command and train take it.
 TEST(HfConfigCli, VerboseListsTheKeysMemplanDoesNotRead) {
@@ -557,6 +672,10 @@ TEST(HfConfigCli, FlagsThatDoNotFitTheConfigAreUsageErrors) {
       {"plan --config " + config_path("vit-base-patch16-224.json") + " --image-size 100", "not a multiple of the patch size 16"},
       {"plan --config " + config_path("llama-2-7b.json") + " --dtype i32", "--dtype"},
       {"compare --config /nonexistent/config.json", "/nonexistent/config.json"},
+      {"plan --config " + config_path("llama-2-7b.json") + " --moe-capacity-factor 1.25",
+       "--moe-capacity-factor applies to mixtures of experts (mixtral, qwen2_moe, qwen3_moe); " + config_path("llama-2-7b.json") +
+           " is a llama without experts"},
+      {"plan --config " + config_path("mixtral-8x7b.json") + " --moe-capacity-factor -1", "--moe-capacity-factor"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli(c.args);

@@ -24,6 +24,16 @@ TensorId with_attrs(Builder& b, OpKind kind, TensorId x, graph::OpAttrs attrs) {
   return with_attrs(b, kind, std::vector<TensorId>{x}, std::move(attrs));
 }
 
+// x [N, C] dispatched by the gates of softmax(p) over all E experts into `capacity` slots each,
+// scaled per slot by w [E, capacity, C] (experts that differ) and combined back: [N, C].
+TensorId moe_round_trip(Builder& b, const Dims& d, DType t) {
+  const std::int64_t N = d[0], E = d[1], C = d[2], capacity = d[3];
+  auto x = b.parameter("x", {N, C}, {}, t);
+  auto gates = b.moe_top_k(b.softmax(b.parameter("p", {N, E}, {}, t), false, "probs"), E, true, "gates");
+  auto xe = b.moe_dispatch(x, gates, capacity, "xe");
+  return b.moe_combine(b.mul(xe, b.parameter("w", {E, capacity, C}, {}, t), "ye"), gates, "y");
+}
+
 graph::OpAttrs window(std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
   graph::OpAttrs attrs;
   attrs.kernel = kernel;
@@ -300,6 +310,29 @@ const std::vector<OpCase>& op_cases() {
          return b.swiglu(x, x, "y");  // both gradient paths accumulate into x
        },
        {{5}}},
+      // Mixtures of experts. d = {N, E, k, normalize}: the gates of softmax(p)'s k largest per row
+      {"moe_top_k", OpKind::moe_top_k,
+       [](Builder& b, const Dims& d, DType t) {
+         auto probs = b.softmax(b.parameter("p", {d[0], d[1]}, {}, t), false, "probs");
+         return b.moe_top_k(probs, d[2], d[3] != 0, "y");
+       },
+       {{5, 4, 2, 1}, {3, 6, 3, 0}, {4, 3, 1, 1}}, 2e-2f, false, true},
+      // d = {N, E, C, capacity}: every token routed to every expert (top_k = E, so no choice flips
+      // under the finite differences), experts that keep the first `capacity` tokens and drop the
+      // rest; the round trip x -> dispatch -> times w -> combine reaches x, w and the gates' p.
+      {"moe_dispatch", OpKind::moe_dispatch,
+       [](Builder& b, const Dims& d, DType t) { return moe_round_trip(b, d, t); },
+       {{6, 3, 4, 4}, {5, 2, 3, 5}, {4, 4, 2, 1}}},
+      {"moe_combine", OpKind::moe_combine,
+       [](Builder& b, const Dims& d, DType t) { return moe_round_trip(b, d, t); },
+       {{6, 3, 4, 4}, {3, 2, 5, 2}}},
+      // d = {N, E, k}: the routed counts and probability sums of softmax(p)'s top k
+      {"moe_router_stats", OpKind::moe_router_stats,
+       [](Builder& b, const Dims& d, DType t) {
+         auto probs = b.softmax(b.parameter("p", {d[0], d[1]}, {}, t), false, "probs");
+         return b.moe_router_stats(probs, b.moe_top_k(probs, d[2], true, "gates"), "y");
+       },
+       {{5, 4, 2}, {3, 3, 1}}, 2e-2f, false, true},
       {"rotary", OpKind::rotary,
        [](Builder& b, const Dims& d, DType t) { return b.rotary(b.parameter("x", Shape(d), {}, t), 10.0f, "y"); },
        {{2, 3, 4}, {1, 2, 5, 6}}},
@@ -747,6 +780,74 @@ V ref_channel_scale(const RefOperands& o) {
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = o.in[0][i] * o.in[1][i / at(inner)];
   return y;
 }
+// Mixtures of experts, from graph/op.h's contract: the k largest per row (ties: the lower index);
+// expert e's slots hold its routed tokens (gate != 0) in token order, the first `capacity` of them.
+V ref_moe_top_k(const RefOperands& o) {
+  const std::int64_t N = o.shape[0][0], E = o.shape[0][1];
+  V gates(o.in[0].size(), 0.0);
+  for (std::int64_t n = 0; n < N; ++n) {
+    const double* row = o.in[0].data() + n * E;
+    std::vector<bool> chosen(at(E), false);
+    double sum = 0.0;
+    for (std::int64_t pick = 0; pick < o.op.attrs.top_k; ++pick) {
+      std::int64_t best = -1;
+      for (std::int64_t e = 0; e < E; ++e) {
+        if (!chosen[at(e)] && (best < 0 || row[e] > row[best])) best = e;
+      }
+      chosen[at(best)] = true;
+      sum += row[best];
+    }
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (chosen[at(e)]) gates[at(n * E + e)] = o.op.attrs.normalize ? row[e] / sum : row[e];
+    }
+  }
+  return gates;
+}
+// slot[n * E + e]: token n's slot in expert e, or -1 (not routed, or beyond the capacity).
+std::vector<std::int64_t> moe_slots(const V& gates, std::int64_t N, std::int64_t E, std::int64_t capacity) {
+  std::vector<std::int64_t> slot(at(N * E), -1);
+  for (std::int64_t e = 0; e < E; ++e) {
+    std::int64_t used = 0;
+    for (std::int64_t n = 0; n < N; ++n) {
+      if (gates[at(n * E + e)] != 0.0 && used < capacity) slot[at(n * E + e)] = used++;
+    }
+  }
+  return slot;
+}
+V ref_moe_dispatch(const RefOperands& o) {
+  const std::int64_t N = o.shape[0][0], C = o.shape[0][1], E = o.shape[1][1], S = o.op.attrs.capacity;
+  const auto slot = moe_slots(o.in[1], N, E, S);
+  V xe(at(E * S * C), 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (slot[at(n * E + e)] < 0) continue;
+      const double w = o.op.attrs.weighted ? o.in[1][at(n * E + e)] : 1.0;
+      for (std::int64_t c = 0; c < C; ++c) xe[at((e * S + slot[at(n * E + e)]) * C + c)] = w * o.in[0][at(n * C + c)];
+    }
+  return xe;
+}
+V ref_moe_combine(const RefOperands& o) {
+  const std::int64_t E = o.shape[0][0], S = o.shape[0][1], C = o.shape[0][2], N = o.shape[1][0];
+  const auto slot = moe_slots(o.in[1], N, E, S);
+  V y(at(N * C), 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (slot[at(n * E + e)] < 0) continue;
+      const double w = o.op.attrs.weighted ? o.in[1][at(n * E + e)] : 1.0;
+      for (std::int64_t c = 0; c < C; ++c) y[at(n * C + c)] += w * o.in[0][at((e * S + slot[at(n * E + e)]) * C + c)];
+    }
+  return y;
+}
+V ref_moe_router_stats(const RefOperands& o) {
+  const std::int64_t N = o.shape[0][0], E = o.shape[0][1];
+  V stats(at(2 * E), 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t e = 0; e < E; ++e) {
+      stats[at(e)] += o.in[1][at(n * E + e)] != 0.0 ? 1.0 : 0.0;
+      stats[at(E + e)] += o.in[0][at(n * E + e)];
+    }
+  return stats;
+}
 V ref_broadcast_scalar(const RefOperands& o) { return V(at(numel(o.out)), double(o.op.attrs.alpha) * o.in[0][0]); }
 // Element i: 0 where splitmix64(stream + i)'s top 24 bits / 2^24 < p, else 1 / (1 - p), with
 // stream = splitmix64(seed ^ splitmix64(step)); the harness runs step 1.
@@ -883,6 +984,10 @@ const ReferenceEntry kReferences[] = {
     {OpKind::avg_pool2d, ref_avg_pool2d},
     {OpKind::global_avg_pool, ref_global_avg_pool},
     {OpKind::channel_scale, ref_channel_scale},
+    {OpKind::moe_top_k, ref_moe_top_k},
+    {OpKind::moe_dispatch, ref_moe_dispatch},
+    {OpKind::moe_combine, ref_moe_combine},
+    {OpKind::moe_router_stats, ref_moe_router_stats},
     {OpKind::batch_norm_stats, ref_batch_norm_stats},
     {OpKind::batch_norm_centered_stats, ref_batch_norm_centered_stats},
     {OpKind::batch_norm, ref_batch_norm},

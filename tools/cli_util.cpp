@@ -127,6 +127,7 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   app.add_flag("--verbose", flags.verbose,
                "With --config: list the config's keys memplan does not read (for its model_type none changes what "
                "memplan plans; a key that would and is not modelled is refused)");
+  add_moe_capacity_option(app, flags.moe_capacity_factor);
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
   app.add_option("--vocab", flags.vocab,
                  "Vocabulary size of a text model (gpt, decoder configs; default: gpt's is its default text's, "
@@ -200,6 +201,7 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
 Result<planner::StepDescription> config_step_description(const ModelFlags& flags) {
   auto config = models::read_hf_config(flags.config);
   if (!config) return Error{"--config " + config.error().message};
+  if (Status s = apply_moe_capacity(config.value(), flags.config, flags.moe_capacity_factor); !s) return s.error();
   const models::HfConfig& c = config.value();
   if (flags.verbose) note_unread_config_keys(flags.config, c);
   if (flags.seq > 0 && c.vision()) return Error{"--seq applies to language models; the config " + flags.config + " is a " + c.model_type};
@@ -435,6 +437,25 @@ bool write_report_file(std::string_view command, const std::string& path, std::s
     return false;
   }
   return true;
+}
+
+void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor) {
+  app.add_option("--moe-capacity-factor", factor,
+                 "With a mixture-of-experts --config (mixtral, qwen2_moe, qwen3_moe): slots per expert as a multiple of "
+                 "its balanced share (tokens x experts per token / experts). Tokens routed beyond an expert's slots are "
+                 "dropped for it, as GShard and Switch do; 0 gives every expert a slot for every token (nothing dropped). "
+                 "Default 1: a balanced load")
+      ->check(finite_in_range(0.0, 1e6));
+}
+
+Status apply_moe_capacity(models::HfConfig& config, const std::string& path, std::optional<double> factor) {
+  if (!factor) return Status::success();
+  if (config.llama.moe.experts <= 0) {
+    return Error{"--moe-capacity-factor applies to mixtures of experts (mixtral, qwen2_moe, qwen3_moe); " + path + " is a " +
+                 config.model_type + " without experts"};
+  }
+  config.llama.moe.capacity_factor = *factor;
+  return Status::success();
 }
 
 void note_unread_config_keys(const std::string& path, const models::HfConfig& config) {

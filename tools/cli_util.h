@@ -114,6 +114,7 @@ struct ModelFlags {
   std::string config;  // --config: a Hugging Face config.json (then `model` is its path, as a label)
   std::int64_t vocab = 0;  // --vocab; 0: the model's (the GPT's: its default text's, as train builds it)
   bool verbose = false;    // --verbose: with --config, list the keys memplan does not read
+  std::optional<double> moe_capacity_factor;  // --moe-capacity-factor: with a mixture-of-experts --config
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
@@ -147,6 +148,10 @@ void print_out(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // --verbose with --config: the config's keys memplan does not read (models::HfConfig::unread_keys),
 // on stderr so that --json output stays one JSON document.
 void note_unread_config_keys(const std::string& path, const models::HfConfig& config);
+// --moe-capacity-factor F: the slots per expert a mixture-of-experts config plans (F times the
+// balanced share; 0: every token, nothing dropped). An Error when the config has no experts.
+void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor);
+Status apply_moe_capacity(models::HfConfig& config, const std::string& path, std::optional<double> factor);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {

@@ -89,6 +89,9 @@ int run_fit_serve(const FitFlags& flags) {
   } else if (!flags.model.config.empty()) {
     auto config = models::read_hf_config(flags.model.config);
     if (!config) return fail("--config " + config.error().message);
+    if (Status s = apply_moe_capacity(config.value(), flags.model.config, flags.model.moe_capacity_factor); !s) {
+      return fail(s.error().message);
+    }
     const models::HfConfig& c = config.value();
     if (flags.model.verbose) note_unread_config_keys(flags.model.config, c);
     const std::int64_t seq = flags.model.seq > 0 ? flags.model.seq : c.positions;

@@ -59,6 +59,7 @@ struct TrainFlags {
   bool json = false;
   bool quiet = false;
   bool verbose = false;  // --verbose: with --config, list the keys memplan does not read
+  std::optional<double> moe_capacity_factor;  // --moe-capacity-factor: a mixture-of-experts --config's slots
   bool profile = false;
   std::optional<std::int64_t> eval_samples;  // empty: the whole test set, or 1024 validation sequences
   CheckpointFlags checkpoint;
@@ -365,7 +366,7 @@ void add_model_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
       ->check(CLI::ExistingFile)
       ->excludes(o.model);
   o.config = app.add_option("--config", flags.config,
-                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon on the text at byte "
+                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe on the text at byte "
                   "level (the text's bytes replace the vocabulary; --seq, default the config's positions up to " +
                       std::to_string(train::kDefaultConfigTrainSeq) +
                       "), or vit on Fashion-MNIST (num_channels 1, image_size 28). Other sizes as the file says")
@@ -503,6 +504,7 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--quiet", flags.quiet, "No progress output on stderr");
   app.add_flag("--verbose", flags.verbose,
                "With --config: list the config's keys memplan does not read (for its model_type none changes the step)");
+  add_moe_capacity_option(app, flags.moe_capacity_factor);
   app.add_flag("--profile", flags.profile,
                 "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s "
                 "(FLOPs as the plan counts them), the five slowest ops; with --json every op under \"profile\"");
@@ -534,6 +536,7 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
   auto parsed = models::read_hf_config(given.config);
   if (!parsed) return Error{"--config " + parsed.error().message};
   resolved.hf = std::move(parsed).value();
+  if (Status s = apply_moe_capacity(*resolved.hf, given.config, given.moe_capacity_factor); !s) return s;
   if (given.verbose) note_unread_config_keys(given.config, *resolved.hf);
   resolved.model = resolved.hf->vision() ? "cnn" : "gpt";
   if (o.hidden->count() > 0) return Error{"--hidden sets the MLP's widths; a --config fixes the model"};

@@ -310,6 +310,8 @@ KernelEntries f32_kernel_entries() {
   entries.insert(entries.end(), decode.begin(), decode.end());
   const auto collective = collective_kernel_entries();
   entries.insert(entries.end(), collective.begin(), collective.end());
+  const auto moe = moe_kernel_entries();
+  entries.insert(entries.end(), moe.begin(), moe.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

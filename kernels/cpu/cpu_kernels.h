@@ -44,6 +44,8 @@ void rotate_head(const float* x, float* y, std::int64_t hd, std::int64_t pos, do
 KernelEntries attention_kernel_entries();
 // KV cache writes and decode attention through a block table (decode_kernels.cpp).
 KernelEntries decode_kernel_entries();
+// Top-k routing, dispatch, combine and router statistics of mixtures of experts (moe_kernels.cpp).
+KernelEntries moe_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
 KernelEntries collective_kernel_entries();
 // collective_kernels.cpp at bf16/f16: packs and gathers moving 16-bit values (native), and the

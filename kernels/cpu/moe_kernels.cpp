@@ -1,0 +1,200 @@
+// CPU kernels of the mixture-of-experts ops (graph/op.h: moe_*). A token's slot in expert e is
+// the number of earlier tokens routed to e (gates != 0), so each kernel walks the tokens in order
+// per expert; loops split over experts or over channels, never over the tokens of one expert, and
+// every sum runs in a fixed order: the bits do not depend on the thread count.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "memplan/common/check.h"
+#include "memplan/kernels/cpu/cpu_kernels.h"
+#include "memplan/kernels/cpu/parallel.h"
+
+namespace memplan::kernels::cpu {
+namespace {
+
+using graph::OpKind;
+
+// gates [N, E]
+struct Routing {
+  std::int64_t tokens, experts;
+};
+Routing routing_of(const TensorRef& gates) { return {(*gates.shape)[0], (*gates.shape)[1]}; }
+
+// The k largest of row[0, E) (ties: the lower index) as a bit per expert in `chosen`.
+void choose_top_k(const float* row, std::int64_t experts, std::int64_t k, bool* chosen) {
+  std::fill(chosen, chosen + experts, false);
+  for (std::int64_t pick = 0; pick < k; ++pick) {
+    std::int64_t best = -1;
+    for (std::int64_t e = 0; e < experts; ++e) {
+      if (!chosen[e] && (best < 0 || row[e] > row[best])) best = e;
+    }
+    chosen[best] = true;
+  }
+}
+
+// The selection's flags live on the stack (the shape rule allows no more experts).
+constexpr std::int64_t kMaxExperts = graph::kMaxExperts;
+
+void k_moe_top_k(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[0]);
+  MEMPLAN_CHECK(r.experts <= kMaxExperts, "moe_top_k: at most 4096 experts");
+  const float* probs = c.inputs[0].f32();
+  float* gates = c.outputs[0].f32();
+  const std::int64_t k = c.attrs->top_k;
+  const bool normalize = c.attrs->normalize;
+  parallel_each(r.tokens, r.experts * k, [&](std::int64_t n) {
+    bool chosen[kMaxExperts];
+    const float* p = probs + n * r.experts;
+    float* g = gates + n * r.experts;
+    choose_top_k(p, r.experts, k, chosen);
+    double sum = 0.0;
+    for (std::int64_t e = 0; e < r.experts; ++e) sum += chosen[e] ? double(p[e]) : 0.0;
+    for (std::int64_t e = 0; e < r.experts; ++e) {
+      g[e] = !chosen[e] ? 0.0f : normalize ? static_cast<float>(double(p[e]) / sum) : p[e];
+    }
+  });
+}
+
+// Without normalisation the gates are the chosen probabilities: dp = dg there. With it,
+// g_j = p_j / S (S the chosen probabilities' sum): dp_j = (dg_j - sum_i dg_i g_i) / S.
+void k_moe_top_k_backward(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[1]);
+  const float* dgates = c.inputs[0].f32();
+  const float* gates = c.inputs[1].f32();
+  const float* probs = c.inputs[2].f32();
+  float* dprobs = c.outputs[0].f32();
+  const bool normalize = c.attrs->normalize;
+  parallel_each(r.tokens, r.experts, [&](std::int64_t n) {
+    const std::int64_t row = n * r.experts;
+    double sum = 0.0, dot = 0.0;
+    for (std::int64_t e = row; e < row + r.experts; ++e) {
+      if (gates[e] == 0.0f) continue;
+      sum += double(probs[e]);
+      dot += double(dgates[e]) * double(gates[e]);
+    }
+    for (std::int64_t e = row; e < row + r.experts; ++e) {
+      if (gates[e] == 0.0f) {
+        dprobs[e] = 0.0f;
+      } else {
+        dprobs[e] = normalize ? static_cast<float>((double(dgates[e]) - dot) / sum) : dgates[e];
+      }
+    }
+  });
+}
+
+void k_moe_dispatch(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[1]);
+  const float* x = c.inputs[0].f32();
+  const float* gates = c.inputs[1].f32();
+  float* xe = c.outputs[0].f32();
+  const std::int64_t capacity = c.attrs->capacity, C = (*c.inputs[0].shape)[1];
+  const bool weighted = c.attrs->weighted;
+  parallel_each(r.experts, capacity * C, [&](std::int64_t e) {
+    float* slots = xe + e * capacity * C;
+    std::int64_t used = 0;
+    for (std::int64_t n = 0; n < r.tokens && used < capacity; ++n) {
+      const float g = gates[n * r.experts + e];
+      if (g == 0.0f) continue;
+      float* dst = slots + used++ * C;
+      const float* src = x + n * C;
+      if (weighted) {
+        for (std::int64_t i = 0; i < C; ++i) dst[i] = g * src[i];
+      } else {
+        std::memcpy(dst, src, static_cast<std::size_t>(C) * sizeof(float));
+      }
+    }
+    std::memset(slots + used * C, 0, static_cast<std::size_t>((capacity - used) * C) * sizeof(float));
+  });
+}
+
+// Split over channel blocks: every block walks all experts in ascending order, so each output
+// element sums its experts in that order whichever thread runs the block.
+void k_moe_combine(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[1]);
+  const float* ye = c.inputs[0].f32();
+  const float* gates = c.inputs[1].f32();
+  float* y = c.outputs[0].f32();
+  const std::int64_t capacity = (*c.inputs[0].shape)[1], C = (*c.inputs[0].shape)[2];
+  const bool weighted = c.attrs->weighted;
+  constexpr std::int64_t kBlock = 64;
+  const std::int64_t blocks = (C + kBlock - 1) / kBlock;
+  parallel_each(blocks, r.tokens * std::min(C, kBlock), [&](std::int64_t block) {
+    const std::int64_t lo = block * kBlock, hi = std::min(C, lo + kBlock);
+    for (std::int64_t n = 0; n < r.tokens; ++n) std::fill(y + n * C + lo, y + n * C + hi, 0.0f);
+    for (std::int64_t e = 0; e < r.experts; ++e) {
+      std::int64_t used = 0;
+      for (std::int64_t n = 0; n < r.tokens && used < capacity; ++n) {
+        const float g = gates[n * r.experts + e];
+        if (g == 0.0f) continue;
+        const float w = weighted ? g : 1.0f;
+        const float* src = ye + (e * capacity + used++) * C;
+        float* dst = y + n * C;
+        for (std::int64_t i = lo; i < hi; ++i) dst[i] += w * src[i];
+      }
+    }
+  });
+}
+
+void k_moe_combine_backward_gates(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[2]);
+  const float* dy = c.inputs[0].f32();
+  const float* ye = c.inputs[1].f32();
+  const float* gates = c.inputs[2].f32();
+  float* dgates = c.outputs[0].f32();
+  const std::int64_t capacity = (*c.inputs[1].shape)[1], C = (*c.inputs[1].shape)[2];
+  parallel_each(r.experts, r.tokens * C, [&](std::int64_t e) {
+    std::int64_t used = 0;
+    for (std::int64_t n = 0; n < r.tokens; ++n) {
+      float& out = dgates[n * r.experts + e];
+      if (gates[n * r.experts + e] == 0.0f || used >= capacity) {
+        out = 0.0f;  // not routed, or dropped: the gate weighted nothing
+        continue;
+      }
+      const float* row = ye + (e * capacity + used++) * C;
+      double dot = 0.0;
+      for (std::int64_t i = 0; i < C; ++i) dot += double(dy[n * C + i]) * double(row[i]);
+      out = static_cast<float>(dot);
+    }
+  });
+}
+
+void k_moe_router_stats(const KernelCall& c) {
+  const Routing r = routing_of(c.inputs[1]);
+  const float* probs = c.inputs[0].f32();
+  const float* gates = c.inputs[1].f32();
+  float* stats = c.outputs[0].f32();
+  parallel_each(r.experts, r.tokens, [&](std::int64_t e) {
+    std::int64_t routed = 0;
+    double sum = 0.0;
+    for (std::int64_t n = 0; n < r.tokens; ++n) {
+      routed += gates[n * r.experts + e] != 0.0f ? 1 : 0;
+      sum += double(probs[n * r.experts + e]);
+    }
+    stats[e] = static_cast<float>(routed);
+    stats[r.experts + e] = static_cast<float>(sum);
+  });
+}
+
+void k_moe_router_stats_backward(const KernelCall& c) {
+  const float* dstats = c.inputs[0].f32();
+  float* dprobs = c.outputs[0].f32();
+  const std::int64_t N = (*c.outputs[0].shape)[0], E = (*c.outputs[0].shape)[1];
+  parallel_each(N, E, [&](std::int64_t n) { std::memcpy(dprobs + n * E, dstats + E, static_cast<std::size_t>(E) * sizeof(float)); });
+}
+
+}  // namespace
+
+KernelEntries moe_kernel_entries() {
+  return {
+      {OpKind::moe_top_k, k_moe_top_k},
+      {OpKind::moe_top_k_backward, k_moe_top_k_backward},
+      {OpKind::moe_dispatch, k_moe_dispatch},
+      {OpKind::moe_combine, k_moe_combine},
+      {OpKind::moe_combine_backward_gates, k_moe_combine_backward_gates},
+      {OpKind::moe_router_stats, k_moe_router_stats},
+      {OpKind::moe_router_stats_backward, k_moe_router_stats_backward},
+  };
+}
+
+}  // namespace memplan::kernels::cpu
