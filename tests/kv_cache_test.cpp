@@ -341,6 +341,20 @@ TEST(DecodeStep, EveryDecoderFamilysSettingsGiveTheFullContextModelsLogits) {
   Config sandwich = base();  // norms before and after each sublayer
   sandwich.post_norm = true;
   check(sandwich, "pre and post norms");
+  // Mixtures of experts: the decode step gives every expert a slot for each of its tokens, so it
+  // equals the full model when that drops nothing either (capacity factor 0).
+  Config mixtral = base();  // 4 experts, 2 per token, renormalised
+  mixtral.moe.experts = 4;
+  mixtral.moe.top_k = 2;
+  mixtral.moe.capacity_factor = 0.0;
+  check(mixtral, "mixtral");
+  Config qwen2_moe = mixtral;  // a dense first layer, experts of their own width, a gated shared expert
+  qwen2_moe.moe.normalize_top_k = false;
+  qwen2_moe.moe.expert_ffn = 20;
+  qwen2_moe.moe.shared_ffn = 24;
+  qwen2_moe.moe.dense_layers = {0};
+  qwen2_moe.qkv_bias = true;
+  check(qwen2_moe, "qwen2_moe");
 }
 
 // The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the

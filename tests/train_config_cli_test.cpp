@@ -1,5 +1,5 @@
 // `memplan train --config`: a Hugging Face config trains end to end on the data memplan has — the
-// decoders (gpt2, llama) on text at byte level, a ViT on Fashion-MNIST — through the same
+// decoders (gpt2, llama and its kin, the mixtures of experts) on text at byte level, a ViT on Fashion-MNIST — through the same
 // pipeline as the reference models (planned == naive == dynamic bits, zero allocations during
 // steps), and configs that cannot train here are usage errors that say what would work.
 #include <gtest/gtest.h>
@@ -48,6 +48,14 @@ struct TrainConfigCli : ::testing::Test {
     // OLMo-2: norms on the sublayers' outputs, whole-projection query/key norms.
     std::ofstream(dir / "olmo2.json") << R"({"model_type": "olmo2", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "intermediate_size": 48, "vocab_size": 100352, "max_position_embeddings": 4096})";
+    // Mixtral: 4 experts, 2 per token, the load-balancing loss; a balanced capacity drops tokens.
+    std::ofstream(dir / "mixtral.json") << R"({"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 24, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "output_router_logits": true, "vocab_size": 32000, "max_position_embeddings": 4096})";
+    // Qwen2-MoE: a sigmoid-gated shared expert beside 3 experts of 16, top 2 not renormalised.
+    std::ofstream(dir / "qwen2_moe.json") << R"({"model_type": "qwen2_moe", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "intermediate_size": 48, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24,
+      "num_experts": 3, "num_experts_per_tok": 2, "vocab_size": 151936, "max_position_embeddings": 4096})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -71,7 +79,8 @@ struct TrainConfigCli : ::testing::Test {
 };
 
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
-  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gpt_neox.json", "falcon.json", "olmo2.json", "gpt2.json"}) {
+  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gpt_neox.json", "falcon.json", "olmo2.json",
+                                 "mixtral.json", "qwen2_moe.json", "gpt2.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
@@ -84,9 +93,9 @@ TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode)
     EXPECT_EQ(planned["device_allocations_during_steps"], 0);
     // 40 steps on a text this regular beat the unigram model.
     EXPECT_LT(planned["val_loss"].get<double>(), planned["unigram_entropy"].get<double>()) << name;
-    // Under the sanitizers the other modes run for llama and gpt2 only (the other families build
+    // Under the sanitizers the other modes run for llama, mixtral and gpt2 only (the other families build
     // the same ops in other arrangements); the normal build runs them for every config.
-    if (testing::kSanitized && name != "llama.json" && name != "gpt2.json") continue;
+    if (testing::kSanitized && name != "llama.json" && name != "mixtral.json" && name != "gpt2.json") continue;
     for (const char* mode : {"naive", "dynamic"}) {
       EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << name << " " << mode;
     }
