@@ -641,6 +641,36 @@ TEST(HfConfigCli, MoeCapacityFactorSetsTheExpertSlotsPlanned) {
   EXPECT_EQ(json_of("compare --steps 1 " + model + " --moe-capacity-factor 1.25")["planned_arena_bytes"].get<Bytes>(), roomy);
 }
 
+// docs/mixture_of_experts.md's hand calculation, against the plan: Mixtral-8x7B, one sequence of
+// 4096 tokens, bf16 with AdamW, capacity factor 1.25 (1280 slots per expert). The figures are the
+// document's, worked out from the shapes by hand, not read from memplan.
+TEST(HfConfigCli, MoePlanHoldsTheHandCalculatedBytes) {
+  const auto plan = json_of("plan --config " + config_path("mixtral-8x7b.json") +
+                            " --dtype bf16 --batch 1 --seq 4096 --moe-capacity-factor 1.25 --device cuda");
+  ASSERT_TRUE(plan.contains("buffers"));
+  const std::map<std::string, Bytes> per_layer = {
+      {"router", 65'536},           {"router.probs", 65'536},          {"gates", 65'536},
+      {"dispatch", 83'886'080},     {"experts.gate_proj", 293'601'280}, {"experts.act", 293'601'280},
+      {"experts.up_proj", 293'601'280}, {"experts.glu", 293'601'280},  {"experts.down_proj", 83'886'080},
+      {"combine", 33'554'432},
+  };
+  for (int layer : {0, 31}) {
+    const std::string prefix = "layers." + std::to_string(layer) + ".mlp.";
+    std::map<std::string, Bytes> planned;
+    Bytes total = 0;
+    for (const auto& b : plan["buffers"]) {
+      const std::string name = b["tensor"].get<std::string>();
+      if (name.rfind(prefix, 0) != 0 || b["persistent"].get<bool>()) continue;
+      planned[name.substr(prefix.size())] = b["size_bytes"].get<Bytes>();
+      total += b["size_bytes"].get<Bytes>();
+    }
+    EXPECT_EQ(planned, per_layer) << "layer " << layer;
+    EXPECT_EQ(total, Bytes{1'375'928'320}) << "layer " << layer;
+  }
+  EXPECT_EQ(plan["bytes_by_role_at_peak"]["parameter"].get<Bytes>(), Bytes{93'405'585'408});  // 2 bytes each
+  EXPECT_EQ(plan["bytes_by_role_at_peak"]["optimizer_state"].get<Bytes>(), Bytes{560'433'512'448});  // 4 + 4 + 4
+}
+
 // --verbose names the keys the reader left (on stderr: --json stays one document); without it
 // nothing is said. Every plan command and train take it.
 TEST(HfConfigCli, VerboseListsTheKeysMemplanDoesNotRead) {
