@@ -147,6 +147,15 @@ small = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "i
          "vocab_size": 32, "max_position_embeddings": 8}
 for model_type in ["llama", "qwen3", "gemma", "phi3", "olmo2", "gpt_neox", "falcon"]:
     write("hf_config", "seed-small-" + model_type, json.dumps(dict(small, model_type=model_type)))
+write("hf_config", "seed-small-mixtral", json.dumps(dict(small, model_type="mixtral", num_local_experts=4,
+                                                           num_experts_per_tok=2, output_router_logits=True)))
+write("hf_config", "seed-small-qwen2_moe", json.dumps(dict(small, model_type="qwen2_moe", num_experts=3, num_experts_per_tok=2,
+                                                             moe_intermediate_size=8, shared_expert_intermediate_size=12,
+                                                             decoder_sparse_step=2, mlp_only_layers=[0])))
+write("hf_config", "seed-small-qwen3_moe", json.dumps(dict(small, model_type="qwen3_moe", num_experts=4, num_experts_per_tok=3,
+                                                             moe_intermediate_size=8, norm_topk_prob=True)))
+write("hf_config", "seed-experts-per-token-above-experts", json.dumps(dict(small, model_type="mixtral", num_local_experts=2,
+                                                                             num_experts_per_tok=3)))
 write("hf_config", "seed-small-gpt2", json.dumps({"model_type": "gpt2", "n_embd": 16, "n_layer": 1, "n_head": 2,
                                                    "vocab_size": 32, "n_positions": 8}))
 write("hf_config", "seed-heads-do-not-divide", json.dumps(dict(small, model_type="llama", num_attention_heads=3)))
