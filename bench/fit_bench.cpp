@@ -117,6 +117,10 @@ int main() {
       {"pythia-6.9b --max-batch bf16 141GB (3 strategies)", "--model pythia-6.9b --dtype bf16 --budget 141GB --max-batch", 10000},
       {"falcon-7b --max-batch bf16 141GB (3 strategies)", "--model falcon-7b --dtype bf16 --budget 141GB --max-batch", 10000},
       {"olmo2-7b --max-batch bf16 141GB (3 strategies)", "--model olmo2-7b --dtype bf16 --budget 141GB --max-batch", 10000},
+      // Mixtures of experts: persistent state of 14 bytes a parameter needs several GPUs' memory.
+      {"mixtral-8x7b --max-batch bf16 1TiB (3 strategies)", "--model mixtral-8x7b --dtype bf16 --budget 1TiB --max-batch", 10000},
+      {"qwen1.5-moe --max-batch bf16 320GiB (3 strategies)", "--model qwen1.5-moe --dtype bf16 --budget 320GiB --max-batch", 10000},
+      {"qwen3-30b-a3b --max-batch bf16 640GiB (3 strategies)", "--model qwen3-30b-a3b --dtype bf16 --budget 640GiB --max-batch", 10000},
   };
   // Every shipped Hugging Face config (models/configs), by its zoo name at its default shape: one
   // plan each, under a second.
