@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "memplan/graph/autograd.h"
 #include "memplan/models/llama.h"
+#include "tests/golden_util.h"
 #include "tests/test_util.h"
 
 namespace memplan {
@@ -184,6 +186,64 @@ TEST(DecoderFamilies, EveryParametersGradientMatchesCentralFiniteDifferences) {
     if (!gates.empty()) std::printf("%s: %d elements checked, %d skipped (the routing changed)\n", family.name.c_str(), checked, rerouted);
     EXPECT_GT(checked, 20);
     EXPECT_LE(rerouted * 10, checked) << rerouted << " elements changed the routing, " << checked << " did not";
+  }
+}
+
+// The mixture-of-experts layer against PyTorch (tests/golden/make_moe_golden.py: transformers'
+// Mixtral and Qwen2-MoE blocks, with GShard's capacity added): its output, the loss and every
+// weight's and the input's gradient, for renormalised and plain top-k, a shared expert, dropped
+// tokens and the load-balancing loss.
+TEST(MixtureOfExperts, LayerMatchesPyTorch) {
+  const nlohmann::json golden = testing::load_golden("moe_golden.json");
+  ASSERT_EQ(golden["cases"].size(), 3u);
+  for (const auto& c : golden["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    Config config;
+    config.layers = 1;
+    config.width = c["width"].get<std::int64_t>();
+    config.moe.experts = c["experts"].get<std::int64_t>();
+    config.moe.top_k = c["top_k"].get<std::int64_t>();
+    config.moe.expert_ffn = c["expert_ffn"].get<std::int64_t>();
+    config.moe.normalize_top_k = c["normalize"].get<bool>();
+    config.moe.shared_ffn = c["shared_ffn"].get<std::int64_t>();
+    config.moe.aux_loss_coef = c["aux_loss_coef"].get<double>();
+    const std::int64_t N = c["tokens"].get<std::int64_t>(), capacity = c["capacity"].get<std::int64_t>();
+    // The capacity factor giving the case's slots (nothing dropped when they are all the tokens).
+    config.moe.capacity_factor = capacity == N ? 0.0 : double(capacity) * double(config.moe.experts) / double(N * config.moe.top_k);
+    ASSERT_EQ(config.moe.capacity(N), capacity);
+    config.ffn = config.moe.shared_ffn > 0 ? config.moe.shared_ffn : 1;  // the shared expert's width
+
+    graph::Graph g;
+    graph::Builder b(g);
+    const TensorId x = b.parameter("x", {N, config.width}, {}, graph::DType::f32);
+    TensorId stats = kNoTensor;
+    const TensorId y = models::llama_parts::moe(b, config, x, "mlp", &stats);
+    const TensorId r = b.input("R", {N, config.width}, graph::DType::f32);
+    g.loss = b.sum(b.mul(y, r, "yR"), "loss");
+    if (stats != kNoTensor) g.loss = b.add(g.loss, models::llama_parts::load_balancing_loss(b, config, stats, N), "loss.aux");
+    graph::append_backward(g, g.loss);
+    g.retained.push_back(y);
+    for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);
+    testing::CpuRun run(g);
+    run.executor.initialize_persistent(1);
+    std::map<std::string, std::vector<float>> weights = c["weights"].get<std::map<std::string, std::vector<float>>>();
+    weights["x"] = c["x"].get<std::vector<float>>();
+    ASSERT_EQ(weights.size(), g.parameters().size());
+    for (TensorId p : g.parameters()) {
+      ASSERT_TRUE(weights.count(g.tensor(p).name)) << g.tensor(p).name;
+      run.executor.write_values(p, weights.at(g.tensor(p).name).data());
+    }
+    const std::vector<float> R = c["R"].get<std::vector<float>>();
+    run.executor.set_input(r, R.data(), static_cast<Bytes>(R.size() * 4));
+    ASSERT_TRUE(run.executor.run_step().ok());
+    testing::expect_close(read(run.executor, y), c["y"].get<std::vector<float>>(), "y", 1e-5f, 1e-4f);
+    EXPECT_NEAR(read(run.executor, g.loss)[0], c["loss"].get<double>(), 1e-4 * (1.0 + std::abs(c["loss"].get<double>())));
+    for (TensorId p : g.parameters()) {
+      const std::string& n = g.tensor(p).name;
+      testing::expect_close(read(run.executor, g.tensor(p).grad), c["grads"][n].get<std::vector<float>>(), "d loss / d " + n,
+                            1e-5f, 1e-4f);
+    }
   }
 }
 
