@@ -145,7 +145,7 @@ for name in sorted(os.listdir(CONFIGS)):
         write("hf_config", "seed-" + name[: -len(".json")], f.read())
 small = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 24,
          "vocab_size": 32, "max_position_embeddings": 8}
-for model_type in ["llama", "qwen3", "gemma", "phi3", "olmo2", "gpt_neox", "falcon"]:
+for model_type in ["llama", "qwen3", "gemma", "gemma2", "phi3", "olmo2", "gpt_neox", "falcon"]:
     write("hf_config", "seed-small-" + model_type, json.dumps(dict(small, model_type=model_type)))
 write("hf_config", "seed-small-mixtral", json.dumps(dict(small, model_type="mixtral", num_local_experts=4,
                                                            num_experts_per_tok=2, output_router_logits=True)))

@@ -71,9 +71,12 @@ void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, Tenso
 
 TensorId Builder::decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
                                    TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
-                                   const std::string& name, float rope_base, std::int64_t rotary_dims) {
+                                   const std::string& name, float rope_base, std::int64_t rotary_dims, float scale,
+                                   float softcap) {
   OpAttrs attrs;
   attrs.shape = {heads, kv_heads};
+  attrs.alpha = scale;  // 0: 1 / sqrt(head size)
+  attrs.softcap = softcap;
   if (rope_base > 0.0f) {
     attrs.shape.push_back(1);
     attrs.rope_base = rope_base;
@@ -337,10 +340,11 @@ TensorId Builder::slice(TensorId x, std::int64_t axis, std::int64_t start, std::
 namespace memplan::graph {
 
 TensorId Builder::attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p,
-                            const std::string& name, const std::string& dropout_name) {
+                            const std::string& name, const std::string& dropout_name, float softcap) {
   OpAttrs attrs;
   attrs.causal = causal;
   attrs.alpha = scale;
+  attrs.softcap = softcap;
   attrs.dropout = p;
   attrs.seed = p > 0.0f ? dropout_seed(dropout_name.empty() ? name + ".drop" : dropout_name) : 0;
   const TensorId lse = graph_.add_op(OpKind::attention_lse, {q, k}, attrs, name + ".lse", Role::activation, phase_);

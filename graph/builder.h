@@ -100,8 +100,9 @@ class Builder {
   // per-row log-sum-exp, saved for backward) and `name` [B, H, T, D]. Dropout p > 0 drops
   // probabilities with the mask dropout(probs, p, dropout_name) would draw over [B, H, T, T]
   // (dropout_name defaults to name + ".drop"), recomputed in backward rather than stored.
+  // softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma-2).
   TensorId attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p, const std::string& name,
-                     const std::string& dropout_name = "");
+                     const std::string& dropout_name = "", float softcap = 0.0f);
   // Generation with a KV cache (graph/op.h: kv_cache_write, decode_attention). external(): a
   // persistent tensor the caller binds outside the arena (a cache [blocks, block_size, NKV*HD]).
   TensorId external(const std::string& name, Shape shape, DType dtype = DType::f32);
@@ -113,7 +114,8 @@ class Builder {
                       float rope_base = 0.0f, std::int64_t rotary_dims = 0);
   TensorId decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
                             TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
-                            const std::string& name, float rope_base = 0.0f, std::int64_t rotary_dims = 0);
+                            const std::string& name, float rope_base = 0.0f, std::int64_t rotary_dims = 0,
+                            float scale = 0.0f, float softcap = 0.0f);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
 

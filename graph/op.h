@@ -67,7 +67,8 @@ enum class OpKind : std::uint8_t {
   decode_attention,       // y[B, NH*HD]  inputs: q[B, NH*HD], k, v, k_cache, v_cache, block_table, positions;
                           // causal attention of each slot's query over cached positions < positions[b] and
                           // its own k, v (the step's kv_cache_write, an update, runs after it);
-                          // shape = {NH, NKV}, or {NH, NKV, 1} to rotate q and k by the position (rotary)
+                          // shape = {NH, NKV}, or {NH, NKV, 1} to rotate q and k by the position (rotary);
+                          // `alpha` scales the scores (0: 1 / sqrt(HD)), `softcap` caps them
   // activations and convolutions of imported mobile nets (import/onnx_import.cpp)
   sigmoid,                // y = 1 / (1 + exp(-x))
   tanh,                   // y = tanh(x)
@@ -158,7 +159,8 @@ std::string_view phase_name(Phase phase);
 struct OpAttrs {
   bool trans_a = false;
   bool trans_b = false;
-  float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update, attention* (score scale)
+  float alpha = 1.0f;              // scale, fill, broadcast_scalar, running_stats_update, attention* and
+                                   // decode_attention (score scale)
   std::vector<std::int64_t> shape; // reshape, fill, broadcast_scalar, dropout_mask, backward ops: an
                                    // output shape; conv2d: {OH, OW}
   // convolution and pooling (square windows)
@@ -172,6 +174,9 @@ struct OpAttrs {
   float clip_max = 0.0f;
   std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]
   bool causal = false;             // softmax, attention*
+  // attention*, decode_attention: scores soft-capped to softcap * tanh(score / softcap) before the
+  // softmax (Gemma-2's attn_logit_softcapping); 0: none
+  float softcap = 0.0f;
   float dropout = 0.0f;            // dropout_mask, attention*: the probability of zeroing an element
   std::uint64_t seed = 0;          // dropout_mask, attention*: fixed per op (from its name), mixed with the step
   float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats, rms_norm*

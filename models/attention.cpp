@@ -5,14 +5,19 @@
 
 namespace memplan::models {
 
+TensorId soft_cap(graph::Builder& b, TensorId x, float cap, const std::string& name) {
+  return b.scale(b.tanh(b.scale(x, 1.0f / cap, name + ".in"), name + ".tanh"), cap, name);
+}
+
 TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
-                                TensorId v, bool causal, float p, const std::string& prefix) {
+                                TensorId v, bool causal, float p, const std::string& prefix, float scale,
+                                float softcap) {
   const graph::Shape& qs = b.graph().tensor(q).shape;
   if (qs.rank() != 4) throw graph::GraphError("attention: queries must be [B, H, T, D], got " + qs.to_string());
   const std::int64_t heads = qs[1], head_dim = qs[3];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (kind == AttentionKind::fused) {
-    return b.attention(q, k, v, causal, scale, p, prefix + ".fused", prefix + ".drop");
+    return b.attention(q, k, v, causal, scale, p, prefix + ".fused", prefix + ".drop", softcap);
   }
   const std::int64_t kv_heads = b.graph().tensor(k).shape[1];
   if (kv_heads <= 0 || heads % kv_heads != 0) {
@@ -23,6 +28,7 @@ TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, Tens
   v = b.repeat_heads(v, heads / kv_heads, prefix + ".v.repeat");
   TensorId att = b.batched_matmul(q, k, false, true, prefix + ".scores");  // [B, H, T, T]
   att = b.scale(att, scale, prefix + ".scaled");
+  if (softcap > 0.0f) att = soft_cap(b, att, softcap, prefix + ".capped");
   att = b.softmax(att, causal, prefix + ".probs");
   att = b.dropout(att, p, prefix + ".drop");
   return b.batched_matmul(att, v, false, false, prefix + ".values");  // [B, H, T, D]

@@ -18,11 +18,19 @@ inline constexpr EnumName<AttentionKind> kAttentionKindNames[] = {{"fused", Atte
                                                                    {"materialized", AttentionKind::materialized}};
 inline std::string_view attention_kind_name(AttentionKind kind) { return enum_name(kAttentionKindNames, kind); }
 
+// cap * tanh(x / cap): the soft-capping of Gemma-2's attention scores and final logits, as three
+// elementwise ops (`name`.in, `name`.tanh, `name`).
+TensorId soft_cap(graph::Builder& b, TensorId x, float cap, const std::string& name);
+
 // softmax(q k^T / sqrt(D)) v for q [B, H, T, D] and k, v [B, KH, T, D] (KH divides H), with
 // dropout p on the probabilities; [B, H, T, D]. Tensors are named `prefix`.scores, .scaled,
 // .probs, .drop, .values (materialized; .k.repeat/.v.repeat for GQA) or `prefix`.fused and
 // .fused.lse (fused, whose dropout draws the same mask as `prefix`.drop would).
+// `scale` > 0 replaces 1 / sqrt(D) (Gemma-2's query_pre_attn_scalar^-1/2); `softcap` > 0 caps the
+// scaled scores to softcap * tanh(s / softcap) before the softmax (Gemma-2; materialized:
+// `prefix`.capped).
 TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
-                                TensorId v, bool causal, float p, const std::string& prefix);
+                                TensorId v, bool causal, float p, const std::string& prefix, float scale = 0.0f,
+                                float softcap = 0.0f);
 
 }  // namespace memplan::models

@@ -118,14 +118,15 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
       const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
       const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
       const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
-                                            config.rope_base, config.rotary_dims);
+                                            config.rope_base, config.rotary_dims, config.attention_scale(),
+                                            config.attn_softcap);
       b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base, config.rotary_dims);
       return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
     });
   }
   h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
-  g.output = b.matmul(h, head, false, true, "logits");  // [B, V]
+  g.output = llama_parts::logits(b, config, h, head);  // [B, V]
   return g;
 }
 

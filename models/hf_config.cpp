@@ -25,6 +25,7 @@ struct TypeRow {
 // The decoder-only families all map onto the rotary decoder (models/llama.h), each with its settings.
 constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFamily::llama},    {"mistral", HfFamily::llama},
                                    {"qwen2", HfFamily::llama},    {"qwen3", HfFamily::llama},    {"gemma", HfFamily::llama},
+                                   {"gemma2", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
                                    {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
                                    {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit}};
@@ -132,6 +133,16 @@ class Fields {
       return fallback;
     }
     return v;
+  }
+
+  // A number in [lo, hi] that may be switched off: absent, `fallback`; null, 0 (off).
+  double number_or_off(const char* name, double fallback, double lo, double hi) {
+    auto it = j_.find(name);
+    if (it != j_.end() && it->is_null()) {
+      read_.insert(name);
+      return 0.0;
+    }
+    return number(name, fallback, lo, hi);
   }
 
   // A string, "" when absent.
@@ -375,7 +386,7 @@ void read_llama(Fields& f, HfConfig& c) {
   l.vocab = f.size({"vocab_size"});
   c.positions = f.size({"max_position_embeddings"});
   l.context = c.positions;
-  const bool gemma = c.model_type == "gemma";
+  const bool gemma = c.model_type == "gemma" || c.model_type == "gemma2";
   l.tied_head = f.boolean("tie_word_embeddings", gemma);  // GemmaConfig ties them unless told not to
   l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
   f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
@@ -407,6 +418,16 @@ void read_llama(Fields& f, HfConfig& c) {
     // parameters and activations as separate projections. Dropout rates are its own keys.
     expect_no_dropout(f, {"resid_pdrop", "embd_pdrop"});
     f.size({"original_max_position_embeddings"}, std::int64_t{0});
+  }
+  if (c.model_type == "gemma2") {
+    // Gemma-2: norms before and after each sublayer, scores scaled by query_pre_attn_scalar^-1/2
+    // and soft-capped, logits soft-capped (null switches a cap off). Its alternating sliding
+    // windows mask scores still computed in full (read above, as mistral's).
+    l.pre_norm = l.post_norm = true;
+    l.query_scale = static_cast<float>(f.number("query_pre_attn_scalar", 256.0, 1e-6, 1e12));
+    l.attn_softcap = static_cast<float>(f.number_or_off("attn_logit_softcapping", 50.0, 1e-6, 1e12));
+    l.final_softcap = static_cast<float>(f.number_or_off("final_logit_softcapping", 30.0, 1e-6, 1e12));
+    f.text("cache_implementation");  // the KV cache's layout in transformers, not the model
   }
   if (c.model_type == "olmo2") {
     // OLMo-2 normalises each sublayer's output before the residual add (no norm before it) and
@@ -607,7 +628,9 @@ std::string HfConfig::describe() const {
              (llama.rotary_dims > 0 ? " on " + s(llama.rotary_dims) + " of " + s(llama.head_size()) + " channels" : "") +
              (llama.norm == LlamaConfig::Norm::layer ? ", LayerNorm" : "") + (llama.parallel_residual ? ", parallel residual" : "") +
              (!llama.pre_norm ? ", norms after each sublayer" : llama.post_norm ? ", norms before and after each sublayer" : "") +
-             (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "") + moe_summary(llama.moe);
+             (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "") +
+             (llama.attn_softcap > 0.0f ? ", soft-capped scores" : "") + (llama.final_softcap > 0.0f ? ", soft-capped logits" : "") +
+             moe_summary(llama.moe);
     }
     case HfFamily::bert:
       return model_type + " (masked-LM head): " + s(bert.encoder.layers) + " layers, width " + s(bert.encoder.width) +

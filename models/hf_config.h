@@ -1,5 +1,5 @@
 // Hugging Face transformers `config.json` files read onto memplan's model builders: the families
-// gpt2, the rotary decoders (llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox,
+// gpt2, the rotary decoders (llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox,
 // falcon, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe), bert and vit, from the fields those configs carry. Architecture only: no weights, no tokenizer, and not a general
 // PretrainedConfig (fields that change no tensor are checked for their type and otherwise left).
 #pragma once
@@ -23,7 +23,8 @@ namespace memplan::models {
 // scores, qwen2 adds biases to q, k and v, qwen3 and olmo2 normalise queries and keys, gemma
 // gates with GELU and scales its embeddings, phi3 fuses projections (the same tensors), gpt_neox
 // and falcon take LayerNorms, plain GELU MLPs and parallel residuals; mixtral, qwen2_moe and
-// qwen3_moe replace the MLP by a mixture of experts (LlamaConfig::Moe).
+// qwen3_moe replace the MLP by a mixture of experts (LlamaConfig::Moe); gemma2 is gemma with norms
+// after the sublayers too and soft-capped attention scores and logits.
 enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit };
 
 // "gpt2, llama, mistral, ..., bert, vit": the model_type values the reader takes.

@@ -70,6 +70,11 @@ TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std
   return b.reshape(normed, {rows, graph::checked_mul(heads, HD)}, name + ".flat");
 }
 
+TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, TensorId head) {
+  const TensorId raw = b.matmul(x, head, false, true, config.final_softcap > 0.0f ? "logits.raw" : "logits");
+  return config.final_softcap > 0.0f ? soft_cap(b, raw, config.final_softcap, "logits") : raw;
+}
+
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m) {
   const std::int64_t C = config.width, F = config.ffn;
   TensorId hidden;
@@ -206,14 +211,15 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
       TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKV, a + ".v");
       q = b.rotary(q, config.rope_base, a + ".q.rope", config.rotary_dims);
       k = b.rotary(k, config.rope_base, a + ".k.rope", config.rotary_dims);
-      TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a);  // [B, NH, T, HD]
+      TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a, config.attention_scale(),
+                                   config.attn_softcap);  // [B, NH, T, HD]
       y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC}, a + ".merged");
       return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
     }, &router_stats);
   }
   h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
-  g.output = b.matmul(h, head, false, true, "logits");  // [B*T, V]
+  g.output = llama_parts::logits(b, config, h, head);  // [B*T, V]
   g.loss = b.cross_entropy(g.output, labels, "loss");
   if (router_stats != kNoTensor) {
     g.loss = b.add(g.loss, llama_parts::load_balancing_loss(b, config, router_stats, rows), "loss.with_aux");

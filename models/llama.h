@@ -6,6 +6,7 @@
 // config.json). Shapes as the published checkpoints have them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -62,6 +63,13 @@ struct LlamaConfig {
   bool shared_norm = false;
   // Rotary over each head's first rotary_dims channels (GPT-NeoX's rotary_pct); 0: all of them.
   std::int64_t rotary_dims = 0;
+  // Gemma-2: attention scores scaled by query_scale^-1/2 (query_pre_attn_scalar) rather than
+  // head_size^-1/2 when query_scale > 0; scores soft-capped to attn_softcap * tanh(s / attn_softcap)
+  // and the logits to final_softcap * tanh(l / final_softcap) when those are > 0.
+  float query_scale = 0.0f;
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  float attention_scale() const { return query_scale > 0.0f ? 1.0f / std::sqrt(query_scale) : 0.0f; }
 
   // A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE): a router [E, width]
   // whose softmax picks top_k experts per token (their probabilities renormalised to sum 1 when
@@ -112,6 +120,8 @@ TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const st
 // The q_norm/k_norm on `x` [rows, heads * head_size] as config.qk_norm says; `x` itself for none.
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
                    const std::string& name);
+// The logits `x` W_head^T of the final norm's output, soft-capped when config.final_softcap says.
+TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, TensorId head);
 // The MLP of `x` [rows, width] (gated or plain), parameters under `prefix`.{gate,up,down}_proj.
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& prefix);
 // The mixture of experts of `x` [rows, width] (config.moe), parameters under `prefix`: the router

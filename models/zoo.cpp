@@ -37,6 +37,7 @@ constexpr ZooEntry kEntries[] = {
     {"qwen3-8b", "qwen3-8b.json", "Qwen3-8B", 4096, 8},
     {"gemma-2b", "gemma-2b.json", "Gemma-2B", 0, 8},
     {"gemma-7b", "gemma-7b.json", "Gemma-7B", 0, 8},
+    {"gemma2-9b", "gemma-2-9b.json", "Gemma-2-9B", 4096, 8},
     {"phi3-mini", "phi-3-mini-4k.json", "Phi-3-mini-4k", 0, 8},
     {"olmo2-7b", "olmo-2-7b.json", "OLMo-2-1124-7B", 0, 8},
     {"pythia-160m", "pythia-160m.json", "Pythia-160M (GPT-NeoX)", 0, 8},

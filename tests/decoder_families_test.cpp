@@ -70,6 +70,14 @@ std::vector<Family> families() {
   gemma.scale_embeddings = true;
   gemma.tied_head = true;
   out.push_back({"pre and post norms", gemma});
+  Config gemma2 = gemma;  // Gemma-2: scores scaled by 3^-1/2 (not the head size's), soft-capped
+  gemma2.query_scale = 3.0f;  // scores and logits (caps small enough to bend them)
+  gemma2.attn_softcap = 0.8f;
+  gemma2.final_softcap = 1.5f;
+  out.push_back({"gemma2", gemma2});
+  Config gemma2_materialized = gemma2;  // the same through [B, H, T, T] scores
+  gemma2_materialized.attention = models::AttentionKind::materialized;
+  out.push_back({"gemma2 materialized", gemma2_materialized});
   // Mixtures of experts: 2 sequences of 4 tokens, so 8 tokens route per layer.
   Config mixtral = base;  // 4 experts, top 2 renormalised, a balanced capacity of 4 slots (some
   mixtral.moe.experts = 4;  // tokens dropped), the load-balancing loss over two layers

@@ -86,7 +86,8 @@ TEST(HfConfig, EveryFileInModelsConfigsIsEmbeddedVerbatim) {
 // Pythia-160M 162,322,944 and Pythia-6.9B 6,857,302,016 (the Pythia suite's "total params",
 // untied embed_out included); Falcon-7B 6,921,720,704 (tied); Mixtral-8x7B-v0.1 46,702,792,704
 // (its card: "46.7B"); Qwen1.5-MoE-A2.7B 14,315,784,192 ("14.3B", 60 experts and a shared one);
-// Qwen3-30B-A3B 30,532,122,624 ("30.5B", 128 experts); each the sum of its safetensors' shapes.
+// Qwen3-30B-A3B 30,532,122,624 ("30.5B", 128 experts); Gemma-2-9B 9,241,705,984 ("9.24B", tied);
+// each the sum of its safetensors' shapes.
 const std::map<std::string, std::int64_t>& published_counts() {
   static const std::map<std::string, std::int64_t> counts = {
       {"gpt2.json", 124'439'808},
@@ -104,6 +105,7 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"qwen3-8b.json", 8'190'735'360},
       {"gemma-2b.json", 2'506'172'416},
       {"gemma-7b.json", 8'537'680'896},
+      {"gemma-2-9b.json", 9'241'705'984},
       {"phi-3-mini-4k.json", 3'821'079'552},
       {"olmo-2-7b.json", 7'298'617'344},
       {"pythia-160m.json", 162'322'944},
@@ -293,6 +295,38 @@ TEST(HfConfig, GemmaIsAGeGluDecoderWithScaledTiedEmbeddings) {
   auto refused = models::parse_hf_config(j.dump(), "mish.json");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("hidden_activation"), std::string::npos) << refused.error().message;
+}
+
+// Gemma-2: Gemma's layout with norms before and after each sublayer, scores scaled by
+// query_pre_attn_scalar^-1/2 and soft-capped, logits soft-capped; null switches a cap off.
+TEST(HfConfig, Gemma2CapsScoresAndLogitsAndNormsBothSidesOfEachSublayer) {
+  const HfConfig c = models::shipped_config("gemma-2-9b.json").value();
+  EXPECT_EQ(c.describe(), "gemma2: 42 layers, width 3584, 16 heads (8 K/V), GELU-gated MLP 14336, vocab 256000, rotary, "
+                          "norms before and after each sublayer, tied embeddings, soft-capped scores, soft-capped logits");
+  EXPECT_FLOAT_EQ(c.llama.query_scale, 256.0f);
+  EXPECT_FLOAT_EQ(c.llama.attn_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(c.llama.final_softcap, 30.0f);
+  const graph::Graph g = build(c);
+  const auto shapes = parameter_shapes(g);
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+    EXPECT_EQ(shapes.at("layers.41." + std::string(norm) + ".weight"), (graph::Shape{3584})) << norm;
+  }
+  const graph::Op* attention = op_named(g, graph::OpKind::attention, "layers.0.self_attn.fused");
+  ASSERT_NE(attention, nullptr);
+  EXPECT_FLOAT_EQ(attention->attrs.softcap, 50.0f);
+  EXPECT_FLOAT_EQ(attention->attrs.alpha, 1.0f / 16.0f);  // 256^-1/2
+  EXPECT_EQ(count_ops(g, graph::OpKind::tanh), 1) << "the logits' cap";
+  auto j = nlohmann::json::parse(shipped_text("gemma-2-9b.json"));
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["query_pre_attn_scalar"] = 144;
+  const HfConfig uncapped = parse(j.dump());
+  EXPECT_EQ(uncapped.llama.attn_softcap, 0.0f);
+  EXPECT_EQ(uncapped.llama.final_softcap, 0.0f);
+  const graph::Graph plain = build(uncapped);
+  EXPECT_EQ(count_ops(plain, graph::OpKind::tanh), 0);
+  EXPECT_FLOAT_EQ(op_named(plain, graph::OpKind::attention, "layers.0.self_attn.fused")->attrs.alpha, 1.0f / 12.0f);
+  EXPECT_EQ(parameter_count(plain), parameter_count(g));
 }
 
 // GPT-NeoX (Pythia): LayerNorms with biases, biases on every projection, a plain GELU MLP, the
@@ -522,7 +556,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},
@@ -569,6 +603,10 @@ std::vector<BadConfig> bad_configs() {
       {"dense layer past the last", "{" + qwen_moe + R"(,"mlp_only_layers":[0, 2]})", "mlp_only_layers: layer 2 is not among the 2 layers"},
       {"dense layers not a list", "{" + qwen_moe + R"(,"mlp_only_layers":3})", "mlp_only_layers: expected a list of layer indices"},
       {"negative dense layer", "{" + qwen_moe + R"(,"mlp_only_layers":[-1]})", "mlp_only_layers: expected non-negative integers"},
+      {"softcap a string", R"({"model_type":"gemma2","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256,"attn_logit_softcapping":"50"})",
+       "attn_logit_softcapping: expected a number, got a string"},
+      {"query scalar zero", R"({"model_type":"gemma2","hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256,"query_pre_attn_scalar":0})",
+       "query_pre_attn_scalar: must be a number in"},
       {"negative aux coefficient", "{" + mixtral + R"(,"router_aux_loss_coef":-0.02})", "router_aux_loss_coef: must be a number in"},
       {"sliding window negative", R"({"model_type":"mistral","sliding_window":-1,"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256})",
        "sliding_window: must be a positive integer, got -1"},

@@ -341,6 +341,11 @@ TEST(DecodeStep, EveryDecoderFamilysSettingsGiveTheFullContextModelsLogits) {
   Config sandwich = base();  // norms before and after each sublayer
   sandwich.post_norm = true;
   check(sandwich, "pre and post norms");
+  Config gemma2 = sandwich;  // Gemma-2: its own score scale, soft-capped scores and logits (caps
+  gemma2.query_scale = 5.0f;  // small enough to bend the scores and logits of weights at 0.02)
+  gemma2.attn_softcap = 1e-5f;
+  gemma2.final_softcap = 0.05f;
+  check(gemma2, "gemma2");
   // Mixtures of experts: the decode step gives every expert a slot for each of its tokens, so it
   // equals the full model when that drops nothing either (capacity factor 0).
   Config mixtral = base();  // 4 experts, 2 per token, renormalised

@@ -370,6 +370,16 @@ const std::vector<OpCase>& op_cases() {
          return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y");
        },
        {{2, 2, 2, 5, 3, 1}, {1, 2, 2, 4, 3, 0}, {1, 4, 2, 5, 2, 1}, {2, 3, 1, 3, 2, 0}, {1, 1, 1, 66, 2, 1}}},
+      // Gemma-2's soft-capped scores: cap * tanh(0.7 q.k / cap), a cap of 0.5 bending most of them;
+      // T = 130 spans two key tiles and two query tiles
+      {"attention_softcap", OpKind::attention,
+       [](Builder& b, const Dims& d, DType t) {
+         auto q = b.parameter("q", {d[0], d[1], d[3], d[4]}, {}, t);
+         auto k = b.parameter("k", {d[0], d[2], d[3], d[4]}, {}, t);
+         auto v = b.parameter("v", {d[0], d[2], d[3], d[4]}, {}, t);
+         return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y", "", 0.5f);
+       },
+       {{2, 2, 1, 5, 3, 1}, {1, 2, 2, 4, 3, 0}, {1, 1, 1, 130, 2, 1}}},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy,
        [](Builder& b, const Dims& d, DType t) {
          auto logits = b.parameter("logits", {d[0], d[1]}, {}, t);
@@ -440,6 +450,14 @@ const std::vector<OpCase>& op_cases() {
          return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y");
        },
        {{2, 2, 2, 5, 3, 1}, {1, 4, 2, 5, 2, 0}, {1, 1, 1, 66, 2, 1}}},
+      {"attention_lse_softcap", OpKind::attention_lse,
+       [](Builder& b, const Dims& d, DType t) {
+         auto q = b.parameter("q", {d[0], d[1], d[3], d[4]}, {}, t);
+         auto k = b.parameter("k", {d[0], d[2], d[3], d[4]}, {}, t);
+         auto v = b.parameter("v", {d[0], d[2], d[3], d[4]}, {}, t);
+         return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y", "", 0.5f);
+       },
+       {{2, 2, 2, 5, 3, 1}, {1, 1, 1, 130, 2, 1}}},
   };
   return kCases;
 }
@@ -872,7 +890,8 @@ struct Attention {
   double score(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     double s = 0;
     for (std::int64_t d = 0; d < D; ++d) s += o.in[0][at(((b * H + h) * T + i) * D + d)] * o.in[1][at(kv_row(b, h, j) + d)];
-    return double(o.op.attrs.alpha) * s;
+    const double scaled = double(o.op.attrs.alpha) * s, cap = o.op.attrs.softcap;
+    return cap > 0.0 ? cap * std::tanh(scaled / cap) : scaled;
   }
 };
 V ref_attention_lse(const RefOperands& o) {

@@ -38,6 +38,12 @@ struct TrainConfigCli : ::testing::Test {
     std::ofstream(dir / "gemma.json") << R"({"model_type": "gemma", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 48,
       "vocab_size": 256000, "max_position_embeddings": 8192, "hidden_act": "gelu"})";
+    // Gemma-2: Gemma's layout with norms after the sublayers too, its own score scale, soft-capped
+    // scores and logits.
+    std::ofstream(dir / "gemma2.json") << R"({"model_type": "gemma2", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
+      "vocab_size": 256000, "max_position_embeddings": 8192, "query_pre_attn_scalar": 8,
+      "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0})";
     // GPT-NeoX: LayerNorms, a plain GELU MLP, biases, parallel residual, a quarter of each head rotating.
     std::ofstream(dir / "gpt_neox.json") << R"({"model_type": "gpt_neox", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 2, "intermediate_size": 48, "vocab_size": 50304, "max_position_embeddings": 2048,
@@ -79,7 +85,7 @@ struct TrainConfigCli : ::testing::Test {
 };
 
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
-  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gpt_neox.json", "falcon.json", "olmo2.json",
+  for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gemma2.json", "gpt_neox.json", "falcon.json", "olmo2.json",
                                  "mixtral.json", "qwen2_moe.json", "gpt2.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);

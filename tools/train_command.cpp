@@ -366,7 +366,7 @@ void add_model_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
       ->check(CLI::ExistingFile)
       ->excludes(o.model);
   o.config = app.add_option("--config", flags.config,
-                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe on the text at byte "
+                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe on the text at byte "
                   "level (the text's bytes replace the vocabulary; --seq, default the config's positions up to " +
                       std::to_string(train::kDefaultConfigTrainSeq) +
                       "), or vit on Fashion-MNIST (num_channels 1, image_size 28). Other sizes as the file says")

@@ -80,9 +80,17 @@ std::int64_t visible(std::int64_t i0, std::int64_t r, std::int64_t j0, std::int6
   return causal ? std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, cols) : cols;
 }
 
-// s[r][c] (row stride kTile) = alpha * q_(i0+r) . k_(j0+c), or -inf where causal masks j > i.
+// How raw dot products become scores: times alpha, then soft-capped to cap * tanh(s / cap) when
+// cap > 0 (Gemma-2).
+struct Scoring {
+  float alpha, cap;
+};
+Scoring scoring_of(const graph::OpAttrs& a) { return {a.alpha, a.softcap}; }
+
+// s[r][c] (row stride kTile) = the score of q_(i0+r) . k_(j0+c), or -inf where causal masks j > i.
 void score_tile(const float* q, const float* k, const AttentionDims& d, std::int64_t i0, std::int64_t rows,
-                std::int64_t j0, std::int64_t cols, float alpha, bool causal, float* s) {
+                std::int64_t j0, std::int64_t cols, Scoring scoring, bool causal, float* s) {
+  const float alpha = scoring.alpha;
   for (std::int64_t r = 0; r < rows; ++r) std::fill(s + r * kTile, s + r * kTile + cols, 0.0f);
   gemm_accumulate_strided(false, true, rows, cols, d.d, q + i0 * d.d, d.d, k + j0 * d.d, d.d, s, kTile);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
@@ -91,6 +99,9 @@ void score_tile(const float* q, const float* k, const AttentionDims& d, std::int
     // Columns c with j0 + c > i0 + r are masked.
     const std::int64_t valid = visible(i0, r, j0, cols, causal);
     for (std::int64_t c = 0; c < valid; ++c) sr[c] *= alpha;
+    if (scoring.cap > 0.0f) {
+      for (std::int64_t c = 0; c < valid; ++c) sr[c] = scoring.cap * std::tanh(sr[c] / scoring.cap);
+    }
     for (std::int64_t c = valid; c < cols; ++c) sr[c] = kMasked;
   }
 }
@@ -130,7 +141,7 @@ void k_attention_lse(const KernelCall& c) {
   const float* q = c.inputs[0].f32();
   const float* k = c.inputs[1].f32();
   float* lse = c.outputs[0].f32();
-  const float alpha = c.attrs->alpha;
+  const Scoring scoring = scoring_of(*c.attrs);
   const bool causal = c.attrs->causal;
   parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
     const std::int64_t b = bh / d.heads, kvh = (bh % d.heads) / d.group;
@@ -145,7 +156,7 @@ void k_attention_lse(const KernelCall& c) {
       // Online softmax: a running max and the sum of exp(s - max), rescaled when the max grows.
       for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
         const std::int64_t cols = std::min(kTile, d.t - j0);
-        score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, s);
+        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, s);
         for (std::int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kTile;
           const float tile_max = row_max(sr, cols);
@@ -170,7 +181,8 @@ void k_attention(const KernelCall& c) {
   const float* v = c.inputs[2].f32();
   const float* lse = c.inputs[3].f32();
   float* y = c.outputs[0].f32();
-  const float alpha = c.attrs->alpha, drop = c.attrs->dropout;
+  const Scoring scoring = scoring_of(*c.attrs);
+  const float drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
@@ -185,7 +197,7 @@ void k_attention(const KernelCall& c) {
       const std::int64_t rows = std::min(kTile, d.t - i0);
       for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
         const std::int64_t cols = std::min(kTile, d.t - j0);
-        score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, s);
+        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, s);
         probabilities(s, lse + bh * d.t + i0, i0, rows, j0, cols, causal);
         if (drop > 0.0f) apply_dropout(s, s, stream, drop, bh, d, i0, rows, j0, cols);
         gemm_accumulate_strided(false, false, rows, d.d, cols, s, kTile, vh + j0 * d.d, d.d, yh + i0 * d.d, d.d);
@@ -217,7 +229,8 @@ void k_attention_backward(const KernelCall& c) {
   const float* lse = c.inputs[4].f32();
   const float* delta = c.inputs[5].f32();
   float* out = c.outputs[0].f32();  // [B, H + 2KH, T, D]: dq heads, then dk, then dv
-  const float alpha = c.attrs->alpha, drop = c.attrs->dropout;
+  const Scoring scoring = scoring_of(*c.attrs);
+  const float alpha = scoring.alpha, cap = scoring.cap, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   const std::int64_t head_size = d.t * d.d, out_heads = d.heads + 2 * d.kv_heads;
@@ -232,6 +245,7 @@ void k_attention_backward(const KernelCall& c) {
     alignas(64) float p[kTile * kTile];
     alignas(64) float pd[kTile * kTile];
     alignas(64) float ds[kTile * kTile];
+    alignas(64) float slope[kTile * kTile];  // d score / d (alpha q.k) under soft-capping: 1 - (s / cap)^2
     for (std::int64_t g = 0; g < d.group; ++g) {
       const std::int64_t h = kvh * d.group + g, bh = b * d.heads + h;
       const float* qh = q + bh * head_size;
@@ -244,7 +258,15 @@ void k_attention_backward(const KernelCall& c) {
         const float* delta_i = delta + bh * d.t + i0;
         for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
           const std::int64_t cols = std::min(kTile, d.t - j0);
-          score_tile(qh, kh, d, i0, rows, j0, cols, alpha, causal, p);
+          score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, p);
+          if (cap > 0.0f) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              for (std::int64_t col = 0; col < cols; ++col) {
+                const float t = p[r * kTile + col] / cap;  // tanh of the capped score; -inf where masked
+                slope[r * kTile + col] = std::isfinite(t) ? 1.0f - t * t : 0.0f;
+              }
+            }
+          }
           probabilities(p, lse_i, i0, rows, j0, cols, causal);
           const float* kept = p;  // the probabilities after dropout: what multiplied v
           if (drop > 0.0f) {
@@ -261,6 +283,7 @@ void k_attention_backward(const KernelCall& c) {
             for (std::int64_t col = 0; col < cols; ++col) {
               const std::int64_t e = r * kTile + col;
               ds[e] = alpha * (kept[e] * ds[e] - p[e] * delta_i[r]);
+              if (cap > 0.0f) ds[e] *= slope[e];
             }
           }
           // dq_i += ds k_j;  dk_j += ds^T q_i

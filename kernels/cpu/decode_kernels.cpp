@@ -61,7 +61,8 @@ void k_decode_attention(const KernelCall& c) {
   const float* v_cache = c.inputs[4].f32();
   const std::int32_t* positions = c.inputs[6].i32();
   float* y = c.outputs[0].f32();
-  const double scale = 1.0 / std::sqrt(double(hd));
+  const double scale = c.attrs->alpha > 0.0f ? double(c.attrs->alpha) : 1.0 / std::sqrt(double(hd));
+  const double softcap = c.attrs->softcap;
   // A few chunks a thread (each chunk's scratch is its own); heads are independent, so the split
   // changes no value.
   const std::int64_t heads = slots * nh;
@@ -101,8 +102,9 @@ void k_decode_attention(const KernelCall& c) {
         const float* kj = key_of(j);
         double dot = 0.0;
         for (std::int64_t d = 0; d < hd; ++d) dot += double(qh[d]) * double(kj[d]);
-        weights[static_cast<std::size_t>(j)] = dot * scale;
-        top = std::max(top, dot * scale);
+        const double score = softcap > 0.0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+        weights[static_cast<std::size_t>(j)] = score;
+        top = std::max(top, score);
       }
       double total = 0.0;
       for (std::int64_t j = 0; j <= pos; ++j) {

@@ -89,9 +89,21 @@ __device__ inline void stage(float* tile, const float* head, int first, int n) {
   for (int e = threadIdx.x; e < n * D; e += blockDim.x) tile[e] = src[e];
 }
 
+// A raw dot product's score: times alpha, soft-capped to cap * tanh(s / cap) when cap > 0
+// (Gemma-2), and the score's derivative with respect to the dot product.
+__device__ inline float capped_score(float alpha, float cap, float dot) {
+  const float s = alpha * dot;
+  return cap > 0.0f ? cap * tanhf(s / cap) : s;
+}
+__device__ inline float score_slope(float alpha, float cap, float dot) {
+  if (cap <= 0.0f) return alpha;
+  const float t = tanhf(alpha * dot / cap);
+  return alpha * (1.0f - t * t);
+}
+
 struct TiledArgs {
   Dims d;
-  float alpha, drop, keep;
+  float alpha, cap, drop, keep;
   bool causal;
   std::uint64_t stream_id;
 };
@@ -118,7 +130,7 @@ __global__ void __launch_bounds__(kRows) attention_lse_tiled(const float* q, con
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
     for (int jj = 0; jj < jn; ++jj) {
-      const float s = a.alpha * dot_shared<D>(qr, ks + jj * D);
+      const float s = capped_score(a.alpha, a.cap, dot_shared<D>(qr, ks + jj * D));
       const float new_m = fmaxf(m, s);
       l = l * expf(m - new_m) + expf(s - new_m);
       m = new_m;
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(kRows) attention_tiled(const float* q, const f
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
     for (int jj = 0; jj < jn; ++jj) {
-      float p = expf(a.alpha * dot_shared<D>(qr, ks + jj * D) - li);
+      float p = expf(capped_score(a.alpha, a.cap, dot_shared<D>(qr, ks + jj * D)) - li);
       if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep);
       axpy_shared<D>(acc, p, vs + jj * D);
     }
@@ -192,9 +204,10 @@ __global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const float
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
     for (int jj = 0; jj < jn; ++jj) {
-      const float p = expf(a.alpha * dot_shared<D>(qr, ks + jj * D) - li);
+      const float raw = dot_shared<D>(qr, ks + jj * D);
+      const float p = expf(capped_score(a.alpha, a.cap, raw) - li);
       const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep) : 1.0f;
-      const float ds = a.alpha * p * (dot_shared<D>(dyr, vs + jj * D) * mask - di);
+      const float ds = score_slope(a.alpha, a.cap, raw) * p * (dot_shared<D>(dyr, vs + jj * D) * mask - di);
       axpy_shared<D>(acc, ds, ks + jj * D);
     }
   }
@@ -243,10 +256,11 @@ __global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const flo
       const int ii_first = a.causal ? max(0, j - i0) : 0;
       for (int ii = ii_first; ii < n; ++ii) {
         const std::int64_t row = bh * d.t + i0 + ii;
-        const float p = expf(a.alpha * dot_shared<D>(kr, qs + ii * D) - lses[ii]);
+        const float raw = dot_shared<D>(kr, qs + ii * D);
+        const float p = expf(capped_score(a.alpha, a.cap, raw) - lses[ii]);
         const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
         if constexpr (kWantDk) {
-          const float ds = a.alpha * p * (dot_shared<D>(vr, dys + ii * D) * mask - deltas[ii]);
+          const float ds = score_slope(a.alpha, a.cap, raw) * p * (dot_shared<D>(vr, dys + ii * D) * mask - deltas[ii]);
           axpy_shared<D>(acc, ds, qs + ii * D);
         } else {
           axpy_shared<D>(acc, p * mask, dys + ii * D);
@@ -299,7 +313,7 @@ void launch_tiled_backward(const KernelCall& c, const TiledArgs& a) {
 
 TiledArgs tiled_args(const KernelCall& c, const Dims& d) {
   const float drop = c.attrs->dropout;
-  return {d, c.attrs->alpha, drop, drop > 0.0f ? dropout_keep_scale(drop) : 1.0f, c.attrs->causal,
+  return {d, c.attrs->alpha, c.attrs->softcap, drop, drop > 0.0f ? dropout_keep_scale(drop) : 1.0f, c.attrs->causal,
           dropout_stream(c.attrs->seed, c.step)};
 }
 
@@ -326,7 +340,7 @@ void k_attention_lse(const KernelCall& c) {
   const float* q = c.inputs[0].f32();
   const float* k = c.inputs[1].f32();
   float* lse = c.outputs[0].f32();
-  const float alpha = c.attrs->alpha;
+  const float alpha = c.attrs->alpha, cap = c.attrs->softcap;
   const bool causal = c.attrs->causal;
   for_each_index(c.outputs[0].numel(), "attention_lse", [=] __device__(std::int64_t row) {
     const std::int64_t i = row % d.t, bh = row / d.t;
@@ -335,7 +349,7 @@ void k_attention_lse(const KernelCall& c) {
     const std::int64_t end = causal ? i + 1 : d.t;
     float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
     for (std::int64_t j = 0; j < end; ++j) {
-      const float s = alpha * dot_row(qi, kh + j * d.d, d.d);
+      const float s = capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d));
       const float new_m = fmaxf(m, s);
       l = l * expf(m - new_m) + expf(s - new_m);
       m = new_m;
@@ -352,7 +366,7 @@ void k_attention(const KernelCall& c) {
   const float* v = c.inputs[2].f32();
   const float* lse = c.inputs[3].f32();
   float* y = c.outputs[0].f32();
-  const float alpha = c.attrs->alpha, drop = c.attrs->dropout;
+  const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
   for_each_index(c.inputs[3].numel(), "attention", [=] __device__(std::int64_t row) {
@@ -365,7 +379,7 @@ void k_attention(const KernelCall& c) {
     const std::int64_t end = causal ? i + 1 : d.t;
     const float keep = drop > 0.0f ? dropout_keep_scale(drop) : 1.0f;
     for (std::int64_t j = 0; j < end; ++j) {
-      float p = expf(alpha * dot_row(qi, kh + j * d.d, d.d) - lse[row]);
+      float p = expf(capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
       if (drop > 0.0f) p *= dropout_mask_element(stream_id, row * d.t + j, drop, keep);
       if (p == 0.0f) continue;
       for (std::int64_t x = 0; x < d.d; ++x) yi[x] += p * vh[j * d.d + x];
@@ -397,7 +411,7 @@ void k_attention_backward(const KernelCall& c) {
   const float* lse = c.inputs[4].f32();
   const float* delta = c.inputs[5].f32();
   float* out = c.outputs[0].f32();
-  const float alpha = c.attrs->alpha, drop = c.attrs->dropout;
+  const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
   const float keep = drop > 0.0f ? dropout_keep_scale(drop) : 1.0f;
@@ -413,9 +427,10 @@ void k_attention_backward(const KernelCall& c) {
     for (std::int64_t x = 0; x < d.d; ++x) dq[x] = 0.0f;
     const std::int64_t end = causal ? i + 1 : d.t;
     for (std::int64_t j = 0; j < end; ++j) {
-      const float p = expf(alpha * dot_row(qi, kh + j * d.d, d.d) - lse[row]);
+      const float raw = dot_row(qi, kh + j * d.d, d.d);
+      const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
       const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-      const float ds = alpha * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
+      const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
       for (std::int64_t x = 0; x < d.d; ++x) dq[x] += ds * kh[j * d.d + x];
     }
   });
@@ -433,9 +448,10 @@ void k_attention_backward(const KernelCall& c) {
         const std::int64_t row = bh * d.t + i;
         const float* qi = q + row * d.d;
         const float* dyi = dy + row * d.d;
-        const float p = expf(alpha * dot_row(qi, kj, d.d) - lse[row]);
+        const float raw = dot_row(qi, kj, d.d);
+        const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
         const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-        const float ds = alpha * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
+        const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
         const float kept = p * mask;
         for (std::int64_t x = 0; x < d.d; ++x) {
           dv[x] += kept * dyi[x];

@@ -3,6 +3,8 @@
 // head) walks the positions in chunks held in shared memory, rescaling its running sums when a
 // chunk raises the maximum (online softmax), so any context length fits; the order is fixed by
 // the launch shape, so results are the same on every run.
+#include <cmath>
+
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
 
@@ -57,6 +59,8 @@ struct DecodeShape {
   bool rotary;
   double rope_base;
   std::int64_t rotary_dims;
+  float scale;    // the score scale (the op's alpha, or 1 / sqrt(HD))
+  float softcap;  // scores capped to softcap * tanh(s / softcap); 0: none
 };
 
 __device__ inline std::int64_t cache_row(const std::int32_t* blocks, std::int64_t j, std::int64_t block_size) {
@@ -81,7 +85,6 @@ __global__ void decode_attention_kernel(DecodeShape s, const float* q, const flo
     return;
   }
   const std::int64_t pos = positions[b];
-  const float scale = rsqrtf(float(s.hd));
   for (std::int64_t d = threadIdx.x; d < s.hd; d += blockDim.x) {
     acc[d] = 0.0f;
     const float* q_head = q + b * s.q_width + h * s.hd;
@@ -100,8 +103,9 @@ __global__ void decode_attention_kernel(DecodeShape s, const float* q, const flo
       const float* kj = j == pos ? k_own : k_cache + cache_row(blocks, j, s.block_size) * s.kv_width + g * s.hd;
       float dot = 0.0f;
       for (std::int64_t d = 0; d < s.hd; ++d) dot += qh[d] * kj[d];
-      scores[i] = dot * scale;
-      local_max = fmaxf(local_max, dot * scale);
+      const float score = s.softcap > 0.0f ? s.softcap * tanhf(dot * s.scale / s.softcap) : dot * s.scale;
+      scores[i] = score;
+      local_max = fmaxf(local_max, score);
     }
     const float chunk_max = block_max(local_max);
     const float new_max = fmaxf(running_max, chunk_max);
@@ -133,7 +137,8 @@ void k_decode_attention(const KernelCall& c) {
   const std::int64_t slots = (*c.inputs[0].shape)[0], q_width = (*c.inputs[0].shape)[1];
   const std::int64_t nh = c.attrs->shape[0], nkv = c.attrs->shape[1], hd = q_width / nh;
   const DecodeShape s{q_width, nkv * hd, hd, nh, nh / nkv, (*c.inputs[5].shape)[1], (*c.inputs[3].shape)[1],
-                      c.attrs->shape.size() == 3, c.attrs->rope_base, c.attrs->rotary_dims};
+                      c.attrs->shape.size() == 3, c.attrs->rope_base, c.attrs->rotary_dims,
+                      c.attrs->alpha > 0.0f ? c.attrs->alpha : 1.0f / std::sqrt(float(hd)), c.attrs->softcap};
   const auto blocks = static_cast<unsigned>(slots * nh);
   if (blocks == 0) return;
   const std::size_t shared_bytes = static_cast<std::size_t>(kDecodeChunk + 3 * hd) * sizeof(float);
