@@ -72,6 +72,16 @@ write("safetensors", "seed-gpt-metadata", safetensors([("w", "F16", [2], b"\0\0\
                                                       {"memplan.model": "gpt", "memplan.gpt.context": "8",
                                                        "memplan.gpt.layers": "1", "memplan.gpt.heads": "2",
                                                        "memplan.gpt.width": "16", "memplan.vocab": "616263"}))
+write("safetensors", "seed-config-decoder", safetensors([("w", "F32", [1], f32[:4])], {
+    "memplan.model": "tiny.json", "memplan.context": "16", "memplan.vocab_hex": "61626364",
+    "memplan.hf_config": json.dumps({"model_type": "mixtral", "hidden_size": 16, "num_hidden_layers": 1,
+                                     "num_attention_heads": 2, "intermediate_size": 24, "vocab_size": 32,
+                                     "max_position_embeddings": 64, "num_local_experts": 4})}))
+write("safetensors", "seed-hostile-config-decoder", safetensors([], {
+    "memplan.model": "x.json", "memplan.context": "1000000000000", "memplan.vocab_hex": "6162",
+    "memplan.hf_config": json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 1000000,
+                                     "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 2,
+                                     "max_position_embeddings": 4096})}))
 
 cli_cases = [
     ["fit", "--model", "mlp", "--budget", "1GiB"],

@@ -146,6 +146,7 @@ void fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
                     "tensor '" << t.name << "' changed in a round trip");
     }
     (void)train::parse_gpt_metadata(view.metadata, "fuzz.safetensors");
+    (void)train::parse_decoder_metadata(view.metadata, "fuzz.safetensors");  // a saved config's text, context, vocabulary
   }
   (void)runtime::parse_weights_file(std::string(bytes), "fuzz.safetensors");
 }

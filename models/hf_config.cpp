@@ -690,6 +690,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
   }
   if (!f.ok()) return f.error();
   c.unread_keys = f.unread();
+  c.text = std::string(json_text);
   return c;
 }
 

@@ -52,6 +52,8 @@ struct HfConfig {
   // tensor memplan plans (architectures, token ids, initializer_range, use_cache, ...); a key that
   // would change memory and is not modelled is refused instead. `--verbose` lists them.
   std::vector<std::string> unread_keys;
+  // The file's text as read: a run trained from it saves it, so that generation rebuilds the model.
+  std::string text;
 
   bool vision() const { return family == HfFamily::vit; }
   // "llama: 32 layers, width 4096, 32 heads (8 K/V), SwiGLU 14336, vocab 128256, rotary"

@@ -157,7 +157,7 @@ Status set_data_sizes(ModelOptions& options, std::int64_t vocab) {
     } else if (c.family == HfFamily::llama) {
       c.llama.vocab = vocab;
     } else {
-      return Error{"a vocabulary size applies to decoder configs (gpt2, llama, mistral, qwen2, qwen3, gemma, phi3, olmo2, gpt_neox, falcon), not a " + c.model_type};
+      return Error{"a vocabulary size applies to decoder configs (gpt2 and the rotary decoders), not a " + c.model_type};
     }
     return Status::success();
   }

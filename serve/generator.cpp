@@ -17,13 +17,13 @@
 namespace memplan::serve {
 namespace {
 
-KvPoolShape pool_shape_of(const models::GptConfig& config, std::int64_t block_size, std::int64_t blocks) {
+KvPoolShape pool_shape_of(const DecoderModel& model, std::int64_t block_size, std::int64_t blocks) {
   KvPoolShape s;
-  s.layers = config.layers;
-  s.width = config.width;
+  s.layers = model.layers();
+  s.width = model.kv_width();
   s.block_size = block_size;
   s.blocks = blocks;
-  s.element_bytes = graph::dtype_size(config.dtype);
+  s.element_bytes = graph::dtype_size(model.dtype());
   return s;
 }
 
@@ -52,31 +52,36 @@ std::int32_t pick(const float* row, std::int64_t vocab, double temperature, std:
 
 }  // namespace
 
-Bytes kv_block_bytes(const models::GptConfig& config, std::int64_t block_size) {
-  return pool_shape_of(config, block_size, 1).block_bytes();
+graph::Graph DecoderModel::build_decode(const models::DecodeShape& shape) const {
+  return gpt ? models::build_gpt_decode(*gpt, shape) : models::build_llama_decode(*llama, shape);
 }
 
-Result<std::unique_ptr<Generator>> Generator::create(const models::GptConfig& config, runtime::Device& device,
+Bytes kv_block_bytes(const DecoderModel& model, std::int64_t block_size) {
+  return pool_shape_of(model, block_size, 1).block_bytes();
+}
+
+Result<std::unique_ptr<Generator>> Generator::create(const DecoderModel& model, runtime::Device& device,
                                                      const GeneratorOptions& options) {
+  const std::int64_t context = model.context();
   if (options.block_size < 1) return Error{"the KV block size must be at least 1 position (vLLM uses 16)"};
-  if (options.block_size > config.context) {
+  if (options.block_size > context) {
     return Error{"a KV block of " + std::to_string(options.block_size) + " positions is longer than the model's context of " +
-                 std::to_string(config.context)};
+                 std::to_string(context)};
   }
   if (options.max_running < 1) return Error{"at least one sequence must run at a time"};
-  const Bytes block = kv_block_bytes(config, options.block_size);
+  const Bytes block = kv_block_bytes(model, options.block_size);
   const std::int64_t blocks = KvPoolShape::blocks_in(options.kv_memory, block);
   if (blocks < 1) {
     return Error{"the KV memory of " + bytes_text(options.kv_memory) + " holds no block: one block of " +
                  std::to_string(options.block_size) + " positions takes " + bytes_text(block) + " with this model"};
   }
-  const std::int64_t slab_blocks = (config.context + options.block_size - 1) / options.block_size;
+  const std::int64_t slab_blocks = (context + options.block_size - 1) / options.block_size;
   if (options.layout == KvLayout::contiguous && blocks < slab_blocks) {
-    return Error{"the contiguous KV cache reserves the whole context (" + std::to_string(config.context) +
+    return Error{"the contiguous KV cache reserves the whole context (" + std::to_string(context) +
                  " positions, " + bytes_text(slab_blocks * block) + ") per sequence, more than the KV memory of " +
                  bytes_text(options.kv_memory)};
   }
-  if (!graph::is_floating(config.dtype) || config.dtype != graph::DType::f32) {
+  if (!graph::is_floating(model.dtype()) || model.dtype() != graph::DType::f32) {
     return Error{"generation runs f32 models"};
   }
   models::DecodeShape shape;
@@ -85,7 +90,7 @@ Result<std::unique_ptr<Generator>> Generator::create(const models::GptConfig& co
   shape.pool_blocks = blocks;
   graph::Graph decode;
   try {
-    decode = models::build_gpt_decode(config, shape);
+    decode = model.build_decode(shape);
   } catch (const graph::GraphError& e) {
     return Error{e.what()};
   }
@@ -93,11 +98,11 @@ Result<std::unique_ptr<Generator>> Generator::create(const models::GptConfig& co
   auto planned = runtime::plan_step_for(planner::StepDescription::of_graph(std::move(decode)), device);
   if (!planned) return planned.error();
   auto step = std::make_unique<planner::PlannedStep>(std::move(planned).value());
-  auto pool = KvPool::allocate(device, pool_shape_of(config, options.block_size, blocks));
+  auto pool = KvPool::allocate(device, pool_shape_of(model, options.block_size, blocks));
   if (!pool) return pool.error();
-  std::unique_ptr<Generator> g(new Generator(config, device, options, std::move(step), std::move(pool).value()));
+  std::unique_ptr<Generator> g(new Generator(model, device, options, std::move(step), std::move(pool).value()));
   const graph::Graph& graph = g->step_->graph;
-  for (std::int64_t l = 0; l < config.layers; ++l) {
+  for (std::int64_t l = 0; l < model.layers(); ++l) {
     for (bool value : {false, true}) {
       g->executor_->bind_external(graph.find(models::kv_cache_name(l, value)), g->pool_.cache(l, value));
     }
@@ -106,9 +111,9 @@ Result<std::unique_ptr<Generator>> Generator::create(const models::GptConfig& co
   return g;
 }
 
-Generator::Generator(const models::GptConfig& config, runtime::Device& device, const GeneratorOptions& options,
+Generator::Generator(const DecoderModel& model, runtime::Device& device, const GeneratorOptions& options,
                      std::unique_ptr<planner::PlannedStep> step, KvPool pool)
-    : config_(config), device_(device), options_(options), step_(std::move(step)), pool_(std::move(pool)) {
+    : model_(model), device_(device), options_(options), step_(std::move(step)), pool_(std::move(pool)) {
   executor_ = std::make_unique<runtime::Executor>(*step_, device_);
 }
 
@@ -123,7 +128,7 @@ Status Generator::load_weights(const runtime::WeightsFile& file, const std::stri
 }
 
 Result<GenerationReport> Generator::run(const std::vector<GenerationRequest>& requests) {
-  const std::int64_t T = config_.context, V = config_.vocab, B = options_.max_running;
+  const std::int64_t T = model_.context(), V = model_.vocab(), B = options_.max_running;
   const KvPoolShape& ps = pool_.shape();
   const std::int64_t bs = ps.block_size;
   for (std::size_t r = 0; r < requests.size(); ++r) {

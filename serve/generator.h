@@ -1,4 +1,5 @@
-// Batched generation with a KV cache for the reference GPT: the decode step (one token for each
+// Batched generation with a KV cache for the reference GPT and the rotary decoders (a --config's
+// llama, mistral, qwen, gemma, phi3, olmo2, gpt_neox, falcon or mixture of experts): the decode step (one token for each
 // of `max_running` slots, models/gpt_decode.h) planned once into an arena through
 // planner::plan_step, a KV pool allocated once, and a continuous-batching loop over requests: a
 // waiting request is admitted when a slot is free and the pool has room for it; when a running
@@ -10,11 +11,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "memplan/common/result.h"
 #include "memplan/models/gpt.h"
+#include "memplan/models/gpt_decode.h"
+#include "memplan/models/llama.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/executor.h"
@@ -22,6 +26,23 @@
 #include "memplan/serve/kv_cache.h"
 
 namespace memplan::serve {
+
+// The decoder a Generator runs: the reference GPT (and gpt2 configs) or the rotary decoder.
+struct DecoderModel {
+  DecoderModel(const models::GptConfig& config) : gpt(config) {}      // NOLINT: either converts
+  DecoderModel(const models::LlamaConfig& config) : llama(config) {}  // NOLINT
+  std::optional<models::GptConfig> gpt;
+  std::optional<models::LlamaConfig> llama;
+
+  std::int64_t context() const { return gpt ? gpt->context : llama->context; }
+  std::int64_t vocab() const { return gpt ? gpt->vocab : llama->vocab; }
+  std::int64_t layers() const { return gpt ? gpt->layers : llama->layers; }
+  // Values per position and layer in each of the K and V caches.
+  std::int64_t kv_width() const { return gpt ? gpt->width : llama->kv_heads * llama->head_size(); }
+  graph::DType dtype() const { return gpt ? gpt->dtype : llama->dtype; }
+  // The decode step (models/gpt_decode.h); throws graph::GraphError as the builders do.
+  graph::Graph build_decode(const models::DecodeShape& shape) const;
+};
 
 struct GenerationRequest {
   std::vector<std::int32_t> prompt;  // token ids; at least one, at most the model's context
@@ -62,14 +83,14 @@ class Generator {
   // Plans the decode step for `config` on `device` and allocates its arena and the KV pool; the
   // weights are uninitialised until initialize_weights() or load_weights(). Errors name the bad
   // option (a block size of 0, KV memory below one block or, contiguous, below one slab).
-  static Result<std::unique_ptr<Generator>> create(const models::GptConfig& config, runtime::Device& device,
+  static Result<std::unique_ptr<Generator>> create(const DecoderModel& model, runtime::Device& device,
                                                    const GeneratorOptions& options);
   ~Generator();
 
   // build_gpt's initialisation from `seed` (same names, same streams, so the same weights as a
   // training graph initialised with that seed).
   void initialize_weights(std::uint64_t seed);
-  // The weights of a run saved by `memplan train --model gpt --save`.
+  // The weights of a run saved by `memplan train --model gpt --save` (or --config FILE --save).
   Status load_weights(const runtime::WeightsFile& file, const std::string& source);
 
   // Every request to completion. An Error for a request that can never run (longer than the
@@ -78,13 +99,13 @@ class Generator {
 
   const planner::PlannedStep& step() const { return *step_; }
   const KvPoolShape& pool_shape() const { return pool_.shape(); }
-  const models::GptConfig& config() const { return config_; }
+  const DecoderModel& model() const { return model_; }
   std::int64_t max_running() const { return options_.max_running; }
 
  private:
-  Generator(const models::GptConfig& config, runtime::Device& device, const GeneratorOptions& options,
+  Generator(const DecoderModel& model, runtime::Device& device, const GeneratorOptions& options,
             std::unique_ptr<planner::PlannedStep> step, KvPool pool);
-  models::GptConfig config_;
+  DecoderModel model_;
   runtime::Device& device_;
   GeneratorOptions options_;
   std::unique_ptr<planner::PlannedStep> step_;
@@ -93,6 +114,6 @@ class Generator {
 };
 
 // Bytes of one pool block: every layer's keys and values for `block_size` positions.
-Bytes kv_block_bytes(const models::GptConfig& config, std::int64_t block_size);
+Bytes kv_block_bytes(const DecoderModel& model, std::int64_t block_size);
 
 }  // namespace memplan::serve

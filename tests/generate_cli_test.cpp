@@ -1,13 +1,17 @@
-// `memplan generate` end to end on a small GPT trained for a few steps: contiguous and paged KV
-// caches give the same tokens, no allocation during decode, and the inputs it refuses (exit 2).
+// `memplan generate` end to end on a small GPT and small decoder configs trained for a few steps:
+// contiguous and paged KV caches give the same tokens, no allocation during decode, and the
+// inputs it refuses (exit 2).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "small_datasets.h"
 
 namespace memplan {
 namespace {
@@ -22,6 +26,7 @@ struct GenerateCli : ::testing::Test {
     std::ofstream text(dir / "text.txt");
     for (int i = 0; i < 200; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
     text.close();
+    testing::write_small_fashion_mnist(dir / "images", 64, 16);
     weights = (dir / "gpt.safetensors").string();
     auto r = testing::run_cli("train --model gpt --layers 1 --width 32 --heads 2 --seq 32 --batch 4 --threads 1 --quiet "
                               "--steps 20 --data " + (dir / "text.txt").string() + " --save " + weights);
@@ -62,6 +67,57 @@ TEST_F(GenerateCli, ContiguousAndPagedGiveTheSameTokensWithNoAllocationDuringDec
                                 " --max-tokens 4 --kv-memory 64KiB --block-size 4 --json", false);
   ASSERT_EQ(drawn.exit_code, 0) << drawn.output;
   EXPECT_EQ(nlohmann::json::parse(drawn.output).at("generated_tokens").get<int>(), 24);
+}
+
+// A decoder config trained with --save generates through its own decode step: the saved run holds
+// the config, the sequence length and the vocabulary. Each family's step gives the same tokens
+// with contiguous and paged caches, allocating nothing while it decodes.
+TEST_F(GenerateCli, ConfigDecodersGenerateFromTheirSavedRuns) {
+  const std::map<std::string, std::string> configs = {
+      {"mixtral", R"({"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2,
+        "vocab_size": 32000, "max_position_embeddings": 4096})"},
+      {"gemma2", R"({"model_type": "gemma2", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48, "vocab_size": 256000,
+        "max_position_embeddings": 8192, "query_pre_attn_scalar": 8, "attn_logit_softcapping": 5.0,
+        "final_logit_softcapping": 3.0})"},
+      {"gpt_neox", R"({"model_type": "gpt_neox", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 48, "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25})"},
+      {"gpt2", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 50257, "n_positions": 24})"},
+  };
+  const std::string prompts = write("config_prompts.txt", "the quick\nthe lazy\n");
+  for (const auto& [name, json] : configs) {
+    SCOPED_TRACE(name);
+    const std::string saved = (dir / (name + ".safetensors")).string();
+    auto trained = testing::run_cli("train --config " + write(name + ".json", json) + " --seq 16 --batch 4 --threads 1 --quiet "
+                                    "--steps 10 --data " + (dir / "text.txt").string() + " --save " + saved);
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const std::string common = "generate --load " + saved + " --prompts-file " + prompts +
+                               " --max-tokens 6 --block-size 4 --max-running 2 --kv-memory 64KiB --json";
+    auto paged = testing::run_cli(common + " --kv paged", false);
+    auto contiguous = testing::run_cli(common + " --kv contiguous", false);
+    ASSERT_EQ(paged.exit_code, 0) << paged.output;
+    ASSERT_EQ(contiguous.exit_code, 0) << contiguous.output;
+    const nlohmann::json p = nlohmann::json::parse(paged.output), c = nlohmann::json::parse(contiguous.output);
+    EXPECT_EQ(p.at("generated_tokens").get<int>(), 12);
+    EXPECT_EQ(p.at("outputs_sha256"), c.at("outputs_sha256"));
+    EXPECT_EQ(p.at("device_allocations_during_decode").get<int>(), 0);
+    // The saved sequence length is the context: a prompt longer than 16 characters is refused.
+    auto long_prompt = testing::run_cli("generate --load " + saved + " --prompts-file " +
+                                        write("long16.txt", std::string(17, 'o') + "\n"));
+    EXPECT_EQ(long_prompt.exit_code, 2) << long_prompt.output;
+    EXPECT_NE(long_prompt.output.find("more than the model's context of 16"), std::string::npos) << long_prompt.output;
+  }
+  // A saved classifier is no decoder.
+  const std::string mlp = (dir / "mlp.safetensors").string();
+  ASSERT_EQ(testing::run_cli("train --model mlp --steps 1 --batch 8 --threads 1 --quiet --data " + (dir / "images").string() +
+                             " --save " + mlp).exit_code,
+            0);
+  auto refused = testing::run_cli("generate --load " + mlp + " --prompts-file " + prompts);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("not a decoder saved by 'memplan train --model gpt --save' or 'memplan train --config FILE --save'"),
+            std::string::npos)
+      << refused.output;
 }
 
 TEST_F(GenerateCli, RefusesInputsItCannotServeWithExitTwo) {

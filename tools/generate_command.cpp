@@ -105,10 +105,12 @@ int run_generate(const GenerateFlags& flags) {
   kernels::set_cpu_threads(flags.threads);
   auto file = runtime::read_weights_file(flags.load);
   if (!file) return fail(file.error().message, kExitUsage);
-  auto saved = train::parse_gpt_metadata(file.value().view.metadata, flags.load);
+  auto saved = train::parse_decoder_metadata(file.value().view.metadata, flags.load);
   if (!saved) return fail(saved.error().message, kExitUsage);
-  const models::GptConfig& config = saved.value().config;
-  auto texts = flags.prompts_file.empty() ? prompts_from_text(flags.data, flags.prompts, config.context, flags.seed)
+  const serve::DecoderModel model = saved.value().gpt ? serve::DecoderModel(*saved.value().gpt)
+                                                      : serve::DecoderModel(*saved.value().llama);
+  const std::int64_t context = model.context();
+  auto texts = flags.prompts_file.empty() ? prompts_from_text(flags.data, flags.prompts, context, flags.seed)
                                           : prompts_from_file(flags.prompts_file);
   if (!texts) return fail(texts.error().message, kExitUsage);
   std::vector<serve::GenerationRequest> requests;
@@ -116,9 +118,9 @@ int run_generate(const GenerateFlags& flags) {
     const std::string& text = texts.value()[i];
     auto ids = encode(saved.value().vocab, text);
     if (!ids) return fail("prompt " + std::to_string(i + 1) + ": " + ids.error().message, kExitUsage);
-    if (static_cast<std::int64_t>(ids.value().size()) > config.context) {
+    if (static_cast<std::int64_t>(ids.value().size()) > context) {
       return fail("prompt " + std::to_string(i + 1) + " has " + std::to_string(ids.value().size()) +
-                      " characters, more than the model's context of " + std::to_string(config.context),
+                      " characters, more than the model's context of " + std::to_string(context),
                   kExitUsage);
     }
     requests.push_back({std::move(ids).value(), flags.max_tokens});
@@ -131,7 +133,7 @@ int run_generate(const GenerateFlags& flags) {
   options.temperature = flags.temperature;
   options.seed = flags.seed;
   runtime::CpuDevice device;
-  auto generator = serve::Generator::create(config, device, options);
+  auto generator = serve::Generator::create(model, device, options);
   if (!generator) return fail(generator.error().message, kExitUsage);
   if (Status s = generator.value()->load_weights(file.value(), flags.load); !s) return fail(s.error().message, kExitUsage);
   auto ran = generator.value()->run(requests);
@@ -199,7 +201,10 @@ Command add_generate_command(CLI::App& root) {
   auto flags = std::make_shared<GenerateFlags>();
   CLI::App* app = root.add_subcommand(
       "generate", "Generate for many prompts at once with a KV cache (contiguous or paged) and continuous batching.");
-  app->add_option("--load", flags->load, "The safetensors file written by 'memplan train --model gpt --save'")
+  app->add_option("--load", flags->load,
+                  "The safetensors file written by 'memplan train --model gpt --save', or by 'memplan train --config "
+                  "FILE --save' for a decoder config (gpt2, llama, mistral, qwen2/3, gemma/gemma2, phi3, olmo2, "
+                  "gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe)")
       ->required()
       ->check(CLI::ExistingFile);
   app->add_option("--prompts-file", flags->prompts_file, "Prompts, one per line (blank lines skipped)");

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memplan/common/check.h"
 #include "memplan/common/rng.h"
 #include "memplan/models/model_source.h"
 #include "memplan/planner/step_size.h"
@@ -163,7 +164,98 @@ int hex_digit(char c) {
   return -1;
 }
 
+// The vocabulary (id -> byte) a run saved as metadata memplan.vocab_hex.
+Result<std::vector<unsigned char>> vocab_from_hex(const std::string& hex, const std::string& source) {
+  if (hex.empty() || hex.size() % 2 != 0) return Error{source + ": metadata memplan.vocab_hex is empty or has an odd length"};
+  std::vector<unsigned char> vocab;
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = hex_digit(hex[i]), lo = hex_digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return Error{source + ": metadata memplan.vocab_hex is not hexadecimal"};
+    vocab.push_back(static_cast<unsigned char>(hi * 16 + lo));
+  }
+  return vocab;
+}
+
 }  // namespace
+
+std::map<std::string, std::string> config_decoder_metadata(const models::ModelOptions& model, const models::TextDataset& data) {
+  MEMPLAN_CHECK(model.config.has_value(), "config_decoder_metadata of a model without a config");
+  return {{"memplan.model", model.name},
+          {"memplan.hf_config", model.config->text},
+          {"memplan.context", std::to_string(model.gpt.context)},
+          {"memplan.vocab_hex", hex_of(data.vocab)}};
+}
+
+Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::string>& metadata, const std::string& source) {
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  SavedDecoder saved;
+  const std::string* model = get("memplan.model");
+  const std::string* config_text = get("memplan.hf_config");
+  if (config_text == nullptr) {
+    if (model == nullptr || *model != "gpt") {
+      return Error{source + ": not a decoder saved by 'memplan train --model gpt --save' or 'memplan train --config FILE "
+                            "--save' (metadata memplan.model is " +
+                   (model ? "'" + *model + "'" : std::string("missing")) + ", and there is no memplan.hf_config)"};
+    }
+    auto gpt = parse_gpt_metadata(metadata, source);
+    if (!gpt) return gpt.error();
+    saved.gpt = gpt.value().config;
+    saved.vocab = std::move(gpt.value().vocab);
+    saved.description = "gpt";
+    return saved;
+  }
+  auto parsed = models::parse_hf_config(*config_text, source + " (metadata memplan.hf_config)");
+  if (!parsed) return parsed.error();
+  models::HfConfig c = std::move(parsed).value();
+  if (c.family != models::HfFamily::gpt2 && c.family != models::HfFamily::llama) {
+    return Error{source + ": the saved config is a " + c.model_type + ", not a decoder that generates text"};
+  }
+  const std::string* context_text = get("memplan.context");
+  const std::string* vocab_hex = get("memplan.vocab_hex");
+  if (context_text == nullptr || vocab_hex == nullptr) return Error{source + ": metadata lacks memplan.context or memplan.vocab_hex"};
+  std::int64_t context = 0;
+  try {
+    std::size_t used = 0;
+    context = std::stoll(*context_text, &used);
+    if (used != context_text->size()) context = 0;
+  } catch (const std::exception&) {
+    context = 0;
+  }
+  if (context < 1 || (c.learned_positions && context > c.positions)) {
+    return Error{source + ": metadata memplan.context '" + context_text->substr(0, 40) + "' is not a sequence length the config takes"};
+  }
+  auto vocab = vocab_from_hex(*vocab_hex, source);
+  if (!vocab) return vocab.error();
+  saved.vocab = std::move(vocab).value();
+  const auto V = static_cast<std::int64_t>(saved.vocab.size());
+  if (c.family == models::HfFamily::gpt2) {
+    c.gpt.vocab = V;
+  } else {
+    c.llama.vocab = V;
+  }
+  // The file, not the user, chose these sizes: a hostile one must not make a graph too large to hold.
+  models::ModelOptions sizes;
+  sizes.name = source;
+  sizes.config = c;
+  sizes.zoo.seq = context;
+  sizes.training = false;
+  if (Status s = planner::check_step_size(planner::StepDescription::of_source(models::registry_source(sizes), 1)); !s) {
+    return Error{source + ": the saved config describes a model that cannot be represented: " + s.error().message};
+  }
+  if (c.family == models::HfFamily::gpt2) {
+    saved.gpt = c.gpt;
+    saved.gpt->context = context;
+    saved.gpt->dropout = 0.0f;  // generation never drops
+  } else {
+    saved.llama = c.llama;
+    saved.llama->context = context;
+  }
+  saved.description = c.describe();
+  return saved;
+}
 
 std::map<std::string, std::string> gpt_metadata(const models::GptConfig& config, const models::TextDataset& data) {
   nlohmann::json c = {{"vocab", config.vocab},   {"context", config.context}, {"layers", config.layers},
@@ -199,12 +291,9 @@ Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& me
   }
   saved.config.tied_head = c["tied_head"].get<bool>();
   saved.config.dropout = 0.0f;  // generation never drops
-  if (vocab_hex->size() % 2 != 0) return Error{source + ": metadata memplan.vocab_hex has an odd length"};
-  for (std::size_t i = 0; i < vocab_hex->size(); i += 2) {
-    const int hi = hex_digit((*vocab_hex)[i]), lo = hex_digit((*vocab_hex)[i + 1]);
-    if (hi < 0 || lo < 0) return Error{source + ": metadata memplan.vocab_hex is not hexadecimal"};
-    saved.vocab.push_back(static_cast<unsigned char>(hi * 16 + lo));
-  }
+  auto vocab = vocab_from_hex(*vocab_hex, source);
+  if (!vocab) return vocab.error();
+  saved.vocab = std::move(vocab).value();
   if (static_cast<std::int64_t>(saved.vocab.size()) != saved.config.vocab) {
     return Error{source + ": the vocabulary has " + std::to_string(saved.vocab.size()) + " characters but the model " +
                  std::to_string(saved.config.vocab)};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,20 @@ struct SavedGpt {
   std::vector<unsigned char> vocab;  // id -> byte
 };
 Result<SavedGpt> parse_gpt_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
+
+// A decoder config trained on text (`memplan train --config FILE --save`): the config file's text,
+// the sequence length and the vocabulary (its text's bytes), as metadata.
+std::map<std::string, std::string> config_decoder_metadata(const models::ModelOptions& model, const models::TextDataset& data);
+// A saved decoder, rebuilt for generation: the GPT of `train --model gpt`, or a config's (a gpt2
+// config as a GPT, the rotary decoders as the LLaMA-style decoder), at the saved vocabulary and
+// sequence length.
+struct SavedDecoder {
+  std::optional<models::GptConfig> gpt;
+  std::optional<models::LlamaConfig> llama;
+  std::vector<unsigned char> vocab;  // id -> byte
+  std::string description;           // "gpt" or the config's models::HfConfig::describe()
+};
+Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
 
 // A GPT saved by `memplan train --model gpt --save`, rebuilt for generation: open() reads the
 // file and the configuration and vocabulary in its metadata; load() builds the batch-1

@@ -11,6 +11,8 @@ std::map<std::string, std::string> run_metadata(const models::ModelOptions& mode
   if (model.name == "gpt") {
     MEMPLAN_CHECK(text != nullptr, "a GPT is saved with the vocabulary of its text");
     metadata = gpt_metadata(model.gpt, *text);
+  } else if (model.config && text != nullptr) {
+    metadata = config_decoder_metadata(model, *text);
   } else {
     metadata = {{"memplan.model", model.name}};
   }
