@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "memplan/graph/builder.h"
@@ -169,6 +170,25 @@ std::int64_t LlamaConfig::Moe::capacity(std::int64_t tokens) const {
   if (capacity_factor <= 0.0 || experts <= 0) return tokens;
   const double slots = std::ceil(capacity_factor * double(tokens) * double(top_k) / double(experts));
   return std::clamp(static_cast<std::int64_t>(std::min(slots, double(tokens))), std::int64_t{1}, tokens);
+}
+
+std::string describe_moe_capacity(const LlamaConfig& config, std::int64_t tokens) {
+  const LlamaConfig::Moe& m = config.moe;
+  if (m.experts <= 0 || tokens <= 0) return "";
+  const std::string head = "mixture of experts: " + std::to_string(m.experts) + " experts, " + std::to_string(m.top_k) +
+                           " per token; ";
+  const std::int64_t slots = m.capacity(tokens);
+  if (slots >= tokens) {
+    return head + "each expert has a slot for every one of the " + std::to_string(tokens) +
+           " tokens of a step: no token is dropped";
+  }
+  char factor[32];
+  std::snprintf(factor, sizeof factor, "%g", m.capacity_factor);
+  LlamaConfig::Moe balanced = m;
+  balanced.capacity_factor = 1.0;
+  return head + "each expert takes " + std::to_string(slots) + " of the " + std::to_string(tokens) +
+         " tokens of a step (capacity factor " + factor + " of a balanced " + std::to_string(balanced.capacity(tokens)) +
+         "); token copies routed past an expert's slots are dropped for it (--moe-capacity-factor 0: none dropped)";
 }
 
 graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {

@@ -141,6 +141,12 @@ TensorId load_balancing_loss(graph::Builder& b, const LlamaConfig& config, Tenso
                              std::int64_t tokens_per_layer);
 }  // namespace llama_parts
 
+// What a plan of a mixture of experts assumes of the routing, for `tokens` tokens a step: "mixture
+// of experts: 8 experts, 2 per token; each expert takes 1280 of the 4096 tokens (capacity factor
+// 1.25 of a balanced 1024); token copies routed past an expert's slots are dropped for it
+// (--moe-capacity-factor 0: none)". "" for a dense MLP.
+std::string describe_moe_capacity(const LlamaConfig& config, std::int64_t tokens);
+
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 and "labels" [B*T] i32; output
 // "logits" [B*T, V]; loss "loss". Parameter names follow Hugging Face's LlamaForCausalLM
 // (embed_tokens, layers.N.self_attn.{q,k,v,o}_proj, layers.N.mlp.{gate,up,down}_proj,

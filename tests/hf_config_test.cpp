@@ -675,6 +675,15 @@ TEST(HfConfigCli, MoeCapacityFactorSetsTheExpertSlotsPlanned) {
   EXPECT_EQ(balanced, arena(" --moe-capacity-factor 1"));
   EXPECT_LT(balanced, roomy);
   EXPECT_LT(roomy, dropless);
+  // The plan says what it assumes of the routing (on stderr).
+  const auto said = run_cli("plan " + model + " --moe-capacity-factor 1.25");
+  EXPECT_NE(said.output.find("note: mixture of experts: 8 experts, 2 per token; each expert takes 10 of the 32 tokens of a "
+                             "step (capacity factor 1.25 of a balanced 8); token copies routed past an expert's slots are "
+                             "dropped for it"),
+            std::string::npos)
+      << said.output;
+  EXPECT_NE(run_cli("plan " + model + " --moe-capacity-factor 0").output.find("each expert has a slot for every one of the 32 tokens"),
+            std::string::npos);
   if (testing::kSanitized) return;  // the same flag function; a 47B model's replay takes seconds there
   EXPECT_EQ(json_of("compare --steps 1 " + model + " --moe-capacity-factor 1.25")["planned_arena_bytes"].get<Bytes>(), roomy);
 }

@@ -152,6 +152,10 @@ void note_config(const TrainSpec& spec, const RunData& data, const Notes& note) 
   note("no tokenizer: the text's " + std::to_string(characters) + " distinct bytes are the tokens, in a vocabulary of " +
        std::to_string(vocab) + (vocab == characters ? "" : " (--vocab)") + " in place of the config's " +
        std::to_string(config_vocab) + " tokens; " + std::to_string(data.model.gpt.context) + " characters per sequence (--seq)");
+  if (c.family == models::HfFamily::llama) {
+    const std::string moe = models::describe_moe_capacity(c.llama, spec.batch * data.model.gpt.context);
+    if (!moe.empty()) note(moe);
+  }
 }
 
 // Every rank's arena and allocations during steps, gathered on every rank (2 numbers a rank).
