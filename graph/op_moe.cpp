@@ -95,8 +95,6 @@ OutputSpec infer_moe_router_stats_backward(Inputs in, const OpAttrs& attrs) {
   return {probs, attrs.dtype};
 }
 
-// Moving a row costs nothing by this table's count; weighting it is a multiply per element.
-double flops_moe_dispatch(Inputs, const TensorDesc* out) { return numel_of(out); }
 // A multiply-add per element of every expert's slots.
 double flops_moe_combine(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[0]); }
 double flops_moe_combine_backward_gates(Inputs in, const TensorDesc*) { return 2.0 * numel_of(in[1]); }
@@ -141,8 +139,9 @@ void grad_moe_router_stats(GradContext& c, const Op& op, TensorId dy) {
 constexpr OpInfo kMoeRows[] = {
   {.kind = OpKind::moe_top_k, .name = "moe_top_k", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_moe_top_k, .flops = flops_per_output, .grad = grad_moe_top_k, .split_rows = true, .row_inputs = 0b1},
+  // Moving a row costs nothing by this table's count; weighting it is a multiply per element.
   {.kind = OpKind::moe_dispatch, .name = "moe_dispatch", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_moe_dispatch, .flops = flops_moe_dispatch, .grad = grad_moe_dispatch},
+    .infer = infer_moe_dispatch, .flops = flops_per_output, .grad = grad_moe_dispatch},
   {.kind = OpKind::moe_combine, .name = "moe_combine", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_moe_combine, .flops = flops_moe_combine, .grad = grad_moe_combine},
   {.kind = OpKind::moe_router_stats, .name = "moe_router_stats", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "memplan/graph/graph.h"
@@ -36,5 +37,25 @@ graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape)
 // K/V heads (caches [NB, BS, NKV*HD]), norms, MLP and residuals through llama_parts as the training
 // graph has them; parameters named as build_llama names them.
 graph::Graph build_llama_decode(const LlamaConfig& config, const DecodeShape& shape);
+
+// A decoder generation runs: the reference GPT (and gpt2 configs) or the rotary decoder, with what
+// a KV cache and a decode loop need to know of it.
+struct DecoderModel {
+  DecoderModel(const GptConfig& config) : gpt(config) {}      // NOLINT: either converts
+  DecoderModel(const LlamaConfig& config) : llama(config) {}  // NOLINT
+  std::optional<GptConfig> gpt;
+  std::optional<LlamaConfig> llama;
+
+  std::int64_t context() const { return gpt ? gpt->context : llama->context; }
+  std::int64_t vocab() const { return gpt ? gpt->vocab : llama->vocab; }
+  std::int64_t layers() const { return gpt ? gpt->layers : llama->layers; }
+  // Values per position and layer in each of the K and V caches.
+  std::int64_t kv_width() const { return gpt ? gpt->width : llama->kv_heads * llama->head_size(); }
+  graph::DType dtype() const { return gpt ? gpt->dtype : llama->dtype; }
+  // build_gpt_decode or build_llama_decode; throws graph::GraphError as they do.
+  graph::Graph build_decode(const DecodeShape& shape) const {
+    return gpt ? build_gpt_decode(*gpt, shape) : build_llama_decode(*llama, shape);
+  }
+};
 
 }  // namespace memplan::models

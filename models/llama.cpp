@@ -46,6 +46,21 @@ TensorId activation(graph::Builder& b, const LlamaConfig& config, TensorId gate_
   return b.silu(gate_in, name);
 }
 
+// The MLP's body as config says, gated (down(act(gate x) * up x)) or plain (down(act(up x))), over
+// `in` ("gate_proj", "up_proj" or "down_proj", the input, its output width) that projects: the
+// dense MLP's matrices or the experts' batched ones. Activations are named `prefix`.act, .glu.
+TensorId mlp_body(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t hidden_width,
+                  const std::function<TensorId(const char*, TensorId, std::int64_t)>& in, const std::string& prefix) {
+  TensorId hidden;
+  if (config.gated_mlp) {
+    const TensorId gate = activation(b, config, in("gate_proj", x, hidden_width), prefix + ".act");
+    hidden = b.mul(gate, in("up_proj", x, hidden_width), prefix + ".glu");
+  } else {
+    hidden = activation(b, config, in("up_proj", x, hidden_width), prefix + ".act");
+  }
+  return in("down_proj", hidden, config.width);
+}
+
 }  // namespace
 
 TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name) {
@@ -77,16 +92,13 @@ TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, Tensor
 }
 
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m) {
-  const std::int64_t C = config.width, F = config.ffn;
-  TensorId hidden;
-  if (config.gated_mlp) {  // down(act(gate(x)) * up(x))
-    const TensorId gate_in = project(b, config, x, m + ".gate_proj", F, C, config.mlp_bias, m + ".gate");
-    const TensorId gate = activation(b, config, gate_in, m + ".act");
-    hidden = b.mul(gate, project(b, config, x, m + ".up_proj", F, C, config.mlp_bias, m + ".up"), m + ".glu");
-  } else {  // down(act(up(x)))
-    hidden = activation(b, config, project(b, config, x, m + ".up_proj", F, C, config.mlp_bias, m + ".up"), m + ".act");
-  }
-  return project(b, config, hidden, m + ".down_proj", C, F, config.mlp_bias, m + ".down");
+  // Parameters m.{gate,up,down}_proj; the projections' outputs m.gate, m.up, m.down.
+  auto in = [&](const char* which, TensorId input, std::int64_t out) {
+    const std::string name(which);
+    const std::int64_t width = b.graph().tensor(input).shape.cols();
+    return project(b, config, input, m + "." + name, out, width, config.mlp_bias, m + "." + name.substr(0, name.find('_')));
+  };
+  return mlp_body(b, config, x, config.ffn, in, m);
 }
 
 TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m, TensorId* router_stats) {
@@ -100,19 +112,14 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
     *router_stats = *router_stats == kNoTensor ? stats : b.add(*router_stats, stats, m + ".router.stats_sum");
   }
   const TensorId xe = b.moe_dispatch(x, gates, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
+  // Every expert's weights stacked, [E, out, in]: one batched product over the experts' slots.
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
-  auto expert_project = [&](TensorId in, const std::string& name, std::int64_t out, std::int64_t width) {
-    const TensorId w = b.parameter(m + ".experts." + name + ".weight", {E, out, width}, w_init, config.dtype);
-    return b.batched_matmul(in, w, false, true, m + ".experts." + name);
+  auto expert_project = [&](const char* which, TensorId input, std::int64_t out) {
+    const std::string name = m + ".experts." + which;
+    const std::int64_t width = b.graph().tensor(input).shape.cols();
+    return b.batched_matmul(input, b.parameter(name + ".weight", {E, out, width}, w_init, config.dtype), false, true, name);
   };
-  TensorId hidden;
-  if (config.gated_mlp) {
-    const TensorId gate = activation(b, config, expert_project(xe, "gate_proj", F, C), m + ".experts.act");
-    hidden = b.mul(gate, expert_project(xe, "up_proj", F, C), m + ".experts.glu");
-  } else {
-    hidden = activation(b, config, expert_project(xe, "up_proj", F, C), m + ".experts.act");
-  }
-  TensorId y = b.moe_combine(expert_project(hidden, "down_proj", C, F), gates, m + ".combine");
+  TensorId y = b.moe_combine(mlp_body(b, config, xe, F, expert_project, m + ".experts"), gates, m + ".combine");
   if (moe.shared_ffn > 0) {
     LlamaConfig shared = config;
     shared.ffn = moe.shared_ffn;

@@ -52,10 +52,6 @@ std::int32_t pick(const float* row, std::int64_t vocab, double temperature, std:
 
 }  // namespace
 
-graph::Graph DecoderModel::build_decode(const models::DecodeShape& shape) const {
-  return gpt ? models::build_gpt_decode(*gpt, shape) : models::build_llama_decode(*llama, shape);
-}
-
 Bytes kv_block_bytes(const DecoderModel& model, std::int64_t block_size) {
   return pool_shape_of(model, block_size, 1).block_bytes();
 }

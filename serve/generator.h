@@ -11,14 +11,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "memplan/common/result.h"
-#include "memplan/models/gpt.h"
 #include "memplan/models/gpt_decode.h"
-#include "memplan/models/llama.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/executor.h"
@@ -27,22 +24,7 @@
 
 namespace memplan::serve {
 
-// The decoder a Generator runs: the reference GPT (and gpt2 configs) or the rotary decoder.
-struct DecoderModel {
-  DecoderModel(const models::GptConfig& config) : gpt(config) {}      // NOLINT: either converts
-  DecoderModel(const models::LlamaConfig& config) : llama(config) {}  // NOLINT
-  std::optional<models::GptConfig> gpt;
-  std::optional<models::LlamaConfig> llama;
-
-  std::int64_t context() const { return gpt ? gpt->context : llama->context; }
-  std::int64_t vocab() const { return gpt ? gpt->vocab : llama->vocab; }
-  std::int64_t layers() const { return gpt ? gpt->layers : llama->layers; }
-  // Values per position and layer in each of the K and V caches.
-  std::int64_t kv_width() const { return gpt ? gpt->width : llama->kv_heads * llama->head_size(); }
-  graph::DType dtype() const { return gpt ? gpt->dtype : llama->dtype; }
-  // The decode step (models/gpt_decode.h); throws graph::GraphError as the builders do.
-  graph::Graph build_decode(const models::DecodeShape& shape) const;
-};
+using models::DecoderModel;  // the decoders a Generator runs (models/gpt_decode.h)
 
 struct GenerationRequest {
   std::vector<std::int32_t> prompt;  // token ids; at least one, at most the model's context

@@ -199,9 +199,8 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
 
 // What a mixture of experts' plan assumes of the routing, said once on stderr (--json stays one
 // document); nothing for other models.
-void note_moe_capacity(const models::HfConfig& c, std::int64_t batch, std::int64_t seq) {
-  if (c.family != models::HfFamily::llama) return;
-  const std::string moe = models::describe_moe_capacity(c.llama, batch * seq);
+void note_moe_capacity(const models::LlamaConfig& config, std::int64_t batch, std::int64_t seq) {
+  const std::string moe = models::describe_moe_capacity(config, batch * seq);
   if (!moe.empty()) std::cerr << "note: " << moe << " (at batch " << batch << ")\n";
 }
 
@@ -235,7 +234,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   optimizer.kind = flags.optimizer;
   graph::ModelSource source = models::registry_source(std::move(model));
   const std::int64_t batch = flags.batch > 0 ? flags.batch : source.default_batch;
-  note_moe_capacity(c, batch, flags.seq > 0 ? flags.seq : c.positions);
+  if (c.family == models::HfFamily::llama) note_moe_capacity(c.llama, batch, flags.seq > 0 ? flags.seq : c.positions);
   planner::StepDescription step = planner::StepDescription::of_source(std::move(source), batch, optimizer);
   auto problem = planner::find_step_size_problem(step);
   if (!problem) return step;
@@ -288,10 +287,8 @@ Result<planner::StepDescription> registry_step_description(const ModelFlags& fla
   optimizer.kind = flags.optimizer;
   graph::ModelSource source = models::registry_source(std::move(model).value());
   const std::int64_t batch = flags.batch > 0 ? flags.batch : source.default_batch;
-  if (const models::ZooModel* zoo = models::find_zoo_model(flags.model); zoo != nullptr && !zoo->config_file.empty()) {
-    if (auto c = models::shipped_config(zoo->config_file); c.ok()) {
-      note_moe_capacity(c.value(), batch, flags.seq > 0 ? flags.seq : zoo->default_seq > 0 ? zoo->default_seq : c.value().positions);
-    }
+  if (auto llama = models::zoo_llama_config(flags.model, {flags.seq}); llama.ok()) {
+    note_moe_capacity(llama.value(), batch, llama.value().context);
   }
   planner::StepDescription step = planner::StepDescription::of_source(std::move(source), batch, optimizer);
   if (Status s = check_step_size_flags(step); !s) return s.error();

@@ -107,8 +107,7 @@ int run_generate(const GenerateFlags& flags) {
   if (!file) return fail(file.error().message, kExitUsage);
   auto saved = train::parse_decoder_metadata(file.value().view.metadata, flags.load);
   if (!saved) return fail(saved.error().message, kExitUsage);
-  const serve::DecoderModel model = saved.value().gpt ? serve::DecoderModel(*saved.value().gpt)
-                                                      : serve::DecoderModel(*saved.value().llama);
+  const models::DecoderModel& model = saved.value().model;
   const std::int64_t context = model.context();
   auto texts = flags.prompts_file.empty() ? prompts_from_text(flags.data, flags.prompts, context, flags.seed)
                                           : prompts_from_file(flags.prompts_file);

@@ -191,7 +191,6 @@ Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::str
     auto it = metadata.find(key);
     return it == metadata.end() ? nullptr : &it->second;
   };
-  SavedDecoder saved;
   const std::string* model = get("memplan.model");
   const std::string* config_text = get("memplan.hf_config");
   if (config_text == nullptr) {
@@ -202,10 +201,7 @@ Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::str
     }
     auto gpt = parse_gpt_metadata(metadata, source);
     if (!gpt) return gpt.error();
-    saved.gpt = gpt.value().config;
-    saved.vocab = std::move(gpt.value().vocab);
-    saved.description = "gpt";
-    return saved;
+    return SavedDecoder{gpt.value().config, std::move(gpt.value().vocab)};
   }
   auto parsed = models::parse_hf_config(*config_text, source + " (metadata memplan.hf_config)");
   if (!parsed) return parsed.error();
@@ -229,8 +225,7 @@ Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::str
   }
   auto vocab = vocab_from_hex(*vocab_hex, source);
   if (!vocab) return vocab.error();
-  saved.vocab = std::move(vocab).value();
-  const auto V = static_cast<std::int64_t>(saved.vocab.size());
+  const auto V = static_cast<std::int64_t>(vocab.value().size());
   if (c.family == models::HfFamily::gpt2) {
     c.gpt.vocab = V;
   } else {
@@ -246,15 +241,12 @@ Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::str
     return Error{source + ": the saved config describes a model that cannot be represented: " + s.error().message};
   }
   if (c.family == models::HfFamily::gpt2) {
-    saved.gpt = c.gpt;
-    saved.gpt->context = context;
-    saved.gpt->dropout = 0.0f;  // generation never drops
-  } else {
-    saved.llama = c.llama;
-    saved.llama->context = context;
+    c.gpt.context = context;
+    c.gpt.dropout = 0.0f;  // generation never drops
+    return SavedDecoder{c.gpt, std::move(vocab).value()};
   }
-  saved.description = c.describe();
-  return saved;
+  c.llama.context = context;
+  return SavedDecoder{c.llama, std::move(vocab).value()};
 }
 
 std::map<std::string, std::string> gpt_metadata(const models::GptConfig& config, const models::TextDataset& data) {

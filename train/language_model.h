@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "memplan/common/result.h"
+#include "memplan/models/gpt_decode.h"
 #include "memplan/models/registry.h"
 #include "memplan/models/text_dataset.h"
 #include "memplan/runtime/executor.h"
@@ -79,10 +79,8 @@ std::map<std::string, std::string> config_decoder_metadata(const models::ModelOp
 // config as a GPT, the rotary decoders as the LLaMA-style decoder), at the saved vocabulary and
 // sequence length.
 struct SavedDecoder {
-  std::optional<models::GptConfig> gpt;
-  std::optional<models::LlamaConfig> llama;
+  models::DecoderModel model;
   std::vector<unsigned char> vocab;  // id -> byte
-  std::string description;           // "gpt" or the config's models::HfConfig::describe()
 };
 Result<SavedDecoder> parse_decoder_metadata(const std::map<std::string, std::string>& metadata, const std::string& source);
 

@@ -21,6 +21,19 @@ struct Routing {
 };
 Routing routing_of(const TensorRef& gates) { return {(*gates.shape)[0], (*gates.shape)[1]}; }
 
+// The routing rule every kernel here follows: expert e keeps the tokens routed to it (gate != 0)
+// in token order, the first `capacity` of them; f(n, slot, gate) for each kept token. Returns the
+// slots filled.
+template <typename F>
+std::int64_t for_each_kept(const float* gates, const Routing& r, std::int64_t e, std::int64_t capacity, F&& f) {
+  std::int64_t used = 0;
+  for (std::int64_t n = 0; n < r.tokens && used < capacity; ++n) {
+    const float g = gates[n * r.experts + e];
+    if (g != 0.0f) f(n, used++, g);
+  }
+  return used;
+}
+
 // The k largest of row[0, E) (ties: the lower index) as a bit per expert in `chosen`.
 void choose_top_k(const float* row, std::int64_t experts, std::int64_t k, bool* chosen) {
   std::fill(chosen, chosen + experts, false);
@@ -92,18 +105,15 @@ void k_moe_dispatch(const KernelCall& c) {
   const bool weighted = c.attrs->weighted;
   parallel_each(r.experts, capacity * C, [&](std::int64_t e) {
     float* slots = xe + e * capacity * C;
-    std::int64_t used = 0;
-    for (std::int64_t n = 0; n < r.tokens && used < capacity; ++n) {
-      const float g = gates[n * r.experts + e];
-      if (g == 0.0f) continue;
-      float* dst = slots + used++ * C;
+    const std::int64_t used = for_each_kept(gates, r, e, capacity, [&](std::int64_t n, std::int64_t slot, float g) {
+      float* dst = slots + slot * C;
       const float* src = x + n * C;
       if (weighted) {
         for (std::int64_t i = 0; i < C; ++i) dst[i] = g * src[i];
       } else {
         std::memcpy(dst, src, static_cast<std::size_t>(C) * sizeof(float));
       }
-    }
+    });
     std::memset(slots + used * C, 0, static_cast<std::size_t>((capacity - used) * C) * sizeof(float));
   });
 }
@@ -123,15 +133,12 @@ void k_moe_combine(const KernelCall& c) {
     const std::int64_t lo = block * kBlock, hi = std::min(C, lo + kBlock);
     for (std::int64_t n = 0; n < r.tokens; ++n) std::fill(y + n * C + lo, y + n * C + hi, 0.0f);
     for (std::int64_t e = 0; e < r.experts; ++e) {
-      std::int64_t used = 0;
-      for (std::int64_t n = 0; n < r.tokens && used < capacity; ++n) {
-        const float g = gates[n * r.experts + e];
-        if (g == 0.0f) continue;
+      for_each_kept(gates, r, e, capacity, [&](std::int64_t n, std::int64_t slot, float g) {
         const float w = weighted ? g : 1.0f;
-        const float* src = ye + (e * capacity + used++) * C;
+        const float* src = ye + (e * capacity + slot) * C;
         float* dst = y + n * C;
         for (std::int64_t i = lo; i < hi; ++i) dst[i] += w * src[i];
-      }
+      });
     }
   });
 }
@@ -144,18 +151,14 @@ void k_moe_combine_backward_gates(const KernelCall& c) {
   float* dgates = c.outputs[0].f32();
   const std::int64_t capacity = (*c.inputs[1].shape)[1], C = (*c.inputs[1].shape)[2];
   parallel_each(r.experts, r.tokens * C, [&](std::int64_t e) {
-    std::int64_t used = 0;
-    for (std::int64_t n = 0; n < r.tokens; ++n) {
-      float& out = dgates[n * r.experts + e];
-      if (gates[n * r.experts + e] == 0.0f || used >= capacity) {
-        out = 0.0f;  // not routed, or dropped: the gate weighted nothing
-        continue;
-      }
-      const float* row = ye + (e * capacity + used++) * C;
+    // Not routed, or dropped: the gate weighted nothing.
+    for (std::int64_t n = 0; n < r.tokens; ++n) dgates[n * r.experts + e] = 0.0f;
+    for_each_kept(gates, r, e, capacity, [&](std::int64_t n, std::int64_t slot, float) {
+      const float* row = ye + (e * capacity + slot) * C;
       double dot = 0.0;
       for (std::int64_t i = 0; i < C; ++i) dot += double(dy[n * C + i]) * double(row[i]);
-      out = static_cast<float>(dot);
-    }
+      dgates[n * r.experts + e] = static_cast<float>(dot);
+    });
   });
 }
 
