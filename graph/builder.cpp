@@ -255,6 +255,16 @@ TensorId Builder::embedding(TensorId ids, TensorId table, const std::string& nam
   return binary(OpKind::embedding, ids, table, name);
 }
 
+TensorId Builder::relative_position_bias(TensorId table, std::int64_t queries, std::int64_t keys, bool bidirectional,
+                                         std::int64_t max_distance, const std::string& name) {
+  OpAttrs attrs;
+  attrs.shape = {queries, keys};
+  attrs.buckets = graph_.tensor(table).shape.rank() == 2 ? graph_.tensor(table).shape[0] : 0;
+  attrs.max_distance = max_distance;
+  attrs.bidirectional = bidirectional;
+  return unary(OpKind::relative_position_bias, table, name, std::move(attrs));
+}
+
 TensorId Builder::batched_matmul(TensorId a, TensorId b, bool trans_a, bool trans_b, const std::string& name) {
   OpAttrs attrs;
   attrs.trans_a = trans_a;

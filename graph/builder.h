@@ -86,6 +86,10 @@ class Builder {
   TensorId moe_combine(TensorId ye, TensorId gates, const std::string& name);
   // [2, E] (f32): the tokens routed to each expert and the sum of their router probabilities.
   TensorId moe_router_stats(TensorId probs, TensorId gates, const std::string& name);
+  // T5's relative attention bias [H, Tq, Tk] from table [buckets, H]: query i and key j take the
+  // row of the bucket of j - i (graph/op.h: relative_position_bucket).
+  TensorId relative_position_bias(TensorId table, std::int64_t queries, std::int64_t keys, bool bidirectional,
+                                  std::int64_t max_distance, const std::string& name);
   // Rotary position embedding of x [..., T, HD] (positions 0..T-1 along dim -2).
   // rotary_dims > 0 rotates only each head's first rotary_dims channels (partial rotary).
   TensorId rotary(TensorId x, float base, const std::string& name, std::int64_t rotary_dims = 0);

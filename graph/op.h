@@ -89,6 +89,9 @@ enum class OpKind : std::uint8_t {
                           // kept n, w as moe_dispatch's   inputs: ye[E, capacity, C], gates[N, E]
   moe_router_stats,       // stats[2, E] (f32): row 0 the tokens routed to each expert (capacity aside), row 1
                           // the sum of probs over tokens (the load-balancing loss's terms)   inputs: probs, gates
+  relative_position_bias,  // bias[H, Tq, Tk] = table[bucket(j - i), h] (T5's relative attention bias; query i,
+                           // key j; buckets as relative_position_bucket below)   inputs: table[buckets, H];
+                           // shape = {Tq, Tk}, `buckets`, `max_distance`, `bidirectional`
   // backward-only helpers
   relu_backward,                   // dx = dy * (y > 0)              inputs: dy, y
   gelu_backward,                   // dx = dy * gelu'(x)             inputs: dy, x
@@ -126,6 +129,9 @@ enum class OpKind : std::uint8_t {
   moe_combine_backward_gates,      // dgates[n, e] = dot(dy[n], ye[e, slot]) where e kept n, else 0
                                    //   inputs: dy[N, C], ye[E, capacity, C], gates[N, E]
   moe_router_stats_backward,       // dprobs[n, e] = dstats[1, e]    inputs: dstats[2, E]; shape = probs dims, dtype
+  relative_position_bias_backward,  // dtable[buckets, H]: dbias summed into each bucket by ascending distance
+                                    //   j - i, each distance over ascending i   inputs: dbias[H, Tq, Tk]
+                                    //   (relative_position_bias's attrs)
   // optimizer updates: modify their `updates` operands in place
   sgd_update,           // updates: param;                   inputs: grad
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
@@ -200,6 +206,11 @@ struct OpAttrs {
   bool normalize = false;          // moe_top_k*: gates divided by their sum
   std::int64_t capacity = 1;       // moe_dispatch: slots per expert
   bool weighted = true;            // moe_dispatch, moe_combine: rows scaled by their gates
+  // relative_position_bias*: T5's buckets of key-minus-query distances, and whether keys after the
+  // query get buckets of their own (the encoder) or share bucket 0 (the causal decoder)
+  std::int64_t buckets = 32;
+  std::int64_t max_distance = 128;
+  bool bidirectional = true;
   // optimizer hyper-parameters
   float lr = 0.0f;
   float momentum = 0.0f;  // also running_stats_update: new = (1 - m) * old + m * batch
@@ -309,5 +320,12 @@ inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
 // reads its output (kernels/kernel.h: find_fused_kernel): an im2col and the product reading its
 // columns, the columns' gradient and its col2im. The memory-aware schedule keeps them adjacent.
 bool fusable_pair(OpKind first, OpKind second);
+
+// T5's bucket of a key-minus-query distance (relative_position_bias): with `bidirectional`, half
+// the buckets for keys after the query; exact for distances below half the (half) buckets, then
+// logarithmic up to max_distance, the last bucket beyond. transformers' float32 arithmetic, so the
+// buckets are PyTorch's.
+std::int64_t relative_position_bucket(std::int64_t relative, bool bidirectional, std::int64_t buckets,
+                                      std::int64_t max_distance);
 
 }  // namespace memplan::graph

@@ -248,6 +248,47 @@ void grad_attention(GradContext& c, const Op& op, TensorId dy) {
   }
 }
 
+// T5's relative attention bias: a gather from a [buckets, H] table by the bucket of each (query,
+// key) distance, transposed to [H, Tq, Tk] so that it adds onto the scores of every sample.
+void check_relative_attrs(std::string_view op, const OpAttrs& attrs) {
+  if (attrs.shape.size() != 2 || attrs.shape[0] <= 0 || attrs.shape[1] <= 0) {
+    fail(op, "shape must be {Tq, Tk} with positive lengths");
+  }
+  const std::int64_t half = attrs.bidirectional ? attrs.buckets / 2 : attrs.buckets;
+  if (half < 2) fail(op, "needs at least " + std::string(attrs.bidirectional ? "4" : "2") + " buckets, got " + str(attrs.buckets));
+  if (attrs.max_distance <= half / 2) {
+    fail(op, "max_distance " + str(attrs.max_distance) + " must exceed the " + str(half / 2) + " exact buckets");
+  }
+}
+
+OutputSpec infer_relative_position_bias(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& table = *in[0];
+  expect_float("relative_position_bias", table);
+  expect_rank("relative_position_bias", table, 2);
+  check_relative_attrs("relative_position_bias", attrs);
+  if (table.shape[0] != attrs.buckets) {
+    fail("relative_position_bias", "table '" + table.name + "' " + table.shape.to_string() + " must have " +
+                                       str(attrs.buckets) + " rows, one per bucket");
+  }
+  return {Shape{table.shape[1], attrs.shape[0], attrs.shape[1]}, table.dtype};
+}
+
+OutputSpec infer_relative_position_bias_backward(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& dy = *in[0];
+  expect_float("relative_position_bias_backward", dy);
+  expect_rank("relative_position_bias_backward", dy, 3);
+  check_relative_attrs("relative_position_bias_backward", attrs);
+  if (dy.shape[1] != attrs.shape[0] || dy.shape[2] != attrs.shape[1]) {
+    fail("relative_position_bias_backward", "'" + dy.name + "' " + dy.shape.to_string() + " must be [H, " +
+                                                str(attrs.shape[0]) + ", " + str(attrs.shape[1]) + "]");
+  }
+  return {Shape{attrs.buckets, dy.shape[0]}, dy.dtype};
+}
+
+void grad_relative_position_bias(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::relative_position_bias_backward, {dy}, op.attrs, c.gname(op.inputs[0])));
+}
+
 // Splitting by rows (OpInfo::split_rows_when): a matmul's rows are A's unless A is transposed;
 // attention's dropout masks follow absolute positions, so a slice of the batch would draw others.
 bool split_when_a_untransposed(const OpAttrs& attrs) { return !attrs.trans_a; }
@@ -267,6 +308,10 @@ constexpr OpInfo kMatmulAttentionRows[] = {
     .infer = infer_attention_lse, .flops = flops_attention_lse, .split_rows = true, .row_inputs = 0b11},
   {.kind = OpKind::attention, .name = "attention", .num_inputs = 4, .num_updates = 0, .num_outputs = 1,
     .infer = infer_attention, .flops = flops_attention, .grad = grad_attention, .split_rows = true, .row_inputs = 0b1111, .split_rows_when = split_without_dropout},
+  {.kind = OpKind::relative_position_bias, .name = "relative_position_bias", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_relative_position_bias, .flops = flops_zero, .grad = grad_relative_position_bias},
+  {.kind = OpKind::relative_position_bias_backward, .name = "relative_position_bias_backward", .num_inputs = 1, .num_updates = 0,
+    .num_outputs = 1, .infer = infer_relative_position_bias_backward, .flops = flops_per_input0},
   {.kind = OpKind::softmax_backward, .name = "softmax_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_backward_like_second, .flops = flops_4_per_input0, .split_rows = true, .row_inputs = 0b11},
   {.kind = OpKind::attention_backward_dot, .name = "attention_backward_dot", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
@@ -279,5 +324,25 @@ constexpr OpInfo kMatmulAttentionRows[] = {
 }  // namespace
 
 std::span<const OpInfo> matmul_attention_rows() { return kMatmulAttentionRows; }
+
+std::int64_t relative_position_bucket(std::int64_t relative, bool bidirectional, std::int64_t buckets,
+                                      std::int64_t max_distance) {
+  std::int64_t base = 0, n = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    if (relative > 0) base = buckets;
+    n = relative < 0 ? -relative : relative;
+  } else {
+    n = relative < 0 ? -relative : 0;  // keys after the query share bucket 0
+  }
+  const std::int64_t exact = buckets / 2;
+  if (n < exact) return base + n;
+  // transformers' float32 steps: log(n / exact) / log(max_distance / exact) * (buckets - exact),
+  // truncated, so that the same distances land in the same buckets as in PyTorch.
+  const float ratio = static_cast<float>(n) / static_cast<float>(exact);
+  const auto log_range = static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(exact)));
+  const float scaled = std::log(ratio) / log_range * static_cast<float>(buckets - exact);
+  return base + std::min(exact + static_cast<std::int64_t>(scaled), buckets - 1);
+}
 
 }  // namespace memplan::graph

@@ -28,9 +28,11 @@ TensorId soft_cap(graph::Builder& b, TensorId x, float cap, const std::string& n
 // .fused.lse (fused, whose dropout draws the same mask as `prefix`.drop would).
 // `scale` > 0 replaces 1 / sqrt(D) (Gemma-2's query_pre_attn_scalar^-1/2); `softcap` > 0 caps the
 // scaled scores to softcap * tanh(s / softcap) before the softmax (Gemma-2; materialized:
-// `prefix`.capped).
+// `prefix`.capped). q [B, H, Tq, D] may attend to keys of another length Tk (cross-attention).
+// `bias` [H, Tq, Tk] (T5's relative position bias) is added to every sample's scaled scores
+// (`prefix`.biased; materialized only); a scale of exactly 1 stores no scaled copy (T5).
 TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
                                 TensorId v, bool causal, float p, const std::string& prefix, float scale = 0.0f,
-                                float softcap = 0.0f);
+                                float softcap = 0.0f, TensorId bias = kNoTensor);
 
 }  // namespace memplan::models

@@ -28,7 +28,8 @@ constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFa
                                    {"gemma2", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
                                    {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
-                                   {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit}};
+                                   {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit},
+                                   {"t5", HfFamily::t5}};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -583,6 +584,67 @@ void read_vit(Fields& f, const json& j, HfConfig& c) {
   if (f.ok()) check_weight(f, "(image_size / patch_size)^2 + 1 positions x hidden_size", {side * side + 1, v.encoder.width});
 }
 
+// T5's MLP as transformers reads feed_forward_proj: "ACT" or "gated-ACT" ("gated-gelu" means the
+// tanh GELU, computed as the erf form like the decoders' tanh GELUs: the same memory). The derived
+// keys a saved config also carries (dense_act_fn, is_gated_act) must agree with it.
+void read_t5_mlp(Fields& f, T5Config& t) {
+  std::string proj = f.text("feed_forward_proj");
+  if (proj.empty()) proj = "relu";
+  const bool gated = proj.starts_with("gated-");
+  const std::string act = gated ? proj.substr(6) : proj;
+  if (act == "relu") {
+    t.act = T5Config::Act::relu;
+  } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") {
+    t.act = T5Config::Act::gelu;
+  } else if (act == "silu" || act == "swish") {
+    t.act = T5Config::Act::silu;
+  } else {
+    f.fail("feed_forward_proj", "'" + proj.substr(0, 40) + "' is not supported (relu, gelu, gelu_new, silu, each optionally "
+           "\"gated-\": e.g. \"relu\" for T5, \"gated-gelu\" for T5 v1.1 and Flan-T5)");
+  }
+  t.gated = gated;
+  if (f.ok() && f.boolean("is_gated_act", gated) != gated) {
+    f.fail("is_gated_act", std::string(gated ? "false" : "true") + " contradicts feed_forward_proj '" + proj + "'");
+  }
+  const std::string dense = f.text("dense_act_fn");
+  if (f.ok() && !dense.empty() && dense != act && !(proj == "gated-gelu" && dense == "gelu_new")) {
+    f.fail("dense_act_fn", "'" + dense.substr(0, 40) + "' contradicts feed_forward_proj '" + proj + "'");
+  }
+}
+
+void read_t5(Fields& f, HfConfig& c) {
+  T5Config& t = c.t5;
+  t.vocab = f.size({"vocab_size"});
+  t.width = f.size({"d_model"});
+  t.head_size = f.size({"d_kv"});
+  t.ffn = f.size({"d_ff"});
+  t.heads = f.size({"num_heads"});
+  t.layers = f.size({"num_layers"});
+  t.decoder_layers = f.size({"num_decoder_layers"}, t.layers);
+  t.buckets = f.size({"relative_attention_num_buckets"}, std::int64_t{32});
+  t.max_distance = f.size({"relative_attention_max_distance"}, std::int64_t{128});
+  t.dropout = dropout(f, {"dropout_rate"}, 0.1);
+  t.norm_eps = static_cast<float>(f.number("layer_norm_epsilon", 1e-6, 0.0, 1.0));
+  t.tied_head = f.boolean("tie_word_embeddings", true);
+  read_t5_mlp(f, t);
+  if (!f.boolean("is_encoder_decoder", true)) {
+    f.fail("is_encoder_decoder", "false is not supported: memplan's t5 is the encoder-decoder (T5ForConditionalGeneration)");
+  }
+  // No learned positions: n_positions is only the length the model was trained at, the default.
+  c.positions = f.size({"n_positions"}, std::int64_t{512});
+  if (f.ok() && t.buckets < 4) {
+    f.fail("relative_attention_num_buckets", std::to_string(t.buckets) + " is too few: the encoder's bidirectional "
+           "buckets need at least 4 (two exact distances each way)");
+  }
+  if (f.ok() && t.max_distance <= t.buckets / 2) {
+    f.fail("relative_attention_max_distance", std::to_string(t.max_distance) + " must exceed half of "
+           "relative_attention_num_buckets " + std::to_string(t.buckets) + " (the distances bucketed exactly)");
+  }
+  check_weight(f, "vocab_size x d_model", {t.vocab, t.width});
+  check_weight(f, "d_ff x d_model", {t.ffn, t.width});
+  check_weight(f, "num_heads x d_kv x d_model", {t.heads, t.head_size, t.width});
+}
+
 // ", 8 experts (top 2) of 14336" for a mixture of experts, "" for a dense MLP.
 std::string moe_summary(const LlamaConfig::Moe& m) {
   if (m.experts <= 0) return "";
@@ -598,6 +660,7 @@ std::string family_name(HfFamily f) {
     case HfFamily::llama: return "llama";
     case HfFamily::bert: return "bert";
     case HfFamily::vit: return "vit";
+    case HfFamily::t5: return "t5";
   }
   return "?";
 }
@@ -640,6 +703,15 @@ std::string HfConfig::describe() const {
       return model_type + ": " + s(patch_size) + "x" + s(patch_size) + " patches of " + s(image_size) + "x" +
              s(image_size) + ", " + s(vit.encoder.layers) + " layers, width " + s(vit.encoder.width) + ", " +
              s(vit.encoder.heads) + " heads, MLP " + s(vit.encoder.mlp) + ", " + s(vit.classes) + " classes";
+    case HfFamily::t5:
+    {
+      const char* act = t5.act == T5Config::Act::relu ? "ReLU" : t5.act == T5Config::Act::gelu ? "GELU" : "SiLU";
+      return model_type + " (encoder-decoder): " + s(t5.layers) + " encoder and " + s(t5.decoder_layers) +
+             " decoder layers, width " + s(t5.width) + ", " + s(t5.heads) + " heads of " + s(t5.head_size) + ", " +
+             (t5.gated ? std::string(act) + "-gated MLP " : std::string(act) + " MLP ") + s(t5.ffn) + ", vocab " +
+             s(t5.vocab) + ", relative position buckets " + s(t5.buckets) + " up to " + s(t5.max_distance) +
+             (t5.tied_head ? ", tied embeddings" : ", untied lm_head") + ", materialized attention";
+    }
   }
   return model_type;
 }
@@ -687,6 +759,7 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
       break;
     case HfFamily::bert: read_bert(f, c); break;
     case HfFamily::vit: read_vit(f, j, c); break;
+    case HfFamily::t5: read_t5(f, c); break;
   }
   if (!f.ok()) return f.error();
   c.unread_keys = f.unread();
@@ -733,6 +806,14 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.encoder.attention = options.attention;
       if (!training) c.encoder.dropout = 0.0f;
       return build_vit(c, batch);
+    }
+    case HfFamily::t5: {
+      T5Config c = config.t5;
+      c.seq = seq;
+      c.target_seq = options.target_seq > 0 ? options.target_seq : seq;
+      c.dtype = options.dtype;
+      if (!training) c.dropout = 0.0f;
+      return build_t5(c, batch);
     }
   }
   throw graph::GraphError("config of an unknown family " + family_name(config.family));

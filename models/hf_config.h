@@ -1,6 +1,7 @@
 // Hugging Face transformers `config.json` files read onto memplan's model builders: the families
 // gpt2, the rotary decoders (llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox,
-// falcon, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe), bert and vit, from the fields those configs carry. Architecture only: no weights, no tokenizer, and not a general
+// falcon, and the mixtures of experts mixtral, qwen2_moe, qwen3_moe), bert, vit and the encoder-decoder
+// t5, from the fields those configs carry. Architecture only: no weights, no tokenizer, and not a general
 // PretrainedConfig (fields that change no tensor are checked for their type and otherwise left).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "memplan/models/encoder.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/llama.h"
+#include "memplan/models/t5.h"
 #include "memplan/models/zoo.h"
 
 namespace memplan::models {
@@ -25,7 +27,8 @@ namespace memplan::models {
 // and falcon take LayerNorms, plain GELU MLPs and parallel residuals; mixtral, qwen2_moe and
 // qwen3_moe replace the MLP by a mixture of experts (LlamaConfig::Moe); gemma2 is gemma with norms
 // after the sublayers too and soft-capped attention scores and logits.
-enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit };
+// t5 is the encoder-decoder (models/t5.h).
+enum class HfFamily : std::uint8_t { gpt2, llama, bert, vit, t5 };
 
 // "gpt2, llama, mistral, ..., bert, vit": the model_type values the reader takes.
 std::string supported_model_types();
@@ -39,6 +42,7 @@ struct HfConfig {
   LlamaConfig llama;
   BertConfig bert;
   VitConfig vit;
+  T5Config t5;
   // Language models: the positions the model was made for (n_positions, max_position_embeddings),
   // the sequence length when none is asked for. Learned position tables (gpt2, bert) also cap it.
   std::int64_t positions = 0;
@@ -56,6 +60,8 @@ struct HfConfig {
   std::string text;
 
   bool vision() const { return family == HfFamily::vit; }
+  // An encoder-decoder: its decoder's length is ZooOptions::target_seq (--target-seq).
+  bool encoder_decoder() const { return family == HfFamily::t5; }
   // "llama: 32 layers, width 4096, 32 heads (8 K/V), SwiGLU 14336, vocab 128256, rotary"
   std::string describe() const;
 };
@@ -69,7 +75,8 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
 Result<HfConfig> read_hf_config(const std::string& path);
 
 // The forward graph (with loss and output) for `batch` samples. options.seq / image_size of 0
-// take the config's positions / image size; options.dtype sets parameters and activations.
+// take the config's positions / image size (an encoder-decoder's target_seq of 0: its seq);
+// options.dtype sets parameters and activations.
 // training == false builds the evaluation form (no dropout). Throws graph::GraphError
 // (graph::SizeError for sizes that cannot be represented), as the builders do.
 graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options,

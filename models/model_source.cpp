@@ -38,6 +38,7 @@ std::int64_t& config_layers(HfConfig& c) {
     case HfFamily::llama: return c.llama.layers;
     case HfFamily::bert: return c.bert.encoder.layers;
     case HfFamily::vit: return c.vit.encoder.layers;
+    case HfFamily::t5: return c.t5.layers;  // the encoder's; the decoder's stay as the file says
   }
   return c.gpt.layers;
 }
@@ -52,8 +53,12 @@ void config_knobs(graph::ModelSource& s, std::shared_ptr<const ModelOptions> m) 
     s.knobs.push_back(knob("image_size", "the image size", m->zoo.image_size > 0 ? m->zoo.image_size : c.image_size,
                            std::min(c.image_size, 16 * c.patch_size), c.patch_size));
   } else {
-    s.knobs.push_back(knob("seq", "the sequence length", m->zoo.seq > 0 ? m->zoo.seq : c.positions,
-                           std::min<std::int64_t>(c.positions, 1024)));
+    const std::int64_t seq = m->zoo.seq > 0 ? m->zoo.seq : c.positions;
+    s.knobs.push_back(knob("seq", "the sequence length", seq, std::min<std::int64_t>(c.positions, 1024)));
+    if (c.encoder_decoder()) {
+      s.knobs.push_back(knob("target_seq", "the target sequence length", m->zoo.target_seq > 0 ? m->zoo.target_seq : seq,
+                             std::min<std::int64_t>(c.positions, 1024)));
+    }
   }
   const std::int64_t layers = config_layers(c);
   s.knobs.push_back(layer_count("num_hidden_layers", "the layer count", layers, layers, "layers", false));
@@ -61,8 +66,10 @@ void config_knobs(graph::ModelSource& s, std::shared_ptr<const ModelOptions> m) 
   s.build = [m](std::int64_t batch, Sizes sizes) {
     HfConfig config = *m->config;
     ZooOptions zoo = m->zoo;
-    (config.vision() ? zoo.image_size : zoo.seq) = sizes[0];
-    config_layers(config) = sizes[1];
+    std::size_t next = 0;
+    (config.vision() ? zoo.image_size : zoo.seq) = sizes[next++];
+    if (config.encoder_decoder()) zoo.target_seq = sizes[next++];
+    config_layers(config) = sizes[next];
     return build_hf_forward(config, batch, zoo, m->training);
   };
 }
@@ -108,11 +115,17 @@ void zoo_knobs(graph::ModelSource& s, std::shared_ptr<const ModelOptions> m, con
     s.knobs.push_back(knob("image_size", "the image size", m->zoo.image_size > 0 ? m->zoo.image_size : zoo.default_image,
                            zoo.default_image, zoo.image_multiple));
   } else {
-    s.knobs.push_back(knob("seq", "the sequence length", m->zoo.seq > 0 ? m->zoo.seq : zoo.default_seq, zoo.default_seq));
+    const std::int64_t seq = m->zoo.seq > 0 ? m->zoo.seq : zoo.default_seq;
+    s.knobs.push_back(knob("seq", "the sequence length", seq, zoo.default_seq));
+    if (zoo.encoder_decoder) {
+      s.knobs.push_back(knob("target_seq", "the target sequence length", m->zoo.target_seq > 0 ? m->zoo.target_seq : seq,
+                             zoo.default_seq));
+    }
   }
-  s.build = [m, vision = zoo.vision](std::int64_t batch, Sizes sizes) {
+  s.build = [m, vision = zoo.vision, encoder_decoder = zoo.encoder_decoder](std::int64_t batch, Sizes sizes) {
     ZooOptions options = m->zoo;
     (vision ? options.image_size : options.seq) = sizes[0];
+    if (encoder_decoder) options.target_seq = sizes[1];
     return build_zoo_forward_or_throw(m->name, batch, options);
   };
 }
@@ -156,8 +169,10 @@ Status set_data_sizes(ModelOptions& options, std::int64_t vocab) {
       c.gpt.vocab = vocab;
     } else if (c.family == HfFamily::llama) {
       c.llama.vocab = vocab;
+    } else if (c.family == HfFamily::t5) {
+      c.t5.vocab = vocab;
     } else {
-      return Error{"a vocabulary size applies to decoder configs (gpt2 and the rotary decoders), not a " + c.model_type};
+      return Error{"a vocabulary size applies to text configs (gpt2, the rotary decoders and t5), not a " + c.model_type};
     }
     return Status::success();
   }

@@ -46,6 +46,10 @@ constexpr ZooEntry kEntries[] = {
     {"mixtral-8x7b", "mixtral-8x7b.json", "Mixtral-8x7B (mixture of experts)", 4096, 8},
     {"qwen1.5-moe", "qwen1.5-moe-a2.7b.json", "Qwen1.5-MoE-A2.7B (mixture of experts)", 4096, 8},
     {"qwen3-30b-a3b", "qwen3-30b-a3b.json", "Qwen3-30B-A3B (mixture of experts)", 4096, 8},
+    {"t5-small", "t5-small.json", "T5-small (encoder-decoder)", 0, 8},
+    {"t5-base", "t5-base.json", "T5-base (encoder-decoder)", 0, 8},
+    {"flan-t5-base", "flan-t5-base.json", "Flan-T5-base (encoder-decoder)", 0, 8},
+    {"flan-t5-xl", "flan-t5-xl.json", "Flan-T5-XL (encoder-decoder)", 0, 8},
     {"bert-base", "bert-base-uncased.json", "BERT-base with the MLM head", 0, 8},
     {"vit-b16", "vit-base-patch16-224.json", "ViT-B/16", 0, 32},
 };
@@ -75,6 +79,7 @@ const std::vector<ZooModel>& zoo_models() {
       m.name = e.name;
       m.summary = std::string(e.title) + " (" + e.config_file + "): " + c.describe();
       m.vision = c.vision();
+      m.encoder_decoder = c.encoder_decoder();
       m.default_seq = c.vision() ? 0 : (e.default_seq > 0 ? e.default_seq : c.positions);
       m.max_seq = c.learned_positions ? c.positions : 0;
       m.default_image = c.image_size;

@@ -21,12 +21,14 @@ struct ZooOptions {
   std::int64_t image_size = 0;  // pixels per side for vision models; 0 = the model's default
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: mixed precision)
   AttentionKind attention = AttentionKind::fused;  // transformers (models/attention.h)
+  std::int64_t target_seq = 0;  // an encoder-decoder's decoder tokens per sequence; 0 = seq
 };
 
 struct ZooModel {
   std::string name;
   std::string summary;         // e.g. "GPT-2 124M (gpt2.json): gpt2: 12 layers, width 768, ..."
   bool vision = false;         // takes --image-size (otherwise --seq)
+  bool encoder_decoder = false;  // also takes --target-seq (T5)
   std::int64_t default_seq = 0;    // language models
   std::int64_t max_seq = 0;        // learned positions (0: no limit, rotary)
   std::int64_t default_image = 0;  // vision models

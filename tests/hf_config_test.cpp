@@ -87,7 +87,9 @@ TEST(HfConfig, EveryFileInModelsConfigsIsEmbeddedVerbatim) {
 // untied embed_out included); Falcon-7B 6,921,720,704 (tied); Mixtral-8x7B-v0.1 46,702,792,704
 // (its card: "46.7B"); Qwen1.5-MoE-A2.7B 14,315,784,192 ("14.3B", 60 experts and a shared one);
 // Qwen3-30B-A3B 30,532,122,624 ("30.5B", 128 experts); Gemma-2-9B 9,241,705,984 ("9.24B", tied);
-// each the sum of its safetensors' shapes.
+// T5ForConditionalGeneration: t5-small 60,506,624 and t5-base 222,903,552 (tied; the "60M" and
+// "220M" of the T5 paper), google/flan-t5-base 247,577,856 and flan-t5-xl 2,849,757,184 (untied
+// lm_head); each the sum of its safetensors' shapes.
 const std::map<std::string, std::int64_t>& published_counts() {
   static const std::map<std::string, std::int64_t> counts = {
       {"gpt2.json", 124'439'808},
@@ -114,6 +116,10 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"mixtral-8x7b.json", 46'702'792'704},
       {"qwen1.5-moe-a2.7b.json", 14'315'784'192},
       {"qwen3-30b-a3b.json", 30'532'122'624},
+      {"t5-small.json", 60'506'624},
+      {"t5-base.json", 222'903'552},
+      {"flan-t5-base.json", 247'577'856},
+      {"flan-t5-xl.json", 2'849'757'184},
       {"bert-base-uncased.json", 109'514'298},
       {"vit-base-patch16-224.json", 86'567'656},
   };
@@ -556,7 +562,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},

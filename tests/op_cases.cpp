@@ -333,6 +333,14 @@ const std::vector<OpCase>& op_cases() {
          return b.moe_router_stats(probs, b.moe_top_k(probs, d[2], true, "gates"), "y");
        },
        {{5, 4, 2}, {3, 3, 1}}, 2e-2f, false, true},
+      // d = {H, Tq, Tk, buckets, max_distance, bidirectional}: distances in the exact, the
+      // logarithmic and the last bucket, several pairs per bucket (their gradients sum)
+      {"relative_position_bias", OpKind::relative_position_bias,
+       [](Builder& b, const Dims& d, DType t) {
+         auto table = b.parameter("table", {d[3], d[0]}, {}, t);
+         return b.relative_position_bias(table, d[1], d[2], d[5] != 0, d[4], "y");
+       },
+       {{2, 5, 7, 8, 6, 1}, {3, 9, 9, 6, 5, 0}, {1, 1, 1, 4, 3, 1}}},
       {"rotary", OpKind::rotary,
        [](Builder& b, const Dims& d, DType t) { return b.rotary(b.parameter("x", Shape(d), {}, t), 10.0f, "y"); },
        {{2, 3, 4}, {1, 2, 5, 6}}},
@@ -866,6 +874,32 @@ V ref_moe_router_stats(const RefOperands& o) {
     }
   return stats;
 }
+// transformers' _relative_position_bucket, step by step in float32 as PyTorch computes it.
+std::int64_t ref_t5_bucket(std::int64_t relative, bool bidirectional, std::int64_t buckets, std::int64_t max_distance) {
+  std::int64_t result = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    result += relative > 0 ? buckets : 0;
+    relative = std::abs(relative);
+  } else {
+    relative = -std::min<std::int64_t>(relative, 0);
+  }
+  const std::int64_t max_exact = buckets / 2;
+  if (relative < max_exact) return result + relative;
+  const float large = std::log(float(relative) / float(max_exact)) /
+                      float(std::log(double(max_distance) / double(max_exact))) * float(buckets - max_exact);
+  return result + std::min(max_exact + static_cast<std::int64_t>(large), buckets - 1);
+}
+V ref_relative_position_bias(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  const std::int64_t H = o.shape[0][1], Tq = a.shape[0], Tk = a.shape[1];
+  V y(at(H * Tq * Tk));
+  for (std::int64_t h = 0; h < H; ++h)
+    for (std::int64_t i = 0; i < Tq; ++i)
+      for (std::int64_t j = 0; j < Tk; ++j)
+        y[at((h * Tq + i) * Tk + j)] = o.in[0][at(ref_t5_bucket(j - i, a.bidirectional, a.buckets, a.max_distance) * H + h)];
+  return y;
+}
 V ref_broadcast_scalar(const RefOperands& o) { return V(at(numel(o.out)), double(o.op.attrs.alpha) * o.in[0][0]); }
 // Element i: 0 where splitmix64(stream + i)'s top 24 bits / 2^24 < p, else 1 / (1 - p), with
 // stream = splitmix64(seed ^ splitmix64(step)); the harness runs step 1.
@@ -1007,6 +1041,7 @@ const ReferenceEntry kReferences[] = {
     {OpKind::moe_dispatch, ref_moe_dispatch},
     {OpKind::moe_combine, ref_moe_combine},
     {OpKind::moe_router_stats, ref_moe_router_stats},
+    {OpKind::relative_position_bias, ref_relative_position_bias},
     {OpKind::batch_norm_stats, ref_batch_norm_stats},
     {OpKind::batch_norm_centered_stats, ref_batch_norm_centered_stats},
     {OpKind::batch_norm, ref_batch_norm},

@@ -37,7 +37,8 @@ TEST(Zoo, ParameterCountsMatchThePublishedModels) {
       {"gemma-7b", 8'537'680'896},    {"gemma2-9b", 9'241'705'984},    {"phi3-mini", 3'821'079'552},     {"olmo2-7b", 7'298'617'344},
       {"pythia-160m", 162'322'944},   {"pythia-6.9b", 6'857'302'016},   {"falcon-7b", 6'921'720'704},
       {"mixtral-8x7b", 46'702'792'704}, {"qwen1.5-moe", 14'315'784'192}, {"qwen3-30b-a3b", 30'532'122'624},
-      {"bert-base", 109'514'298},
+      {"t5-small", 60'506'624},       {"t5-base", 222'903'552},         {"flan-t5-base", 247'577'856},
+      {"flan-t5-xl", 2'849'757'184},  {"bert-base", 109'514'298},
       {"vit-b16", 86'567'656},        {"resnet50", 25'557'032},
   };
   ASSERT_EQ(published.size(), models::zoo_models().size());

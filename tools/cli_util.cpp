@@ -129,6 +129,9 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                "memplan plans; a key that would and is not modelled is refused)");
   add_moe_capacity_option(app, flags.moe_capacity_factor);
   app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
+  app.add_option("--target-seq", flags.target_seq,
+                 "Decoder tokens per sequence of an encoder-decoder --config (t5; default: --seq)")
+      ->check(positive_integer());
   app.add_option("--vocab", flags.vocab,
                  "Vocabulary size of a text model (gpt, decoder configs; default: gpt's is its default text's, "
                  "as train builds it, a config's its own)")
@@ -154,7 +157,7 @@ std::string flag_name(const graph::SizeKnob& k, std::optional<std::int64_t> valu
   if (k.key == "hidden_count") return value ? "--hidden with " + std::to_string(*value) + " widths" : "the --hidden widths";
   if (k.key == "hidden" && k.position > 0) return "--hidden (width " + std::to_string(k.position) + ")" + v;
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"batch", "--batch"}, {"seq", "--seq"}, {"image_size", "--image-size"}, {"width", "--width"},
+      {"batch", "--batch"}, {"seq", "--seq"}, {"target_seq", "--target-seq"}, {"image_size", "--image-size"}, {"width", "--width"},
       {"layers", "--layers"}, {"hidden", "--hidden"}};
   for (const auto& [key, flag] : kFlags) {
     if (k.key == key) return flag + v;
@@ -170,8 +173,8 @@ Status apply_data_sizes(models::ModelOptions& model, const ModelFlags& flags) {
 }
 
 Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) {
-  if (flags.seq > 0 || flags.image_size > 0) {
-    return Error{"--seq and --image-size do not apply to --onnx: the file fixes every size but the batch"};
+  if (flags.seq > 0 || flags.target_seq > 0 || flags.image_size > 0) {
+    return Error{"--seq, --target-seq and --image-size do not apply to --onnx: the file fixes every size but the batch"};
   }
   if (flags.vocab > 0) return Error{"--vocab does not apply to --onnx: the file fixes every size but the batch"};
   if (flags.attention) return Error{"--attention does not apply to --onnx: the file's own attention ops are imported as they are"};
@@ -215,6 +218,13 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   if (flags.image_size > 0 && !c.vision()) {
     return Error{"--image-size applies to vision models; the config " + flags.config + " is a " + c.model_type};
   }
+  if (flags.target_seq > 0 && !c.encoder_decoder()) {
+    return Error{"--target-seq applies to encoder-decoder configs (t5); the config " + flags.config + " is a " + c.model_type};
+  }
+  if (c.encoder_decoder() && flags.attention == models::AttentionKind::fused) {
+    return Error{"--attention fused does not apply to " + flags.config + ": T5's relative position bias adds onto "
+                 "the attention scores, so its attention is materialized (leave out --attention)"};
+  }
   if (flags.seq > 0 && c.learned_positions && flags.seq > c.positions) {
     return Error{"--seq " + std::to_string(flags.seq) + " exceeds the " + std::to_string(c.positions) +
                  " learned positions of " + flags.config};
@@ -229,6 +239,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   model.config = c;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = flags.attention.value_or(models::AttentionKind::fused);  // every config is a transformer
+  model.zoo.target_seq = flags.target_seq;
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
@@ -263,6 +274,16 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
     return Error{"--image-size applies to vision models (cnn, vit-b16, resnet50), not '" + flags.model + "'"};
   }
   if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
+  const models::ZooModel* zoo = models::find_zoo_model(flags.model);
+  const bool encoder_decoder = zoo != nullptr && zoo->encoder_decoder;
+  if (flags.target_seq > 0 && !encoder_decoder) {
+    return Error{"--target-seq applies to encoder-decoder models (t5-small, t5-base, flan-t5-base, flan-t5-xl, a t5 "
+                 "--config), not '" + flags.model + "'"};
+  }
+  if (encoder_decoder && flags.attention == models::AttentionKind::fused) {
+    return Error{"--attention fused does not apply to " + flags.model + ": T5's relative position bias adds onto the "
+                 "attention scores, so its attention is materialized (leave out --attention)"};
+  }
   if (flags.attention && !models::has_attention(flags.model)) {
     return Error{"--attention applies to transformers (gpt, the zoo's models but resnet50, and --config), not '" +
                  flags.model + "'"};
@@ -274,6 +295,7 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   if (flags.image_size > 0) model.cnn.image = flags.image_size;
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = model.gpt.attention = flags.attention.value_or(models::AttentionKind::fused);
+  model.zoo.target_seq = flags.target_seq;
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   return model;
 }

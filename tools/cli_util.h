@@ -103,6 +103,7 @@ struct ModelFlags {
   graph::OptimizerKind optimizer = graph::OptimizerKind::adamw;
   std::vector<std::int64_t> hidden = {256, 256};
   std::int64_t seq = 0;         // 0: the model's default
+  std::int64_t target_seq = 0;  // --target-seq: an encoder-decoder config's decoder length; 0: --seq
   std::int64_t image_size = 0;  // 0: the model's default
   graph::DType dtype = graph::DType::f32;
   std::optional<models::AttentionKind> attention;  // unset (auto): fused; given: transformers only
@@ -118,7 +119,7 @@ struct ModelFlags {
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
-// --hidden, --onnx, --loss, --output, and with `shapes` --seq, --image-size, --dtype and --config
+// --hidden, --onnx, --loss, --output, and with `shapes` --seq, --target-seq, --image-size, --dtype and --config
 // (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
 // The registry model --model and its flags describe (not --onnx or --config), with the sizes

@@ -754,6 +754,46 @@ void k_embedding_backward(const KernelCall& c) {
   }
 }
 
+// --- T5's relative attention bias ---------------------------------------------------------
+
+// Walks the (query i, key j) pairs of a [Tq, Tk] block diagonal by diagonal (distance d = j - i
+// ascending, i ascending), so each distance's bucket is computed once: f(bucket, i, j).
+template <typename F>
+void for_each_relative_pair(const graph::OpAttrs& a, F&& f) {
+  const std::int64_t tq = a.shape[0], tk = a.shape[1];
+  for (std::int64_t d = -(tq - 1); d < tk; ++d) {
+    const std::int64_t bucket = graph::relative_position_bucket(d, a.bidirectional, a.buckets, a.max_distance);
+    for (std::int64_t i = std::max<std::int64_t>(0, -d); i < tq && i + d < tk; ++i) f(bucket, i, i + d);
+  }
+}
+
+void k_relative_position_bias(const KernelCall& c) {
+  const float* table = c.inputs[0].f32();
+  const std::int64_t heads = (*c.inputs[0].shape)[1], tq = c.attrs->shape[0], tk = c.attrs->shape[1];
+  float* y = c.outputs[0].f32();
+  parallel_each(heads, tq * tk, [&](std::int64_t h) {
+    float* yh = y + h * tq * tk;
+    for_each_relative_pair(*c.attrs, [&](std::int64_t bucket, std::int64_t i, std::int64_t j) {
+      yh[i * tk + j] = table[bucket * heads + h];
+    });
+  });
+}
+
+// Each head's column of the table on its own thread, in the contract's order: the sums do not
+// depend on the thread count.
+void k_relative_position_bias_backward(const KernelCall& c) {
+  const float* dy = c.inputs[0].f32();
+  const std::int64_t heads = (*c.inputs[0].shape)[0], tq = c.attrs->shape[0], tk = c.attrs->shape[1];
+  float* dt = c.outputs[0].f32();
+  std::fill(dt, dt + c.outputs[0].numel(), 0.0f);
+  parallel_each(heads, tq * tk, [&](std::int64_t h) {
+    const float* dyh = dy + h * tq * tk;
+    for_each_relative_pair(*c.attrs, [&](std::int64_t bucket, std::int64_t i, std::int64_t j) {
+      dt[bucket * heads + h] += dyh[i * tk + j];
+    });
+  });
+}
+
 // --- attention ----------------------------------------------------------------------------
 
 void k_batched_matmul(const KernelCall& c) {
@@ -903,6 +943,8 @@ KernelEntries nn_kernel_entries() {
       {OpKind::layer_norm_backward, k_layer_norm_backward},
       {OpKind::layer_norm_dgamma, k_layer_norm_dgamma},
       {OpKind::embedding_backward, k_embedding_backward},
+      {OpKind::relative_position_bias, k_relative_position_bias},
+      {OpKind::relative_position_bias_backward, k_relative_position_bias_backward},
       {OpKind::softmax_backward, k_softmax_backward},
   };
 }
