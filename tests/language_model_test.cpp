@@ -109,6 +109,18 @@ TEST_F(LanguageModel, TextFeederStagesTheWindowsOfSampleTextBatch) {
   EXPECT_EQ(train::TextFeeder(*data_, 1000, 8, 5).steps_per_epoch(), 1);
 }
 
+// Two windows of source 3 and target 2 (span 4): the encoder reads the first 3 tokens, the
+// decoder the source's last token and the first target token, and predicts the 2 target tokens.
+TEST(SourceTarget, TheDecoderReadsTheTargetShiftedRightBehindTheSourcesLastToken) {
+  const std::vector<std::int32_t> x = {10, 11, 12, 13, 20, 21, 22, 23};       // [2, 4]
+  const std::vector<std::int32_t> labels = {11, 12, 13, 14, 21, 22, 23, 24};  // x shifted by one
+  train::SourceTarget split;
+  train::split_source_target(x, labels, 2, 3, 2, split);
+  EXPECT_EQ(split.x, (std::vector<std::int32_t>{10, 11, 12, 20, 21, 22}));
+  EXPECT_EQ(split.decoder_x, (std::vector<std::int32_t>{12, 13, 22, 23}));
+  EXPECT_EQ(split.labels, (std::vector<std::int32_t>{13, 14, 23, 24}));
+}
+
 TEST(UnigramEntropy, IsTheEntropyOfTheTokenFrequenciesInNats) {
   EXPECT_NEAR(train::unigram_entropy({0, 1, 2, 3, 4, 5, 6}, 7), std::log(7.0), 1e-12);
   EXPECT_NEAR(train::unigram_entropy({0, 0, 0, 1}, 5), -(0.75 * std::log(0.75) + 0.25 * std::log(0.25)), 1e-12);

@@ -62,6 +62,11 @@ struct TrainConfigCli : ::testing::Test {
     std::ofstream(dir / "qwen2_moe.json") << R"({"model_type": "qwen2_moe", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "intermediate_size": 48, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24,
       "num_experts": 3, "num_experts_per_tok": 2, "vocab_size": 151936, "max_position_embeddings": 4096})";
+    // T5: the encoder-decoder, gated GELU, untied head (Flan-T5's layout), few buckets.
+    std::ofstream(dir / "t5.json") << R"({"model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 48, "num_heads": 4,
+      "num_layers": 1, "num_decoder_layers": 1, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false,
+      "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16, "dropout_rate": 0.0,
+      "vocab_size": 32128})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -106,6 +111,25 @@ TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode)
       EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << name << " " << mode;
     }
   }
+}
+
+// T5 trains on text too: the encoder reads --seq characters, the decoder predicts the next
+// --target-seq; planned, naive and dynamic execution give the same bits.
+TEST_F(TrainConfigCli, AnEncoderDecoderContinuesItsSourceWithTheSameBitsInEveryMode) {
+  const std::string base = "--config " + config("t5.json") + " --data " + text() + " --seq 12 --target-seq 6 --batch 4 --steps 40 --seed 2";
+  const nlohmann::json planned = run_json(base);
+  ASSERT_TRUE(planned.contains("val_loss"));
+  EXPECT_LT(planned["vocab"].get<int>(), 64);
+  EXPECT_EQ(planned["device_allocations_during_steps"], 0);
+  EXPECT_LT(planned["val_loss"].get<double>(), planned["unigram_entropy"].get<double>());
+  for (const char* mode : {"naive", "dynamic"}) {
+    EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << mode;
+  }
+  // The target's length is the decoder's: another one trains another model.
+  EXPECT_NE(run_json("--config " + config("t5.json") + " --data " + text() + " --seq 12 --target-seq 5 --batch 4 --steps 2 --seed 2")
+                ["params_sha256"],
+            run_json("--config " + config("t5.json") + " --data " + text() + " --seq 12 --target-seq 6 --batch 4 --steps 2 --seed 2")
+                ["params_sha256"]);
 }
 
 TEST_F(TrainConfigCli, DefaultSequenceIsTheConfigsPositionsUpToAMaximum) {
@@ -162,6 +186,9 @@ TEST_F(TrainConfigCli, ConfigsThatCannotTrainHereAreUsageErrors) {
       {"--config " + config("vit.json") + " --seq 8", "--seq applies to language models"},
       {"--config " + config("gpt2.json") + " --model gpt", "excludes"},
       {"--config " + config("text.txt"), "text.txt"},
+      {"--config " + config("llama.json") + " --data " + text() + " --target-seq 8", "--target-seq applies to encoder-decoder"},
+      {"--model gpt --target-seq 8", "--target-seq applies to encoder-decoder"},
+      {"--config " + config("t5.json") + " --data " + text() + " --attention fused", "materialized"},
   };
   for (const auto& [args, expected] : cases) {
     auto r = testing::run_cli("train " + args + " --steps 1 --quiet");

@@ -51,6 +51,7 @@ struct TrainFlags {
   std::string config;
   std::optional<models::HfConfig> hf;
   std::int64_t config_seq = 0;
+  std::int64_t target_seq = 0;  // --target-seq: an encoder-decoder config's target length (0: --seq)
   int threads = 0;
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   std::optional<kernels::DeviceKind> device;  // empty: auto (cuda when present, else cpu)
@@ -111,6 +112,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     spec.model.config = *flags.hf;
     spec.model.zoo.attention = flags.gpt.attention;
     spec.model.zoo.seq = flags.config_seq;
+    spec.model.zoo.target_seq = flags.target_seq;
   }
   spec.onnx = {flags.onnx, flags.loss, flags.output, flags.export_onnx};
   spec.data = flags.data;
@@ -353,6 +355,7 @@ struct TrainOptions {
   CLI::Option* hidden = nullptr;
   std::vector<CLI::Option*> onnx_options;  // --loss, --output, --export-onnx
   std::vector<CLI::Option*> gpt_options;   // --seq first, --attention last
+  CLI::Option* target_seq = nullptr;
 };
 
 // What to train: --model, --onnx or --config, and their options.
@@ -394,6 +397,10 @@ void add_model_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
                      ->delimiter(',')
                      ->check(positive_integer())
                      ->capture_default_str();
+  o.target_seq = app.add_option("--target-seq", flags.target_seq,
+                                 "--config of an encoder-decoder (t5): characters per target, which the decoder predicts "
+                                 "after the --seq characters the encoder reads (default: --seq)")
+                      ->check(positive_integer());
   o.gpt_options = {
       app.add_option("--seq", flags.gpt.context, "gpt and --config decoders: characters per sequence (context)")
           ->check(positive_integer())
@@ -550,6 +557,13 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
     }
   }
   resolved.config_seq = seq->count() > 0 ? given.gpt.context : 0;
+  if (o.target_seq->count() > 0 && !resolved.hf->encoder_decoder()) {
+    return Error{"--target-seq applies to encoder-decoder configs (t5); " + given.config + " is a " + resolved.hf->model_type};
+  }
+  if (resolved.hf->encoder_decoder() && attention->count() > 0 && given.gpt.attention == models::AttentionKind::fused) {
+    return Error{"--attention fused does not apply to " + given.config + ": T5's relative position bias adds onto the "
+                 "attention scores, so its attention is materialized (leave out --attention)"};
+  }
   return refuse_onnx_options(o);
 }
 
@@ -557,6 +571,9 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
 // to which model.
 Result<TrainFlags> resolve_train_flags(const TrainFlags& given, const TrainOptions& o) {
   TrainFlags resolved = given;
+  if (o.config->count() == 0 && o.target_seq->count() > 0) {
+    return Error{"--target-seq applies to encoder-decoder configs (--config of a t5)"};
+  }
   if (o.config->count() > 0) {
     if (Status s = resolve_config(given, o, resolved); !s) return s.error();
   } else if (o.onnx->count() > 0) {

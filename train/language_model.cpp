@@ -14,19 +14,53 @@
 
 namespace memplan::train {
 
-TextFeeder::TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed)
-    : data_(data), batch_(batch), context_(context), seed_(seed) {}
-
-std::int64_t TextFeeder::steps_per_epoch() const {
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(data_.train.size()) / (batch_ * context_));
+void split_source_target(const std::vector<std::int32_t>& x, const std::vector<std::int32_t>& labels, std::int64_t rows,
+                         std::int64_t source, std::int64_t target, SourceTarget& out) {
+  const std::int64_t span = source + target - 1;
+  MEMPLAN_CHECK(static_cast<std::int64_t>(x.size()) == rows * span && labels.size() == x.size(), "source/target windows");
+  out.x.resize(static_cast<std::size_t>(rows * source));
+  out.decoder_x.resize(static_cast<std::size_t>(rows * target));
+  out.labels.resize(out.decoder_x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto row = x.begin() + r * span, row_labels = labels.begin() + r * span;
+    std::copy(row, row + source, out.x.begin() + r * source);
+    std::copy(row + source - 1, row + span, out.decoder_x.begin() + r * target);
+    std::copy(row_labels + source - 1, row_labels + span, out.labels.begin() + r * target);
+  }
 }
 
+std::int64_t text_target(const models::ModelOptions& model) {
+  return model.config && model.config->encoder_decoder() ? model.zoo.target_seq : 0;
+}
+
+TextFeeder::TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed,
+                       std::int64_t target)
+    : data_(data), batch_(batch), context_(context), seed_(seed), target_(target) {}
+
+std::int64_t TextFeeder::steps_per_epoch() const {
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(data_.train.size()) / (batch_ * (context_ + target_)));
+}
+
+namespace {
+void set_ids(runtime::Executor& executor, const char* name, const std::vector<std::int32_t>& ids, std::int64_t first,
+             std::int64_t count) {
+  executor.set_input(executor.graph().find(name), ids.data() + first, static_cast<Bytes>(count) * sizeof(std::int32_t));
+}
+}  // namespace
+
 void TextFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
-  models::sample_text_batch(data_.train, batch_, context_, seed_, step_index, x_, labels_);
-  const graph::Graph& g = executor.graph();
-  const std::int64_t count = batch_ / world_ * context_, first = count * rank_;
-  executor.set_input(g.find("x"), x_.data() + first, static_cast<Bytes>(count) * sizeof(std::int32_t));
-  executor.set_input(g.find("labels"), labels_.data() + first, static_cast<Bytes>(count) * sizeof(std::int32_t));
+  const std::int64_t rows = batch_ / world_, first_row = rows * rank_;
+  if (target_ == 0) {
+    models::sample_text_batch(data_.train, batch_, context_, seed_, step_index, x_, labels_);
+    set_ids(executor, "x", x_, first_row * context_, rows * context_);
+    set_ids(executor, "labels", labels_, first_row * context_, rows * context_);
+    return;
+  }
+  models::sample_text_batch(data_.train, batch_, context_ + target_ - 1, seed_, step_index, x_, labels_);
+  split_source_target(x_, labels_, batch_, context_, target_, split_);
+  set_ids(executor, "x", split_.x, first_row * context_, rows * context_);
+  set_ids(executor, "decoder_x", split_.decoder_x, first_row * target_, rows * target_);
+  set_ids(executor, "labels", split_.labels, first_row * target_, rows * target_);
 }
 
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {
@@ -61,9 +95,12 @@ Status bind_trained_weights(runtime::Executor& exec, const runtime::Executor& tr
 Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model, const runtime::Executor& trained,
                                                const std::vector<std::int32_t>& tokens, runtime::Device& device,
                                                std::int64_t max_windows) {
-  const std::int64_t T = model.gpt.context;
+  // A window: T tokens and their successors, or an encoder-decoder's source and target
+  // (split_source_target), whose successors are the target.
+  const std::int64_t target = text_target(model);
+  const std::int64_t T = target > 0 ? model.gpt.context + target - 1 : model.gpt.context;
   const std::int64_t available = (static_cast<std::int64_t>(tokens.size()) - 1) / T;
-  if (available < 1) return Error{"the validation text is shorter than one sequence of " + std::to_string(T)};
+  if (available < 1) return Error{"the validation text is shorter than one sequence of " + std::to_string(T + 1)};
   std::int64_t windows = std::min(available, max_windows);
   const std::int64_t batch = std::min<std::int64_t>(32, windows);
   windows = windows / batch * batch;
@@ -89,12 +126,20 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
         labels[static_cast<std::size_t>(i * T + t)] = tokens[start + static_cast<std::size_t>(t) + 1];
       }
     }
-    exec.set_input(g.find("x"), x.data(), static_cast<Bytes>(x.size() * sizeof(std::int32_t)));
-    exec.set_input(g.find("labels"), labels.data(), static_cast<Bytes>(labels.size() * sizeof(std::int32_t)));
+    if (target > 0) {
+      SourceTarget split;
+      split_source_target(x, labels, batch, model.gpt.context, target, split);
+      set_ids(exec, "x", split.x, 0, static_cast<std::int64_t>(split.x.size()));
+      set_ids(exec, "decoder_x", split.decoder_x, 0, static_cast<std::int64_t>(split.decoder_x.size()));
+      set_ids(exec, "labels", split.labels, 0, static_cast<std::int64_t>(split.labels.size()));
+    } else {
+      set_ids(exec, "x", x, 0, static_cast<std::int64_t>(x.size()));
+      set_ids(exec, "labels", labels, 0, static_cast<std::int64_t>(labels.size()));
+    }
     if (Status s = exec.run_step(); !s) return s.error();
     loss_sum += double(exec.read_scalar(g.loss));
   }
-  return TextEvaluation{loss_sum / double(windows / batch), windows * T};
+  return TextEvaluation{loss_sum / double(windows / batch), windows * (target > 0 ? target : T)};
 }
 
 Result<std::vector<std::int32_t>> generate(runtime::Executor& executor, std::vector<std::int32_t> prompt,

@@ -19,10 +19,26 @@
 
 namespace memplan::train {
 
-// Feeds windows of the training text at positions drawn from (seed, step).
+// An encoder-decoder's windows of text (target > 0): rows of x and labels [rows, S + T - 1] (labels
+// x shifted by one, as sample_text_batch draws them) as its inputs: the encoder reads the first S
+// tokens, the decoder the target shifted right behind the source's last token, x[S-1, S+T-1), and
+// predicts the next T tokens, labels[S-1, S+T-1). The decoder continues the encoder's text.
+struct SourceTarget {
+  std::vector<std::int32_t> x, decoder_x, labels;  // [rows, S], [rows, T], [rows * T]
+};
+void split_source_target(const std::vector<std::int32_t>& x, const std::vector<std::int32_t>& labels, std::int64_t rows,
+                         std::int64_t source, std::int64_t target, SourceTarget& out);
+// The decoder length an encoder-decoder config trains at (ZooOptions::target_seq, resolved by
+// load_run_data); 0 for every other model.
+std::int64_t text_target(const models::ModelOptions& model);
+
+// Feeds windows of the training text at positions drawn from (seed, step): `context` tokens and
+// their successors, or for an encoder-decoder (target > 0) `context` source tokens and `target`
+// target tokens (split_source_target).
 class TextFeeder {
  public:
-  TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed);
+  TextFeeder(const models::TextDataset& data, std::int64_t batch, std::int64_t context, std::uint64_t seed,
+             std::int64_t target = 0);
   // Steps that draw as many tokens as the training split holds.
   std::int64_t steps_per_epoch() const;
   void feed(std::int64_t step_index, runtime::Executor& executor);
@@ -34,7 +50,9 @@ class TextFeeder {
   const models::TextDataset& data_;
   std::int64_t batch_, context_;
   std::uint64_t seed_;
+  std::int64_t target_;
   std::vector<std::int32_t> x_, labels_;
+  SourceTarget split_;
 };
 
 // The unigram entropy of `tokens` in nats: the loss of a model that knows only character

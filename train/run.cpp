@@ -146,12 +146,18 @@ void note_config(const TrainSpec& spec, const RunData& data, const Notes& note) 
   if (!data.text_model()) return;
   // The config as the user wrote it (the run's copy holds the text's vocabulary already).
   const models::HfConfig& given = spec.model.config ? *spec.model.config : c;
-  const std::int64_t config_vocab = given.family == models::HfFamily::gpt2 ? given.gpt.vocab : given.llama.vocab;
+  const std::int64_t config_vocab = given.family == models::HfFamily::gpt2 ? given.gpt.vocab
+                                    : given.family == models::HfFamily::t5  ? given.t5.vocab
+                                                                            : given.llama.vocab;
   const std::int64_t characters = data.text->vocab_size();
   const std::int64_t vocab = data.model.gpt.vocab;
   note("no tokenizer: the text's " + std::to_string(characters) + " distinct bytes are the tokens, in a vocabulary of " +
        std::to_string(vocab) + (vocab == characters ? "" : " (--vocab)") + " in place of the config's " +
        std::to_string(config_vocab) + " tokens; " + std::to_string(data.model.gpt.context) + " characters per sequence (--seq)");
+  if (const std::int64_t target = text_target(data.model); target > 0) {
+    note("the decoder continues the encoder's text: " + std::to_string(target) +
+         " characters per target (--target-seq), teacher-forced behind the source's last character");
+  }
   if (c.family == models::HfFamily::llama) {
     const std::string moe = models::describe_moe_capacity(c.llama, spec.batch * data.model.gpt.context);
     if (!moe.empty()) note(moe);
@@ -315,6 +321,7 @@ RunIdentity run_identity(const TrainSpec& spec, int world) {
   } else if (spec.model.config) {
     id.emplace_back("--config", spec.model.name + " (" + spec.model.config->describe() + ")");
     id.emplace_back("--seq", std::to_string(spec.model.zoo.seq));
+    if (spec.model.config->encoder_decoder()) id.emplace_back("--target-seq", std::to_string(spec.model.zoo.target_seq));
   } else {
     id.emplace_back("--model", spec.model.name);
     if (spec.model.name == "mlp") {

@@ -22,8 +22,9 @@ namespace memplan::train {
 
 namespace {
 
-bool config_is_decoder(const models::HfConfig& c) {
-  return c.family == models::HfFamily::gpt2 || c.family == models::HfFamily::llama;
+// Configs trained on text: the decoders, and T5 (the encoder-decoder) continuing its source.
+bool config_is_text(const models::HfConfig& c) {
+  return c.family == models::HfFamily::gpt2 || c.family == models::HfFamily::llama || c.family == models::HfFamily::t5;
 }
 
 }  // namespace
@@ -47,17 +48,19 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
                  "masking, which memplan does not have. train --config takes " + std::string(kTrainableConfigFamilies) +
                  "; fit, plan and compare take every family"};
   }
-  if (model.name == "gpt" || (model.config && config_is_decoder(*model.config))) {
+  if (model.name == "gpt" || (model.config && config_is_text(*model.config))) {
     if (model.config) {
       auto seq = config_train_seq(*model.config, model.zoo.seq);
       if (!seq) return seq.error();
       model.zoo.seq = seq.value();
       model.gpt.context = seq.value();  // the feeders and the evaluation read the context here
+      // An encoder-decoder's target: --target-seq, else as long as its source.
+      if (model.config->encoder_decoder() && model.zoo.target_seq <= 0) model.zoo.target_seq = seq.value();
     }
     const std::string source = path.empty() ? models::kFortunesDefaultDir : path;
     auto raw = models::read_text(source);
     if (!raw) return raw.error();
-    auto data = models::make_text_dataset(raw.value(), model.gpt.context + 1);
+    auto data = models::make_text_dataset(raw.value(), model.gpt.context + text_target(model) + 1);
     if (!data) return Error{source + ": " + data.error().message + " (a shorter --seq may work)"};
     out.text = std::move(data).value();
     const std::int64_t found = out.text->vocab_size();
@@ -70,6 +73,7 @@ Result<RunData> load_run_data(models::ModelOptions model, const std::string& pat
     if (model.config) {
       // No tokenizer: the text's bytes are the vocabulary, in place of the config's tokens.
       if (model.config->family == models::HfFamily::gpt2) model.config->gpt.vocab = model.gpt.vocab;
+      else if (model.config->family == models::HfFamily::t5) model.config->t5.vocab = model.gpt.vocab;
       else model.config->llama.vocab = model.gpt.vocab;
     }
   } else {
@@ -193,7 +197,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   if (Status k = kernels::check_kernels_for(s->planned_.graph, device.kind()); !k) return k.error();
   if (s->planned_.fits) s->executor_ = std::make_unique<runtime::Executor>(s->planned_, device, options.executor);
   if (s->data_.text) {
-    s->text_feeder_.emplace(*s->data_.text, options.batch, s->data_.model.gpt.context, options.seed);
+    s->text_feeder_.emplace(*s->data_.text, options.batch, s->data_.model.gpt.context, options.seed,
+                            text_target(s->data_.model));
     s->text_feeder_->shard(options.parallel.rank, options.parallel.world);
   } else {
     s->image_feeder_.emplace(*s->data_.train_images, options.batch, options.seed,
@@ -259,7 +264,7 @@ std::int64_t TrainingSession::steps_per_epoch() const {
 }
 
 std::int64_t TrainingSession::samples_per_step() const {
-  return data_.text ? options_.batch * data_.model.gpt.context : options_.batch;
+  return data_.text ? options_.batch * (data_.model.gpt.context + text_target(data_.model)) : options_.batch;
 }
 
 Result<runtime::TrainSummary> TrainingSession::run(std::int64_t steps, const runtime::ProgressFn& progress) {

@@ -66,7 +66,8 @@ inline constexpr std::int64_t kDefaultConfigTrainSeq = 256;
 // the config's positions up to kDefaultConfigTrainSeq.
 Result<std::int64_t> config_train_seq(const models::HfConfig& config, std::int64_t asked);
 inline constexpr const char* kTrainableConfigFamilies =
-    "gpt2, llama, mistral, qwen2 (on text, at byte level) and vit (on Fashion-MNIST: num_channels 1, image_size 28)";
+    "the decoders (gpt2 and the rotary decoders) and t5 (on text, at byte level) and vit (on Fashion-MNIST: "
+    "num_channels 1, image_size 28)";
 
 // The same for an ONNX classifier of Fashion-MNIST: `onnx_path` must take one float input of
 // [B, 1, 28, 28] or [B, 784] and give [B, classes] logits (cross_entropy) or scores (mse, fed
