@@ -1,22 +1,49 @@
 #include "tools/cli_app.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <iostream>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "memplan/common/cancellation.h"
 #include "memplan/common/check.h"
 #include "memplan/common/memory_files.h"
 
 namespace memplan::tools {
+namespace {
+
+// CLI11's help lists an option's "Excludes:" in the order of the options' addresses, which
+// depends on the heap; sorted by name, --help reads the same in every process (the Python package
+// compares its in-process help with the CLI's).
+class StableHelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    std::string text = CLI::Formatter::make_option_opts(opt);
+    const std::string label = " " + get_label("Excludes") + ":";
+    const std::size_t at = text.find(label);
+    if (at == std::string::npos || opt->get_excludes().size() < 2) return text;
+    std::vector<std::string> names;
+    for (const CLI::Option* other : opt->get_excludes()) names.push_back(other->get_name());
+    std::sort(names.begin(), names.end());
+    std::string sorted = label;
+    for (const std::string& name : names) sorted += " " + name;
+    std::size_t end = at + label.size();
+    for (std::size_t i = 0; i < names.size(); ++i) end += 1 + names[i].size();  // the unsorted list's length
+    return text.substr(0, at) + sorted + text.substr(end);
+  }
+};
+
+}  // namespace
 
 CliApp::CliApp()
     : app_("memplan: a training framework that plans every byte of a training step before it runs.\n"
            "Run 'memplan COMMAND --help' for a command's options.") {
   app_.require_subcommand(1);
+  app_.formatter(std::make_shared<StableHelpFormatter>());  // subcommands take the root's formatter
   commands_ = {add_train_command(app_),   add_plan_command(app_),  add_fit_command(app_),
                add_compare_command(app_), add_solve_command(app_), add_sample_command(app_),
                add_replay_command(app_), add_generate_command(app_)};

@@ -100,7 +100,7 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
   const std::int64_t target = text_target(model);
   const std::int64_t T = target > 0 ? model.gpt.context + target - 1 : model.gpt.context;
   const std::int64_t available = (static_cast<std::int64_t>(tokens.size()) - 1) / T;
-  if (available < 1) return Error{"the validation text is shorter than one sequence of " + std::to_string(T + 1)};
+  if (available < 1) return Error{"the validation text is shorter than one sequence of " + std::to_string(T)};
   std::int64_t windows = std::min(available, max_windows);
   const std::int64_t batch = std::min<std::int64_t>(32, windows);
   windows = windows / batch * batch;
