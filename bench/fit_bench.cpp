@@ -121,6 +121,9 @@ int main() {
       {"mixtral-8x7b --max-batch bf16 1TiB (3 strategies)", "--model mixtral-8x7b --dtype bf16 --budget 1TiB --max-batch", 10000},
       {"qwen1.5-moe --max-batch bf16 320GiB (3 strategies)", "--model qwen1.5-moe --dtype bf16 --budget 320GiB --max-batch", 10000},
       {"qwen3-30b-a3b --max-batch bf16 640GiB (3 strategies)", "--model qwen3-30b-a3b --dtype bf16 --budget 640GiB --max-batch", 10000},
+      // The encoder-decoder: Flan-T5-XL at the T5 paper's 512 source and 114 target tokens.
+      {"flan-t5-xl --max-batch bf16 s512 t114 80GiB (3 strategies)",
+       "--model flan-t5-xl --dtype bf16 --seq 512 --target-seq 114 --budget 80GiB --max-batch", 10000},
   };
   // Every shipped Hugging Face config (models/configs), by its zoo name at its default shape: one
   // plan each, under a second.

@@ -171,5 +171,12 @@ write("hf_config", "seed-small-gpt2", json.dumps({"model_type": "gpt2", "n_embd"
 write("hf_config", "seed-heads-do-not-divide", json.dumps(dict(small, model_type="llama", num_attention_heads=3)))
 write("hf_config", "seed-partial-rotary", json.dumps(dict(small, model_type="gpt_neox", rotary_pct=0.5)))
 write("hf_config", "seed-wrong-type", json.dumps(dict(small, model_type="falcon", multi_query="yes")))
-write("hf_config", "seed-unknown-type", json.dumps(dict(small, model_type="t5")))
+write("hf_config", "seed-unknown-type", json.dumps(dict(small, model_type="xlnet")))
+write("hf_config", "seed-small-t5", json.dumps({"model_type": "t5", "d_model": 16, "d_kv": 4, "d_ff": 24, "num_heads": 2,
+                                                "num_layers": 1, "num_decoder_layers": 2, "feed_forward_proj": "gated-gelu",
+                                                "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
+                                                "vocab_size": 50}))
+write("hf_config", "seed-t5-too-few-buckets", json.dumps({"model_type": "t5", "d_model": 16, "d_kv": 4, "d_ff": 24,
+                                                          "num_heads": 2, "num_layers": 1, "vocab_size": 50,
+                                                          "relative_attention_num_buckets": 3}))
 write("hf_config", "seed-not-json", "{\"model_type\": \"llama\", ")
