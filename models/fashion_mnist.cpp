@@ -201,4 +201,31 @@ Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split) {
   return parse_idx_pair(images.value(), labels.value(), images_path, labels_path);
 }
 
+void resample_gray(const float* image, std::int64_t rows, std::int64_t cols, std::int64_t channels, std::int64_t height,
+                   std::int64_t width, float* out) {
+  // Source coordinate of output index i along a side of `in` pixels resampled to `n`.
+  auto source = [](std::int64_t i, std::int64_t in, std::int64_t n, std::int64_t& i0, std::int64_t& i1, float& t) {
+    const float scale = static_cast<float>(in) / static_cast<float>(n);
+    const float x = std::max(0.0f, (static_cast<float>(i) + 0.5f) * scale - 0.5f);
+    i0 = std::min(static_cast<std::int64_t>(x), in - 1);
+    i1 = std::min(i0 + 1, in - 1);
+    t = x - static_cast<float>(i0);
+  };
+  float* plane = out;
+  for (std::int64_t y = 0; y < height; ++y) {
+    std::int64_t r0 = 0, r1 = 0;
+    float ty = 0.0f;
+    source(y, rows, height, r0, r1, ty);
+    for (std::int64_t x = 0; x < width; ++x) {
+      std::int64_t c0 = 0, c1 = 0;
+      float tx = 0.0f;
+      source(x, cols, width, c0, c1, tx);
+      const float top = image[r0 * cols + c0] * (1.0f - tx) + image[r0 * cols + c1] * tx;
+      const float bottom = image[r1 * cols + c0] * (1.0f - tx) + image[r1 * cols + c1] * tx;
+      plane[y * width + x] = top * (1.0f - ty) + bottom * ty;
+    }
+  }
+  for (std::int64_t c = 1; c < channels; ++c) std::copy(plane, plane + height * width, out + c * height * width);
+}
+
 }  // namespace memplan::models

@@ -25,6 +25,13 @@ struct ImageDataset {
 
 enum class Split { train, test };
 
+// One gray image [rows, cols] as a model of [channels, height, width] inputs takes it, as
+// torchvision's Grayscale(num_output_channels) and Resize prepare it: resampled bilinearly
+// (PyTorch's interpolate with align_corners=False, no antialiasing) and the gray value repeated in
+// every channel; `out` holds channels * height * width values.
+void resample_gray(const float* image, std::int64_t rows, std::int64_t cols, std::int64_t channels, std::int64_t height,
+                   std::int64_t width, float* out);
+
 Result<ImageDataset> load_fashion_mnist(const std::string& dir, Split split);
 
 // An IDX file (plain or gzipped, decompressed) may hold at most this: Fashion-MNIST's largest is

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "memplan/models/fashion_mnist.h"
 
@@ -39,6 +40,27 @@ std::vector<std::uint8_t> idx_labels(std::uint32_t n) {
 std::string parse_error(const std::vector<std::uint8_t>& images, const std::vector<std::uint8_t>& labels) {
   auto r = parse_idx_pair(images, labels, "imgs", "lbls");
   return r.ok() ? std::string() : r.error().message;
+}
+
+// Bilinear resampling as PyTorch's interpolate(align_corners=False): output pixel i samples the
+// input at (i + 0.5) * in / out - 0.5, clamped to the edges. A 2 x 2 image to 4 x 4 and 3 channels:
+// each row is a, a + (b - a) / 4, a + 3 (b - a) / 4, b; shrinking 4 x 4 to 2 x 2 samples at 0.5 and 2.5.
+TEST(ResampleGray, IsBilinearWithAlignCornersFalseAndRepeatsTheGray) {
+  const float image[4] = {0.0f, 4.0f, 8.0f, 12.0f};  // [[0, 4], [8, 12]]
+  std::vector<float> out(3 * 16);
+  resample_gray(image, 2, 2, 3, 4, 4, out.data());
+  const std::vector<float> plane = {0, 1, 3, 4, 2, 3, 5, 6, 6, 7, 9, 10, 8, 9, 11, 12};
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(std::vector<float>(out.begin() + c * 16, out.begin() + (c + 1) * 16), plane) << "channel " << c;
+  }
+  std::vector<float> big(16);
+  for (int i = 0; i < 16; ++i) big[static_cast<std::size_t>(i)] = float(i);
+  std::vector<float> small(4);
+  resample_gray(big.data(), 4, 4, 1, 2, 2, small.data());
+  EXPECT_EQ(small, (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}));
+  std::vector<float> same(16);
+  resample_gray(big.data(), 4, 4, 1, 4, 4, same.data());
+  EXPECT_EQ(same, big);
 }
 
 TEST(Idx, ParsesWellFormedPair) {

@@ -18,10 +18,24 @@ std::vector<float> one_hot_rows(const std::int32_t* labels, std::int64_t count, 
   return rows;
 }
 
+void stage_images(const models::ImageDataset& data, std::span<const std::int64_t> items, const ClassifierIo& io,
+                  std::vector<float>& out) {
+  const std::int64_t in = data.features(), fed = io.features(data);
+  out.resize(items.size() * static_cast<std::size_t>(fed));
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const float* image = &data.images[static_cast<std::size_t>(items[i] * in)];
+    float* slot = &out[i * static_cast<std::size_t>(fed)];
+    if (io.resamples()) {
+      models::resample_gray(image, data.rows, data.cols, io.channels, io.height, io.width, slot);
+    } else {
+      std::memcpy(slot, image, static_cast<std::size_t>(in) * sizeof(float));
+    }
+  }
+}
+
 BatchFeeder::BatchFeeder(const models::ImageDataset& data, std::int64_t batch, std::uint64_t seed, ClassifierIo io)
     : data_(data), batch_(batch), seed_(seed), io_(std::move(io)) {
   order_.resize(static_cast<std::size_t>(data.count));
-  x_.resize(static_cast<std::size_t>(batch * data.features()));
   y_.resize(static_cast<std::size_t>(batch));
 }
 
@@ -38,18 +52,18 @@ void BatchFeeder::feed(std::int64_t step_index, runtime::Executor& executor) {
   const std::int64_t epoch = step_index / steps_per_epoch();
   if (epoch != epoch_) shuffle_for_epoch(epoch);
   const std::int64_t first = (step_index % steps_per_epoch()) * batch_;
-  const std::int64_t features = data_.features();
+  const std::int64_t features = io_.features(data_);
   for (std::int64_t i = 0; i < batch_; ++i) {
-    const std::int64_t item = order_[static_cast<std::size_t>(first + i)];
-    std::memcpy(&x_[static_cast<std::size_t>(i * features)], &data_.images[static_cast<std::size_t>(item * features)],
-                static_cast<std::size_t>(features) * sizeof(float));
-    y_[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(item)];
+    y_[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(order_[static_cast<std::size_t>(first + i)])];
   }
   const graph::Graph& g = executor.graph();
   const std::int64_t rows = batch_ / world_, first_row = rows * rank_;
+  // This rank's rows only: resampling the whole global batch on every rank would repeat the work.
+  stage_images(data_, std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(first + first_row),
+                                                                   static_cast<std::size_t>(rows)),
+               io_, x_);
   // Images (and one-hot targets) in the graph's dtype: rounded once here under mixed precision.
-  executor.set_input_values(g.find(io_.input), std::span<const float>(x_.data() + first_row * features,
-                                                                      static_cast<std::size_t>(rows * features)));
+  executor.set_input_values(g.find(io_.input), std::span<const float>(x_.data(), static_cast<std::size_t>(rows * features)));
   if (io_.one_hot) {
     one_hot_ = one_hot_rows(y_.data() + first_row, rows, io_.classes);
     executor.set_input_values(g.find(io_.labels), one_hot_);
@@ -84,12 +98,13 @@ Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)
     exec.bind_external(p, trained.storage(trained_id));
   }
   if (Status s = exec.setup(); !s) return s;
-  const std::int64_t features = data.features();
   const std::int64_t classes = g.tensor(g.output).shape[1];
-  std::vector<float> logits(static_cast<std::size_t>(batch * classes));
+  std::vector<float> logits(static_cast<std::size_t>(batch * classes)), images;
+  std::vector<std::int64_t> items(static_cast<std::size_t>(batch));
   for (std::int64_t start = first; start < first + count; start += batch) {
-    exec.set_input_values(g.find(io.input), std::span<const float>(&data.images[static_cast<std::size_t>(start * features)],
-                                                                   static_cast<std::size_t>(batch * features)));
+    for (std::int64_t i = 0; i < batch; ++i) items[static_cast<std::size_t>(i)] = start + i;
+    stage_images(data, items, io, images);
+    exec.set_input_values(g.find(io.input), images);
     if (io.one_hot) {
       const std::vector<float> target = one_hot_rows(&data.labels[static_cast<std::size_t>(start)], batch, io.classes);
       exec.set_input_values(g.find(io.labels), target);
@@ -128,7 +143,8 @@ Result<Evaluation> evaluate_classifier(const std::function<planner::StepDescript
                                        std::int64_t max_images) {
   const std::int64_t count = std::min(data.count, max_images);
   if (count < 1) return Error{"no test images to evaluate"};
-  const std::int64_t batch = std::min<std::int64_t>(1000, count);
+  // Batches of up to 1000 images, fewer when resampled images are large (16M values at most).
+  const std::int64_t batch = std::min({std::int64_t{1000}, count, std::max<std::int64_t>(1, (std::int64_t{16} << 20) / io.features(data))});
   const std::int64_t full = count / batch * batch;
   std::int64_t correct = 0;
   double loss_sum = 0.0;

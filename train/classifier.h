@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,20 @@ struct ClassifierIo {
   std::string labels = "labels";
   bool one_hot = false;
   std::int64_t classes = 0;  // one_hot: the width of a target row
+  // The input's image [channels, height, width] when the dataset's gray images are resampled to
+  // it (models::resample_gray: an imported model made for other images); 0: fed as they are.
+  std::int64_t channels = 0, height = 0, width = 0;
+  bool resamples() const { return channels > 0; }
+  // Values of one fed image.
+  std::int64_t features(const models::ImageDataset& data) const {
+    return resamples() ? channels * height * width : data.features();
+  }
 };
+
+// The images `items` of `data` as the graph's input takes them (io.resamples(): resampled) into
+// `out`, one after the other.
+void stage_images(const models::ImageDataset& data, std::span<const std::int64_t> items, const ClassifierIo& io,
+                  std::vector<float>& out);
 
 // Feeds batches of a dataset in an order reshuffled every epoch from the seed (Fisher-Yates on
 // a platform-independent RNG, so a seed means the same order everywhere).

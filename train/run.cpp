@@ -452,6 +452,13 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
                        std::to_string(data.value().text->vocab_size()) + ": leave out --vocab or --save");
   }
   if (data.value().model.config) note_config(spec, data.value(), note);
+  if (data.value().onnx && data.value().onnx->io.resamples()) {
+    const ClassifierIo& io = data.value().onnx->io;
+    note("the model takes " + std::to_string(io.channels) + " x " + std::to_string(io.height) + " x " + std::to_string(io.width) +
+         " images: the " + std::to_string(data.value().train_images->rows) + " x " +
+         std::to_string(data.value().train_images->cols) + " gray images are resampled bilinearly" +
+         (io.channels > 1 ? " and repeated over the channels" : "") + " (torchvision's Grayscale and Resize)");
+  }
 
   auto started = start_session(spec, std::move(data).value(), session_options(spec, world, rank, comm), *device, note);
   if (!started) return started.error();

@@ -139,13 +139,23 @@ Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKin
   constexpr std::int64_t kSide = 28;  // Fashion-MNIST: 28 x 28, one channel
   if (imported.inputs.size() != 1) {
     return Error{onnx_path + ": the model takes " + std::to_string(imported.inputs.size()) +
-                 " inputs; train --onnx feeds one, Fashion-MNIST images of [B, 1, 28, 28] or [B, 784]"};
+                 " inputs; train --onnx feeds one, Fashion-MNIST images of [B, C, H, W] or [B, 784]"};
   }
   const graph::TensorDesc& input = g.tensor(imported.inputs.front());
-  const bool image = input.shape == graph::Shape{1, 1, kSide, kSide} || input.shape == graph::Shape{1, kSide * kSide};
-  if (!image || input.dtype != graph::DType::f32) {
+  const graph::Shape& in = input.shape;
+  const bool flat = in == graph::Shape{1, kSide * kSide};
+  const bool image = in.rank() == 4 && in[0] == 1 && in[1] >= 1 && in[2] >= 1 && in[3] >= 1;
+  if ((!flat && !image) || input.dtype != graph::DType::f32) {
     return Error{onnx_path + ": the input '" + input.name + "' is " + std::string(graph::dtype_name(input.dtype)) + " " +
-                 input.shape.to_string() + " at batch 1; train --onnx feeds Fashion-MNIST: float [B, 1, 28, 28] or [B, 784]"};
+                 in.to_string() + " at batch 1; train --onnx feeds Fashion-MNIST: float images [B, C, H, W] (resampled "
+                 "and repeated over the channels when not [B, 1, 28, 28]) or [B, 784]"};
+  }
+  // A model made for other images (torchvision's: 3 channels, 224 x 224) takes the gray images as
+  // torchvision's Grayscale(C) and Resize((H, W)) would give them.
+  if (image && in != graph::Shape{1, 1, kSide, kSide}) {
+    run.io.channels = in[1];
+    run.io.height = in[2];
+    run.io.width = in[3];
   }
   const graph::TensorDesc& out = g.tensor(g.output);
   constexpr std::int64_t kClasses = 10;
