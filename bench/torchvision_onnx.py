@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Which of torchvision's classification models memplan imports: each is built (random weights),
 exported in training mode (opset 15) with Debian's PyTorch, and given to `memplan fit --onnx`;
-one row per model: imported with torch's and memplan's parameter counts, or the refusal (memplan's
-or the exporter's). Stochastic depth is switched off (p = 0) because PyTorch 1.13's exporter
+one row per model: imported with torch's and memplan's parameter counts and one training step on
+the CPU (`train --onnx`, batch 2, Fashion-MNIST resampled to the model's input), or the refusal
+(memplan's or the exporter's). Stochastic depth is switched off (p = 0) because PyTorch 1.13's exporter
 cannot export its Bernoulli sampling in training mode. Images are 64 x 64 but for the models that
 need more (AlexNet's adaptive pool, ViT, Swin, MaxViT: 224; Inception-v3: 299).
 
@@ -11,6 +12,7 @@ Prints a table and writes bench/results/torchvision_onnx.json.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -68,22 +70,36 @@ def main():
             r = subprocess.run([args.cli, "fit", "--onnx", path, "--batch", "2", "--device-memory", "80GiB", "--json"],
                                capture_output=True, text=True)
             row["fit_s"] = round(time.time() - start, 2)
-            os.remove(path)
             if r.returncode == 0:
                 row["memplan_parameters"] = json.loads(r.stdout)["parameter_count"]
                 row["result"] = "imported" if row["memplan_parameters"] == row["torch_parameters"] else "imported, counts differ"
+                # One training step on the CPU, on Fashion-MNIST resampled to the model's input.
+                start = time.time()
+                t = subprocess.run([args.cli, "train", "--onnx", path, "--steps", "1", "--batch", "2", "--eval-samples", "0",
+                                    "--threads", "2", "--json", "--quiet"], capture_output=True, text=True)
+                row["train_step_s"] = round(time.time() - start, 2)
+                if t.returncode == 0 and math.isfinite(json.loads(t.stdout)["final_loss"]):
+                    row["trained"] = True
+                    row["train_loss"] = json.loads(t.stdout)["final_loss"]
+                else:
+                    row["trained"] = False
+                    row["train_error"] = (t.stdout + t.stderr).strip()[:200]
             else:
                 row["result"] = "refused by memplan"
                 row["reason"] = (r.stdout + r.stderr).strip().replace("memplan fit: --onnx: ", "")[:200]
+            os.remove(path)
             rows.append(row)
-            print(f"{name:22s} {row['result']:24s} {row.get('memplan_parameters', '')!s:>12} {row.get('reason', '')[:110]}",
-                  flush=True)
+            trained = {True: "trains", False: "TRAIN FAILED", None: ""}[row.get("trained")]
+            print(f"{name:22s} {row['result']:24s} {row.get('memplan_parameters', '')!s:>12} {trained:12s} "
+                  f"{row.get('reason', row.get('train_error', ''))[:110]}", flush=True)
     imported = sum(r["result"] == "imported" for r in rows)
+    trained = sum(bool(r.get("trained")) for r in rows)
     tried = sum(r["result"] != "skipped (size)" for r in rows)
-    print(f"\n{imported} of {tried} models tried import with torch's parameter count "
+    print(f"\n{imported} of {tried} models tried import with torch's parameter count, {trained} train a step "
           f"({len(rows) - tried} skipped for size)")
     with open(os.path.join(HERE, "results", "torchvision_onnx.json"), "w") as f:
-        json.dump({"torch": torch.__version__, "imported": imported, "tried": tried, "models": rows}, f, indent=1)
+        json.dump({"torch": torch.__version__, "imported": imported, "trained": trained, "tried": tried, "models": rows}, f,
+                  indent=1)
 
 
 if __name__ == "__main__":

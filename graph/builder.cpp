@@ -187,15 +187,15 @@ TensorId Builder::cross_entropy(TensorId logits, TensorId labels, const std::str
 
 
 TensorId Builder::conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding,
-                         const std::string& name, std::int64_t dilation) {
+                         const std::string& name, std::int64_t dilation, std::int64_t padding_w) {
   const Shape& ws = graph_.tensor(w).shape;
-  if (ws.rank() != 4 || ws[2] != ws[3]) {
-    throw GraphError("conv2d '" + name + "': weight must be [Cout, Cin, K, K], got " + ws.to_string());
-  }
+  if (ws.rank() != 4) throw GraphError("conv2d '" + name + "': weight must be [Cout, Cin, K, K_W], got " + ws.to_string());
   OpAttrs attrs;
   attrs.kernel = ws[2];
+  if (ws[3] != ws[2]) attrs.kernel_w = ws[3];
   attrs.stride = stride;
   attrs.padding = padding;
+  if (padding_w >= 0 && padding_w != padding) attrs.padding_w = padding_w;
   attrs.dilation = dilation;
   const TensorId cols = unary(OpKind::im2col, x, name + ".cols", attrs);
   const Shape& xs = graph_.tensor(x).shape;

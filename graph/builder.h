@@ -37,9 +37,11 @@ class Builder {
   TensorId mean(TensorId x, const std::string& name);
   // Convolution of x [N, Cin, H, W] with w [Cout, Cin, K, K] (no bias): an im2col op whose
   // columns [N, Cin*K*K, OH*OW] are a graph tensor (kept for the weight gradient), then a GEMM.
-  // `dilation` spaces the kernel's taps (OH = (H + 2P - D*(K-1) - 1) / S + 1).
+  // `dilation` spaces the kernel's taps (OH = (H + 2P - D*(K-1) - 1) / S + 1). w may be
+  // [Cout, Cin, K, K_W] with K_W != K (Inception's 1x7), and `padding_w` >= 0 pads the width by
+  // its own amount (-1: `padding`).
   TensorId conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding, const std::string& name,
-                  std::int64_t dilation = 1);
+                  std::int64_t dilation = 1, std::int64_t padding_w = -1);
   TensorId max_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
                       const std::string& name);
   TensorId avg_pool2d(TensorId x, std::int64_t kernel, std::int64_t stride, const std::string& name);

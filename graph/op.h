@@ -174,6 +174,10 @@ struct OpAttrs {
   std::int64_t stride = 1;
   std::int64_t padding = 0;
   std::int64_t groups = 1;         // grouped_conv2d*: channel groups (C and Cout divide by it)
+  // im2col, col2im, conv2d*: a kernel of another width than its height (Inception's 1x7 and 7x1),
+  // with a padding of its own for the width; 0 and -1: as kernel and padding (square)
+  std::int64_t kernel_w = 0;
+  std::int64_t padding_w = -1;
   std::int64_t dilation = 1;       // im2col, col2im, conv2d*, grouped_conv2d*: spacing of the kernel's taps
                                    // (the window spans D*(K-1)+1); pooling takes 1 only
   float clip_min = 0.0f;           // clip, clip_backward: the range (infinite for an open side)
@@ -320,6 +324,11 @@ inline std::string_view op_name(OpKind kind) { return op_info(kind).name; }
 // reads its output (kernels/kernel.h: find_fused_kernel): an im2col and the product reading its
 // columns, the columns' gradient and its col2im. The memory-aware schedule keeps them adjacent.
 bool fusable_pair(OpKind first, OpKind second);
+
+// A convolution window's width and left/right padding (OpAttrs::kernel_w, padding_w): its own, or
+// the height's for a square window.
+inline std::int64_t kernel_width(const OpAttrs& a) { return a.kernel_w > 0 ? a.kernel_w : a.kernel; }
+inline std::int64_t padding_width(const OpAttrs& a) { return a.padding_w >= 0 ? a.padding_w : a.padding; }
 
 // T5's bucket of a key-minus-query distance (relative_position_bias): with `bidirectional`, half
 // the buckets for keys after the query; exact for distances below half the (half) buckets, then

@@ -11,31 +11,43 @@ namespace {
 
 using namespace op_rules;
 
-// Output extent of a window sweep: the window spans D*(K-1)+1 input positions (D = dilation);
+// Output extent of a window sweep along one axis (the height's kernel and padding, or the
+// width's: graph::kernel_width): the window spans D*(K-1)+1 input positions (D = dilation);
 // throws when it does not fit.
-std::int64_t window_out(std::string_view op, std::int64_t in, const OpAttrs& a) {
-  if (a.kernel <= 0 || a.stride <= 0 || a.padding < 0 || a.dilation <= 0) {
+std::int64_t window_out(std::string_view op, std::int64_t in, std::int64_t kernel, std::int64_t padding, const OpAttrs& a) {
+  if (kernel <= 0 || a.stride <= 0 || padding < 0 || a.dilation <= 0) {
     fail(op, "kernel, stride and dilation must be positive and padding non-negative");
   }
-  const std::int64_t span = checked_mul(a.dilation, a.kernel - 1) + 1;
-  if (2 * a.padding > span) {
-    fail(op, "padding " + str(a.padding) + " is more than half the window " + str(span) +
-                 (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")"));
+  const std::int64_t span = checked_mul(a.dilation, kernel - 1) + 1;
+  if (2 * padding > span) {
+    fail(op, "padding " + str(padding) + " is more than half the window " + str(span) +
+                 (a.dilation == 1 ? std::string() : " (kernel " + str(kernel) + ", dilation " + str(a.dilation) + ")"));
   }
-  const std::int64_t extent = in + 2 * a.padding - span;
+  const std::int64_t extent = in + 2 * padding - span;
   if (extent < 0) {
-    fail(op, "window " + str(span) + (a.dilation == 1 ? std::string() : " (kernel " + str(a.kernel) + ", dilation " + str(a.dilation) + ")") +
-                 " is larger than the padded input " + str(in + 2 * a.padding));
+    fail(op, "window " + str(span) + (a.dilation == 1 ? std::string() : " (kernel " + str(kernel) + ", dilation " + str(a.dilation) + ")") +
+                 " is larger than the padded input " + str(in + 2 * padding));
   }
   return extent / a.stride + 1;
+}
+std::int64_t rows_out(std::string_view op, std::int64_t in, const OpAttrs& a) { return window_out(op, in, a.kernel, a.padding, a); }
+std::int64_t cols_out(std::string_view op, std::int64_t in, const OpAttrs& a) {
+  return window_out(op, in, kernel_width(a), padding_width(a), a);
+}
+// Grouped convolutions and pooling take square windows with one padding.
+void expect_square(std::string_view op, const OpAttrs& a) {
+  if (kernel_width(a) != a.kernel || padding_width(a) != a.padding) {
+    fail(op, "takes square windows (kernel " + str(a.kernel) + "x" + str(kernel_width(a)) + ", padding " + str(a.padding) +
+                 "/" + str(padding_width(a)) + ")");
+  }
 }
 
 OutputSpec infer_im2col(Inputs in, const OpAttrs& a) {
   const TensorDesc& x = *in[0];
   expect_float("im2col", x);
   expect_rank("im2col", x, 4);
-  const std::int64_t oh = window_out("im2col", x.shape[2], a), ow = window_out("im2col", x.shape[3], a);
-  return {Shape{x.shape[0], checked_mul(checked_mul(x.shape[1], a.kernel), a.kernel), checked_mul(oh, ow)}, x.dtype};
+  const std::int64_t oh = rows_out("im2col", x.shape[2], a), ow = cols_out("im2col", x.shape[3], a);
+  return {Shape{x.shape[0], checked_mul(checked_mul(x.shape[1], a.kernel), kernel_width(a)), checked_mul(oh, ow)}, x.dtype};
 }
 
 OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
@@ -45,11 +57,11 @@ OutputSpec infer_conv2d(Inputs in, const OpAttrs& a) {
   expect_float("conv2d", w);
   expect_rank("conv2d", cols, 3);
   expect_rank("conv2d", w, 4);
-  if (w.shape[2] != a.kernel || w.shape[3] != a.kernel) {
+  if (w.shape[2] != a.kernel || w.shape[3] != kernel_width(a)) {
     fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " must have a " + str(a.kernel) + "x" +
-                       str(a.kernel) + " kernel");
+                       str(kernel_width(a)) + " kernel");
   }
-  if (checked_mul(checked_mul(w.shape[1], a.kernel), a.kernel) != cols.shape[1]) {
+  if (checked_mul(checked_mul(w.shape[1], a.kernel), kernel_width(a)) != cols.shape[1]) {
     fail("conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " expects " + str(w.shape[1]) +
                        " input channels; columns '" + cols.name + "' " + cols.shape.to_string() + " disagree");
   }
@@ -70,11 +82,12 @@ OutputSpec infer_grouped_conv2d(Inputs in, const OpAttrs& a) {
     fail("grouped_conv2d", "groups " + str(a.groups) + " must divide the input channels of '" + x.name + "' " +
                                x.shape.to_string() + " and the output channels of '" + w.name + "' " + w.shape.to_string());
   }
+  expect_square("grouped_conv2d", a);
   if (w.shape[1] != x.shape[1] / a.groups || w.shape[2] != a.kernel || w.shape[3] != a.kernel) {
     fail("grouped_conv2d", "weight '" + w.name + "' " + w.shape.to_string() + " must be [Cout, " +
                                str(x.shape[1] / a.groups) + ", " + str(a.kernel) + ", " + str(a.kernel) + "]");
   }
-  const std::int64_t oh = window_out("grouped_conv2d", x.shape[2], a), ow = window_out("grouped_conv2d", x.shape[3], a);
+  const std::int64_t oh = rows_out("grouped_conv2d", x.shape[2], a), ow = cols_out("grouped_conv2d", x.shape[3], a);
   return {Shape{x.shape[0], w.shape[0], oh, ow}, x.dtype};
 }
 
@@ -83,7 +96,8 @@ OutputSpec infer_pool(Inputs in, const OpAttrs& a) {
   expect_float("pool", x);
   expect_rank("pool", x, 4);
   if (a.dilation != 1) fail("pool", "dilation " + str(a.dilation) + " is not supported (pooling windows are dense)");
-  return {Shape{x.shape[0], x.shape[1], window_out("pool", x.shape[2], a), window_out("pool", x.shape[3], a)},
+  expect_square("pool", a);
+  return {Shape{x.shape[0], x.shape[1], rows_out("pool", x.shape[2], a), cols_out("pool", x.shape[3], a)},
           x.dtype};
 }
 

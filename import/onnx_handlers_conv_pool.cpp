@@ -31,7 +31,7 @@ void h_conv(Importer& im, const onnx::NodeProto&) {
     im.fail("memplan's convolution takes one positive dilation along H and W, got dilations " + Shape(dilations).to_string());
   }
   if (const auto* pad = im.attr("auto_pad"); pad && pad->s() != "NOTSET") im.fail("auto_pad " + pad->s() + " is not supported; export explicit pads");
-  if (ws[2] != ws[3]) im.fail("memplan's convolution takes square kernels, got " + ws.to_string());
+  if (ws[2] != ws[3] && groups != 1) im.fail("memplan's grouped convolution takes square kernels, got " + ws.to_string());
   if (ws[1] * groups != xs[1]) {
     im.fail("the weight " + ws.to_string() + " in " + std::to_string(groups) + " group(s) expects " + std::to_string(ws[1] * groups) +
          " input channels, the input " + xs.to_string() + " has " + std::to_string(xs[1]));
@@ -40,12 +40,14 @@ void h_conv(Importer& im, const onnx::NodeProto&) {
   const auto pads = im.attr_ints("pads");
   const std::int64_t stride = strides.empty() ? 1 : strides[0];
   if (!strides.empty() && (strides.size() != 2 || strides[1] != stride)) im.fail("memplan's convolution takes equal strides along H and W");
-  const std::int64_t padding = pads.empty() ? 0 : pads[0];
-  if (!pads.empty() && (pads.size() != 4 || std::any_of(pads.begin(), pads.end(), [&](std::int64_t p) { return p != padding; }))) {
-    im.fail("memplan's convolution takes the same padding on every side");
+  // pads are [top, left, bottom, right]: each axis symmetric (Inception's 1x7 pads the width only).
+  const std::int64_t padding = pads.empty() ? 0 : pads[0], padding_w = pads.size() == 4 ? pads[1] : padding;
+  if (!pads.empty() && (pads.size() != 4 || pads[2] != padding || pads[3] != padding_w)) {
+    im.fail("memplan's convolution pads each axis by the same amount on both sides, got pads " + Shape(pads).to_string());
   }
+  if (groups != 1 && padding_w != padding) im.fail("memplan's grouped convolution takes the same padding on every side");
   auto conv = [&](const std::string& name) {
-    return groups == 1 ? im.builder().conv2d(x, w, stride, padding, name, dilation)
+    return groups == 1 ? im.builder().conv2d(x, w, stride, padding, name, dilation, padding_w)
                        : im.builder().grouped_conv2d(x, w, stride, padding, groups, name, dilation);
   };
   if (!im.has_in(2)) return im.set_tensor(0, conv(im.out_name()));

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -314,6 +315,48 @@ TEST(OnnxImport, DilatedConvImportsAndUnequalOrOversizedDilationsNameTheNode) {
   const std::string wide = build_error(dilated_conv({4, 4}));  // the window spans 9 > 5 + 2
   EXPECT_NE(wide.find("atrous"), std::string::npos) << wide;
   EXPECT_NE(wide.find("window 9 (kernel 3, dilation 4) is larger than the padded input 7"), std::string::npos) << wide;
+}
+
+// x [B, 4, 5, 5] through a Conv of a [2, 4, kh, kw] weight with the given pads (Inception-v3's 1x7
+// and 7x1 convolutions pad one axis only).
+onnx::ModelProto rectangular_conv(std::int64_t kh, std::int64_t kw, std::vector<std::int64_t> pad_values) {
+  onnx::ModelProto conv = tiny_model();
+  auto* dims = conv.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  for (int i = 0; i < 2; ++i) dims->add_dim()->set_dim_value(5);
+  auto* w = conv.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : {std::int64_t{2}, std::int64_t{4}, kh, kw}) w->add_dims(d);
+  for (std::int64_t i = 0; i < 8 * kh * kw; ++i) w->add_float_data(0.0f);
+  auto* node = add_node(conv, "Conv", "one_by_seven", {"x", "w"}, {"y"});
+  auto* pads = node->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (std::int64_t p : pad_values) pads->add_ints(p);
+  return conv;
+}
+
+TEST(OnnxImport, RectangularKernelsPadEachAxisByItsOwnAmount) {
+  for (const auto& [kh, kw, pads] : {std::tuple{1, 5, std::vector<std::int64_t>{0, 2, 0, 2}},
+                                     std::tuple{5, 1, std::vector<std::int64_t>{2, 0, 2, 0}}}) {
+    onnx::ModelProto m = rectangular_conv(kh, kw, pads);
+    std::string bytes;
+    ASSERT_TRUE(m.SerializeToString(&bytes));
+    auto model = OnnxModel::parse(bytes, "rect.onnx");
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    import::ImportOptions options;
+    options.batch = 2;
+    auto built = model.value()->try_build(options);
+    ASSERT_TRUE(built.ok()) << built.error().message;
+    const graph::Graph& g = built.value().graph;
+    EXPECT_EQ(g.tensor(g.find("y")).shape, (graph::Shape{2, 2, 5, 5})) << kh << "x" << kw;  // the size kept
+    EXPECT_EQ(g.tensor(g.find("y.cols")).shape, (graph::Shape{2, 4 * kh * kw, 25}));
+  }
+  const std::string uneven = build_error(rectangular_conv(1, 5, {0, 2, 0, 1}));
+  EXPECT_NE(uneven.find("node 'one_by_seven' (Conv, opset 15): memplan's convolution pads each axis by the same amount on "
+                        "both sides, got pads [0, 2, 0, 1]"),
+            std::string::npos)
+      << uneven;
 }
 
 // Squeeze-and-excitation: each Mul of [N, C, H, W] by a gate [N, C, 1, 1] is one channel_scale

@@ -220,6 +220,15 @@ const std::vector<OpCase>& op_cases() {
          return b.conv2d(x, w, d[6], d[7], "y", d[8]);
        },
        {{2, 2, 6, 6, 3, 3, 1, 2, 2}, {1, 2, 8, 8, 2, 3, 2, 1, 3}}, 3e-2f},
+      // d = {N, Cin, H, W, Cout, K, K_W, stride, padding, padding_w}: Inception-v3's 1x7 and 7x1
+      // (the size kept), a strided 3x1 padded along the height only
+      {"conv2d_rectangular", OpKind::conv2d,
+       [](Builder& b, const Dims& d, DType t) {
+         auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, {}, t);
+         auto w = b.parameter("w", {d[4], d[1], d[5], d[6]}, {}, t);
+         return b.conv2d(x, w, d[7], d[8], "y", 1, d[9]);
+       },
+       {{2, 2, 5, 9, 3, 1, 7, 1, 0, 3}, {1, 2, 9, 4, 2, 7, 1, 1, 3, 0}, {2, 2, 7, 6, 2, 3, 1, 2, 1, 0}}, 3e-2f},
       {"max_pool2d", OpKind::max_pool2d,
        [](Builder& b, const Dims& d, DType t) {
          auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, {}, t);
@@ -547,24 +556,26 @@ V ref_softmax_cross_entropy(const RefOperands& o) {
   return {total / double(rows)};
 }
 
-// im2col: cols[n, (c*K + kh)*K + kw, oh*OW + ow] = x[n, c, oh*S + kh*D - P, ow*S + kw*D - P] (0 outside).
+// im2col: cols[n, (c*K + kh)*KW + kw, oh*OW + ow] = x[n, c, oh*S + kh*D - P, ow*S + kw*D - PW] (0
+// outside); KW and PW are kernel_w and padding_w when set, else K and P.
 V ref_im2col(const RefOperands& o) {
   const auto& a = o.op.attrs;
   const Shape& x = o.shape[0];
   const std::int64_t N = x[0], C = x[1], H = x[2], W = x[3], K = a.kernel;
+  const std::int64_t KW = a.kernel_w > 0 ? a.kernel_w : K, PW = a.padding_w >= 0 ? a.padding_w : a.padding;
   const std::int64_t OH = (H + 2 * a.padding - a.dilation * (K - 1) - 1) / a.stride + 1;
-  const std::int64_t OW = (W + 2 * a.padding - a.dilation * (K - 1) - 1) / a.stride + 1;
-  V y(at(N * C * K * K * OH * OW));
+  const std::int64_t OW = (W + 2 * PW - a.dilation * (KW - 1) - 1) / a.stride + 1;
+  V y(at(N * C * K * KW * OH * OW));
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t c = 0; c < C; ++c)
       for (std::int64_t kh = 0; kh < K; ++kh)
-        for (std::int64_t kw = 0; kw < K; ++kw)
+        for (std::int64_t kw = 0; kw < KW; ++kw)
           for (std::int64_t oh = 0; oh < OH; ++oh)
             for (std::int64_t ow = 0; ow < OW; ++ow) {
               const std::int64_t ih = oh * a.stride + kh * a.dilation - a.padding;
-              const std::int64_t iw = ow * a.stride + kw * a.dilation - a.padding;
+              const std::int64_t iw = ow * a.stride + kw * a.dilation - PW;
               const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
-              y[at((((n * C + c) * K + kh) * K + kw) * OH * OW + oh * OW + ow)] =
+              y[at((((n * C + c) * K + kh) * KW + kw) * OH * OW + oh * OW + ow)] =
                   inside ? o.in[0][at(((n * C + c) * H + ih) * W + iw)] : 0.0;
             }
   return y;

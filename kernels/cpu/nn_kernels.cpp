@@ -39,7 +39,7 @@ struct ValidRange {
   std::int64_t lo, hi;
 };
 ValidRange valid_columns(const Window& g, std::int64_t kw) {
-  const std::int64_t tap = kw * g.dil - g.pad;
+  const std::int64_t tap = kw * g.dil - g.pad_w;
   std::int64_t lo = 0;
   while (lo < g.ow && lo * g.stride + tap < 0) ++lo;
   std::int64_t hi = g.ow;
@@ -119,7 +119,7 @@ inline const float* shifted(const float* p, std::int64_t elems) {
 
 // One tap's row of columns (im2col_tap), stride 1: chunk by chunk, its masks made once.
 void im2col_tap_stride1(const Window& g, const float* src, std::int64_t kh, std::int64_t kw, float* dst) {
-  const std::int64_t shift = kw * g.dil - g.pad;  // iw = ow + shift
+  const std::int64_t shift = kw * g.dil - g.pad_w;  // iw = ow + shift
   const std::int64_t oh_lo = std::clamp<std::int64_t>(g.pad - kh * g.dil, 0, g.oh);  // rows inside the image
   const std::int64_t oh_hi = std::clamp<std::int64_t>(g.h + g.pad - kh * g.dil, oh_lo, g.oh);
   for (std::int64_t j0 = 0; j0 < g.ow; j0 += 16) {
@@ -144,19 +144,19 @@ void col2im_plane_stride1(const Window& g, const float* src_plane, float* dst) {
   for (std::int64_t j0 = 0; j0 < g.w; j0 += 16) {
     const __mmask16 store = lane_mask(0, g.w, j0);
     auto mask = [&](std::int64_t kw) {
-      const std::int64_t shift = kw * g.dil - g.pad;  // ow = iw - shift
+      const std::int64_t shift = kw * g.dil - g.pad_w;  // ow = iw - shift
       return static_cast<__mmask16>(lane_mask(shift, g.ow + shift, j0) & store);
     };
-    for (std::int64_t kw = 0; kw < std::min(g.k, kMaxTaps); ++kw) masks[kw] = mask(kw);
+    for (std::int64_t kw = 0; kw < std::min(g.k_w, kMaxTaps); ++kw) masks[kw] = mask(kw);
     for (std::int64_t ih = 0; ih < g.h; ++ih) {
       __m512 acc = _mm512_setzero_ps();
       for (std::int64_t kh = 0; kh < g.k; ++kh) {
         const std::int64_t oh = ih - kh * g.dil + g.pad;
         if (oh < 0 || oh >= g.oh) continue;
-        for (std::int64_t kw = 0; kw < g.k; ++kw) {
+        for (std::int64_t kw = 0; kw < g.k_w; ++kw) {
           const __mmask16 m = kw < kMaxTaps ? masks[kw] : mask(kw);
-          const float* row = src_plane + (kh * g.k + kw) * p + oh * g.ow;
-          acc = _mm512_mask_add_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, shifted(row, j0 - (kw * g.dil - g.pad))));
+          const float* row = src_plane + (kh * g.k_w + kw) * p + oh * g.ow;
+          acc = _mm512_mask_add_ps(acc, m, acc, _mm512_maskz_loadu_ps(m, shifted(row, j0 - (kw * g.dil - g.pad_w))));
         }
       }
       _mm512_mask_storeu_ps(dst + ih * g.w + j0, store, acc);
@@ -180,7 +180,7 @@ void im2col_tap(const Window& g, const float* src, std::int64_t kh, std::int64_t
       continue;
     }
     std::fill(row, row + v.lo, 0.0f);
-    const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
+    const float* in = src + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad_w;
     if (g.stride == 1) {
       std::copy(in, in + (v.hi - v.lo), row + v.lo);
     } else {
@@ -194,16 +194,16 @@ void im2col_tap(const Window& g, const float* src, std::int64_t kh, std::int64_t
 void im2col_plane(const Window& g, const float* src, float* dst_plane) {
   const std::int64_t p = g.oh * g.ow;
   for (std::int64_t kh = 0; kh < g.k; ++kh) {
-    for (std::int64_t kw = 0; kw < g.k; ++kw) im2col_tap(g, src, kh, kw, dst_plane + (kh * g.k + kw) * p);
+    for (std::int64_t kw = 0; kw < g.k_w; ++kw) im2col_tap(g, src, kh, kw, dst_plane + (kh * g.k_w + kw) * p);
   }
 }
 
-// Rows [r0, r1) of one sample's columns (row r: channel r / K^2, tap r % K^2) at dst + r * P.
+// Rows [r0, r1) of one sample's columns (row r: channel r / (K K_W), tap r % (K K_W)) at dst + r * P.
 void im2col_rows(const Window& g, const float* x_sample, std::int64_t r0, std::int64_t r1, float* dst) {
-  const std::int64_t kk = g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t kk = g.k * g.k_w, p = g.oh * g.ow;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::int64_t c = r / kk, tap = r % kk;
-    im2col_tap(g, x_sample + c * g.h * g.w, tap / g.k, tap % g.k, dst + r * p);
+    im2col_tap(g, x_sample + c * g.h * g.w, tap / g.k_w, tap % g.k_w, dst + r * p);
   }
 }
 
@@ -211,7 +211,7 @@ void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
   float* cols = c.outputs[0].f32();
-  const std::int64_t kkp = g.k * g.k * g.oh * g.ow;
+  const std::int64_t kkp = g.k * g.k_w * g.oh * g.ow;
   parallel_each(g.n * g.c, kkp, [&](std::int64_t plane) { im2col_plane(g, x + plane * g.h * g.w, cols + plane * kkp); });
 }
 
@@ -225,13 +225,13 @@ void col2im_plane(const Window& g, const float* src_plane, float* dst) {
   const std::int64_t p = g.oh * g.ow;
   std::fill(dst, dst + g.h * g.w, 0.0f);
   for (std::int64_t kh = 0; kh < g.k; ++kh) {
-    for (std::int64_t kw = 0; kw < g.k; ++kw) {
-      const float* src = src_plane + (kh * g.k + kw) * p;
+    for (std::int64_t kw = 0; kw < g.k_w; ++kw) {
+      const float* src = src_plane + (kh * g.k_w + kw) * p;
       const ValidRange v = valid_columns(g, kw);
       for (std::int64_t oh = 0; oh < g.oh; ++oh) {
         const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad;
         if (ih < 0 || ih >= g.h) continue;
-        float* out = dst + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad;
+        float* out = dst + ih * g.w + v.lo * g.stride + kw * g.dil - g.pad_w;
         const float* row = src + oh * g.ow;
         if (g.stride == 1) {
           for (std::int64_t ow = v.lo; ow < v.hi; ++ow) out[ow - v.lo] += row[ow];
@@ -248,7 +248,7 @@ void k_col2im(const KernelCall& c) {
   const float* cols = c.inputs[0].f32();
   float* x = c.outputs[0].f32();
   parallel_each(g.n * g.c, elements_per(c.inputs[0].numel(), g.n * g.c), [&](std::int64_t plane) {
-    col2im_plane(g, cols + plane * g.k * g.k * g.oh * g.ow, x + plane * g.h * g.w);
+    col2im_plane(g, cols + plane * g.k * g.k_w * g.oh * g.ow, x + plane * g.h * g.w);
   });
 }
 
@@ -317,7 +317,7 @@ void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   const Window g = window_of(*a.inputs[0].shape, *a.attrs);
   const float* x = a.inputs[0].f32();
   float* cols = a.outputs[0].f32();
-  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t ckk = g.c * g.k * g.k_w, p = g.oh * g.ow;
   const std::int64_t cout = (*b.inputs[1].shape)[0];
   const float* w = b.inputs[1].f32();
   float* y = b.outputs[0].f32();
@@ -325,7 +325,7 @@ void k_im2col_then_conv2d(const KernelCall& a, const KernelCall& b) {
   parallel_for(g.n, 1, [&](std::int64_t begin, std::int64_t end, int thread_slot) {
     float* slot = cols + thread_slot * ckk * p;
     for (std::int64_t i = begin; i < end; ++i) {
-      for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k * p);
+      for (std::int64_t c = 0; c < g.c; ++c) im2col_plane(g, x + (i * g.c + c) * g.h * g.w, slot + c * g.k * g.k_w * p);
       conv_image(cout, ckk, p, w, slot, y + i * cout * p);
     }
   });
@@ -338,7 +338,7 @@ void k_im2col_then_conv2d_backward_weight(const KernelCall& a, const KernelCall&
   const Window g = window_of(*a.inputs[0].shape, *a.attrs);
   const float* x = a.inputs[0].f32();
   float* cols = a.outputs[0].f32();
-  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t ckk = g.c * g.k * g.k_w, p = g.oh * g.ow;
   const std::int64_t cout = (*b.inputs[0].shape)[1];
   const RowFill fill = [&](std::int64_t s, std::int64_t r0, std::int64_t r1, float* dst) {
     im2col_rows(g, x + s * g.c * g.h * g.w, r0, r1, dst);
@@ -361,7 +361,7 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
   const float* w = a.inputs[1].f32();
   float* dcols = a.outputs[0].f32();
   float* dx = b.outputs[0].f32();
-  const std::int64_t ckk = g.c * g.k * g.k, p = g.oh * g.ow;
+  const std::int64_t ckk = g.c * g.k * g.k_w, p = g.oh * g.ow;
   const std::int64_t cout = (*a.inputs[1].shape)[0];
   const SampleOrder order = sample_wave_order(dx, b.outputs[0].numel() * std::int64_t{sizeof(float)}, dy,
                                               a.inputs[0].numel() * std::int64_t{sizeof(float)}, g.n);
@@ -381,7 +381,7 @@ void k_conv2d_backward_cols_then_col2im(const KernelCall& a, const KernelCall& b
     // Every dy sample of the wave is read before any dx sample of it is written.
     parallel_each(size, kChunkElements, [&](std::int64_t j) {
       for (std::int64_t c = 0; c < g.c; ++c) {
-        col2im_plane(g, dcols + (j * g.c + c) * g.k * g.k * p, dx + (sample(j) * g.c + c) * g.h * g.w);
+        col2im_plane(g, dcols + (j * g.c + c) * g.k * g.k_w * p, dx + (sample(j) * g.c + c) * g.h * g.w);
       }
     });
   }

@@ -67,16 +67,16 @@ void k_channel_scale_backward(const KernelCall& c) {
   check_launch("channel_scale_backward");
 }
 
-// cols[n][(c*K + kh)*K + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P], 0 outside.
+// cols[n][(c*K + kh)*K_W + kw][oh*OW + ow] = x[n][c][oh*S + kh*D - P][ow*S + kw*D - P_W], 0 outside.
 void k_im2col(const KernelCall& c) {
   const Window g = window_of(*c.inputs[0].shape, *c.attrs);
   const float* x = c.inputs[0].f32();
   float* cols = c.outputs[0].f32();
   for_each_index(c.outputs[0].numel(), "im2col", [=] __device__(std::int64_t i) {
     const std::int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh;
-    const std::int64_t row = i / (g.ow * g.oh);  // (n*C + c)*K*K + kh*K + kw
-    const std::int64_t kw = row % g.k, kh = (row / g.k) % g.k, plane = row / (g.k * g.k);
-    const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad, iw = ow * g.stride + kw * g.dil - g.pad;
+    const std::int64_t row = i / (g.ow * g.oh);  // (n*C + c)*K*K_W + kh*K_W + kw
+    const std::int64_t kw = row % g.k_w, kh = (row / g.k_w) % g.k, plane = row / (g.k * g.k_w);
+    const std::int64_t ih = oh * g.stride + kh * g.dil - g.pad, iw = ow * g.stride + kw * g.dil - g.pad_w;
     cols[i] = (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) ? x[(plane * g.h + ih) * g.w + iw] : 0.0f;
   });
 }
@@ -89,15 +89,15 @@ void k_col2im(const KernelCall& c) {
   float* x = c.outputs[0].f32();
   for_each_index(c.outputs[0].numel(), "col2im", [=] __device__(std::int64_t i) {
     const std::int64_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
-    const float* src = cols + plane * g.k * g.k * g.oh * g.ow;
+    const float* src = cols + plane * g.k * g.k_w * g.oh * g.ow;
     float s = 0.0f;
     for (std::int64_t kh = 0; kh < g.k; ++kh) {
       const std::int64_t th = ih + g.pad - kh * g.dil;  // = oh * S
       if (th < 0 || th % g.stride != 0 || th / g.stride >= g.oh) continue;
-      for (std::int64_t kw = 0; kw < g.k; ++kw) {
-        const std::int64_t tw = iw + g.pad - kw * g.dil;
+      for (std::int64_t kw = 0; kw < g.k_w; ++kw) {
+        const std::int64_t tw = iw + g.pad_w - kw * g.dil;
         if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.ow) continue;
-        s += src[((kh * g.k + kw) * g.oh + th / g.stride) * g.ow + tw / g.stride];
+        s += src[((kh * g.k_w + kw) * g.oh + th / g.stride) * g.ow + tw / g.stride];
       }
     }
     x[i] = s;

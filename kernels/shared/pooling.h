@@ -11,17 +11,19 @@
 
 namespace memplan::kernels {
 
-// Input [N, C, H, W], square window K, stride, padding, dilation (taps D apart: im2col and
-// col2im only; pooling has D = 1); output [N, C, OH, OW].
+// Input [N, C, H, W], window K x K_W (K rows; K_W columns: im2col and col2im only, pooling is
+// square), stride, padding P rows and P_W columns, dilation (taps D apart: im2col and col2im
+// only; pooling has D = 1); output [N, C, OH, OW].
 struct Window {
   std::int64_t n, c, h, w, k, stride, pad, oh, ow, dil;
+  std::int64_t k_w, pad_w;
 };
 
 inline Window window_of(const graph::Shape& x, const graph::OpAttrs& a) {
-  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0, a.dilation};
-  const std::int64_t span = a.dilation * (g.k - 1) + 1;
-  g.oh = (g.h + 2 * g.pad - span) / g.stride + 1;
-  g.ow = (g.w + 2 * g.pad - span) / g.stride + 1;
+  Window g{x[0], x[1], x[2], x[3], a.kernel, a.stride, a.padding, 0, 0, a.dilation, graph::kernel_width(a),
+           graph::padding_width(a)};
+  g.oh = (g.h + 2 * g.pad - (a.dilation * (g.k - 1) + 1)) / g.stride + 1;
+  g.ow = (g.w + 2 * g.pad_w - (a.dilation * (g.k_w - 1) + 1)) / g.stride + 1;
   return g;
 }
 
