@@ -159,38 +159,9 @@ TEST(DecoderFamilies, EveryParametersGradientMatchesCentralFiniteDifferences) {
     const double first = loss_now();
     const std::vector<bool> routing = routing_now();
     EXPECT_EQ(loss_now(), first) << "a step must not change what the next one computes";
-    std::vector<std::vector<float>> analytic;
-    for (TensorId p : g.parameters()) analytic.push_back(read(run.executor, g.tensor(p).grad));
-    const float h = 1e-2f;
-    std::size_t index = 0;
-    int checked = 0, rerouted = 0;
-    for (TensorId p : g.parameters()) {
-      std::vector<float> values = read(run.executor, p);
-      // Up to five elements of each parameter, spread over it.
-      const std::size_t n = values.size(), stride = std::max<std::size_t>(1, n / 5);
-      for (std::size_t i = 0; i < n; i += stride) {
-        const float original = values[i];
-        values[i] = original + h;
-        run.executor.write_values(p, values.data());
-        const double up = loss_now();
-        const bool routing_up = routing_now() == routing;
-        values[i] = original - h;
-        run.executor.write_values(p, values.data());
-        const double down = loss_now();
-        const bool routing_down = routing_now() == routing;
-        values[i] = original;
-        run.executor.write_values(p, values.data());
-        if (!routing_up || !routing_down) {
-          ++rerouted;
-          continue;
-        }
-        const double numeric = (up - down) / (2.0 * h);
-        EXPECT_NEAR(analytic[index][i], numeric, 2e-3 * (1.0 + std::abs(numeric)))
-            << "d loss / d " << g.tensor(p).name << "[" << i << "]";
-        ++checked;
-      }
-      ++index;
-    }
+    const testing::FiniteDifferences fd = testing::expect_gradients_match_central_differences(
+        run.executor, loss_now, 1e-2f, 2e-3, [&] { return routing_now() == routing; });
+    const int checked = fd.checked, rerouted = fd.skipped;
     if (!gates.empty()) std::printf("%s: %d elements checked, %d skipped (the routing changed)\n", family.name.c_str(), checked, rerouted);
     EXPECT_GT(checked, 20);
     EXPECT_LE(rerouted * 10, checked) << rerouted << " elements changed the routing, " << checked << " did not";

@@ -147,32 +147,7 @@ TEST(T5, EveryParametersGradientMatchesCentralFiniteDifferences) {
     EXPECT_TRUE(run.executor.run_step().ok());
     return double(read(run.executor, g.loss)[0]);
   };
-  (void)loss_now();
-  std::vector<std::vector<float>> analytic;
-  for (TensorId p : g.parameters()) analytic.push_back(read(run.executor, g.tensor(p).grad));
-  const float h = 1e-2f;
-  std::size_t index = 0;
-  int checked = 0;
-  for (TensorId p : g.parameters()) {
-    std::vector<float> values = read(run.executor, p);
-    const std::size_t n = values.size(), stride = std::max<std::size_t>(1, n / 5);
-    for (std::size_t i = 0; i < n; i += stride) {
-      const float original = values[i];
-      values[i] = original + h;
-      run.executor.write_values(p, values.data());
-      const double up = loss_now();
-      values[i] = original - h;
-      run.executor.write_values(p, values.data());
-      const double down = loss_now();
-      values[i] = original;
-      run.executor.write_values(p, values.data());
-      const double numeric = (up - down) / (2.0 * h);
-      EXPECT_NEAR(analytic[index][i], numeric, 2e-3 * (1.0 + std::abs(numeric))) << "d loss / d " << g.tensor(p).name << "[" << i << "]";
-      ++checked;
-    }
-    ++index;
-  }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(testing::expect_gradients_match_central_differences(run.executor, loss_now).checked, 100);
 }
 
 std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {

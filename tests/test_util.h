@@ -1,6 +1,11 @@
 // Helpers shared by tests: build and run small graphs on the CPU device, random tensors.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,6 +48,54 @@ inline std::vector<float> read_floats(const runtime::Executor& e, TensorId id) {
   std::vector<float> v(static_cast<std::size_t>(e.graph().tensor(id).shape.numel()));
   e.read_tensor(id, v.data());
   return v;
+}
+
+// A whole model's gradients against central differences of its loss: `loss_now` runs the step
+// and returns the loss; the analytic gradient of every parameter (retained in the graph) is read
+// after a first step, then up to five elements of each parameter, spread over it, are moved by
+// +-h and the difference quotient compared with it (within tolerance * (1 + |numeric|)). An
+// element for which `still_valid` (when given) says no after either evaluation (a step function
+// of the weights changed, e.g. a router's choice) is skipped, not compared.
+struct FiniteDifferences {
+  int checked = 0;
+  int skipped = 0;
+};
+inline FiniteDifferences expect_gradients_match_central_differences(runtime::Executor& e, const std::function<double()>& loss_now,
+                                                                    float h = 1e-2f, double tolerance = 2e-3,
+                                                                    const std::function<bool()>& still_valid = {}) {
+  const graph::Graph& g = e.graph();
+  (void)loss_now();
+  std::vector<std::vector<float>> analytic;
+  for (TensorId p : g.parameters()) analytic.push_back(read_floats(e, g.tensor(p).grad));
+  FiniteDifferences result;
+  std::size_t index = 0;
+  for (TensorId p : g.parameters()) {
+    std::vector<float> values = read_floats(e, p);
+    const std::size_t n = values.size(), stride = std::max<std::size_t>(1, n / 5);
+    for (std::size_t i = 0; i < n; i += stride) {
+      const float original = values[i];
+      auto loss_at = [&](float v, bool& valid) {
+        values[i] = v;
+        e.write_values(p, values.data());
+        const double loss = loss_now();
+        valid = valid && (!still_valid || still_valid());
+        return loss;
+      };
+      bool valid = true;
+      const double up = loss_at(original + h, valid), down = loss_at(original - h, valid);
+      values[i] = original;
+      e.write_values(p, values.data());
+      if (!valid) {
+        ++result.skipped;
+        continue;
+      }
+      const double numeric = (up - down) / (2.0 * h);
+      EXPECT_NEAR(analytic[index][i], numeric, tolerance * (1.0 + std::abs(numeric))) << "d loss / d " << g.tensor(p).name << "[" << i << "]";
+      ++result.checked;
+    }
+    ++index;
+  }
+  return result;
 }
 
 }  // namespace memplan::testing
