@@ -1,4 +1,5 @@
-// Matrix products: Gemm and MatMul as memplan matmul (a GEMM over rows) or batched_matmul.
+// Matrix products: Gemm, MatMul and Einsum's matrix-product equations as memplan matmul (a GEMM
+// over rows) or batched_matmul.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,10 +52,48 @@ void h_matmul(Importer& im, const onnx::NodeProto&) {
   im.set_tensor(0, im.builder().batched_matmul(a, b, false, false, im.out_name()));
 }
 
+// Einsum of two operands that is a (batched) matrix product: "bik,bkj->bij" and the transposed
+// forms ("bki,..." reads A transposed, "...,bjk->bij" B), with any number of leading batch labels
+// the same in both operands and the output, in the same order (MaxViT's attention:
+// "BGPID,BGPJD->BGPIJ"). Other equations are refused naming the equation.
+void h_einsum(Importer& im, const onnx::NodeProto& node) {
+  const auto* attr = im.attr("equation");
+  std::string eq;
+  for (char ch : attr != nullptr ? attr->s() : std::string()) {
+    if (ch != ' ') eq += ch;
+  }
+  const std::string what = "equation '" + eq + "': memplan imports Einsum as a (batched) matrix product of two "
+                           "operands, e.g. 'bik,bkj->bij' or 'bhid,bhjd->bhij'";
+  const std::size_t comma = eq.find(','), arrow = eq.find("->");
+  if (node.input_size() != 2 || comma == std::string::npos || arrow == std::string::npos || comma > arrow ||
+      eq.find("...") != std::string::npos) {
+    im.fail(what);
+  }
+  const std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), out = eq.substr(arrow + 2);
+  const std::size_t r = a.size();
+  if (r < 2 || b.size() != r || out.size() != r || a.substr(0, r - 2) != b.substr(0, r - 2) ||
+      a.substr(0, r - 2) != out.substr(0, r - 2)) {
+    im.fail(what);
+  }
+  // The output's last two labels are the rows of A and the columns of B; the third is contracted.
+  const char i = out[r - 2], j = out[r - 1];
+  const std::string a2 = a.substr(r - 2), b2 = b.substr(r - 2);
+  const char k = a2[0] == i ? a2[1] : a2[0];
+  const bool ta = a2 == std::string{k, i}, tb = b2 == std::string{j, k};
+  if (i == j || k == i || k == j || (!ta && a2 != std::string{i, k}) || (!tb && b2 != std::string{k, j}) ||
+      out.substr(0, r - 2).find_first_of(std::string{i, j, k}) != std::string::npos) {
+    im.fail(what);
+  }
+  const TensorId x = im.tensor(0), y = im.tensor(1);
+  im.set_tensor(0, r == 2 ? im.builder().matmul(x, y, ta, tb, im.out_name())
+                          : im.builder().batched_matmul(x, y, ta, tb, im.out_name()));
+}
+
 }  // namespace
 
 HandlerRows matmul_handlers() {
   static constexpr HandlerRow rows[] = {
+      {"Einsum", h_einsum},
       {"Gemm", h_gemm},
       {"MatMul", h_matmul},
   };

@@ -359,6 +359,56 @@ TEST(OnnxImport, RectangularKernelsPadEachAxisByItsOwnAmount) {
       << uneven;
 }
 
+// q [B, 2, 3, 4] and k [B, 2, 5, 4] through an Einsum of `equation`.
+onnx::ModelProto einsum_model(const std::string& equation) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(15);
+  onnx::GraphProto* g = m.mutable_graph();
+  for (const auto& [name, rows] : {std::pair{"q", 3}, std::pair{"k", 5}}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int d : {2, rows, 4}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  g->add_output()->set_name("y");
+  auto* node = add_node(m, "Einsum", "scores", {"q", "k"}, {"y"});
+  auto* eq = node->add_attribute();
+  eq->set_name("equation");
+  eq->set_type(onnx::AttributeProto::STRING);
+  eq->set_s(equation);
+  return m;
+}
+
+// Einsum equations that are batched matrix products import as one batched_matmul (MaxViT's
+// attention scores, spaces and capital labels as torch writes them); others name the equation.
+TEST(OnnxImport, EinsumMatrixProductsAreBatchedMatmuls) {
+  for (const std::string equation : {"bhid,bhjd->bhij", "B G P D, B G Q D -> B G P Q"}) {
+    std::string bytes;
+    ASSERT_TRUE(einsum_model(equation).SerializeToString(&bytes));
+    auto model = OnnxModel::parse(bytes, "einsum.onnx");
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    import::ImportOptions options;
+    options.batch = 2;
+    auto built = model.value()->try_build(options);
+    ASSERT_TRUE(built.ok()) << equation << ": " << built.error().message;
+    const graph::Graph& g = built.value().graph;
+    const TensorId y = g.find("y");
+    EXPECT_EQ(g.tensor(y).shape, (graph::Shape{2, 2, 3, 5})) << equation;
+    ASSERT_GE(g.producer(y), 0);
+    const graph::Op& op = g.ops()[static_cast<std::size_t>(g.producer(y))];
+    EXPECT_EQ(op.kind, graph::OpKind::batched_matmul);
+    EXPECT_FALSE(op.attrs.trans_a);
+    EXPECT_TRUE(op.attrs.trans_b);
+  }
+  for (const std::string equation : {"bhid,bhjd->bhji", "bhid,bhjd->hbij", "bhid,bhje->bhij", "...id,...jd->...ij"}) {
+    const std::string e = build_error(einsum_model(equation));
+    EXPECT_NE(e.find("node 'scores' (Einsum, opset 15): equation '" + equation + "'"), std::string::npos) << e;
+  }
+}
+
 // Squeeze-and-excitation: each Mul of [N, C, H, W] by a gate [N, C, 1, 1] is one channel_scale
 // that reads the gate as it is (no tensor of the gate broadcast to [N, C, H, W]); other
 // broadcasts stay refused.
