@@ -267,11 +267,11 @@ std::int64_t rotary_dims(Fields& f, const char* key, std::int64_t head_size) {
 
 // hidden_act / activation of an MLP: silu, gelu (and its tanh forms, computed as the erf form: the
 // same memory, values within about 1e-3) or relu.
-LlamaConfig::Gate activation(Fields& f, const char* key, const std::string& act, LlamaConfig::Gate fallback) {
+Activation activation(Fields& f, const char* key, const std::string& act, Activation fallback) {
   if (act.empty()) return fallback;
-  if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return LlamaConfig::Gate::gelu;
-  if (act == "relu") return LlamaConfig::Gate::relu;
-  if (act == "silu" || act == "swish") return LlamaConfig::Gate::silu;
+  if (act == "gelu" || act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return Activation::gelu;
+  if (act == "relu") return Activation::relu;
+  if (act == "silu" || act == "swish") return Activation::silu;
   f.fail(key, "'" + act + "' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new or relu)");
   return fallback;
 }
@@ -592,16 +592,8 @@ void read_t5_mlp(Fields& f, T5Config& t) {
   if (proj.empty()) proj = "relu";
   const bool gated = proj.starts_with("gated-");
   const std::string act = gated ? proj.substr(6) : proj;
-  if (act == "relu") {
-    t.act = T5Config::Act::relu;
-  } else if (act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") {
-    t.act = T5Config::Act::gelu;
-  } else if (act == "silu" || act == "swish") {
-    t.act = T5Config::Act::silu;
-  } else {
-    f.fail("feed_forward_proj", "'" + proj.substr(0, 40) + "' is not supported (relu, gelu, gelu_new, silu, each optionally "
-           "\"gated-\": e.g. \"relu\" for T5, \"gated-gelu\" for T5 v1.1 and Flan-T5)");
-  }
+  if (act.empty()) f.fail("feed_forward_proj", "'" + proj + "' names no activation (e.g. \"gated-gelu\")");
+  t.act = activation(f, "feed_forward_proj", act, Activation::relu);
   t.gated = gated;
   if (f.ok() && f.boolean("is_gated_act", gated) != gated) {
     f.fail("is_gated_act", std::string(gated ? "false" : "true") + " contradicts feed_forward_proj '" + proj + "'");
@@ -682,7 +674,7 @@ std::string HfConfig::describe() const {
              (gpt.tied_head ? "" : ", untied lm_head");
     case HfFamily::llama:
     {
-      const char* act = llama.gate == LlamaConfig::Gate::silu ? "SiLU" : llama.gate == LlamaConfig::Gate::gelu ? "GELU" : "ReLU";
+      const char* act = activation_title(llama.gate);
       const std::string mlp = llama.gated_mlp ? std::string(llama.gate == LlamaConfig::Gate::silu ? "SwiGLU" : act + std::string("-gated MLP"))
                                               : act + std::string(" MLP");
       return model_type + ": " + s(llama.layers) + " layers, width " + s(llama.width) + ", " + s(llama.heads) +
@@ -705,7 +697,7 @@ std::string HfConfig::describe() const {
              s(vit.encoder.heads) + " heads, MLP " + s(vit.encoder.mlp) + ", " + s(vit.classes) + " classes";
     case HfFamily::t5:
     {
-      const char* act = t5.act == T5Config::Act::relu ? "ReLU" : t5.act == T5Config::Act::gelu ? "GELU" : "SiLU";
+      const char* act = activation_title(t5.act);
       return model_type + " (encoder-decoder): " + s(t5.layers) + " encoder and " + s(t5.decoder_layers) +
              " decoder layers, width " + s(t5.width) + ", " + s(t5.heads) + " heads of " + s(t5.head_size) + ", " +
              (t5.gated ? std::string(act) + "-gated MLP " : std::string(act) + " MLP ") + s(t5.ffn) + ", vocab " +

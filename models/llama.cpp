@@ -36,16 +36,6 @@ TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const
 
 namespace {
 
-// The gated MLP's activation of `gate_in` (the plain MLP's of its hidden layer), as config.gate says.
-TensorId activation(graph::Builder& b, const LlamaConfig& config, TensorId gate_in, const std::string& name) {
-  switch (config.gate) {
-    case LlamaConfig::Gate::gelu: return b.gelu(gate_in, name);
-    case LlamaConfig::Gate::relu: return b.relu(gate_in, name);
-    case LlamaConfig::Gate::silu: break;
-  }
-  return b.silu(gate_in, name);
-}
-
 // The MLP's body as config says, gated (down(act(gate x) * up x)) or plain (down(act(up x))), over
 // `in` ("gate_proj", "up_proj" or "down_proj", the input, its output width) that projects: the
 // dense MLP's matrices or the experts' batched ones. Activations are named `prefix`.act, .glu.
@@ -53,10 +43,10 @@ TensorId mlp_body(graph::Builder& b, const LlamaConfig& config, TensorId x, std:
                   const std::function<TensorId(const char*, TensorId, std::int64_t)>& in, const std::string& prefix) {
   TensorId hidden;
   if (config.gated_mlp) {
-    const TensorId gate = activation(b, config, in("gate_proj", x, hidden_width), prefix + ".act");
+    const TensorId gate = apply_activation(b, config.gate, in("gate_proj", x, hidden_width), prefix + ".act");
     hidden = b.mul(gate, in("up_proj", x, hidden_width), prefix + ".glu");
   } else {
-    hidden = activation(b, config, in("up_proj", x, hidden_width), prefix + ".act");
+    hidden = apply_activation(b, config.gate, in("up_proj", x, hidden_width), prefix + ".act");
   }
   return in("down_proj", hidden, config.width);
 }

@@ -14,6 +14,7 @@
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/graph.h"
+#include "memplan/models/activation.h"
 #include "memplan/models/attention.h"
 
 namespace memplan::models {
@@ -41,7 +42,7 @@ struct LlamaConfig {
   // sqrt(width) before the first layer. (Gemma's RMSNorm multiplies by 1 + weight, its weights
   // starting at zero; memplan keeps 1 + weight as the one parameter, starting at one: the same
   // memory and, without weight decay on it, the same training.)
-  enum class Gate : std::uint8_t { silu, gelu, relu };
+  using Gate = Activation;  // models/activation.h
   Gate gate = Gate::silu;
   bool scale_embeddings = false;
   // The decoder's other settings, llama's by default: the families are settings of one layer.

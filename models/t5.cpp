@@ -65,10 +65,10 @@ class T5Builder {
     if (c_.gated) {
       const TensorId gate = project(x, n + ".wi_0", c_.ffn, c_.width);
       const TensorId up = project(x, n + ".wi_1", c_.ffn, c_.width);
-      hidden = c_.act == T5Config::Act::silu ? b_.swiglu(gate, up, n + ".act")
-                                              : b_.mul(activation(gate, n + ".gate_act"), up, n + ".act");
+      hidden = c_.act == Activation::silu ? b_.swiglu(gate, up, n + ".act")
+                                           : b_.mul(apply_activation(b_, c_.act, gate, n + ".gate_act"), up, n + ".act");
     } else {
-      hidden = activation(project(x, n + ".wi", c_.ffn, c_.width), n + ".act");
+      hidden = apply_activation(b_, c_.act, project(x, n + ".wi", c_.ffn, c_.width), n + ".act");
     }
     return project(drop(hidden, n + ".dropout"), n + ".wo", c_.width, c_.ffn);
   }
@@ -114,15 +114,6 @@ class T5Builder {
   }
 
  private:
-  TensorId activation(TensorId x, const std::string& name) {
-    switch (c_.act) {
-      case T5Config::Act::relu: return b_.relu(x, name);
-      case T5Config::Act::gelu: return b_.gelu(x, name);
-      case T5Config::Act::silu: return b_.silu(x, name);
-    }
-    return x;
-  }
-
   graph::Builder& b_;
   const T5Config& c_;
   const std::int64_t B;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "memplan/graph/graph.h"
+#include "memplan/models/activation.h"
 
 namespace memplan::models {
 
@@ -24,8 +25,7 @@ struct T5Config {
   std::int64_t buckets = 32;          // relative_attention_num_buckets
   std::int64_t max_distance = 128;    // relative_attention_max_distance
   // The MLP: act(wi x) (T5 v1.0's ReLU), or gated act(wi_0 x) * wi_1 x (v1.1's "gated-gelu").
-  enum class Act : std::uint8_t { relu, gelu, silu };
-  Act act = Act::relu;
+  Activation act = Activation::relu;
   bool gated = false;
   bool tied_head = true;              // tie_word_embeddings
   float dropout = 0.1f;               // dropout_rate: embeddings, probabilities, sublayer outputs, MLP hidden

@@ -66,7 +66,7 @@ T5Config config_of(const nlohmann::json& c) {
   t.seq = c["seq"].get<std::int64_t>();
   t.target_seq = c["target_seq"].get<std::int64_t>();
   const std::string act = c["act"].get<std::string>();
-  t.act = act == "relu" ? T5Config::Act::relu : act == "gelu" ? T5Config::Act::gelu : T5Config::Act::silu;
+  t.act = act == "relu" ? models::Activation::relu : act == "gelu" ? models::Activation::gelu : models::Activation::silu;
   t.gated = c["gated"].get<bool>();
   t.tied_head = c["tied"].get<bool>();
   t.dropout = 0.0f;
@@ -121,7 +121,7 @@ TEST(T5, EveryParametersGradientMatchesCentralFiniteDifferences) {
   c.max_distance = 4;
   c.seq = 6;
   c.target_seq = 5;
-  c.act = T5Config::Act::gelu;
+  c.act = models::Activation::gelu;
   c.gated = true;
   c.dropout = 0.0f;
   graph::Graph g = models::build_t5(c, 2);

@@ -221,10 +221,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   if (flags.target_seq > 0 && !c.encoder_decoder()) {
     return Error{"--target-seq applies to encoder-decoder configs (t5); the config " + flags.config + " is a " + c.model_type};
   }
-  if (c.encoder_decoder() && flags.attention == models::AttentionKind::fused) {
-    return Error{"--attention fused does not apply to " + flags.config + ": T5's relative position bias adds onto "
-                 "the attention scores, so its attention is materialized (leave out --attention)"};
-  }
+  if (Status s = check_encoder_decoder_attention(c.encoder_decoder(), flags.attention, flags.config); !s) return s.error();
   if (flags.seq > 0 && c.learned_positions && flags.seq > c.positions) {
     return Error{"--seq " + std::to_string(flags.seq) + " exceeds the " + std::to_string(c.positions) +
                  " learned positions of " + flags.config};
@@ -258,6 +255,13 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
 
 }  // namespace
 
+Status check_encoder_decoder_attention(bool encoder_decoder, std::optional<models::AttentionKind> asked,
+                                       const std::string& model) {
+  if (!encoder_decoder || asked != models::AttentionKind::fused) return Status::success();
+  return Error{"--attention fused does not apply to " + model + ": T5's relative position bias adds onto the attention "
+               "scores, so its attention is materialized (leave out --attention)"};
+}
+
 Status check_step_size_flags(const planner::StepDescription& step) {
   if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, flag_naming())};
   return Status::success();
@@ -280,10 +284,7 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
     return Error{"--target-seq applies to encoder-decoder models (t5-small, t5-base, flan-t5-base, flan-t5-xl, a t5 "
                  "--config), not '" + flags.model + "'"};
   }
-  if (encoder_decoder && flags.attention == models::AttentionKind::fused) {
-    return Error{"--attention fused does not apply to " + flags.model + ": T5's relative position bias adds onto the "
-                 "attention scores, so its attention is materialized (leave out --attention)"};
-  }
+  if (Status s = check_encoder_decoder_attention(encoder_decoder, flags.attention, flags.model); !s) return s.error();
   if (flags.attention && !models::has_attention(flags.model)) {
     return Error{"--attention applies to transformers (gpt, the zoo's models but resnet50, and --config), not '" +
                  flags.model + "'"};

@@ -153,6 +153,10 @@ void note_unread_config_keys(const std::string& path, const models::HfConfig& co
 // balanced share; 0: every token, nothing dropped). An Error when the config has no experts.
 void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor);
 Status apply_moe_capacity(models::HfConfig& config, const std::string& path, std::optional<double> factor);
+// An encoder-decoder (T5) adds its relative position bias onto the attention scores, so its
+// attention is materialized: --attention fused asked of `model` is an Error, anything else passes.
+Status check_encoder_decoder_attention(bool encoder_decoder, std::optional<models::AttentionKind> asked,
+                                       const std::string& model);
 
 // A progress line on stderr: redrawn in place on a terminal, a line per 10% otherwise.
 class Progress {

@@ -560,10 +560,9 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
   if (o.target_seq->count() > 0 && !resolved.hf->encoder_decoder()) {
     return Error{"--target-seq applies to encoder-decoder configs (t5); " + given.config + " is a " + resolved.hf->model_type};
   }
-  if (resolved.hf->encoder_decoder() && attention->count() > 0 && given.gpt.attention == models::AttentionKind::fused) {
-    return Error{"--attention fused does not apply to " + given.config + ": T5's relative position bias adds onto the "
-                 "attention scores, so its attention is materialized (leave out --attention)"};
-  }
+  const std::optional<models::AttentionKind> asked =
+      attention->count() > 0 ? std::optional(given.gpt.attention) : std::nullopt;
+  if (Status s = check_encoder_decoder_attention(resolved.hf->encoder_decoder(), asked, given.config); !s) return s;
   return refuse_onnx_options(o);
 }
 
