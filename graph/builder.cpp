@@ -27,10 +27,11 @@ TensorId Builder::parameter(const std::string& name, Shape shape, InitSpec init,
   return graph_.add_tensor(std::move(desc));
 }
 
-TensorId Builder::buffer(const std::string& name, Shape shape, InitSpec init) {
+TensorId Builder::buffer(const std::string& name, Shape shape, InitSpec init, DType dtype) {
   TensorDesc desc;
   desc.name = name;
   desc.shape = std::move(shape);
+  desc.dtype = dtype;
   desc.role = Role::optimizer_state;
   desc.init = init;
   return graph_.add_tensor(std::move(desc));

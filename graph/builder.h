@@ -21,7 +21,8 @@ class Builder {
   TensorId parameter(const std::string& name, Shape shape, InitSpec init, DType dtype = DType::f32);
   // Persistent state that is not trained (batch-norm running statistics): role optimizer_state,
   // so it survives steps and is saved with the optimizer state, but params_sha256 skips it.
-  TensorId buffer(const std::string& name, Shape shape, InitSpec init);
+  // An i32 buffer holds constant indices (an imported Gather's, written once from the file).
+  TensorId buffer(const std::string& name, Shape shape, InitSpec init, DType dtype = DType::f32);
 
   // y = x W^T + b with W [out, in] and b [out] (PyTorch's layout).
   TensorId linear(TensorId x, TensorId weight, TensorId bias, const std::string& name);

@@ -29,6 +29,33 @@ bool is_causal_mask(const Constant& c, std::int64_t t) {
   return true;
 }
 
+TensorId add_constant_bias(Importer& im, TensorId x, const Constant& c, const std::string& name) {
+  const Shape xs = im.shape_of(x);
+  const auto rank = static_cast<std::size_t>(xs.rank());
+  if (c.dims.size() > rank) im.fail("the constant " + Shape(c.dims).to_string() + " has more dimensions than " + xs.to_string());
+  std::vector<std::int64_t> aligned(rank, 1);
+  std::copy(c.dims.begin(), c.dims.end(), aligned.begin() + static_cast<std::ptrdiff_t>(rank - c.dims.size()));
+  std::size_t first = 0;
+  while (first + 1 < rank && aligned[first] == 1) ++first;
+  std::vector<std::int64_t> tail;
+  for (std::size_t k = first; k < rank; ++k) {
+    if (aligned[k] != 1 && aligned[k] != xs.dims[k]) im.fail("cannot broadcast the constant " + Shape(c.dims).to_string() + " to " + xs.to_string());
+    tail.push_back(xs.dims[k]);
+  }
+  Constant zeros;
+  zeros.dims = tail;
+  zeros.is_float = true;
+  zeros.floats.assign(static_cast<std::size_t>(zeros.numel()), 0.0);
+  Constant trimmed = c;
+  trimmed.dims.assign(aligned.begin() + static_cast<std::ptrdiff_t>(first), aligned.end());
+  const Value bias_values = constant_value(im.fold_binary(trimmed, zeros, std::plus<>()));
+  const TensorId bias = im.materialize(bias_values, name + ".as" + Shape(tail).to_string());
+  const std::int64_t inner = Shape(tail).numel();
+  const TensorId rows = im.reshape_to(x, Shape{xs.numel() / inner, inner}, im.out_name() + ".rows");
+  const TensorId sum = im.builder().bias_add(rows, im.reshape_to(bias, Shape{inner}, im.out_name() + ".bias"), im.out_name() + ".sum");
+  return im.reshape_to(sum, xs, im.out_name());
+}
+
 void h_add(Importer& im, const onnx::NodeProto& n) {
   if (im.is_constant(0) && im.is_constant(1)) return im.set(0, constant_value(im.fold_binary(im.constant(0), im.constant(1), std::plus<>())));
   double s = 0;
@@ -61,6 +88,14 @@ void h_add(Importer& im, const onnx::NodeProto& n) {
         im.in(i).kind == Value::Kind::tensor && im.shape_of(im.in(i).id).rank() >= 2 &&
         is_causal_mask(m.constant, im.shape_of(im.in(i).id).cols())) {
       return im.set(0, pending(Value::Kind::causal, im.in(i).id));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (im.in(i).kind == Value::Kind::constant && im.in(i).constant.is_float && im.in(1 - i).kind == Value::Kind::tensor) {
+      // A float constant broadcast against x (Swin's mask [1, windows, 1, N, N] on scores
+      // [B, windows, heads, N, N]): repeated on the host over x's trailing dims from its first
+      // that is not 1, so it becomes a bias read by every leading index.
+      return im.set_tensor(0, add_constant_bias(im, im.in(1 - i).id, im.in(i).constant, n.input(i)));
     }
   }
   TensorId a = im.tensor(0), b = im.tensor(1);
@@ -178,6 +213,23 @@ void h_div(Importer& im, const onnx::NodeProto&) {
 
 // Pow: (x - mean)^2 of LayerNormalization's decomposition, or any tensor squared.
 void h_pow(Importer& im, const onnx::NodeProto&) {
+  if (im.is_constant(0) && im.is_constant(1)) {
+    // Constants (Swin's head_dim ** -0.5): the result has the base's type, as ONNX says.
+    Constant base = im.constant(0);
+    const bool base_float = base.is_float;
+    if (!base_float) {
+      for (std::int64_t v : base.ints) base.floats.push_back(static_cast<double>(v));
+      base.ints.clear();
+      base.is_float = true;
+    }
+    Constant c = im.fold_binary(base, im.constant(1), [](double a, double b) { return std::pow(a, b); });
+    if (!base_float) {
+      for (double f : c.floats) c.ints.push_back(im.to_int(std::trunc(f)));
+      c.floats.clear();
+      c.is_float = false;
+    }
+    return im.set(0, constant_value(std::move(c)));
+  }
   double p = 0;
   if (!im.is_scalar_constant(1, &p) || p != 2.0) im.fail("memplan imports Pow with the constant exponent 2 only");
   if (im.ln_step(0, Value::Kind::ln_centered)) return im.set(0, im.ln_value(Value::Kind::ln_squared, im.in(0)));

@@ -108,6 +108,18 @@ void h_equal(Importer& im, const onnx::NodeProto&) {
   im.set(0, constant_value(std::move(c)));
 }
 
+// Mod of constants (Swin's window padding, (w - W % w) % w): fmod 0 takes the divisor's sign, as
+// Python's %; fmod 1 the dividend's, as C's. A zero divisor is refused.
+void h_mod(Importer& im, const onnx::NodeProto&) {
+  const bool fmod = im.attr_int("fmod", 0) != 0;
+  Constant c = im.fold_binary(im.constant(0), im.constant(1), [&](double a, double b) {
+    if (b == 0.0) im.fail("a constant divided by zero");
+    const double r = std::fmod(a, b);
+    return !fmod && r != 0.0 && (r < 0.0) != (b < 0.0) ? r + b : r;
+  });
+  im.set(0, constant_value(std::move(c)));
+}
+
 void h_where(Importer& im, const onnx::NodeProto&) {
   const Constant& cond = im.constant(0);
   // where(c, a, b) = c * a + (1 - c) * b, elementwise with broadcasting, on constants only.
@@ -122,6 +134,51 @@ void h_where(Importer& im, const onnx::NodeProto&) {
   im.set(0, constant_value(std::move(r)));
 }
 
+void h_not(Importer& im, const onnx::NodeProto&) {
+  Constant c = im.constant(0);
+  if (c.is_float) im.fail("Not of a float constant");
+  for (std::int64_t& v : c.ints) v = v == 0 ? 1 : 0;
+  im.set(0, constant_value(std::move(c)));
+}
+
+// ScatterND of constants (Swin builds its shifted-window mask by assigning slices of a zero
+// tensor): data with updates written at the index tuples, in order (reduction "none" only).
+void h_scatter_nd(Importer& im, const onnx::NodeProto&) {
+  const auto* reduction = im.attr("reduction");
+  if (reduction != nullptr && reduction->s() != "none") im.fail("ScatterND with reduction '" + reduction->s() + "' is not supported");
+  Constant data = im.constant(0);
+  const Constant& indices = im.constant(1);
+  const Constant& updates = im.constant(2);
+  const auto rank = data.dims.size();
+  if (indices.dims.empty()) im.fail("indices must have at least one dimension");
+  const auto k = static_cast<std::size_t>(indices.dims.back());
+  if (k < 1 || k > rank) im.fail("index tuples of " + std::to_string(k) + " entries into a rank " + std::to_string(rank) + " tensor");
+  // Each index tuple names a slice of the trailing rank - k dimensions.
+  std::int64_t slice = 1;
+  for (std::size_t d = k; d < rank; ++d) slice *= data.dims[d];
+  const std::int64_t tuples = indices.numel() / static_cast<std::int64_t>(k);
+  if (updates.numel() != tuples * slice) im.fail("updates hold " + std::to_string(updates.numel()) + " values, the indices address " + std::to_string(tuples * slice));
+  for (std::int64_t t = 0; t < tuples; ++t) {
+    std::int64_t offset = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      std::int64_t i = im.to_int(indices.at(t * static_cast<std::int64_t>(k) + static_cast<std::int64_t>(j)));
+      if (i < 0) i += data.dims[j];
+      if (i < 0 || i >= data.dims[j]) im.fail("index " + std::to_string(i) + " out of range for a dimension of " + std::to_string(data.dims[j]));
+      offset = offset * data.dims[j] + i;
+    }
+    for (std::int64_t e = 0; e < slice; ++e) {
+      const auto dst = static_cast<std::size_t>(offset * slice + e);
+      const double value = updates.at(t * slice + e);
+      if (data.is_float) {
+        data.floats[dst] = value;
+      } else {
+        data.ints[dst] = im.to_int(value);
+      }
+    }
+  }
+  im.set(0, constant_value(std::move(data)));
+}
+
 }  // namespace
 
 HandlerRows constant_handlers() {
@@ -132,6 +189,9 @@ HandlerRows constant_handlers() {
       {"Range", h_range},
       {"Equal", h_equal},
       {"Where", h_where},
+      {"Mod", h_mod},
+      {"Not", h_not},
+      {"ScatterND", h_scatter_nd},
   };
   return rows;
 }

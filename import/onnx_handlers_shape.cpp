@@ -73,8 +73,9 @@ void h_transpose(Importer& im, const onnx::NodeProto&) {
       return im.set(0, pending(Value::Kind::transposed, im.tensor(0)));
     }
   }
-  const TensorId x = im.tensor(0);
-  const int rank = im.shape_of(x).rank();
+  const bool on_constant = im.is_constant(0);
+  const std::vector<std::int64_t> dims = on_constant ? im.constant(0).dims : im.shape_of(im.tensor(0)).dims;
+  const int rank = static_cast<int>(dims.size());
   std::vector<std::int64_t> perm = im.attr_ints("perm");
   if (perm.empty()) {
     for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
@@ -84,6 +85,30 @@ void h_transpose(Importer& im, const onnx::NodeProto&) {
   for (int i = 0; i < rank; ++i) {
     if (static_cast<int>(sorted.size()) != rank || sorted[static_cast<std::size_t>(i)] != i) im.fail("perm is not a permutation of the input's " + std::to_string(rank) + " axes");
   }
+  if (on_constant) {
+    // A constant's axes permuted on the host (the exporter's reordering of F.pad's pad list).
+    const Constant& c = im.constant(0);
+    Constant r;
+    r.is_float = c.is_float;
+    for (std::int64_t p : perm) r.dims.push_back(dims[static_cast<std::size_t>(p)]);
+    std::vector<std::int64_t> in_stride(dims.size(), 1);
+    for (int k = rank - 2; k >= 0; --k) in_stride[static_cast<std::size_t>(k)] = in_stride[static_cast<std::size_t>(k) + 1] * dims[static_cast<std::size_t>(k) + 1];
+    for (std::int64_t idx = 0; idx < r.numel(); ++idx) {
+      std::int64_t rem = idx, src = 0;
+      for (int k = rank - 1; k >= 0; --k) {
+        const auto ku = static_cast<std::size_t>(k);
+        src += (rem % r.dims[ku]) * in_stride[static_cast<std::size_t>(perm[ku])];
+        rem /= r.dims[ku];
+      }
+      if (c.is_float) {
+        r.floats.push_back(c.floats[static_cast<std::size_t>(src)]);
+      } else {
+        r.ints.push_back(c.ints[static_cast<std::size_t>(src)]);
+      }
+    }
+    return im.set(0, constant_value(std::move(r)));
+  }
+  const TensorId x = im.tensor(0);
   bool identity = true;
   for (int i = 0; i < rank; ++i) identity = identity && perm[static_cast<std::size_t>(i)] == i;
   im.set_tensor(0, identity ? x : im.builder().permute(x, perm, im.out_name()));
@@ -93,15 +118,38 @@ void h_concat(Importer& im, const onnx::NodeProto& n) {
   bool all_constant = true;
   for (int i = 0; i < n.input_size(); ++i) all_constant = all_constant && im.is_constant(i);
   if (all_constant) {
-    if (im.attr_int("axis", 0) != 0 && im.attr_int("axis", 0) != -1) im.fail("constants are concatenated along one axis only");
+    // Along any axis (Swin's index tuples [rows, cols, 2]): for each index before the axis, each
+    // operand's block after it in turn. Integers stay integers unless an operand is float.
+    const Constant& first = im.constant(0);
+    const int rank = static_cast<int>(first.dims.size());
+    if (rank == 0) im.fail("scalars cannot be concatenated");
+    const auto axis = static_cast<std::size_t>(im.axis_of(im.attr_int("axis", 0), rank));
     Constant c;
+    c.dims = first.dims;
+    c.dims[axis] = 0;
     for (int i = 0; i < n.input_size(); ++i) {
       const Constant& p = im.constant(i);
-      if (p.dims.size() > 1) im.fail("constants are concatenated as lists only");
-      if (p.is_float) im.fail("float constants are not concatenated");
-      c.ints.insert(c.ints.end(), p.ints.begin(), p.ints.end());
+      c.is_float = c.is_float || p.is_float;
+      bool same = p.dims.size() == first.dims.size();
+      for (std::size_t d = 0; same && d < p.dims.size(); ++d) same = d == axis || p.dims[d] == first.dims[d];
+      if (!same) im.fail("constants of shapes " + Shape(first.dims).to_string() + " and " + Shape(p.dims).to_string() + " do not concatenate along axis " + std::to_string(axis));
+      c.dims[axis] += p.dims[axis];
     }
-    c.dims = {static_cast<std::int64_t>(c.ints.size())};
+    std::int64_t outer = 1;
+    for (std::size_t d = 0; d < axis; ++d) outer *= first.dims[d];
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (int i = 0; i < n.input_size(); ++i) {
+        const Constant& p = im.constant(i);
+        const std::int64_t block = outer == 0 ? 0 : p.numel() / outer;
+        for (std::int64_t e = 0; e < block; ++e) {
+          if (c.is_float) {
+            c.floats.push_back(p.at(o * block + e));
+          } else {
+            c.ints.push_back(p.ints[static_cast<std::size_t>(o * block + e)]);  // exact (INT64_MAX ends)
+          }
+        }
+      }
+    }
     return im.set(0, constant_value(c));
   }
   TensorId y = im.tensor(0);
@@ -132,6 +180,27 @@ void h_split(Importer& im, const onnx::NodeProto& n) {
   if (start != xs[static_cast<int>(axis)]) im.fail("split sizes do not add up to the axis");
 }
 
+// Elements lo, lo + k, ... (count of them) of axis a of y, k dividing the axis: the axis viewed as
+// [d / k, k], its rows sliced, then the one offset lo % k.
+TensorId strided_slice(Importer& im, TensorId y, int a, std::int64_t lo, std::int64_t k, std::int64_t count, const std::string& name) {
+  const Shape before = im.shape_of(y);
+  Shape split, merged;
+  for (int j = 0; j < before.rank(); ++j) {
+    split.dims.push_back(j == a ? before[j] / k : before[j]);
+    if (j == a) split.dims.push_back(k);
+    merged.dims.push_back(j == a ? count : before[j]);
+  }
+  y = im.reshape_to(y, split, name + ".split");
+  if (lo / k != 0 || count != before[a] / k) y = im.builder().slice(y, a, lo / k, count, name + ".rows");
+  y = im.builder().slice(y, a + 1, lo % k, 1, name + ".offset");
+  return im.reshape_to(y, merged, name);
+}
+
+// Slice with ONNX's semantics for starts, ends and steps (negative indices from the end, clamped).
+// On constants any step (the exporter reverses F.pad's pad list with step -1); on tensors step 1
+// is a slice, and a step k > 1 along an axis k divides (Swin's patch merging, x[..., 0::2, 1::2, :])
+// is a slice of the axis viewed as [d / k, k]: rows first, then the one offset; a negative step
+// (a reversed tensor) is refused.
 void h_slice(Importer& im, const onnx::NodeProto&) {
   const std::vector<std::int64_t> starts = im.ints_of(1), ends = im.ints_of(2);
   if (starts.size() != ends.size()) im.fail("starts and ends differ in length");
@@ -144,31 +213,44 @@ void h_slice(Importer& im, const onnx::NodeProto&) {
   const bool on_constant = im.in(0).kind == Value::Kind::constant || im.in(0).kind == Value::Kind::initializer;
   std::vector<std::int64_t> dims = on_constant ? im.in(0).constant.dims : im.shape_of(im.tensor(0)).dims;
   const int rank = static_cast<int>(dims.size());
-  std::vector<std::int64_t> lo(dims.size(), 0), len = dims;
+  // Per axis: the first index taken, the step, and how many.
+  struct AxisSlice {
+    std::int64_t lo = 0, step = 1, len = 0;
+  };
+  std::vector<AxisSlice> ax(dims.size());
+  for (std::size_t j = 0; j < dims.size(); ++j) ax[j].len = dims[j];
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (steps[i] != 1) im.fail("slices with a step other than 1 are not supported");
-    const std::int64_t a = im.axis_of(axes[i], rank);
-    const std::int64_t d = dims[static_cast<std::size_t>(a)];
+    if (steps[i] == 0) im.fail("a slice step of 0");
+    const auto a = static_cast<std::size_t>(im.axis_of(axes[i], rank));
+    const std::int64_t d = dims[a];
     std::int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
     std::int64_t e = ends[i] < 0 ? ends[i] + d : ends[i];
-    s = std::clamp<std::int64_t>(s, 0, d);
-    e = std::clamp<std::int64_t>(e, 0, d);
-    lo[static_cast<std::size_t>(a)] = s;
-    len[static_cast<std::size_t>(a)] = std::max<std::int64_t>(e - s, 0);
+    std::int64_t count = 0;
+    if (steps[i] > 0) {
+      s = std::clamp<std::int64_t>(s, 0, d);
+      e = std::clamp<std::int64_t>(e, 0, d);
+      count = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+    } else {
+      s = std::clamp<std::int64_t>(s, 0, d - 1);
+      e = std::clamp<std::int64_t>(e, -1, d - 1);
+      count = s > e ? (s - e - steps[i] - 1) / -steps[i] : 0;
+    }
+    ax[a] = {s, steps[i], count};
   }
   if (on_constant) {
     const Constant& c = im.loaded(0).constant;
     Constant r;
-    r.dims = len;
+    for (const AxisSlice& x : ax) r.dims.push_back(x.len);
     r.is_float = c.is_float;
     const std::int64_t total = r.numel();
     for (std::int64_t idx = 0; idx < total; ++idx) {
       std::int64_t rem = idx, src = 0, stride = 1;
       for (int k = rank - 1; k >= 0; --k) {
-        const std::int64_t coord = rem % len[static_cast<std::size_t>(k)] + lo[static_cast<std::size_t>(k)];
-        rem /= len[static_cast<std::size_t>(k)];
+        const auto ku = static_cast<std::size_t>(k);
+        const std::int64_t coord = ax[ku].lo + (rem % ax[ku].len) * ax[ku].step;
+        rem /= ax[ku].len;
         src += coord * stride;
-        stride *= dims[static_cast<std::size_t>(k)];
+        stride *= dims[ku];
       }
       if (c.is_float) {
         r.floats.push_back(c.floats[static_cast<std::size_t>(src)]);
@@ -183,14 +265,24 @@ void h_slice(Importer& im, const onnx::NodeProto&) {
   }
   TensorId y = im.tensor(0);
   for (int a = 0; a < rank; ++a) {
-    if (lo[static_cast<std::size_t>(a)] == 0 && len[static_cast<std::size_t>(a)] == dims[static_cast<std::size_t>(a)]) continue;
-    if (len[static_cast<std::size_t>(a)] == 0) im.fail("an empty slice");
-    y = im.builder().slice(y, a, lo[static_cast<std::size_t>(a)], len[static_cast<std::size_t>(a)], im.out_name() + ".axis" + std::to_string(a));
+    const auto au = static_cast<std::size_t>(a);
+    const std::int64_t d = dims[au];
+    if (ax[au].lo == 0 && ax[au].len == d && ax[au].step == 1) continue;
+    if (ax[au].len == 0) im.fail("an empty slice");
+    const std::string name = im.out_name() + ".axis" + std::to_string(a);
+    if (ax[au].step == 1 || ax[au].len == 1) {
+      y = im.builder().slice(y, a, ax[au].lo, ax[au].len, name);
+      continue;
+    }
+    const std::int64_t k = ax[au].step;
+    if (k < 0) im.fail("a slice with a negative step (a reversed tensor) is not supported");
+    if (d % k != 0) im.fail("a slice with step " + std::to_string(k) + " along an axis of " + std::to_string(d) + " (memplan takes steps that divide the axis)");
+    y = strided_slice(im, y, a, ax[au].lo, k, ax[au].len, name);
   }
   im.set_tensor(0, y);
 }
 
-void h_gather(Importer& im, const onnx::NodeProto&) {
+void h_gather(Importer& im, const onnx::NodeProto& n) {
   const std::int64_t axis_attr = im.attr_int("axis", 0);
   if (im.is_constant(0) && im.is_constant(1)) {
     const Constant& data = im.constant(0);
@@ -226,6 +318,25 @@ void h_gather(Importer& im, const onnx::NodeProto&) {
     std::vector<std::int64_t> dims = xs.dims;
     dims.erase(dims.begin() + axis);
     return im.set_tensor(0, im.reshape_to(y, Shape(dims), im.out_name()));
+  }
+  if (im.is_constant(1)) {
+    // Rows of a learned table picked by constant indices (Swin's and MaxViT's relative-position
+    // bias, table[index]): the indices become an i32 buffer and the lookup an embedding, whose
+    // backward sums each row's gradient.
+    const TensorId table = im.tensor(0);
+    const Shape ts = im.shape_of(table);
+    if (axis_attr != 0 || ts.rank() != 2) im.fail("memplan gathers rows of a [V, D] table (axis 0) only");
+    const Constant& idx = im.constant(1);
+    std::vector<std::int64_t> rows;
+    rows.reserve(static_cast<std::size_t>(idx.numel()));
+    for (std::int64_t k = 0; k < idx.numel(); ++k) {
+      std::int64_t i = im.to_int(idx.at(k));
+      if (i < 0) i += ts[0];
+      if (i < 0 || i >= ts[0]) im.fail("index " + std::to_string(im.to_int(idx.at(k))) + " is out of range for the table's " + std::to_string(ts[0]) + " rows");
+      rows.push_back(i);
+    }
+    const TensorId ids = im.index_buffer(n.input(1), Shape(idx.dims), rows);
+    return im.set_tensor(0, im.builder().embedding(ids, table, im.out_name()));
   }
   // An embedding lookup: rows of a [V, D] table picked by integer ids.
   const TensorId table = im.tensor(0);
@@ -275,6 +386,18 @@ void h_squeeze(Importer& im, const onnx::NodeProto&) {
 
 void h_expand(Importer& im, const onnx::NodeProto&) {
   const std::vector<std::int64_t> target = im.ints_of(1);
+  if (im.is_constant(0)) {
+    // Broadcast on the host: each value of x against a zero of the target's shape.
+    const Constant& c = im.constant(0);
+    Constant zeros;
+    zeros.dims = target;
+    for (std::int64_t d : target) {
+      if (d < 0) im.fail("a negative dimension in the target shape");
+    }
+    if (zeros.numel() > (std::int64_t{1} << 24)) im.fail("a constant of " + std::to_string(zeros.numel()) + " elements is too large to fold");
+    zeros.ints.assign(static_cast<std::size_t>(zeros.numel()), 0);
+    return im.set(0, constant_value(im.fold_binary(c, zeros, [](double a, double) { return a; })));
+  }
   const TensorId x = im.tensor(0);
   const Shape xs = im.shape_of(x);
   // numpy broadcasting of x against the target shape

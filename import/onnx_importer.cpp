@@ -96,6 +96,19 @@ void Importer::set(int output, Value v) {
   }
 }
 
+TensorId Importer::index_buffer(const std::string& name, const graph::Shape& shape, const std::vector<std::int64_t>& values) {
+  if (auto it = materialized_.find(name); it != materialized_.end()) return it->second;
+  const TensorId id = builder_.buffer(name, shape, {}, DType::i32);
+  if (options_.keep_values) {
+    std::vector<float> exact;  // f32 holds these exactly: the caller bounds them by a table's rows
+    exact.reserve(values.size());
+    for (std::int64_t v : values) exact.push_back(static_cast<float>(v));
+    out_.initial_values.emplace_back(id, std::move(exact));
+  }
+  materialized_.emplace(name, id);
+  return id;
+}
+
 TensorId Importer::materialize(const Value& v, const std::string& input_name) {
   switch (v.kind) {
     case Value::Kind::tensor:
@@ -111,9 +124,19 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
       materialized_.emplace(v.name, id);
       return id;
     }
-    case Value::Kind::constant:
-      fail("the constant '" + input_name +
-           "' is used as a tensor; memplan imports constants only as shapes, axes, scalar factors and causal masks");
+    case Value::Kind::constant: {
+      // A float constant read as a tensor (Swin's shifted-window mask): a buffer holding its values,
+      // persistent and never trained, created once however many nodes read it.
+      if (!v.constant.is_float) {
+        fail("the integer constant '" + input_name + "' is used as a float tensor; memplan reads integer constants as "
+             "shapes, axes, indices of a Gather and factors only");
+      }
+      if (auto it = materialized_.find(input_name); it != materialized_.end()) return it->second;
+      const TensorId id = builder_.buffer(input_name, Shape(v.constant.dims), {}, options_.dtype);
+      if (options_.keep_values) out_.initial_values.emplace_back(id, std::vector<float>(v.constant.floats.begin(), v.constant.floats.end()));
+      materialized_.emplace(input_name, id);
+      return id;
+    }
     case Value::Kind::transposed: {
       auto it = materialized_.find(input_name);
       if (it != materialized_.end()) return it->second;

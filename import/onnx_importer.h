@@ -123,6 +123,12 @@ class Importer {
     const TensorId zeros = builder_.fill(graph::Shape{rows, n}, 0.0f, desc(x).dtype, name + ".zeros");
     return builder_.bias_add(zeros, reshape_to(x, graph::Shape{n}, name + ".row"), name + ".rows");
   }
+  // A value as a graph tensor named `input_name` where it needs one (constants and initializers
+  // become persistent tensors, pending forms their op); once per name.
+  TensorId materialize(const Value& v, const std::string& input_name);
+  // Constant integer indices as a persistent i32 tensor (a buffer: not trained), holding `values`
+  // from the first step on; one per constant `name`, however many nodes read it.
+  TensorId index_buffer(const std::string& name, const graph::Shape& shape, const std::vector<std::int64_t>& values);
   const ImportOptions& options() const { return options_; }
   std::int64_t file_batch() const { return file_batch_; }  // the first input's static batch in the file, or -1
 
@@ -143,7 +149,6 @@ class Importer {
   Constant fold_binary(const Constant& a, const Constant& b, const std::function<double(double, double)>& f) const;
 
  private:
-  TensorId materialize(const Value& v, const std::string& input_name);
   void declare_initializers();
   void declare_inputs();
   void import_node(const onnx::NodeProto& n);

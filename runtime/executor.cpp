@@ -263,6 +263,17 @@ void Executor::write_values(void* device_dst, const TensorDesc& desc, const floa
     device_.copy_from_host(device_dst, values, desc.size_bytes());
     return;
   }
+  if (desc.dtype == graph::DType::i32) {
+    // Constant indices (an imported Gather's), integers that f32 holds exactly.
+    std::vector<std::int32_t> ints(static_cast<std::size_t>(desc.shape.numel()));
+    for (std::size_t i = 0; i < ints.size(); ++i) {
+      MEMPLAN_CHECK(values[i] == std::nearbyint(values[i]) && std::fabs(values[i]) < 16777216.0f,
+                    "'" << desc.name << "' is i32; " << values[i] << " is not an integer f32 holds exactly");
+      ints[i] = static_cast<std::int32_t>(values[i]);
+    }
+    device_.copy_from_host(device_dst, ints.data(), desc.size_bytes());
+    return;
+  }
   MEMPLAN_CHECK(graph::is_16bit_float(desc.dtype), "'" << desc.name << "' is " << graph::dtype_name(desc.dtype)
                                                        << ", not a floating tensor to write f32 values into");
   std::vector<std::uint16_t> narrow(static_cast<std::size_t>(desc.shape.numel()));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -41,7 +42,7 @@ std::shared_ptr<const OnnxModel> load(const std::string& name) {
 void write_initial_values(runtime::Executor& e, const ImportedGraph& imported) {
   for (const auto& [id, values] : imported.initial_values) {
     ASSERT_EQ(static_cast<std::int64_t>(values.size()), imported.graph.tensor(id).shape.numel());
-    e.write_tensor(id, values.data());
+    e.write_values(id, values.data());  // f32 weights, or a Gather's constant i32 indices
   }
 }
 
@@ -96,7 +97,7 @@ TEST_P(OnnxGolden, ForwardLossAndGradientsMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnnxGolden, ::testing::Values("small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se", "tiny_vgg", "tiny_vit",
-                                                             "tiny_torchvision_ops"));
+                                                             "tiny_torchvision_ops", "tiny_swin", "tiny_maxvit"));
 
 // Three SGD steps from the file's weights, planned and naive: the same parameter bytes.
 std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
@@ -119,7 +120,8 @@ std::string train_sha(const std::string& name, runtime::ExecutionMode mode) {
 }
 
 TEST(OnnxImport, PlannedAndNaiveTrainingAgreeBitwise) {
-  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se", "tiny_vgg", "tiny_vit"}) {
+  for (const char* name : {"small_cnn", "tiny_gpt", "tiny_mobilenet", "tiny_ln_mlp", "tiny_dilated", "tiny_se", "tiny_vgg", "tiny_vit",
+                           "tiny_swin", "tiny_maxvit"}) {
     const std::string planned = train_sha(name, runtime::ExecutionMode::planned);
     EXPECT_EQ(planned, train_sha(name, runtime::ExecutionMode::naive)) << name;
     EXPECT_NE(planned, "");
@@ -220,6 +222,97 @@ TEST(OnnxImport, ShapesThatDisagreeNameTheNode) {
   add_node(m, "Reshape", "bad_reshape", {"f", "s"}, {"y"});
   const std::string e = build_error(m);
   EXPECT_NE(e.find("node 'bad_reshape' (Reshape, opset 15): cannot reshape [2, 4] to [3, 3]"), std::string::npos) << e;
+}
+
+void add_int_constant(onnx::ModelProto& m, const std::string& name, std::vector<std::int64_t> values) {
+  auto* c = add_node(m, "Constant", name, {}, {name});
+  auto* attr = c->add_attribute();
+  attr->set_name("value_ints");
+  attr->set_type(onnx::AttributeProto::INTS);
+  for (std::int64_t v : values) attr->add_ints(v);
+}
+
+// x [2, 4] sliced along its columns from `start` with `step` (Swin's patch merging is step 2).
+onnx::ModelProto strided_slice_model(std::int64_t start, std::int64_t step,
+                                     std::int64_t end = std::numeric_limits<std::int64_t>::max()) {
+  onnx::ModelProto m = tiny_model();
+  add_int_constant(m, "starts", {start});
+  add_int_constant(m, "ends", {end});
+  add_int_constant(m, "axes", {1});
+  add_int_constant(m, "steps", {step});
+  add_node(m, "Slice", "merge", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  return m;
+}
+
+TEST(OnnxImport, StridedSlicesTakeEveryKthColumnAndNameStepsTheyCannot) {
+  std::string bytes;
+  ASSERT_TRUE(strided_slice_model(1, 2).SerializeToString(&bytes));
+  auto model = OnnxModel::parse(bytes, "slice.onnx");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  import::ImportOptions options;
+  options.batch = 2;
+  options.loss = import::LossKind::mse;
+  ImportedGraph imported = model.value()->build(options);
+  const graph::Graph& g = imported.graph;
+  ASSERT_EQ(g.tensor(g.output).shape, (graph::Shape{2, 2}));
+  imported.graph.retained.push_back(g.output);
+  testing::CpuRun run(imported.graph);
+  const std::vector<float> x = {0, 1, 2, 3, 10, 11, 12, 13};
+  run.executor.set_input(imported.inputs[0], x.data(), 32);
+  const std::vector<float> target(4, 0.0f);
+  run.executor.set_input(imported.labels, target.data(), 16);
+  ASSERT_TRUE(run.executor.run_step().ok());
+  EXPECT_EQ(testing::read_floats(run.executor, g.output), (std::vector<float>{1, 3, 11, 13}));
+
+  std::string e = build_error(strided_slice_model(0, 3));
+  EXPECT_NE(e.find("node 'merge' (Slice, opset 15): a slice with step 3 along an axis of 4"), std::string::npos) << e;
+  e = build_error(strided_slice_model(-1, -1, std::numeric_limits<std::int64_t>::min()));
+  EXPECT_NE(e.find("node 'merge' (Slice, opset 15): a slice with a negative step"), std::string::npos) << e;
+}
+
+// Gather of a learned table by constant indices (a relative-position bias): an embedding reading
+// an i32 buffer of the indices; an index outside the table names the node and the table's rows.
+TEST(OnnxImport, ConstantIndexGathersReadAnIndexBufferAndCheckTheRange) {
+  for (std::int64_t bad : {std::int64_t{2}, std::int64_t{5}}) {
+    onnx::ModelProto m = tiny_model();
+    auto* w = m.mutable_graph()->add_initializer();
+    w->set_name("table");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(5);
+    w->add_dims(4);
+    for (int i = 0; i < 20; ++i) w->add_float_data(static_cast<float>(i));
+    add_int_constant(m, "index", {bad, 0});
+    add_node(m, "Gather", "bias", {"table", "index"}, {"rows"});
+    add_node(m, "Add", "sum", {"x", "rows"}, {"y"});
+    std::string bytes;
+    ASSERT_TRUE(m.SerializeToString(&bytes));
+    auto model = OnnxModel::parse(bytes, "gather.onnx");
+    ASSERT_TRUE(model.ok());
+    import::ImportOptions options;
+    options.batch = 2;
+    options.loss = import::LossKind::mse;
+    auto built = model.value()->try_build(options);
+    if (bad == 5) {
+      ASSERT_FALSE(built.ok());
+      EXPECT_NE(built.error().message.find("node 'bias' (Gather, opset 15): index 5 is out of range for the table's 5 rows"),
+                std::string::npos) << built.error().message;
+      continue;
+    }
+    ASSERT_TRUE(built.ok()) << built.error().message;
+    ImportedGraph& imported = built.value();
+    const TensorId index = imported.graph.find("index");
+    ASSERT_NE(index, kNoTensor);
+    EXPECT_EQ(imported.graph.tensor(index).dtype, graph::DType::i32);
+    EXPECT_EQ(imported.graph.tensor(index).role, graph::Role::optimizer_state);  // a buffer, never trained
+    imported.graph.retained.push_back(imported.graph.output);
+    testing::CpuRun run(imported.graph);
+    write_initial_values(run.executor, imported);
+    const std::vector<float> x(8, 0.5f), target(8, 0.0f);
+    run.executor.set_input(imported.inputs[0], x.data(), 32);
+    run.executor.set_input(imported.labels, target.data(), 32);
+    ASSERT_TRUE(run.executor.run_step().ok());
+    EXPECT_EQ(testing::read_floats(run.executor, imported.graph.output), (std::vector<float>{8.5f, 9.5f, 10.5f, 11.5f, 0.5f, 1.5f, 2.5f, 3.5f}));
+  }
 }
 
 TEST(OnnxImport, DimensionsThatOverflowBytesAreRefused) {

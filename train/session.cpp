@@ -236,6 +236,11 @@ Status TrainingSession::setup() {
     auto it = initial.find(name);
     if (it == initial.end()) continue;
     const std::vector<float>& values = *it->second;
+    if (desc.dtype == graph::DType::i32) {  // constant indices the import made (a Gather's), never sharded
+      MEMPLAN_CHECK(desc.shard_of == kNoTensor && static_cast<std::int64_t>(values.size()) == desc.shape.numel(), "indices '" << name << "'");
+      executor_->write_values(id, values.data());
+      continue;
+    }
     if (desc.dtype != graph::DType::f32) return Error{"'" + name + "' is not f32 in the step; ONNX weights load into f32 tensors"};
     if (desc.shard_of == kNoTensor) {
       MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == desc.shape.numel(), "initializer '" << name << "' size");

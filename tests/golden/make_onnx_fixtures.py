@@ -197,6 +197,26 @@ def tiny_vit():
                              num_classes=10)
 
 
+def tiny_swin():
+    """torchvision's SwinTransformer at toy sizes: 32x32 images in 4x4 patches give 8x8 maps,
+    windows of 3 pad them to 9x9 (Pad) and shift by 1 (the roll as Slice + Concat, the mask built
+    from constants by ScatterND, Mod, Expand, Where), relative-position bias as a Gather of a learned
+    table by a constant index, and patch merging by strided Slices. Stochastic depth 0 (its
+    Bernoulli sampling does not export in training mode)."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    return SwinTransformer(patch_size=[4, 4], embed_dim=8, depths=[2, 2], num_heads=[1, 2], window_size=[3, 3],
+                           stochastic_depth_prob=0.0, num_classes=10)
+
+
+def tiny_maxvit():
+    """torchvision's MaxVit at toy sizes: MBConv (batch norm, depthwise Conv, squeeze-excitation),
+    block and grid attention over 2x2 partitions with relative-position bias (a Gather of a learned
+    table by a constant index) and Einsum products."""
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(16, 16), stem_channels=8, partition_size=2, block_channels=[8, 16], block_layers=[1, 1],
+                  head_dim=4, stochastic_depth_prob=0.0, num_classes=10)
+
+
 def resnet18_fmnist():
     r18 = torchvision.models.resnet18(num_classes=10)
     r18.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
@@ -326,6 +346,13 @@ def main():
              "encoder.layers.encoder_layer_1.mlp.0.weight"])
     fixture(TinyTorchvisionOps(), "tiny_torchvision_ops", torch.randn(batch, 3, 12, 12), torch.tensor([3, 8]), out_dir, 15,
             ["stem.0.weight", "branch.weight", "branch.bias", "se.fc1.weight", "se.fc2.bias", "layer_scale"])
+    fixture(tiny_swin(), "tiny_swin", torch.randn(batch, 3, 32, 32), torch.tensor([7, 2]), out_dir, 15,
+            ["features.1.0.attn.relative_position_bias_table", "features.1.1.attn.relative_position_bias_table",
+             "features.3.1.attn.qkv.weight", "features.2.reduction.weight"])
+    fixture(tiny_maxvit(), "tiny_maxvit", torch.randn(batch, 3, 16, 16), torch.tensor([5, 9]), out_dir, 15,
+            ["blocks.0.layers.0.layers.window_attention.attn_layer.1.relative_position_bias_table",
+             "blocks.1.layers.0.layers.grid_attention.attn_layer.1.relative_position_bias_table",
+             "blocks.0.layers.0.layers.MBconv.layers.conv_b.0.weight"])
 
 
 def fixture(model, name, x, labels, out_dir, opset, extra_grads=()):
