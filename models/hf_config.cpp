@@ -158,7 +158,7 @@ class Fields {
     return it->get<std::string>();
   }
 
-  // Present with a type that changes no tensor (rope_scaling, sliding_window): only checked.
+  // Present with a type that changes no tensor (rope_scaling): only checked.
   void expect_object_or_absent(const char* name) {
     read_.insert(name);
     auto it = j_.find(name);
@@ -399,10 +399,21 @@ void read_llama(Fields& f, HfConfig& c) {
                       gemma ? LlamaConfig::Gate::gelu : LlamaConfig::Gate::silu);
   l.scale_embeddings = gemma;  // Gemma multiplies the embeddings by sqrt(hidden_size)
   f.expect_object_or_absent("rope_scaling");  // longer contexts: positions, not memory
-  // mistral's sliding window (and qwen2's, when use_sliding_window) masks scores that are still
-  // computed in full here: a mask, not a change in memory.
-  f.size({"sliding_window"}, std::int64_t{0});
-  f.boolean("use_sliding_window", false);
+  // Sliding windows (LlamaConfig::sliding_window): every layer of mistral, mixtral and phi3;
+  // qwen2's (and its MoE's) from max_window_layers on when use_sliding_window; gemma2's every
+  // other layer (below). qwen3 configs carry the keys with use_sliding_window false.
+  const std::int64_t window = f.size({"sliding_window"}, std::int64_t{0});
+  const bool use_window = f.boolean("use_sliding_window", false);
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (qwen) {
+    const std::int64_t window_layers = f.size({"max_window_layers"}, l.layers);
+    if (use_window && window > 0) {
+      l.sliding_window = window;
+      l.window_first_layer = window_layers;
+    }
+  } else if (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3") {
+    l.sliding_window = window;
+  }
   const bool attention_bias = f.boolean("attention_bias", false);
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "true is not supported: memplan's SwiGLU MLP has no biases");
   // Qwen2's attention always has q, k and v biases (and none on o_proj); Llama's attention_bias
@@ -422,9 +433,11 @@ void read_llama(Fields& f, HfConfig& c) {
   }
   if (c.model_type == "gemma2") {
     // Gemma-2: norms before and after each sublayer, scores scaled by query_pre_attn_scalar^-1/2
-    // and soft-capped, logits soft-capped (null switches a cap off). Its alternating sliding
-    // windows mask scores still computed in full (read above, as mistral's).
+    // and soft-capped, logits soft-capped (null switches a cap off); a sliding window on every
+    // other layer from the first (transformers' is_sliding = not layer_idx % 2).
     l.pre_norm = l.post_norm = true;
+    l.sliding_window = f.size({"sliding_window"}, std::int64_t{4096});  // layers 0, 2, 4, ...
+    l.window_layer_period = 2;
     l.query_scale = static_cast<float>(f.number("query_pre_attn_scalar", 256.0, 1e-6, 1e12));
     l.attn_softcap = static_cast<float>(f.number_or_off("attn_logit_softcapping", 50.0, 1e-6, 1e12));
     l.final_softcap = static_cast<float>(f.number_or_off("final_logit_softcapping", 30.0, 1e-6, 1e12));

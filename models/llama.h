@@ -6,6 +6,7 @@
 // config.json). Shapes as the published checkpoints have them.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,22 @@ struct LlamaConfig {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   float attention_scale() const { return query_scale > 0.0f ? 1.0f / std::sqrt(query_scale) : 0.0f; }
+
+  // Sliding-window attention: a windowed layer attends to the last `sliding_window` positions only
+  // (Mistral and Phi-3: every layer; Gemma-2: every other layer from the first; Qwen2 with
+  // use_sliding_window: the layers from max_window_layers on). Memory changes in serving only, where
+  // a windowed layer keeps at most the window's keys and values; memplan's training step computes
+  // every score (a mask would change no tensor), so it trains sequences no longer than the window.
+  std::int64_t sliding_window = 0;       // 0: every layer attends to the whole sequence
+  std::int64_t window_first_layer = 0;   // the first windowed layer
+  std::int64_t window_layer_period = 1;  // then every this many layers
+  bool windowed(std::int64_t layer) const {
+    return sliding_window > 0 && layer >= window_first_layer && (layer - window_first_layer) % window_layer_period == 0;
+  }
+  // The positions whose keys and values layer `layer` keeps for a sequence of `seq`.
+  std::int64_t kv_positions(std::int64_t layer, std::int64_t seq) const {
+    return windowed(layer) ? std::min(seq, sliding_window) : seq;
+  }
 
   // A mixture of experts in place of the MLP (Mixtral, Qwen2-MoE, Qwen3-MoE): a router [E, width]
   // whose softmax picks top_k experts per token (their probabilities renormalised to sum 1 when

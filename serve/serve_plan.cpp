@@ -53,9 +53,25 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   // attention caches NKV heads, not NH).
   const std::int64_t layers = q.llama ? q.llama->layers : q.model.layers;
   const std::int64_t kv_width = q.llama ? q.llama->kv_heads * q.llama->head_size() : q.model.width;
-  a.kv_bytes_per_token = 2 * layers * kv_width * graph::dtype_size(q.kv_dtype);
-  a.kv_bytes_per_sequence = a.kv_bytes_per_token * a.seq;
+  const Bytes layer_position_bytes = 2 * kv_width * graph::dtype_size(q.kv_dtype);
+  a.kv_bytes_per_token = layers * layer_position_bytes;
   a.kv_block_bytes = a.kv_bytes_per_token * q.block_size;
+  // A windowed layer keeps the window's last positions only (the rest is never read again); paged,
+  // those span at most ceil((W - 1) / block) + 1 of its blocks, the window rarely aligned to them,
+  // the older blocks freed as it moves. Layer-blocks: one layer's share of a block.
+  const auto blocks_of = [&](std::int64_t positions) { return (positions + q.block_size - 1) / q.block_size; };
+  std::int64_t layer_blocks_per_sequence = 0;
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const std::int64_t kept = q.llama ? q.llama->kv_positions(l, a.seq) : a.seq;
+    a.kv_bytes_per_sequence += kept * layer_position_bytes;
+    if (kept < a.seq) {
+      ++a.windowed_layers;
+      layer_blocks_per_sequence += std::min(blocks_of(a.seq), blocks_of(q.llama->sliding_window - 1) + 1);
+    } else {
+      layer_blocks_per_sequence += blocks_of(a.seq);
+    }
+  }
+  if (a.windowed_layers > 0) a.sliding_window = q.llama->sliding_window;
   a.runtime_overhead_bytes = q.device.overhead_bytes();
   auto total = [&](std::int64_t n, const Planned& p) { return q.device.total_bytes(p.arena) + n * a.kv_bytes_per_sequence; };
   // The largest n with total(n) <= memory, by the planner's batch search (total grows with n);
@@ -81,7 +97,7 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   a.total_bytes = q.device.total_bytes(best.arena) + a.kv_bytes;
   const Bytes room = q.device_memory - q.device.total_bytes(best.arena);
   a.kv_blocks = room > 0 ? room / a.kv_block_bytes : 0;
-  a.paged_sequences = a.kv_blocks / ((a.seq + q.block_size - 1) / q.block_size);
+  a.paged_sequences = a.kv_blocks * layers / layer_blocks_per_sequence;
   return a;
 }
 

@@ -1,7 +1,8 @@
 // How much serving fits on a device: the weights and the decode step's planned arena (planned by
 // planner::plan_step like any step, forward only) beside a KV cache at its own dtype. Answers the
 // largest number of concurrent sequences of `seq` positions with contiguous caches, and the KV
-// blocks (paged) that fit beside the same decode step. Planning only: nothing is allocated.
+// blocks (paged) that fit beside the same decode step. Layers with a sliding window shorter than
+// `seq` keep only the window's keys and values (Mistral, Phi-3, Gemma-2's alternate layers). Planning only: nothing is allocated.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,11 @@ struct ServeQuestion {
 struct ServeAnswer {
   std::int64_t seq = 0;
   Bytes kv_bytes_per_token = 0;     // keys and values of one position, every layer, at kv_dtype
-  Bytes kv_bytes_per_sequence = 0;  // seq positions (contiguous)
+  Bytes kv_bytes_per_sequence = 0;  // seq positions (contiguous), a windowed layer's capped at its window
+  // Sliding windows (LlamaConfig::sliding_window) shorter than seq: the layers that keep only the
+  // window's last positions, and the window (0 and 0 when every layer keeps every position).
+  std::int64_t windowed_layers = 0;
+  std::int64_t sliding_window = 0;
   Bytes kv_block_bytes = 0;
   // Contiguous: the most sequences whose decode step and caches fit (0: not even one).
   std::int64_t max_sequences = 0;

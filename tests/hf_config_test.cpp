@@ -18,6 +18,7 @@
 #include "memplan/models/model_source.h"
 #include "memplan/models/zoo.h"
 #include "memplan/planner/plan_step.h"
+#include "memplan/train/session.h"
 
 namespace memplan {
 namespace {
@@ -510,6 +511,40 @@ TEST(HfConfig, MistralsSlidingWindowIsAMaskNotMemory) {
   EXPECT_GT(with_window.arena_bytes, 0);
   EXPECT_EQ(with_window.arena_bytes, without.arena_bytes);
   EXPECT_EQ(with_window.arena_bytes, llama.arena_bytes);
+}
+
+// Which layers a sliding window covers, family by family (serving keeps only their window's keys
+// and values: tests/serve_plan_test.cpp), and training refuses sequences past it.
+TEST(HfConfig, SlidingWindowsCoverTheLayersEachFamilySays) {
+  auto windowed = [](const HfConfig& c) {
+    std::vector<std::int64_t> layers;
+    for (std::int64_t l = 0; l < c.llama.layers; ++l) {
+      if (c.llama.windowed(l)) layers.push_back(l);
+    }
+    return layers;
+  };
+  const std::string base = R"({"hidden_size":64,"intermediate_size":160,"num_hidden_layers":4,
+    "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,"max_position_embeddings":256)";
+  const HfConfig mistral = parse(R"({"model_type":"mistral","sliding_window":8,)" + base.substr(1) + "}");
+  EXPECT_EQ(windowed(mistral), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(mistral.llama.kv_positions(0, 32), 8);
+  EXPECT_EQ(mistral.llama.kv_positions(0, 5), 5);
+  EXPECT_TRUE(windowed(parse(R"({"model_type":"mistral","sliding_window":null,)" + base.substr(1) + "}")).empty());
+  EXPECT_EQ(windowed(parse(R"({"model_type":"gemma2","sliding_window":8,)" + base.substr(1) + "}")), (std::vector<std::int64_t>{0, 2}));
+  EXPECT_EQ(windowed(parse(R"({"model_type":"qwen2","sliding_window":8,"use_sliding_window":true,"max_window_layers":1,)" + base.substr(1) + "}")),
+            (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_TRUE(windowed(parse(R"({"model_type":"qwen2","sliding_window":8,"use_sliding_window":false,"max_window_layers":1,)" + base.substr(1) + "}")).empty());
+  EXPECT_EQ(windowed(models::shipped_config("phi-3-mini-4k.json").value()).size(), 32u);
+  EXPECT_EQ(models::shipped_config("phi-3-mini-4k.json").value().llama.sliding_window, 2047);
+  EXPECT_TRUE(windowed(models::shipped_config("qwen2.5-7b.json").value()).empty());
+  EXPECT_EQ(windowed(models::shipped_config("gemma-2-9b.json").value()).size(), 21u);
+
+  // Training computes every score: a --seq past the window would train another model.
+  EXPECT_EQ(train::config_train_seq(mistral, 8).value(), 8);
+  auto refused = train::config_train_seq(mistral, 32);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--seq 32 is longer than the config's sliding_window 8"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(HfConfig, Gpt2FieldsAliasesAndDefaults) {

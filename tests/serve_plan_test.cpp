@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "memplan/models/hf_config.h"
 #include "memplan/models/zoo.h"
 #include "memplan/serve/serve_plan.h"
 
@@ -78,6 +79,48 @@ TEST(ServePlan, LlamaCachesOnlyItsKeyValueHeads) {
   q.llama = models::zoo_llama_config("llama2-7b", {}).value();
   q.seq = 4096;
   EXPECT_EQ(answer_serve(q).value().kv_bytes_per_token, 524288);
+}
+
+ServeQuestion config_question(const std::string& file, std::int64_t seq) {
+  ServeQuestion q = gpt2_question(Bytes{80} << 30);
+  auto config = models::read_hf_config(std::string(MEMPLAN_CONFIG_DIR) + "/" + file);
+  EXPECT_TRUE(config.ok()) << config.error().message;
+  q.llama = config.value().llama;
+  q.llama->context = seq;
+  q.llama->dtype = graph::DType::bf16;
+  q.kv_dtype = graph::DType::bf16;
+  q.seq = seq;
+  return q;
+}
+
+// A layer with a sliding window keeps its window's keys and values only. Mistral-7B (every layer,
+// 4096; 8 K/V heads of 128: 4,096 bytes a layer-position in bf16): 8192 positions hold 4096 in each
+// of 32 layers. Gemma-2-9B (every other of 42 layers from the first; 8 K/V heads of 256: 8,192
+// bytes a layer-position): 21 layers of 8192 and 21 of 4096. Paged in blocks of 16, a windowed
+// layer's 4096 positions span at most ceil(4095 / 16) + 1 = 257 blocks.
+TEST(ServePlan, SlidingWindowLayersKeepOnlyTheirWindow) {
+  const ServeAnswer mistral = answer_serve(config_question("mistral-7b-v0.1.json", 8192)).value();
+  EXPECT_EQ(mistral.kv_bytes_per_token, 32 * 4096);
+  EXPECT_EQ(mistral.kv_bytes_per_sequence, Bytes{32} * 4096 * 4096);
+  EXPECT_EQ(mistral.windowed_layers, 32);
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_EQ(mistral.paged_sequences, mistral.kv_blocks / 257);
+  EXPECT_EQ(mistral.kv_bytes, mistral.max_sequences * mistral.kv_bytes_per_sequence);
+
+  const ServeAnswer gemma = answer_serve(config_question("gemma-2-9b.json", 8192)).value();
+  EXPECT_EQ(gemma.kv_bytes_per_token, 42 * 8192);
+  EXPECT_EQ(gemma.kv_bytes_per_sequence, Bytes{21} * 8192 * 8192 + Bytes{21} * 4096 * 8192);
+  EXPECT_EQ(gemma.windowed_layers, 21);
+  EXPECT_EQ(gemma.paged_sequences, gemma.kv_blocks * 42 / (21 * 512 + 21 * 257));
+
+  // Within the window nothing changes; a config without one (Qwen2.5, use_sliding_window false) neither.
+  const ServeAnswer short_seq = answer_serve(config_question("mistral-7b-v0.1.json", 4096)).value();
+  EXPECT_EQ(short_seq.kv_bytes_per_sequence, Bytes{32} * 4096 * 4096);
+  EXPECT_EQ(short_seq.windowed_layers, 0);
+  EXPECT_EQ(short_seq.paged_sequences, short_seq.kv_blocks / 256);
+  const ServeAnswer qwen = answer_serve(config_question("qwen2.5-7b.json", 8192)).value();
+  EXPECT_EQ(qwen.windowed_layers, 0);
+  EXPECT_EQ(qwen.kv_bytes_per_sequence, qwen.kv_bytes_per_token * 8192);
 }
 
 TEST(ServePlan, FitServeCliAnswersInJson) {

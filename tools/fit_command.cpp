@@ -141,7 +141,8 @@ int run_fit_serve(const FitFlags& flags) {
                      {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", q.device_memory},
                      {"max_sequences", a.max_sequences}, {"kv_blocks", a.kv_blocks}, {"paged_sequences", a.paged_sequences},
                      {"kv_bytes_per_token", a.kv_bytes_per_token}, {"kv_bytes_per_sequence", a.kv_bytes_per_sequence},
-                     {"kv_block_bytes", a.kv_block_bytes}, {"decode_slots", a.slots}, {"plans_made", a.plans_made}};
+                     {"kv_block_bytes", a.kv_block_bytes}, {"decode_slots", a.slots}, {"plans_made", a.plans_made},
+                     {"sliding_window", a.sliding_window}, {"windowed_layers", a.windowed_layers}};
     j["breakdown"] = {{"weights", a.weights_bytes},
                       {"decode_arena", a.decode_arena_bytes},
                       {"decode_activations_and_workspace", a.decode_arena_bytes - a.weights_bytes},
@@ -166,6 +167,11 @@ int run_fit_serve(const FitFlags& flags) {
   row("total", a.total_bytes);
   print_out("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
               format_bytes(a.kv_bytes_per_sequence).c_str());
+  if (a.windowed_layers > 0) {
+    print_out("  sliding window: %lld of %lld layers keep only the last %lld positions' keys and values\n",
+              static_cast<long long>(a.windowed_layers), static_cast<long long>(q.llama->layers),
+              static_cast<long long>(a.sliding_window));
+  }
   print_out("  contiguous: at most %lld concurrent sequences of %lld positions\n", static_cast<long long>(a.max_sequences),
               static_cast<long long>(a.seq));
   print_out("  paged: %lld KV blocks of %lld positions (%s each) beside the same decode step: %lld full-length sequences, "

@@ -30,14 +30,23 @@ bool config_is_text(const models::HfConfig& c) {
 }  // namespace
 
 Result<std::int64_t> config_train_seq(const models::HfConfig& c, std::int64_t asked) {
-  if (asked > 0) {
-    if (c.learned_positions && asked > c.positions) {
-      return Error{"--seq " + std::to_string(asked) + " is longer than the config's " + std::to_string(c.positions) +
-                   " learned positions"};
-    }
-    return asked;
+  const std::int64_t seq = asked > 0 ? asked : std::min(c.positions, kDefaultConfigTrainSeq);
+  if (asked > 0 && c.learned_positions && asked > c.positions) {
+    return Error{"--seq " + std::to_string(asked) + " is longer than the config's " + std::to_string(c.positions) +
+                 " learned positions"};
   }
-  return std::min(c.positions, kDefaultConfigTrainSeq);
+  if (c.family == models::HfFamily::llama) {
+    // memplan's attention reads every earlier position: past a sliding window it would train
+    // another model than the config's.
+    for (std::int64_t l = 0; l < c.llama.layers; ++l) {
+      if (c.llama.kv_positions(l, seq) < seq) {
+        return Error{"--seq " + std::to_string(seq) + " is longer than the config's sliding_window " +
+                     std::to_string(c.llama.sliding_window) + ", which memplan's training does not mask; train with --seq " +
+                     std::to_string(c.llama.sliding_window) + " or less (plan and fit answer for any --seq: the window changes no tensor of the step)"};
+      }
+    }
+  }
+  return seq;
 }
 
 Result<RunData> load_run_data(models::ModelOptions model, const std::string& path, std::int64_t batch,
