@@ -2,6 +2,7 @@
 // folded on constants (shape arithmetic at the requested batch).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -220,7 +221,7 @@ void h_slice(Importer& im, const onnx::NodeProto&) {
   std::vector<AxisSlice> ax(dims.size());
   for (std::size_t j = 0; j < dims.size(); ++j) ax[j].len = dims[j];
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (steps[i] == 0) im.fail("a slice step of 0");
+    if (steps[i] == 0 || steps[i] == std::numeric_limits<std::int64_t>::min()) im.fail("a slice step of " + std::to_string(steps[i]));
     const auto a = static_cast<std::size_t>(im.axis_of(axes[i], rank));
     const std::int64_t d = dims[a];
     std::int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
@@ -229,11 +230,11 @@ void h_slice(Importer& im, const onnx::NodeProto&) {
     if (steps[i] > 0) {
       s = std::clamp<std::int64_t>(s, 0, d);
       e = std::clamp<std::int64_t>(e, 0, d);
-      count = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+      count = e > s ? 1 + (e - s - 1) / steps[i] : 0;
     } else {
       s = std::clamp<std::int64_t>(s, 0, d - 1);
       e = std::clamp<std::int64_t>(e, -1, d - 1);
-      count = s > e ? (s - e - steps[i] - 1) / -steps[i] : 0;
+      count = s > e ? 1 + (s - e - 1) / -steps[i] : 0;
     }
     ax[a] = {s, steps[i], count};
   }
@@ -326,6 +327,7 @@ void h_gather(Importer& im, const onnx::NodeProto& n) {
     const TensorId table = im.tensor(0);
     const Shape ts = im.shape_of(table);
     if (axis_attr != 0 || ts.rank() != 2) im.fail("memplan gathers rows of a [V, D] table (axis 0) only");
+    if (ts[0] > (std::int64_t{1} << 24)) im.fail("constant indices into a table of more than 2^24 rows are not supported");
     const Constant& idx = im.constant(1);
     std::vector<std::int64_t> rows;
     rows.reserve(static_cast<std::size_t>(idx.numel()));
