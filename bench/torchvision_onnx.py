@@ -5,10 +5,12 @@ one row per model: imported with torch's and memplan's parameter counts and one 
 the CPU (`train --onnx`, batch 2, Fashion-MNIST resampled to the model's input), or the refusal
 (memplan's or the exporter's). Stochastic depth is switched off (p = 0) because PyTorch 1.13's exporter
 cannot export its Bernoulli sampling in training mode. Images are 64 x 64 but for the models that
-need more (AlexNet's adaptive pool, ViT, Swin, MaxViT: 224; Inception-v3: 299).
+need more (AlexNet's and VGG's adaptive pools, ViT, Swin, MaxViT: 224; Inception-v3: 299).
 
 Usage: python3 bench/torchvision_onnx.py [--cli build/tools/memplan] [--max-params 100e6]
-Prints a table and writes bench/results/torchvision_onnx.json.
+       python3 bench/torchvision_onnx.py --min-params 100e6 --max-params 1e9 --no-train --out torchvision_onnx_large.json
+Prints a table and writes bench/results/torchvision_onnx.json (or --out, in bench/results/). The
+second form fits the models the first skips, without their training step (minutes each on CPUs).
 """
 import argparse
 import json
@@ -35,6 +37,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", default=os.path.join(HERE, "..", "build", "tools", "memplan"))
     ap.add_argument("--max-params", type=float, default=100e6, help="skip larger models (export time and memory)")
+    ap.add_argument("--min-params", type=float, default=0, help="skip smaller models")
+    ap.add_argument("--no-train", action="store_true", help="fit only: no training step")
+    ap.add_argument("--out", default="torchvision_onnx.json", help="the JSON's name in bench/results/")
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
@@ -47,12 +52,14 @@ def main():
                 if type(module).__name__ == "StochasticDepth":
                     module.p = 0.0
             row["torch_parameters"] = sum(p.numel() for p in model.parameters())
+            if row["torch_parameters"] < args.min_params:
+                continue
             if row["torch_parameters"] > args.max_params:
                 row["result"] = "skipped (size)"
                 rows.append(row)
                 print(f"{name:22s} skipped ({row['torch_parameters']:,} parameters)", flush=True)
                 continue
-            size = 299 if name == "inception_v3" else 224 if name.startswith(("alexnet", "vit", "swin", "maxvit")) else 64
+            size = 299 if name == "inception_v3" else 224 if name.startswith(("alexnet", "vit", "swin", "maxvit", "vgg")) else 64
             row["image_size"] = size
             path = os.path.join(tmp, name + ".onnx")
             model.train()
@@ -74,6 +81,11 @@ def main():
                 row["memplan_parameters"] = json.loads(r.stdout)["parameter_count"]
                 row["result"] = "imported" if row["memplan_parameters"] == row["torch_parameters"] else "imported, counts differ"
                 # One training step on the CPU, on Fashion-MNIST resampled to the model's input.
+                if args.no_train:
+                    os.remove(path)
+                    rows.append(row)
+                    print(f"{name:22s} {row['result']:24s} {row['memplan_parameters']:>12} (fit {row['fit_s']} s)", flush=True)
+                    continue
                 start = time.time()
                 t = subprocess.run([args.cli, "train", "--onnx", path, "--steps", "1", "--batch", "2", "--eval-samples", "0",
                                     "--threads", "2", "--json", "--quiet"], capture_output=True, text=True)
@@ -97,7 +109,7 @@ def main():
     tried = sum(r["result"] != "skipped (size)" for r in rows)
     print(f"\n{imported} of {tried} models tried import with torch's parameter count, {trained} train a step "
           f"({len(rows) - tried} skipped for size)")
-    with open(os.path.join(HERE, "results", "torchvision_onnx.json"), "w") as f:
+    with open(os.path.join(HERE, "results", args.out), "w") as f:
         json.dump({"torch": torch.__version__, "imported": imported, "trained": trained, "tried": tried, "models": rows}, f,
                   indent=1)
 

@@ -40,6 +40,9 @@ struct ImportedGraph {
   // Each parameter's (and batch-norm statistic's) values from the file's initializers, in the
   // order the graph created them.
   std::vector<std::pair<TensorId, std::vector<float>>> initial_values;
+  // Of those, the buffers the import made from constants (a Gather's indices, a folded mask):
+  // values of the graph, not initializers of the file, so never written back to it.
+  std::vector<TensorId> constant_buffers;
   std::vector<TensorId> inputs;  // the graph inputs, in the file's order
   TensorId labels = kNoTensor;   // i32 class labels (cross_entropy) or an f32 target (mse)
 };

@@ -105,6 +105,7 @@ TensorId Importer::index_buffer(const std::string& name, const graph::Shape& sha
     for (std::int64_t v : values) exact.push_back(static_cast<float>(v));
     out_.initial_values.emplace_back(id, std::move(exact));
   }
+  out_.constant_buffers.push_back(id);
   materialized_.emplace(name, id);
   return id;
 }
@@ -134,6 +135,7 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
       if (auto it = materialized_.find(input_name); it != materialized_.end()) return it->second;
       const TensorId id = builder_.buffer(input_name, Shape(v.constant.dims), {}, options_.dtype);
       if (options_.keep_values) out_.initial_values.emplace_back(id, std::vector<float>(v.constant.floats.begin(), v.constant.floats.end()));
+      out_.constant_buffers.push_back(id);
       materialized_.emplace(input_name, id);
       return id;
     }

@@ -23,6 +23,9 @@ struct OnnxModel::Impl {
   // left out of `model` (protobuf would copy every weight; an import reads them only if asked).
   std::vector<std::string_view> raw;
   std::shared_ptr<const void> storage;
+  // Initializers kept in external files (ONNX's external data, how models over protobuf's 2 GiB
+  // are saved): each file mapped once, beside the model; raw[i] points into them.
+  std::vector<std::shared_ptr<const void>> external_files;
   std::string_view raw_of(int initializer) const {
     return raw.empty() ? std::string_view(model.graph().initializer(initializer).raw_data())
                        : raw[static_cast<std::size_t>(initializer)];

@@ -28,9 +28,10 @@ Result<Constant> read_tensor_proto(const onnx::TensorProto& t, std::string_view 
   } catch (const graph::SizeError&) {
     return Error{"tensor '" + t.name() + "' has dimensions whose product overflows"};
   }
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    return Error{"tensor '" + t.name() + "' keeps its data in an external file, which memplan does not read; "
-                 "export with the weights inside the .onnx file"};
+  if (t.data_location() == onnx::TensorProto::EXTERNAL && raw.empty() && n > 0) {
+    // OnnxModel::load maps external files beside the model; bytes parsed alone have none.
+    return Error{"tensor '" + t.name() + "' keeps its data in an external file, which memplan reads only when it "
+                 "loads the model from its file (OnnxModel::load, --onnx PATH)"};
   }
   auto size_error = [&](std::size_t have) {
     return Error{"tensor '" + t.name() + "' declares " + std::to_string(n) + " elements but holds " + std::to_string(have)};

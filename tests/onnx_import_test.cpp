@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include "cli_util.h"
 #include "golden_util.h"
@@ -28,6 +30,7 @@
 namespace memplan {
 namespace {
 
+namespace fs = std::filesystem;
 using import::ImportedGraph;
 using import::OnnxModel;
 
@@ -313,6 +316,77 @@ TEST(OnnxImport, ConstantIndexGathersReadAnIndexBufferAndCheckTheRange) {
     ASSERT_TRUE(run.executor.run_step().ok());
     EXPECT_EQ(testing::read_floats(run.executor, imported.graph.output), (std::vector<float>{8.5f, 9.5f, 10.5f, 11.5f, 0.5f, 1.5f, 2.5f, 3.5f}));
   }
+}
+
+// ONNX's external data (how models over protobuf's 2 GiB are saved): an initializer's bytes in a
+// file beside the model, at an offset. Loaded from its file the model reads them; a location
+// outside the model's folder, a missing file or a file too short are refused naming the tensor.
+TEST(OnnxImport, ExternalDataIsReadFromFilesBesideTheModel) {
+  const fs::path dir = fs::temp_directory_path() / ("memplan-external-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write_model = [&](const std::string& location, std::int64_t offset, std::int64_t length) {
+    onnx::ModelProto m = tiny_model();
+    auto* w = m.mutable_graph()->add_initializer();
+    w->set_name("w");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(4);
+    w->add_dims(3);
+    w->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", location},
+                                     {"offset", std::to_string(offset)}, {"length", std::to_string(length)}}) {
+      auto* e = w->add_external_data();
+      e->set_key(key);
+      e->set_value(value);
+    }
+    add_node(m, "MatMul", "mm", {"x", "w"}, {"z"});
+    add_node(m, "Relu", "act", {"z"}, {"y"});
+    std::string bytes;
+    EXPECT_TRUE(m.SerializeToString(&bytes));
+    std::ofstream(dir / "model.onnx", std::ios::binary) << bytes;
+    return (dir / "model.onnx").string();
+  };
+  std::vector<float> values(12);
+  for (int i = 0; i < 12; ++i) values[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i) - 2.0f;
+  {
+    std::ofstream data(dir / "weights.bin", std::ios::binary);
+    data << "8 bytes!";  // the tensor starts at offset 8
+    data.write(reinterpret_cast<const char*>(values.data()), 48);
+  }
+  auto model = OnnxModel::load(write_model("weights.bin", 8, 48));
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  import::ImportOptions options;
+  options.batch = 2;
+  options.loss = import::LossKind::mse;
+  const ImportedGraph imported = model.value()->build(options);
+  ASSERT_EQ(imported.initial_values.size(), 1u);
+  EXPECT_EQ(imported.initial_values[0].second, values);
+  options.keep_values = false;  // planning reads no weight
+  EXPECT_TRUE(model.value()->try_build(options).ok());
+
+  auto error_of = [&](const std::string& location, std::int64_t offset, std::int64_t length) {
+    auto m = OnnxModel::load(write_model(location, offset, length));
+    return m.ok() ? std::string("(loaded)") : m.error().message;
+  };
+  std::string e = error_of("../weights.bin", 8, 48);
+  EXPECT_NE(e.find("initializer 'w' keeps its data at '../weights.bin'"), std::string::npos) << e;
+  e = error_of("missing.bin", 0, 48);
+  EXPECT_NE(e.find("initializer 'w' keeps its data in an external file"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing.bin"), std::string::npos) << e;
+  e = error_of("weights.bin", 40, 48);
+  EXPECT_NE(e.find("reads bytes [40, 88) of 'weights.bin', which holds 56"), std::string::npos) << e;
+  // Parsed from bytes alone there is no folder to read the file from.
+  std::string bytes;
+  {
+    std::ifstream in(dir / "model.onnx", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto parsed = OnnxModel::parse(bytes, "bytes.onnx");
+  ASSERT_TRUE(parsed.ok());
+  options.keep_values = true;
+  auto built = parsed.value()->try_build(options);
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.error().message.find("external file"), std::string::npos) << built.error().message;
+  fs::remove_all(dir);
 }
 
 TEST(OnnxImport, DimensionsThatOverflowBytesAreRefused) {

@@ -3,6 +3,8 @@
 // under the ONNX names, and --export-onnx writes a file whose re-import computes what the trained
 // model computes. Needs Fashion-MNIST (scripts/test.sh installs it).
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <cstdint>
@@ -203,6 +205,27 @@ TEST(OnnxTrainCli, TrainsSavesUnderOnnxNamesAndAgreesAcrossModes) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_TRUE(nlohmann::json::parse(again.output).contains("test_accuracy"));
   fs::remove(saved);
+  fs::remove(exported);
+}
+
+// Swin's constants (a Gather's i32 indices, the shifted-window mask) are buffers of the graph:
+// they start from the file's values, train in every mode to the same bits, and are not written
+// back as initializers; the exported file trains again.
+TEST(OnnxTrainCli, SwinTrainsAndExportsWithoutItsConstantBuffers) {
+  const fs::path exported = scratch("swin.onnx");
+  const std::string base = "train --onnx " + onnx_fixture("tiny_swin.onnx") + " --data " + small_images() +
+                           " --steps 2 --batch 4 --seed 1 --eval-samples 0 --json --quiet";
+  auto planned = testing::run_cli(base + " --export-onnx " + exported.string(), false);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const auto a = nlohmann::json::parse(planned.output);
+  auto naive = testing::run_cli(base + " --mode naive", false);
+  ASSERT_EQ(naive.exit_code, 0) << naive.output;
+  EXPECT_EQ(nlohmann::json::parse(naive.output)["params_sha256"], a["params_sha256"]);
+  auto again = testing::run_cli("train --onnx " + exported.string() + " --data " + small_images() +
+                                    " --steps 1 --batch 4 --eval-samples 0 --json --quiet",
+                                false);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(std::isfinite(nlohmann::json::parse(again.output)["final_loss"].get<double>()));
   fs::remove(exported);
 }
 

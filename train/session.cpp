@@ -180,6 +180,7 @@ Result<RunData> load_onnx_run_data(const std::string& onnx_path, import::LossKin
   run.io.one_hot = mse;
   run.io.classes = out.shape[1];
   for (auto& [id, values] : imported.initial_values) run.initial.emplace_back(g.tensor(id).name, std::move(values));
+  for (TensorId id : imported.constant_buffers) run.constants.insert(g.tensor(id).name);
   models::ModelOptions named;
   named.name = "onnx:" + std::filesystem::path(onnx_path).filename().string();
   auto data = load_run_data(std::move(named), data_path, batch);
@@ -399,6 +400,7 @@ Status TrainingSession::export_onnx(const std::string& path) const {
   const graph::Graph& g = executor_->graph();
   std::vector<std::pair<std::string, std::vector<float>>> trained;
   for (const auto& [name, initial] : data_.onnx->initial) {
+    if (data_.onnx->constants.count(name) > 0) continue;  // the graph's constants, not the file's initializers
     const TensorId id = g.find(name);
     if (id == kNoTensor || executor_->storage(id) == nullptr || g.tensor(id).shard_of != kNoTensor) {
       return Error{"'" + name + "' is not held whole by this process (sharded parameters are not exported)"};

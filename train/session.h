@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@ struct OnnxRun {
   std::shared_ptr<const import::OnnxModel> model;
   import::ImportOptions options;  // loss and output; batch and training are set per build
   std::vector<std::pair<std::string, std::vector<float>>> initial;  // initializer name -> values
+  std::set<std::string> constants;  // of those, buffers made from constants (not written back)
   ClassifierIo io;
 };
 
