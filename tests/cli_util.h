@@ -8,8 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -80,8 +84,10 @@ inline std::string mpirun(int ranks, bool limited = true) {
          " --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS -x OMP_NUM_THREADS";
 }
 
-// A run of memplan as a child process, measured: its own peak resident size (wait4's rusage, so
-// the test's memory does not count) and wall time, killed when it outlives `timeout_s`.
+// A run of memplan as a child process, measured: its own peak resident size and wall time,
+// killed when it outlives `timeout_s`. The peak is the child's VmHWM after its exec, read as it
+// runs: wait4's ru_maxrss would count the test process's pages the forked child held before exec
+// (the sanitizer build's test process alone is hundreds of MiB).
 struct MeasuredRun {
   int exit_code = -1;      // -1: killed by a signal (a crash, or the timeout)
   bool timed_out = false;
@@ -104,13 +110,30 @@ struct SignalPlan {
 };
 
 // Runs `argv` (argv[0] the program's path) as a child process; see MeasuredRun.
+// The high-water resident size of process `pid` (KiB), 0 when it cannot be read (it exited).
+inline long vm_hwm_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
 inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double timeout_s, const SignalPlan& plan = {}) {
   MeasuredRun r;
   int out[2];
   if (::pipe(out) != 0) return r;
+  int exec_seen[2];  // closed in the child by its exec (O_CLOEXEC): its memory is its own from then on
+  if (::pipe2(exec_seen, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return r;
+  }
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::close(exec_seen[0]);
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     ::close(out[0]);
@@ -124,9 +147,17 @@ inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double 
     ::_exit(127);
   }
   ::close(out[1]);
+  ::close(exec_seen[1]);
   if (pid < 0) {
     ::close(out[0]);
+    ::close(exec_seen[0]);
     return r;
+  }
+  {
+    char byte = 0;
+    while (::read(exec_seen[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::close(exec_seen[0]);
   }
   ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
   int status = 0;
@@ -144,6 +175,7 @@ inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double 
     struct pollfd p {out[0], POLLIN, 0};
     ::poll(&p, 1, 5);
     drain();
+    r.peak_rss_kib = std::max(r.peak_rss_kib, vm_hwm_kib(pid));
     reaped = ::wait4(pid, &status, WNOHANG, &usage) == pid;
     const auto now = std::chrono::steady_clock::now();
     if (!reaped && !signalled) {
@@ -170,7 +202,6 @@ inline MeasuredRun run_measured(const std::vector<std::string>& argv_in, double 
   ::close(out[0]);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  r.peak_rss_kib = usage.ru_maxrss;  // Linux reports KiB
   return r;
 }
 
