@@ -107,7 +107,8 @@ def main():
     imported = sum(r["result"] == "imported" for r in rows)
     trained = sum(bool(r.get("trained")) for r in rows)
     tried = sum(r["result"] != "skipped (size)" for r in rows)
-    print(f"\n{imported} of {tried} models tried import with torch's parameter count, {trained} train a step "
+    steps = "fit only, no training step" if args.no_train else f"{trained} train a step"
+    print(f"\n{imported} of {tried} models tried import with torch's parameter count, {steps} "
           f"({len(rows) - tried} skipped for size)")
     with open(os.path.join(HERE, "results", args.out), "w") as f:
         json.dump({"torch": torch.__version__, "imported": imported, "trained": trained, "tried": tried, "models": rows}, f,
