@@ -136,6 +136,7 @@ void h_concat(Importer& im, const onnx::NodeProto& n) {
       if (!same) im.fail("constants of shapes " + Shape(first.dims).to_string() + " and " + Shape(p.dims).to_string() + " do not concatenate along axis " + std::to_string(axis));
       c.dims[axis] += p.dims[axis];
     }
+    if (c.numel() > (std::int64_t{1} << 24)) im.fail("a constant of " + std::to_string(c.numel()) + " elements is too large to fold");
     std::int64_t outer = 1;
     for (std::size_t d = 0; d < axis; ++d) outer *= first.dims[d];
     for (std::int64_t o = 0; o < outer; ++o) {

@@ -187,6 +187,9 @@ Constant Importer::fold_binary(const Constant& a, const Constant& b, const std::
   c.dims = dout;
   c.is_float = a.is_float || b.is_float;
   const std::int64_t n = c.numel();
+  // Folding is for shapes, masks and indices: a broadcast of two large constants into a huge one
+  // is refused before it is allocated.
+  if (n > (std::int64_t{1} << 24)) fail("a constant of " + std::to_string(n) + " elements is too large to fold");
   for (std::int64_t idx = 0; idx < n; ++idx) {
     std::int64_t rem = idx, ia = 0, ib = 0, sa = 1, sb = 1;
     for (std::size_t k = rank; k-- > 0;) {

@@ -273,6 +273,20 @@ TEST(OnnxImport, StridedSlicesTakeEveryKthColumnAndNameStepsTheyCannot) {
   EXPECT_NE(e.find("node 'merge' (Slice, opset 15): a slice with a negative step"), std::string::npos) << e;
 }
 
+// Constants are folded for shapes, masks and indices: a broadcast of two into a huge one (2^26
+// elements from [8192, 1] + [1, 8192]) is refused before anything is allocated.
+TEST(OnnxImport, FoldingAHugeConstantIsRefused) {
+  onnx::ModelProto m = tiny_model();
+  add_int_constant(m, "tall_shape", {8192, 1});
+  add_int_constant(m, "wide_shape", {1, 8192});
+  add_node(m, "ConstantOfShape", "tall", {"tall_shape"}, {"t"});
+  add_node(m, "ConstantOfShape", "wide", {"wide_shape"}, {"w"});
+  add_node(m, "Add", "grid", {"t", "w"}, {"g"});
+  add_node(m, "Relu", "act", {"x"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'grid' (Add, opset 15): a constant of 67108864 elements is too large to fold"), std::string::npos) << e;
+}
+
 // Gather of a learned table by constant indices (a relative-position bias): an embedding reading
 // an i32 buffer of the indices; an index outside the table names the node and the table's rows.
 TEST(OnnxImport, ConstantIndexGathersReadAnIndexBufferAndCheckTheRange) {
