@@ -83,9 +83,9 @@ void h_transpose(Importer& im, const onnx::NodeProto&) {
   }
   std::vector<std::int64_t> sorted = perm;
   std::sort(sorted.begin(), sorted.end());
-  for (int i = 0; i < rank; ++i) {
-    if (static_cast<int>(sorted.size()) != rank || sorted[static_cast<std::size_t>(i)] != i) im.fail("perm is not a permutation of the input's " + std::to_string(rank) + " axes");
-  }
+  bool permutation = static_cast<int>(sorted.size()) == rank;
+  for (int i = 0; permutation && i < rank; ++i) permutation = sorted[static_cast<std::size_t>(i)] == i;
+  if (!permutation) im.fail("perm is not a permutation of the input's " + std::to_string(rank) + " axes");
   if (on_constant) {
     // A constant's axes permuted on the host (the exporter's reordering of F.pad's pad list).
     const Constant& c = im.constant(0);

@@ -287,6 +287,41 @@ TEST(OnnxImport, FoldingAHugeConstantIsRefused) {
   EXPECT_NE(e.find("node 'grid' (Add, opset 15): a constant of 67108864 elements is too large to fold"), std::string::npos) << e;
 }
 
+// Transpose folds constants too (the exporter reorders F.pad's pad list); its perm must name every
+// axis once, for constants as for tensors.
+TEST(OnnxImport, TransposeOfAConstantNeedsAWholePermutation) {
+  for (const std::vector<std::int64_t>& perm : {std::vector<std::int64_t>{0}, std::vector<std::int64_t>{0, 0},
+                                                std::vector<std::int64_t>{0, 1, 2}}) {
+    onnx::ModelProto m = tiny_model();
+    add_int_constant(m, "shape", {2, 3});
+    add_node(m, "ConstantOfShape", "zeros", {"shape"}, {"z"});
+    auto* t = add_node(m, "Transpose", "flip", {"z"}, {"zt"});
+    auto* attr = t->add_attribute();
+    attr->set_name("perm");
+    attr->set_type(onnx::AttributeProto::INTS);
+    for (std::int64_t p : perm) attr->add_ints(p);
+    add_node(m, "Relu", "act", {"x"}, {"y"});
+    const std::string e = build_error(m);
+    EXPECT_NE(e.find("node 'flip' (Transpose, opset 15): perm is not a permutation of the input's 2 axes"), std::string::npos) << e;
+  }
+  // A scalar has no axis to name.
+  onnx::ModelProto m = tiny_model();
+  auto* c = add_node(m, "Constant", "scalar", {}, {"s"});
+  auto* value = c->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  value->mutable_t()->add_int64_data(7);
+  auto* t = add_node(m, "Transpose", "flip", {"s"}, {"st"});
+  auto* attr = t->add_attribute();
+  attr->set_name("perm");
+  attr->set_type(onnx::AttributeProto::INTS);
+  attr->add_ints(0);
+  add_node(m, "Relu", "act", {"x"}, {"y"});
+  const std::string e = build_error(m);
+  EXPECT_NE(e.find("node 'flip' (Transpose, opset 15): perm is not a permutation of the input's 0 axes"), std::string::npos) << e;
+}
+
 // Gather of a learned table by constant indices (a relative-position bias): an embedding reading
 // an i32 buffer of the indices; an index outside the table names the node and the table's rows.
 TEST(OnnxImport, ConstantIndexGathersReadAnIndexBufferAndCheckTheRange) {
