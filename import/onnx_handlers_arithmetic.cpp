@@ -44,7 +44,7 @@ TensorId add_constant_bias(Importer& im, TensorId x, const Constant& c, const st
   }
   Constant zeros;
   zeros.dims = tail;
-  if (zeros.numel() > (std::int64_t{1} << 24)) im.fail("the constant " + Shape(c.dims).to_string() + " would repeat into " + Shape(tail).to_string() + ", too large to fold");
+  im.check_fold_size(zeros.numel());
   zeros.is_float = true;
   zeros.floats.assign(static_cast<std::size_t>(zeros.numel()), 0.0);
   Constant trimmed = c;

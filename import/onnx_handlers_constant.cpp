@@ -70,7 +70,7 @@ void h_constant_of_shape(Importer& im, const onnx::NodeProto&) {
     is_float = r.value().is_float;
   }
   const std::int64_t n = c.numel();
-  if (n > (std::int64_t{1} << 24)) im.fail("a constant of " + std::to_string(n) + " elements is too large to fold");
+  im.check_fold_size(n);
   c.is_float = is_float;
   if (is_float) {
     c.floats.assign(static_cast<std::size_t>(n), v);

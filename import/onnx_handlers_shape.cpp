@@ -101,11 +101,7 @@ void h_transpose(Importer& im, const onnx::NodeProto&) {
         src += (rem % r.dims[ku]) * in_stride[static_cast<std::size_t>(perm[ku])];
         rem /= r.dims[ku];
       }
-      if (c.is_float) {
-        r.floats.push_back(c.floats[static_cast<std::size_t>(src)]);
-      } else {
-        r.ints.push_back(c.ints[static_cast<std::size_t>(src)]);
-      }
+      r.append(c, src);
     }
     return im.set(0, constant_value(std::move(r)));
   }
@@ -136,20 +132,14 @@ void h_concat(Importer& im, const onnx::NodeProto& n) {
       if (!same) im.fail("constants of shapes " + Shape(first.dims).to_string() + " and " + Shape(p.dims).to_string() + " do not concatenate along axis " + std::to_string(axis));
       c.dims[axis] += p.dims[axis];
     }
-    if (c.numel() > (std::int64_t{1} << 24)) im.fail("a constant of " + std::to_string(c.numel()) + " elements is too large to fold");
+    im.check_fold_size(c.numel());
     std::int64_t outer = 1;
     for (std::size_t d = 0; d < axis; ++d) outer *= first.dims[d];
     for (std::int64_t o = 0; o < outer; ++o) {
       for (int i = 0; i < n.input_size(); ++i) {
         const Constant& p = im.constant(i);
         const std::int64_t block = outer == 0 ? 0 : p.numel() / outer;
-        for (std::int64_t e = 0; e < block; ++e) {
-          if (c.is_float) {
-            c.floats.push_back(p.at(o * block + e));
-          } else {
-            c.ints.push_back(p.ints[static_cast<std::size_t>(o * block + e)]);  // exact (INT64_MAX ends)
-          }
-        }
+        for (std::int64_t e = 0; e < block; ++e) c.append(p, o * block + e);  // integers exact (INT64_MAX ends)
       }
     }
     return im.set(0, constant_value(c));
@@ -254,11 +244,7 @@ void h_slice(Importer& im, const onnx::NodeProto&) {
         src += coord * stride;
         stride *= dims[ku];
       }
-      if (c.is_float) {
-        r.floats.push_back(c.floats[static_cast<std::size_t>(src)]);
-      } else {
-        r.ints.push_back(c.ints[static_cast<std::size_t>(src)]);
-      }
+      r.append(c, src);
     }
     Value v;
     v.kind = Value::Kind::constant;
@@ -297,11 +283,7 @@ void h_gather(Importer& im, const onnx::NodeProto& n) {
       std::int64_t i = im.to_int(idx.at(k));
       if (i < 0) i += data.dims[0];
       if (i < 0 || i >= data.dims[0]) im.fail("index " + std::to_string(i) + " out of range");
-      if (data.is_float) {
-        r.floats.push_back(data.floats[static_cast<std::size_t>(i)]);
-      } else {
-        r.ints.push_back(data.ints[static_cast<std::size_t>(i)]);
-      }
+      r.append(data, i);
     }
     return im.set(0, constant_value(r));
   }
@@ -397,7 +379,7 @@ void h_expand(Importer& im, const onnx::NodeProto&) {
     for (std::int64_t d : target) {
       if (d < 0) im.fail("a negative dimension in the target shape");
     }
-    if (zeros.numel() > (std::int64_t{1} << 24)) im.fail("a constant of " + std::to_string(zeros.numel()) + " elements is too large to fold");
+    im.check_fold_size(zeros.numel());
     zeros.ints.assign(static_cast<std::size_t>(zeros.numel()), 0);
     return im.set(0, constant_value(im.fold_binary(c, zeros, [](double a, double) { return a; })));
   }

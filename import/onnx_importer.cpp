@@ -96,18 +96,21 @@ void Importer::set(int output, Value v) {
   }
 }
 
-TensorId Importer::index_buffer(const std::string& name, const graph::Shape& shape, const std::vector<std::int64_t>& values) {
+TensorId Importer::constant_buffer(const std::string& name, const graph::Shape& shape, DType dtype,
+                                   const std::function<std::vector<float>()>& values) {
   if (auto it = materialized_.find(name); it != materialized_.end()) return it->second;
-  const TensorId id = builder_.buffer(name, shape, {}, DType::i32);
-  if (options_.keep_values) {
-    std::vector<float> exact;  // f32 holds these exactly: the caller bounds them by a table's rows
-    exact.reserve(values.size());
-    for (std::int64_t v : values) exact.push_back(static_cast<float>(v));
-    out_.initial_values.emplace_back(id, std::move(exact));
-  }
+  const TensorId id = builder_.buffer(name, shape, {}, dtype);
+  if (options_.keep_values) out_.initial_values.emplace_back(id, values());
   out_.constant_buffers.push_back(id);
   materialized_.emplace(name, id);
   return id;
+}
+
+TensorId Importer::index_buffer(const std::string& name, const graph::Shape& shape, const std::vector<std::int64_t>& values) {
+  return constant_buffer(name, shape, DType::i32, [&] {
+    // f32 holds these exactly: the caller bounds them by a table's rows
+    return std::vector<float>(values.begin(), values.end());
+  });
 }
 
 TensorId Importer::materialize(const Value& v, const std::string& input_name) {
@@ -132,12 +135,8 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
         fail("the integer constant '" + input_name + "' is used as a float tensor; memplan reads integer constants as "
              "shapes, axes, indices of a Gather and factors only");
       }
-      if (auto it = materialized_.find(input_name); it != materialized_.end()) return it->second;
-      const TensorId id = builder_.buffer(input_name, Shape(v.constant.dims), {}, options_.dtype);
-      if (options_.keep_values) out_.initial_values.emplace_back(id, std::vector<float>(v.constant.floats.begin(), v.constant.floats.end()));
-      out_.constant_buffers.push_back(id);
-      materialized_.emplace(input_name, id);
-      return id;
+      return constant_buffer(input_name, Shape(v.constant.dims), options_.dtype,
+                             [&] { return std::vector<float>(v.constant.floats.begin(), v.constant.floats.end()); });
     }
     case Value::Kind::transposed: {
       auto it = materialized_.find(input_name);
@@ -174,6 +173,10 @@ TensorId Importer::materialize(const Value& v, const std::string& input_name) {
 
 TensorId Importer::tensor(int i) { return materialize(in(i), node_->input(i)); }
 
+void Importer::check_fold_size(std::int64_t elements) const {
+  if (elements > (std::int64_t{1} << 24)) fail("a constant of " + std::to_string(elements) + " elements is too large to fold");
+}
+
 Constant Importer::fold_binary(const Constant& a, const Constant& b, const std::function<double(double, double)>& f) const {
   const std::size_t rank = std::max(a.dims.size(), b.dims.size());
   std::vector<std::int64_t> da(rank, 1), db(rank, 1), dout(rank, 1);
@@ -187,9 +190,7 @@ Constant Importer::fold_binary(const Constant& a, const Constant& b, const std::
   c.dims = dout;
   c.is_float = a.is_float || b.is_float;
   const std::int64_t n = c.numel();
-  // Folding is for shapes, masks and indices: a broadcast of two large constants into a huge one
-  // is refused before it is allocated.
-  if (n > (std::int64_t{1} << 24)) fail("a constant of " + std::to_string(n) + " elements is too large to fold");
+  check_fold_size(n);
   for (std::int64_t idx = 0; idx < n; ++idx) {
     std::int64_t rem = idx, ia = 0, ib = 0, sa = 1, sb = 1;
     for (std::size_t k = rank; k-- > 0;) {

@@ -145,10 +145,17 @@ class Importer {
 
   // A folded value as an integer; a value no int64 holds (NaN, infinite, too large) is refused.
   std::int64_t to_int(double v) const;
+  // Refuses a folded constant of more than 2^24 elements, before it is allocated: folding is for
+  // shapes, masks and indices.
+  void check_fold_size(std::int64_t elements) const;
   // Integer/float arithmetic on two constants with numpy broadcasting (shape computations).
   Constant fold_binary(const Constant& a, const Constant& b, const std::function<double(double, double)>& f) const;
 
  private:
+  // A persistent buffer named `name` holding a constant (its values computed only when kept):
+  // not trained, listed in ImportedGraph::constant_buffers, created once per name.
+  TensorId constant_buffer(const std::string& name, const graph::Shape& shape, graph::DType dtype,
+                           const std::function<std::vector<float>()>& values);
   void declare_initializers();
   void declare_inputs();
   void import_node(const onnx::NodeProto& n);

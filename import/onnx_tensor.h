@@ -24,6 +24,14 @@ struct Constant {
   double at(std::int64_t i) const {
     return is_float ? floats[static_cast<std::size_t>(i)] : static_cast<double>(ints[static_cast<std::size_t>(i)]);
   }
+  // Appends element i of `from` (at this constant's type; integers copied exactly).
+  void append(const Constant& from, std::int64_t i) {
+    if (is_float) {
+      floats.push_back(from.at(i));
+    } else {
+      ints.push_back(from.ints[static_cast<std::size_t>(i)]);
+    }
+  }
 };
 
 // `with_data` false reads a float tensor's dims and checks its size, leaving its values unread.

@@ -227,12 +227,24 @@ TEST(OnnxImport, ShapesThatDisagreeNameTheNode) {
   EXPECT_NE(e.find("node 'bad_reshape' (Reshape, opset 15): cannot reshape [2, 4] to [3, 3]"), std::string::npos) << e;
 }
 
-void add_int_constant(onnx::ModelProto& m, const std::string& name, std::vector<std::int64_t> values) {
-  auto* c = add_node(m, "Constant", name, {}, {name});
-  auto* attr = c->add_attribute();
-  attr->set_name("value_ints");
+// A float initializer of `dims`, its values (or external data) left to the caller.
+onnx::TensorProto* add_float_initializer(onnx::ModelProto& m, const std::string& name, const std::vector<std::int64_t>& dims) {
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name(name);
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t d : dims) w->add_dims(d);
+  return w;
+}
+
+void add_ints_attribute(onnx::NodeProto* node, const std::string& name, const std::vector<std::int64_t>& values) {
+  auto* attr = node->add_attribute();
+  attr->set_name(name);
   attr->set_type(onnx::AttributeProto::INTS);
   for (std::int64_t v : values) attr->add_ints(v);
+}
+
+void add_int_constant(onnx::ModelProto& m, const std::string& name, std::vector<std::int64_t> values) {
+  add_ints_attribute(add_node(m, "Constant", name, {}, {name}), "value_ints", values);
 }
 
 // x [2, 4] sliced along its columns from `start` with `step` (Swin's patch merging is step 2).
@@ -295,11 +307,7 @@ TEST(OnnxImport, TransposeOfAConstantNeedsAWholePermutation) {
     onnx::ModelProto m = tiny_model();
     add_int_constant(m, "shape", {2, 3});
     add_node(m, "ConstantOfShape", "zeros", {"shape"}, {"z"});
-    auto* t = add_node(m, "Transpose", "flip", {"z"}, {"zt"});
-    auto* attr = t->add_attribute();
-    attr->set_name("perm");
-    attr->set_type(onnx::AttributeProto::INTS);
-    for (std::int64_t p : perm) attr->add_ints(p);
+    add_ints_attribute(add_node(m, "Transpose", "flip", {"z"}, {"zt"}), "perm", perm);
     add_node(m, "Relu", "act", {"x"}, {"y"});
     const std::string e = build_error(m);
     EXPECT_NE(e.find("node 'flip' (Transpose, opset 15): perm is not a permutation of the input's 2 axes"), std::string::npos) << e;
@@ -312,11 +320,7 @@ TEST(OnnxImport, TransposeOfAConstantNeedsAWholePermutation) {
   value->set_type(onnx::AttributeProto::TENSOR);
   value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
   value->mutable_t()->add_int64_data(7);
-  auto* t = add_node(m, "Transpose", "flip", {"s"}, {"st"});
-  auto* attr = t->add_attribute();
-  attr->set_name("perm");
-  attr->set_type(onnx::AttributeProto::INTS);
-  attr->add_ints(0);
+  add_ints_attribute(add_node(m, "Transpose", "flip", {"s"}, {"st"}), "perm", {0});
   add_node(m, "Relu", "act", {"x"}, {"y"});
   const std::string e = build_error(m);
   EXPECT_NE(e.find("node 'flip' (Transpose, opset 15): perm is not a permutation of the input's 0 axes"), std::string::npos) << e;
@@ -327,11 +331,7 @@ TEST(OnnxImport, TransposeOfAConstantNeedsAWholePermutation) {
 TEST(OnnxImport, ConstantIndexGathersReadAnIndexBufferAndCheckTheRange) {
   for (std::int64_t bad : {std::int64_t{2}, std::int64_t{5}}) {
     onnx::ModelProto m = tiny_model();
-    auto* w = m.mutable_graph()->add_initializer();
-    w->set_name("table");
-    w->set_data_type(onnx::TensorProto::FLOAT);
-    w->add_dims(5);
-    w->add_dims(4);
+    auto* w = add_float_initializer(m, "table", {5, 4});
     for (int i = 0; i < 20; ++i) w->add_float_data(static_cast<float>(i));
     add_int_constant(m, "index", {bad, 0});
     add_node(m, "Gather", "bias", {"table", "index"}, {"rows"});
@@ -375,11 +375,7 @@ TEST(OnnxImport, ExternalDataIsReadFromFilesBesideTheModel) {
   fs::create_directories(dir);
   auto write_model = [&](const std::string& location, std::int64_t offset, std::int64_t length) {
     onnx::ModelProto m = tiny_model();
-    auto* w = m.mutable_graph()->add_initializer();
-    w->set_name("w");
-    w->set_data_type(onnx::TensorProto::FLOAT);
-    w->add_dims(4);
-    w->add_dims(3);
+    auto* w = add_float_initializer(m, "w", {4, 3});
     w->set_data_location(onnx::TensorProto::EXTERNAL);
     for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", location},
                                      {"offset", std::to_string(offset)}, {"length", std::to_string(length)}}) {

@@ -246,16 +246,14 @@ Status TrainingSession::setup() {
     auto it = initial.find(name);
     if (it == initial.end()) continue;
     const std::vector<float>& values = *it->second;
-    if (desc.dtype == graph::DType::i32) {  // constant indices the import made (a Gather's), never sharded
-      MEMPLAN_CHECK(desc.shard_of == kNoTensor && static_cast<std::int64_t>(values.size()) == desc.shape.numel(), "indices '" << name << "'");
-      executor_->write_values(id, values.data());
-      continue;
-    }
-    if (desc.dtype != graph::DType::f32) return Error{"'" + name + "' is not f32 in the step; ONNX weights load into f32 tensors"};
+    // f32 weights, or the i32 indices the import made for a Gather (a buffer, never sharded).
+    const bool indices = desc.dtype == graph::DType::i32;
+    if (desc.dtype != graph::DType::f32 && !indices) return Error{"'" + name + "' is not f32 in the step; ONNX weights load into f32 tensors"};
     if (desc.shard_of == kNoTensor) {
       MEMPLAN_CHECK(static_cast<std::int64_t>(values.size()) == desc.shape.numel(), "initializer '" << name << "' size");
-      executor_->write_tensor(id, values.data());
+      executor_->write_values(id, values.data());
     } else {
+      MEMPLAN_CHECK(!indices, "indices '" << name << "' sharded");
       shard.assign(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
       std::copy_n(values.begin() + desc.shard_offset, desc.shard_count, shard.begin());
       executor_->write_tensor(id, shard.data());
