@@ -160,38 +160,75 @@ namespace memplan::planner {
 namespace {
 
 // C(s, t, m) over intervals [s, t] and memory units m; choice: 0 keep s whole, k > s split at k.
+// Only s <= t is stored, and a row only up to its saturation: with every stage of [s, t] kept
+// whole (sat(s, t) units, the sum of their rounded sizes) the cost is the least any schedule
+// has (each stage runs forward once), so C(s, t, m) = C(s, t, sat) for every m above it. Short
+// intervals are most of the table and saturate early: reads past a row's end read its last cell.
 struct NestedTable {
   int n = 0;
   Bytes width = 0;
   std::vector<double> cost;
-  std::vector<int> choice;  // -1: infeasible
+  std::vector<int> choice;             // -1: infeasible
+  std::vector<std::size_t> row_start;  // per (s, t), s <= t: where its cells begin
+  std::vector<Bytes> row_last;         // per (s, t): its last stored m
+  std::size_t row(int s, int t) const { return static_cast<std::size_t>(s) * static_cast<std::size_t>(n) + static_cast<std::size_t>(t); }
   std::size_t at(int s, int t, Bytes m) const {
-    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)) *
-               static_cast<std::size_t>(width) + static_cast<std::size_t>(m);
+    const std::size_t r = row(s, t);
+    return row_start[r] + static_cast<std::size_t>(std::min(m, row_last[r]));
   }
 };
+
+// One split candidate over m in [from, to): c = run + after(m - kept) + before(m), where a
+// saturated operand (kAfterFlat, kBeforeFlat) is its row's last cell for every m. Templated so
+// the loop stays a contiguous, vectorisable one in each case.
+template <bool kAfterFlat, bool kBeforeFlat>
+void relax_split(double* best, int* best_choice, int k, double run, const double* after, Bytes kept, const double* before,
+                 Bytes from, Bytes to) {
+  for (Bytes m = from; m < to; ++m) {
+    const double a = kAfterFlat ? after[0] : after[m - kept];
+    const double b = kBeforeFlat ? before[0] : before[m];
+    const double c = run + a + b;
+    if (c < best[m]) {
+      best[m] = c;
+      best_choice[m] = k;
+    }
+  }
+}
 
 NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units, Bytes quantum) {
   NestedTable t;
   t.n = static_cast<int>(stages.size());
   t.width = limit_units + 1;
-  const std::size_t cells = static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.width);
+  auto stage = [&](int i) -> const ChainStage& { return stages[static_cast<std::size_t>(i)]; };
+  const std::size_t rows = static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.n);
+  t.row_start.assign(rows, 0);
+  t.row_last.assign(rows, -1);
+  std::size_t cells = 0;
+  for (int s = 0; s < t.n; ++s) {
+    Bytes saturated = 0;
+    for (int e = s; e < t.n; ++e) {
+      saturated += units(stage(e).all_bytes(), quantum);
+      t.row_start[t.row(s, e)] = cells;
+      t.row_last[t.row(s, e)] = std::min(saturated, limit_units);
+      cells += static_cast<std::size_t>(t.row_last[t.row(s, e)]) + 1;
+    }
+  }
   t.cost.assign(cells, kInfeasible);
   t.choice.assign(cells, -1);
-  auto stage = [&](int i) -> const ChainStage& { return stages[static_cast<std::size_t>(i)]; };
-  auto row = [&](int s, int e) { return t.at(s, e, 0); };  // cells (s, e, 0..width-1) are contiguous
-  const Bytes width = t.width;
   for (int len = 1; len <= t.n; ++len) {
     for (int s = 0; s + len - 1 < t.n; ++s) {
       const int e = s + len - 1;
       // Every memory limit m at once, candidates in the same order for each m (keep-all first,
       // then split points k ascending, strict improvement): the same table as filling one m at
       // a time, with the inner loop running along contiguous memory.
-      double* best = &t.cost[row(s, e)];
-      int* best_choice = &t.choice[row(s, e)];
+      const std::size_t here = t.row(s, e);
+      const Bytes end = t.row_last[here] + 1;
+      double* best = &t.cost[t.row_start[here]];
+      int* best_choice = &t.choice[t.row_start[here]];
       const Bytes all = units(stage(s).all_bytes(), quantum);
-      const double* rest = s == e ? nullptr : &t.cost[row(s + 1, e)];
-      for (Bytes m = all; m < width; ++m) {
+      // m - all never passes the rest's saturation (sat(s, e) = all + sat(s + 1, e)).
+      const double* rest = s == e ? nullptr : &t.cost[t.row_start[t.row(s + 1, e)]];
+      for (Bytes m = all; m < end; ++m) {
         const double c = stage(s).forward_flops + (rest == nullptr ? 0.0 : rest[m - all]);
         if (c < best[m]) {  // best[m] is still infeasible: an infeasible rest leaves it so
           best[m] = c;
@@ -202,15 +239,23 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
       for (int k = s + 1; k <= e; ++k) {
         run += stage(k - 1).forward_flops;
         const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
-        const double* after = &t.cost[row(k, e)];     // stages k..e with m - kept
-        const double* before = &t.cost[row(s, k - 1)];  // stages s..k-1 with m
-        for (Bytes m = kept; m < width; ++m) {
-          const double c = run + after[m - kept] + before[m];
-          if (c < best[m]) {
-            best[m] = c;
-            best_choice[m] = k;
-          }
+        if (kept >= end) continue;
+        const std::size_t after_row = t.row(k, e), before_row = t.row(s, k - 1);
+        const double* after = &t.cost[t.row_start[after_row]];     // stages k..e with m - kept
+        const double* before = &t.cost[t.row_start[before_row]];  // stages s..k-1 with m
+        const double* after_flat = after + t.row_last[after_row];
+        const double* before_flat = before + t.row_last[before_row];
+        // m below after_direct reads after directly, below before_direct before directly.
+        const Bytes after_direct = std::clamp(kept + t.row_last[after_row] + 1, kept, end);
+        const Bytes before_direct = std::clamp(t.row_last[before_row] + 1, kept, end);
+        const Bytes both = std::min(after_direct, before_direct);
+        relax_split<false, false>(best, best_choice, k, run, after, kept, before, kept, both);
+        if (after_direct < before_direct) {
+          relax_split<true, false>(best, best_choice, k, run, after_flat, kept, before, after_direct, before_direct);
+        } else {
+          relax_split<false, true>(best, best_choice, k, run, after, kept, before_flat, before_direct, after_direct);
         }
+        relax_split<true, true>(best, best_choice, k, run, after_flat, kept, before_flat, std::max(after_direct, before_direct), end);
       }
     }
   }

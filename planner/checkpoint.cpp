@@ -315,12 +315,13 @@ struct Candidate {
   Graph graph;
   Bytes arena = 0;
   double extra_flops = 0.0;
+  std::optional<MemoryPlan> greedy_plan;  // how `arena` was found (the greedy packing alone)
 };
 
-Result<Bytes> planned_arena(const Graph& g, const PlanOptions& options) {
-  auto plan = plan_memory(g, options);
-  if (!plan) return plan.error();
-  return plan.value().arena_bytes;
+// Whether planning a candidate with `options` gives its greedy plan again: the exact search is
+// off, or it runs only to decide a budget the greedy arena already meets.
+bool greedy_plan_is_final(const PlanOptions& options, Bytes greedy_arena) {
+  return !options.solver.searches() || (options.decide_against && greedy_arena <= *options.decide_against);
 }
 
 class Checkpointer {
@@ -338,9 +339,10 @@ class Checkpointer {
     c.strategy = strategy;
     c.graph = rematerialize(step_, chain_, actions);
     c.extra_flops = graph_flops(c.graph) - base_flops_;
-    auto arena = planned_arena(c.graph, search_options_);
-    if (!arena) return arena.error();
-    c.arena = arena.value();
+    auto plan = plan_memory(c.graph, search_options_);
+    if (!plan) return plan.error();
+    c.arena = plan.value().arena_bytes;
+    c.greedy_plan = std::move(plan).value();
     return c;
   }
 
@@ -443,6 +445,8 @@ class Checkpointer {
   std::optional<std::vector<ChainSchedule>> frontier_;
   std::vector<std::optional<Measured>> measured_;
   std::vector<std::optional<Bytes>> lower_bound_;
+  // The candidate measure() made last, kept for candidate_at (a graph and its plan made once).
+  std::optional<std::pair<std::size_t, Candidate>> last_measured_;
 
   // The first frontier point whose planned arena fits `budget`, visiting them by increasing
   // recomputation or from the least-memory end. A point is packed only when its lower bound fits;
@@ -469,6 +473,11 @@ class Checkpointer {
   // Frontier point i's candidate (its graph rematerialized and planned), or none.
   Result<std::optional<Candidate>> candidate_at(std::optional<std::size_t> i) {
     if (!i) return std::optional<Candidate>();
+    if (last_measured_ && last_measured_->first == *i) {  // made by measure(i) just before
+      std::optional<Candidate> c(std::move(last_measured_->second));
+      last_measured_.reset();
+      return c;
+    }
     auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[*i].actions);
     if (!c) return c.error();
     return std::optional<Candidate>(std::move(c).value());
@@ -480,6 +489,7 @@ class Checkpointer {
       auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
       if (!c) return c.error();
       measured_[i] = Measured{c.value().arena, c.value().extra_flops};
+      last_measured_.emplace(i, std::move(c).value());
     }
     return measured_[i]->arena;
   }
@@ -614,6 +624,8 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
   auto final_arena = [&]() -> Result<Bytes> {
     if (chosen->strategy == CheckpointStrategy::kNone) {
       after_plan = before_plan.value();
+    } else if (chosen->greedy_plan && greedy_plan_is_final(options, chosen->arena)) {
+      after_plan = std::move(*chosen->greedy_plan);
     } else {
       auto p = plan_memory(chosen->graph, options);
       if (!p) return p.error();

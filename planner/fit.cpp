@@ -245,14 +245,11 @@ Result<BatchSearch> search_max_batch(const ProbeAtBatch& probe_at, std::int64_t 
     ++out.probes;
     return probe_at(batch);
   };
-  Result<BatchProbe> first = probe(1);
-  if (!first) return first.error();
-  if (!first.value().fits) return out;  // max_batch 0
-  Point lo{1, first.value().slack_bytes};  // the largest batch known to fit
-  std::optional<Point> hi;                 // the smallest known not to
-  std::vector<Point> measured;             // probes that measured their slack, latest last
-  if (lo.slack) measured.push_back(lo);
-  bool halve_next = false;  // the last probe left the bracket more than half its width
+  Point lo{0, std::nullopt};  // the largest batch known to fit
+  std::optional<Point> hi;     // the smallest known not to
+  std::vector<Point> measured;  // probes that measured their slack, latest last
+  // A start that fits says batch 1 does too (the search assumes a batch that fits fits with
+  // fewer samples), so batch 1 is probed only when there is no start or it does not fit.
   if (start > 1 && start <= limit) {
     Result<BatchProbe> r = probe(start);
     if (!r) return r.error();
@@ -260,6 +257,14 @@ Result<BatchSearch> search_max_batch(const ProbeAtBatch& probe_at, std::int64_t 
     (r.value().fits ? lo : hi.emplace()) = point;
     if (point.slack) measured.push_back(point);
   }
+  if (lo.batch == 0) {
+    Result<BatchProbe> first = probe(1);
+    if (!first) return first.error();
+    if (!first.value().fits) return out;  // max_batch 0
+    lo = Point{1, first.value().slack_bytes};
+    if (lo.slack) measured.insert(measured.begin(), lo);
+  }
+  bool halve_next = false;  // the last probe left the bracket more than half its width
   while (lo.batch < limit && (!hi || hi->batch - lo.batch > 1)) {
     // Where the line through the two latest measured probes crosses zero slack (lo + 1 when lo
     // is already within a sample of it); without such a line, doubling, then bisection.

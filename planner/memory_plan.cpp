@@ -101,7 +101,10 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     return plan;
   }
   Solution solution = solve_greedy(transient);
-  if (solution.status != SolveStatus::optimal && options.solver.searches()) {
+  const bool search_decides = !options.decide_against ||
+                              (next + solution.height_bytes > *options.decide_against &&
+                               next + lower_bound_bytes(transient) <= *options.decide_against);
+  if (solution.status != SolveStatus::optimal && options.solver.searches() && search_decides) {
     ExactSolverOptions exact;
     exact.node_limit = options.solver.exact_nodes;
     exact.time_limit_s = options.solver.time_limit_s;
@@ -163,13 +166,48 @@ Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& opt
   return best;
 }
 
+namespace {
+
+// plan_with_schedule's lower bound (persistent footprints, the workspace, the transient peak of
+// live footprints) without building the plan: no names copied, no problem sorted. Sizes too
+// large for an arena take plan_with_schedule's path, which says what is wrong with them.
+Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options,
+                                        Bytes workspace) {
+  const Schedule schedule = make_schedule(graph, kind);
+  if (Status s = check_schedule(graph, schedule); !s) return s.error();
+  const Lifetimes lifetimes = compute_lifetimes(graph, schedule, LivenessOptions{options.in_place});
+  constexpr Bytes kLargest = Bytes{1} << 56;  // far below where an allocation problem's checks start
+  Bytes persistent = 0;
+  std::vector<Bytes> change(schedule.size() + 1, 0);  // live transient bytes: +at first_op, -after last_op
+  for (const BufferLifetime& life : lifetimes.buffers) {
+    if (life.size_bytes > kLargest || persistent > kLargest) {
+      auto plan = plan_with_schedule(graph, kind, options, Bytes{0});
+      if (!plan) return plan.error();
+      return plan.value().lower_bound_bytes;
+    }
+    const Bytes footprint = align_up(std::max<Bytes>(life.size_bytes, 1) + options.guard_bytes, kArenaAlignment);
+    if (life.persistent) {
+      persistent += footprint;
+    } else {
+      change[static_cast<std::size_t>(life.first_op)] += footprint;
+      change[static_cast<std::size_t>(life.last_op) + 1] -= footprint;
+    }
+  }
+  if (workspace > 0) persistent += align_up(workspace, kArenaAlignment);
+  Bytes live = 0, peak = 0;
+  for (const Bytes c : change) {
+    live += c;
+    peak = std::max(peak, live);
+  }
+  return persistent + peak;
+}
+
+}  // namespace
+
 Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& options) {
-  // give_up_at 0: every schedule returns unsolved, with arena_bytes = its lower bound.
-  auto bound = [&](ScheduleKind kind) -> Result<Bytes> {
-    auto plan = plan_with_schedule(graph, kind, options, Bytes{0});
-    if (!plan) return plan.error();
-    return plan.value().lower_bound_bytes;
-  };
+  const Bytes workspace =
+      options.workspace_bytes + (options.widen_16bit ? graph::widening_scratch_bytes(graph, options.native_16bit_ops) : Bytes{0});
+  auto bound = [&](ScheduleKind kind) { return lower_bound_with_schedule(graph, kind, options, workspace); };
   if (!options.choose_best_schedule) return bound(options.schedule);
   auto aware = bound(ScheduleKind::memory_aware);
   if (!aware) return aware;

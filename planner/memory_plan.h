@@ -4,6 +4,7 @@
 // and the dynamic comparison all read the same plan.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,11 @@ struct PlanOptions {
   // any op widens (graph::widening_scratch_bytes), leaving out the kinds in native_16bit_ops.
   bool widen_16bit = false;
   std::vector<graph::OpKind> native_16bit_ops;
+  // The caller asks only whether the arena fits this many bytes (a batch-size probe): the exact
+  // search then runs only where its answer could differ from the greedy packing's, when the
+  // greedy arena is over and the lower bound under. The yes or no is the same as with the search
+  // always run (the search never returns more than the greedy packing); the bytes may be greedy's.
+  std::optional<Bytes> decide_against;
 };
 
 struct MemoryPlan {

@@ -88,7 +88,9 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
   throw_if_cancelled();
   auto built = build_step(step);
   if (!built) return built.error();
-  const PlanOptions options = request.plan_options();
+  PlanOptions options = request.plan_options();
+  // A probe answers only "fits or not": the exact search runs where it can change that answer.
+  if (request.answer_only && request.budget) options.decide_against = request.budget;
   PlannedStep out;
   out.budget = request.budget;
   if (request.checkpoint == CheckpointStrategy::kNone && request.budget && request.answer_only) {

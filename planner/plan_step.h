@@ -55,7 +55,9 @@ struct PlanRequest {
   // of the optimal strategy's frontier, seconds for billion-parameter models.
   bool find_minimum_arena = true;
   // Only "fits or not" is wanted (batch-size searches): a step that does not fit returns as soon
-  // as that is known; its plan is then not one to run (PlannedStep::runnable is false).
+  // as that is known; its plan is then not one to run (PlannedStep::runnable is false). A step
+  // that fits may answer with the greedy packing where the exact search could not change "fits"
+  // (PlanOptions::decide_against): a valid plan, not always the least arena.
   bool answer_only = false;
   // With answer_only: a fitting step may also answer with any fitting plan of its strategy, not
   // the one with the least recomputation (optimal then searches its frontier from the

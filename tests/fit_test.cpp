@@ -2,6 +2,7 @@
 // search is exact (max_batch fits, max_batch + 1 does not); budgets are parsed strictly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
@@ -218,6 +220,22 @@ TEST(Fit, InterpolatingBatchSearchIsExactAndFewProbesOnAffineNeeds) {
   }
 }
 
+// A start that fits stands for batch 1 as well: the search plans batch 1 only without one.
+TEST(FitAnswer, AStartThatFitsSavesProbingBatchOne) {
+  for (std::int64_t start : {std::int64_t{2}, std::int64_t{30}, std::int64_t{40}}) {
+    std::vector<std::int64_t> probed;
+    auto probe = [&](std::int64_t b) -> Result<planner::BatchProbe> {
+      probed.push_back(b);
+      return planner::BatchProbe{b <= 33, 33.5 - double(b)};
+    };
+    auto search = planner::search_max_batch(planner::ProbeAtBatch(probe), 1000, start);
+    ASSERT_TRUE(search.ok());
+    EXPECT_EQ(search.value().max_batch, 33) << "start " << start;
+    EXPECT_EQ(std::count(probed.begin(), probed.end(), 1), start <= 33 ? 0 : 1) << "start " << start;
+    EXPECT_EQ(search.value().probes, static_cast<std::int64_t>(probed.size()));
+  }
+}
+
 std::int64_t arena_at(const std::string& model, std::int64_t batch, const std::string& device = "cpu") {
   const auto r = run_cli("fit --model " + model + " --batch " + std::to_string(batch) + " --device-memory 1TiB --device " +
                              device + " --json",
@@ -368,6 +386,81 @@ TEST(Fit, BadDeviceMemoryIsAUsageError) {
   const auto new_name = nlohmann::json::parse(run_cli("fit --device-memory 64MiB --device cpu --json", false).output);
   EXPECT_EQ(old_name["device_memory_bytes"], new_name["device_memory_bytes"]);
   EXPECT_EQ(old_name["arena_bytes"], new_name["arena_bytes"]);
+}
+
+}  // namespace
+}  // namespace memplan
+
+namespace memplan {
+namespace {
+
+// A probe that asks only "fits or not" runs the exact search only where it can change that
+// answer, so it answers as the full plan does at every budget around the two arenas, and where
+// the greedy packing already fits it answers with that packing (no search run).
+TEST(DecideAgainst, AnswersAsTheFullPlanAndSearchesOnlyWhereTheAnswerDepends) {
+  models::ModelOptions model;
+  model.name = "cnn";
+  graph::Graph g = models::build_forward(model, 8).value();
+  graph::make_training_step(g, graph::OptimizerConfig{});
+  planner::PlanOptions greedy_only;
+  greedy_only.solver = planner::SolverBudget::greedy_only();
+  const Bytes greedy = planner::plan_memory(g, greedy_only).value().arena_bytes;
+  const Bytes best = planner::plan_memory(g).value().arena_bytes;
+  ASSERT_LT(best, greedy) << "the exact search must beat the greedy packing here, or the test checks nothing";
+  const Bytes bound = planner::arena_lower_bound(g).value();
+  for (Bytes budget : {bound - 1, bound, best - 1, best, (best + greedy) / 2, greedy - 1, greedy, greedy + 1}) {
+    planner::PlanOptions probe;
+    probe.decide_against = budget;
+    const planner::MemoryPlan plan = planner::plan_memory(g, probe).value();
+    EXPECT_EQ(plan.arena_bytes <= budget, best <= budget) << "budget " << budget;
+    EXPECT_TRUE(planner::validate_plan(plan).ok());
+  }
+  // Where both orders' greedy packings fit, neither is searched.
+  planner::PlanOptions roomy;
+  roomy.decide_against = 2 * greedy;
+  EXPECT_EQ(planner::plan_memory(g, roomy).value().arena_bytes, greedy) << "searched where the answer was known";
+}
+
+}  // namespace
+}  // namespace memplan
+
+namespace memplan {
+namespace {
+
+// arena_lower_bound sums what plan_memory's plans state as their lower bounds, without building
+// them: the least over the two orders, equal to the plans' to the byte (16-bit, ZeRO, checkpointed
+// and guarded steps included).
+TEST(ArenaLowerBound, EqualsTheLowerBoundOfThePlansItStandsFor) {
+  struct Case {
+    const char* model;
+    std::int64_t batch;
+    graph::DType dtype;
+    Bytes guard;
+  };
+  for (const Case& c : {Case{"mlp", 16, graph::DType::f32, 0}, Case{"cnn", 8, graph::DType::bf16, 0},
+                        Case{"gpt", 4, graph::DType::f16, 256}, Case{"gpt", 3, graph::DType::f32, 0}}) {
+    models::ModelOptions model;
+    model.name = c.model;
+    graph::Graph g = models::build_forward(model, c.batch).value();
+    if (c.dtype != graph::DType::f32) g = graph::with_working_dtype(g, c.dtype);
+    graph::make_training_step(g, graph::OptimizerConfig{});
+    for (bool widen : {false, true}) {
+      planner::PlanOptions options;
+      options.guard_bytes = c.guard;
+      options.workspace_bytes = 4096 + 3;
+      options.widen_16bit = widen;
+      Bytes least = 0;
+      for (planner::ScheduleKind kind : {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware}) {
+        planner::PlanOptions one = options;
+        one.choose_best_schedule = false;
+        one.schedule = kind;
+        const Bytes bound = planner::plan_memory(g, one).value().lower_bound_bytes;
+        EXPECT_EQ(planner::arena_lower_bound(g, one).value(), bound) << c.model << " " << planner::schedule_name(kind);
+        least = least == 0 ? bound : std::min(least, bound);
+      }
+      EXPECT_EQ(planner::arena_lower_bound(g, options).value(), least) << c.model << " widen " << widen;
+    }
+  }
 }
 
 }  // namespace
