@@ -143,6 +143,13 @@ void Graph::reorder_ops(const std::vector<int>& order) {
   }
 }
 
+Graph Graph::without_names() const {
+  Graph out = *this;
+  for (TensorDesc& t : out.tensors_) std::string().swap(t.name);
+  for (Op& op : out.ops_) std::string().swap(op.name);
+  return out;
+}
+
 DType op_dtype(const Graph& graph, const Op& op) {
   // Mixed precision: an op with any 16-bit operand computes at that width, whatever f32 operands
   // it also has (a loss gradient's f32 seed, normalisation statistics).

@@ -46,6 +46,10 @@ class Graph {
   // Puts the ops in a new program order: order[i] is the current index of the op to run i-th
   // (a permutation of all ops). Producer indices follow; dependences are the caller's to keep.
   void reorder_ops(const std::vector<int>& order);
+  // A copy with every tensor and op name empty: the same step for what reads only shapes, roles
+  // and the op structure (schedules, lifetimes, lower bounds), and much cheaper to copy again
+  // (searches that rewrite a step hundreds of times copy this one). Messages name nothing.
+  Graph without_names() const;
 
   TensorId loss = kNoTensor;    // the scalar training loss
   TensorId output = kNoTensor;  // the model's prediction (e.g. logits), for evaluation

@@ -1,8 +1,10 @@
 #include "memplan/planner/chain_dp.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "memplan/common/check.h"
 
@@ -215,49 +217,67 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
   }
   t.cost.assign(cells, kInfeasible);
   t.choice.assign(cells, -1);
-  for (int len = 1; len <= t.n; ++len) {
-    for (int s = 0; s + len - 1 < t.n; ++s) {
-      const int e = s + len - 1;
-      // Every memory limit m at once, candidates in the same order for each m (keep-all first,
-      // then split points k ascending, strict improvement): the same table as filling one m at
-      // a time, with the inner loop running along contiguous memory.
-      const std::size_t here = t.row(s, e);
-      const Bytes end = t.row_last[here] + 1;
-      double* best = &t.cost[t.row_start[here]];
-      int* best_choice = &t.choice[t.row_start[here]];
-      const Bytes all = units(stage(s).all_bytes(), quantum);
-      // m - all never passes the rest's saturation (sat(s, e) = all + sat(s + 1, e)).
-      const double* rest = s == e ? nullptr : &t.cost[t.row_start[t.row(s + 1, e)]];
-      for (Bytes m = all; m < end; ++m) {
-        const double c = stage(s).forward_flops + (rest == nullptr ? 0.0 : rest[m - all]);
-        if (c < best[m]) {  // best[m] is still infeasible: an infeasible rest leaves it so
-          best[m] = c;
-          best_choice[m] = 0;
-        }
-      }
-      double run = 0.0;
-      for (int k = s + 1; k <= e; ++k) {
-        run += stage(k - 1).forward_flops;
-        const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
-        if (kept >= end) continue;
-        const std::size_t after_row = t.row(k, e), before_row = t.row(s, k - 1);
-        const double* after = &t.cost[t.row_start[after_row]];     // stages k..e with m - kept
-        const double* before = &t.cost[t.row_start[before_row]];  // stages s..k-1 with m
-        const double* after_flat = after + t.row_last[after_row];
-        const double* before_flat = before + t.row_last[before_row];
-        // m below after_direct reads after directly, below before_direct before directly.
-        const Bytes after_direct = std::clamp(kept + t.row_last[after_row] + 1, kept, end);
-        const Bytes before_direct = std::clamp(t.row_last[before_row] + 1, kept, end);
-        const Bytes both = std::min(after_direct, before_direct);
-        relax_split<false, false>(best, best_choice, k, run, after, kept, before, kept, both);
-        if (after_direct < before_direct) {
-          relax_split<true, false>(best, best_choice, k, run, after_flat, kept, before, after_direct, before_direct);
-        } else {
-          relax_split<false, true>(best, best_choice, k, run, after, kept, before_flat, before_direct, after_direct);
-        }
-        relax_split<true, true>(best, best_choice, k, run, after_flat, kept, before_flat, std::max(after_direct, before_direct), end);
+  // Rows of one interval length depend only on shorter ones: a length's rows are filled on as
+  // many threads as the machine has (each writes its own row, so the table does not depend on
+  // the thread count); small tables stay on one thread.
+  auto fill_row = [&](int s, int len) {
+    const int e = s + len - 1;
+    // Every memory limit m at once, candidates in the same order for each m (keep-all first,
+    // then split points k ascending, strict improvement): the same table as filling one m at
+    // a time, with the inner loop running along contiguous memory.
+    const std::size_t here = t.row(s, e);
+    const Bytes end = t.row_last[here] + 1;
+    double* best = &t.cost[t.row_start[here]];
+    int* best_choice = &t.choice[t.row_start[here]];
+    const Bytes all = units(stage(s).all_bytes(), quantum);
+    // m - all never passes the rest's saturation (sat(s, e) = all + sat(s + 1, e)).
+    const double* rest = s == e ? nullptr : &t.cost[t.row_start[t.row(s + 1, e)]];
+    for (Bytes m = all; m < end; ++m) {
+      const double c = stage(s).forward_flops + (rest == nullptr ? 0.0 : rest[m - all]);
+      if (c < best[m]) {  // best[m] is still infeasible: an infeasible rest leaves it so
+        best[m] = c;
+        best_choice[m] = 0;
       }
     }
+    double run = 0.0;
+    for (int k = s + 1; k <= e; ++k) {
+      run += stage(k - 1).forward_flops;
+      const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
+      if (kept >= end) continue;
+      const std::size_t after_row = t.row(k, e), before_row = t.row(s, k - 1);
+      const double* after = &t.cost[t.row_start[after_row]];     // stages k..e with m - kept
+      const double* before = &t.cost[t.row_start[before_row]];  // stages s..k-1 with m
+      const double* after_flat = after + t.row_last[after_row];
+      const double* before_flat = before + t.row_last[before_row];
+      // m below after_direct reads after directly, below before_direct before directly.
+      const Bytes after_direct = std::clamp(kept + t.row_last[after_row] + 1, kept, end);
+      const Bytes before_direct = std::clamp(t.row_last[before_row] + 1, kept, end);
+      const Bytes both = std::min(after_direct, before_direct);
+      relax_split<false, false>(best, best_choice, k, run, after, kept, before, kept, both);
+      if (after_direct < before_direct) {
+        relax_split<true, false>(best, best_choice, k, run, after_flat, kept, before, after_direct, before_direct);
+      } else {
+        relax_split<false, true>(best, best_choice, k, run, after, kept, before_flat, before_direct, after_direct);
+      }
+      relax_split<true, true>(best, best_choice, k, run, after_flat, kept, before_flat, std::max(after_direct, before_direct), end);
+    }
+  };
+  const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  for (int len = 1; len <= t.n; ++len) {
+    const int starts = t.n - len + 1;
+    const double work = double(starts) * double(len) * double(t.width);
+    if (threads <= 1 || starts < 2 || work < 1e6) {
+      for (int s = 0; s < starts; ++s) fill_row(s, len);
+      continue;
+    }
+    std::atomic<int> next{0};
+    auto worker = [&] {
+      for (int s = next++; s < starts; s = next++) fill_row(s, len);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t i = 1; i < std::min<std::size_t>(threads, static_cast<std::size_t>(starts)); ++i) pool.emplace_back(worker);
+    worker();
+    for (std::thread& th : pool) th.join();
   }
   return t;
 }

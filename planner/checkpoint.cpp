@@ -428,12 +428,14 @@ class Checkpointer {
   void find_frontier() {
     if (frontier_) return;
     frontier_ = chain_frontier_nested(chain_.stages);
+    unnamed_step_ = step_.without_names();
     MEMPLAN_CHECK(!frontier_->empty(), "a checkpoint chain with an empty frontier");
     measured_.assign(frontier_->size(), std::nullopt);
     lower_bound_.assign(frontier_->size(), std::nullopt);
   }
 
   const Graph& step_;
+  Graph unnamed_step_;  // step_ without names, once the frontier is searched (lower bounds)
   PlanOptions search_options_;
   CheckpointChain chain_;
   double base_flops_;
@@ -509,7 +511,7 @@ class Checkpointer {
     auto work = [&] {
       for (std::size_t k = next++; k < todo.size(); k = next++) {
         const std::size_t i = todo[k];
-        auto bound = arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
+        auto bound = bound_of(i);
         if (bound) lower_bound_[i] = bound.value();
         else errors[k] = bound.error();
       }
@@ -528,11 +530,19 @@ class Checkpointer {
   Result<Bytes> lower_bound(std::size_t i) {
     if (measured_[i]) return measured_[i]->arena;
     if (!lower_bound_[i]) {
-      auto bound = arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
+      auto bound = bound_of(i);
       if (!bound) return bound.error();
       lower_bound_[i] = bound.value();
     }
     return *lower_bound_[i];
+  }
+
+  // Frontier point i's arena lower bound, from the step without names (the bound reads none;
+  // each point copies the step once). A failure is computed again with names, for the message.
+  Result<Bytes> bound_of(std::size_t i) const {
+    auto bound = arena_lower_bound(rematerialize(unnamed_step_, chain_, (*frontier_)[i].actions), search_options_);
+    if (bound) return bound;
+    return arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
   }
 };
 

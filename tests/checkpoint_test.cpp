@@ -235,6 +235,70 @@ TEST(ChainDp, NestedFrontierIsStrict) {
   }
 }
 
+// The nested recurrence filled the plain way (every (s, t, m) cell, one thread): the table the
+// DP stores more compactly (rows end at their saturation) and fills on several threads.
+std::vector<double> dense_nested_costs(const std::vector<ChainStage>& stages, Bytes width, Bytes quantum) {
+  const int n = static_cast<int>(stages.size());
+  auto units = [&](Bytes b) { return (b + quantum - 1) / quantum; };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> c(static_cast<std::size_t>(n * n * width), inf);
+  auto at = [&](int s, int t, Bytes m) -> double& { return c[static_cast<std::size_t>((s * n + t) * width + m)]; };
+  for (int len = 1; len <= n; ++len) {
+    for (int s = 0; s + len - 1 < n; ++s) {
+      const int t = s + len - 1;
+      for (Bytes m = 0; m < width; ++m) {
+        const ChainStage& first = stages[static_cast<std::size_t>(s)];
+        const Bytes all = units(first.all_bytes());
+        double best = inf;
+        if (m >= all) best = first.forward_flops + (s == t ? 0.0 : at(s + 1, t, m - all));
+        double run = 0.0;
+        for (int k = s + 1; k <= t; ++k) {
+          run += stages[static_cast<std::size_t>(k - 1)].forward_flops;
+          const Bytes kept = units(stages[static_cast<std::size_t>(k - 1)].boundary_bytes);
+          if (m >= kept) best = std::min(best, run + at(k, t, m - kept) + at(s, k - 1, m));
+        }
+        at(s, t, m) = best;
+      }
+    }
+  }
+  std::vector<double> whole(static_cast<std::size_t>(width));
+  for (Bytes m = 0; m < width; ++m) whole[static_cast<std::size_t>(m)] = at(0, n - 1, m);
+  return whole;
+}
+
+TEST(ChainDp, NestedOnALongChainMatchesThePlainRecurrence) {
+  Rng rng(29);
+  std::vector<ChainStage> stages(70);
+  double all_flops = 0.0;
+  Bytes total = 0;
+  for (ChainStage& s : stages) {
+    s.forward_flops = static_cast<double>(1 + rng.below(1000));
+    s.boundary_bytes = static_cast<Bytes>(1000 + rng.below(4000));
+    s.internal_bytes = static_cast<Bytes>(rng.below(40000));
+    all_flops += s.forward_flops;
+    total += s.all_bytes();
+  }
+  // About 1000 memory units: wide enough that the longer intervals are filled on several threads.
+  const Bytes quantum = total / 1000;
+  Bytes width = 1;
+  for (const ChainStage& s : stages) width += (s.all_bytes() + quantum - 1) / quantum;
+  const std::vector<double> expected = dense_nested_costs(stages, width, quantum);
+  int feasible = 0;
+  for (Bytes m = 0; m < width; m += width / 16) {
+    const planner::ChainSchedule got = planner::solve_chain_nested(stages, m * quantum, quantum);
+    const double want = expected[static_cast<std::size_t>(m)];
+    if (std::isinf(want)) {
+      EXPECT_TRUE(got.actions.empty()) << "m " << m;
+      continue;
+    }
+    ++feasible;
+    ASSERT_FALSE(got.actions.empty()) << "m " << m;
+    EXPECT_NEAR(got.recompute_flops, want - all_flops, 1e-6 * want) << "m " << m;
+    EXPECT_LE(got.peak_bytes, m * quantum) << "m " << m;
+  }
+  EXPECT_GE(feasible, 8);
+}
+
 // --- the graph rewrite ------------------------------------------------------------------
 
 struct ModelCase {
@@ -444,6 +508,10 @@ TEST(Checkpoint, OptimalEqualsPackingEveryFrontierPoint) {
       const graph::Graph remat = planner::rematerialize(g, chain, point.actions);
       const Bytes arena = planner::plan_memory(remat, fast()).value().arena_bytes;
       EXPECT_LE(planner::arena_lower_bound(remat, fast()).value(), arena) << m.model.name;
+      // The search bounds points rewritten from the step without names: the same bytes.
+      EXPECT_EQ(planner::arena_lower_bound(planner::rematerialize(g.without_names(), chain, point.actions), fast()).value(),
+                planner::arena_lower_bound(remat, fast()).value())
+          << m.model.name;
       arenas.push_back(arena);
     }
     const std::size_t least = static_cast<std::size_t>(std::min_element(arenas.begin(), arenas.end()) - arenas.begin());

@@ -5,6 +5,7 @@
 // the same global batch does (within 1e-5 relative; the reduction order differs), batch norm's
 // statistics included.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -58,11 +59,14 @@ struct SmallData {
 const SmallData& small_data() {
   static const SmallData data = [] {
     SmallData d;
-    d.images = ::testing::TempDir() + "/dp_fashion_mnist";
+    // One set per test process: ctest runs these tests side by side, and a file rewritten while
+    // another process's ranks read it makes both fail.
+    const std::string dir = ::testing::TempDir() + "/dp_data_" + std::to_string(::getpid());
+    d.images = dir + "/fashion_mnist";
     std::filesystem::create_directories(d.images);
     write_idx(d.images, "train", 64);
     write_idx(d.images, "t10k", 32);
-    d.text = ::testing::TempDir() + "/dp_text.txt";
+    d.text = dir + "/text.txt";
     std::ofstream text(d.text, std::ios::binary);
     for (int line = 0; line < 40; ++line) {
       for (int c = 32; c < 127; ++c) text.put(static_cast<char>(32 + (c * (line + 3)) % 95));
