@@ -121,6 +121,10 @@ int main() {
       {"mixtral-8x7b --max-batch bf16 1TiB (3 strategies)", "--model mixtral-8x7b --dtype bf16 --budget 1TiB --max-batch", 10000},
       {"qwen1.5-moe --max-batch bf16 320GiB (3 strategies)", "--model qwen1.5-moe --dtype bf16 --budget 320GiB --max-batch", 10000},
       {"qwen3-30b-a3b --max-batch bf16 640GiB (3 strategies)", "--model qwen3-30b-a3b --dtype bf16 --budget 640GiB --max-batch", 10000},
+      // Data parallel at scale: 64 ranks of ZeRO-3 at sequence 4096, each strategy's batch search
+      // on the per-rank step (issue: a positive largest batch under checkpointing in under 10 s).
+      {"llama2-70b --max-batch bf16 64 ranks zero3 s4096 80GiB (3 strategies)",
+       "--model llama2-70b --dtype bf16 --devices 64 --zero 3 --seq 4096 --device-memory 80GiB --max-batch", 10000},
       // The encoder-decoder: Flan-T5-XL at the T5 paper's 512 source and 114 target tokens.
       {"flan-t5-xl --max-batch bf16 s512 t114 80GiB (3 strategies)",
        "--model flan-t5-xl --dtype bf16 --seq 512 --target-seq 114 --budget 80GiB --max-batch", 10000},

@@ -119,7 +119,8 @@ Widening widening_of(std::span<const WidenedOperand> operands) {
 
 Widening op_widening(const Graph& graph, const Op& op) {
   const OpInfo& info = op_info(op.kind);
-  if (info.pure_view) return {};
+  // A view computes nothing; to_host copies bytes at whatever dtype they have.
+  if (info.pure_view || op.kind == OpKind::to_host) return {};
   if ((op.kind == OpKind::all_reduce || op.kind == OpKind::reduce_scatter) && is_16bit_float(graph.tensor(op.inputs[0]).dtype)) {
     // A 16-bit sum across ranks exchanges 16-bit chunks and adds them in f32: the chunks every
     // rank sends this one (a reduce-scatter) or, for an all-reduce over a tensor padded to whole

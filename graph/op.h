@@ -144,6 +144,9 @@ enum class OpKind : std::uint8_t {
   // fp16 loss scaling: y = 1 when every input (the gradients the updates read) is finite, else
   // 0; the executor skips the step's updates on 0 (graph/mixed_precision.h: add_loss_scaling)
   grads_finite,
+  // optimizer offload (graph/optimizer.h: offload_optimizer): y = x, in host memory (a gradient
+  // copied out for the update the CPU runs on state kept there)
+  to_host,
   // data parallel (graph/data_parallel.h): collectives over the `world` ranks through the
   // executor's communicator, and the flat layout they move. Shards follow dist/shard.h.
   pack,             // flat[world * S] from inputs x_i (any number): chunk r holds rank r's shard of each x_i

@@ -167,6 +167,9 @@ void grad_slice(GradContext& c, const Op& op, TensorId dy) {
 bool split_unless_axis_0(const OpAttrs& attrs) { return attrs.axis != 0; }
 bool split_when_batch_stays_first(const OpAttrs& attrs) { return !attrs.perm.empty() && attrs.perm[0] == 0; }
 
+// A copy of its input into host memory: same shape and dtype.
+OutputSpec infer_to_host(Inputs in, const OpAttrs&) { return {in[0]->shape, in[0]->dtype}; }
+
 // clang-format off
 constexpr OpInfo kLayoutRows[] = {
   {.kind = OpKind::reshape, .name = "reshape", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
@@ -185,6 +188,9 @@ constexpr OpInfo kLayoutRows[] = {
   // falls in it (KernelCall::first_row), so the f32 copy of a vocabulary-sized gradient is a slice.
   {.kind = OpKind::embedding_backward, .name = "embedding_backward", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_shape_attr, .flops = flops_per_input0, .split_rows = true, .row_inputs = 0},
+  // Moves bytes between memories, differentiated never (it runs after the backward pass).
+  {.kind = OpKind::to_host, .name = "to_host", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_to_host, .flops = flops_zero},
   {.kind = OpKind::repeat_heads_backward, .name = "repeat_heads_backward", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_repeat_heads_backward, .flops = flops_per_input0, .split_rows = true, .row_inputs = 0b1},
 };

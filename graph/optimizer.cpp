@@ -1,6 +1,8 @@
 #include "memplan/graph/optimizer.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace memplan::graph {
 
@@ -83,6 +85,59 @@ void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& 
       break;
     }
   }
+}
+
+int offload_optimizer(Graph& graph) {
+  auto is_update = [](OpKind kind) {
+    switch (kind) {
+      case OpKind::sgd_update:
+      case OpKind::sgd_momentum_update:
+      case OpKind::adamw_update:
+      case OpKind::sgd_update_mixed:
+      case OpKind::sgd_momentum_update_mixed:
+      case OpKind::adamw_update_mixed:
+        return true;
+      default:
+        return false;
+    }
+  };
+  const int num_ops = graph.num_ops();
+  // The last op writing each storage root: a gradient is final there (accumulated, reduced), and
+  // its copy goes right after, so the device's gradient dies as early as it can and the update
+  // that reads the copy is ready (the memory-aware order runs it at once).
+  std::vector<int> last_writer(static_cast<std::size_t>(graph.num_tensors()), -1);
+  for (int i = 0; i < num_ops; ++i) {
+    const Op& op = graph.ops()[static_cast<std::size_t>(i)];
+    for (const auto* list : {&op.outputs, &op.updates}) {
+      for (TensorId t : *list) last_writer[static_cast<std::size_t>(graph.storage_root(t))] = i;
+    }
+  }
+  std::vector<std::vector<int>> copies_after(static_cast<std::size_t>(num_ops));  // op -> copy ops placed after it
+  std::vector<int> copy_before(static_cast<std::size_t>(num_ops), -1);          // update -> its copy, when unanchored
+  for (int i = 0; i < num_ops; ++i) {
+    const Op& op = graph.ops()[static_cast<std::size_t>(i)];
+    if (!is_update(op.kind)) continue;
+    for (std::size_t u = 1; u < op.updates.size(); ++u) graph.mutable_tensor(op.updates[u]).host = true;
+    const TensorId grad = op.inputs[0];
+    const int anchor = std::max(last_writer[static_cast<std::size_t>(graph.storage_root(grad))], graph.producer(grad));
+    const TensorId copy = graph.add_op(OpKind::to_host, {grad}, {}, "host:" + graph.tensor(grad).name, Role::gradient,
+                                       Phase::optimizer);
+    graph.mutable_tensor(copy).host = true;
+    graph.replace_input(i, 0, copy);
+    const int copy_op = graph.num_ops() - 1;
+    if (anchor >= 0 && anchor < i) copies_after[static_cast<std::size_t>(anchor)].push_back(copy_op);
+    else copy_before[static_cast<std::size_t>(i)] = copy_op;
+  }
+  if (graph.num_ops() == num_ops) return 0;
+  std::vector<int> order;
+  order.reserve(static_cast<std::size_t>(graph.num_ops()));
+  for (int i = 0; i < num_ops; ++i) {
+    if (copy_before[static_cast<std::size_t>(i)] >= 0) order.push_back(copy_before[static_cast<std::size_t>(i)]);
+    order.push_back(i);
+    for (int c : copies_after[static_cast<std::size_t>(i)]) order.push_back(c);
+  }
+  graph.reorder_ops(order);
+  return graph.num_ops() - num_ops;
 }
 
 void append_optimizer(Graph& graph, const OptimizerConfig& config) {

@@ -34,6 +34,14 @@ std::string_view optimizer_name(OptimizerKind kind);
 // f16) parameter also gets an f32 master copy, and its state is f32 (mixed precision).
 void append_optimizer(Graph& graph, const OptimizerConfig& config);
 
+// Optimizer offload (ZeRO-Offload, Ren et al. 2021): every update's optimizer state and f32
+// master copy live in host memory (TensorDesc::host), and the gradient it reads is copied there
+// first (a to_host op, just before the update): the update then runs on the CPU and writes the
+// parameter, which stays on the device. The device keeps parameters, activations and gradients;
+// the host holds 12 bytes a parameter of AdamW state plus the gradient copies. Returns the number
+// of updates moved; a step with none is left alone.
+int offload_optimizer(Graph& graph);
+
 // One parameter's update as append_optimizer makes it, from gradient `grad`. `state_shape`: the
 // shape of its optimizer state (and master copy), the parameter's when empty; `attrs_base`
 // carries the shard fields of a sharded update (OpAttrs::shard_offset/shard_count).

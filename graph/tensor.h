@@ -99,6 +99,10 @@ struct TensorDesc {
   // cache pool, whose size changes with serving load, not with the step. The planner gives it no
   // buffer.
   bool external = false;
+  // Lives in host memory, not the device's (optimizer offload: state, master copies and the
+  // gradients copied out for the CPU's update): planned in the plan's host region, outside the
+  // arena (MemoryPlan::host_buffers), for the whole step.
+  bool host = false;
   // Data parallel (graph/data_parallel.h): this persistent tensor is one rank's shard of the
   // flattened tensor `shard_of`, holding its elements [shard_offset, shard_offset + shard_count)
   // (the rest is padding, zero), and is initialised as that range of `shard_of` would be.

@@ -31,7 +31,7 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
   if (kind == "cpu") {
     DeviceProfile p;
     p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding,  OpKind::softmax_cross_entropy,
-                          OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into};
+                          OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into, OpKind::to_host};
     return p;
   }
   if (kind == "cuda") {

@@ -32,6 +32,9 @@ FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device) 
   b.master_weights = master_copy_bytes(plan);
   b.optimizer_state -= b.master_weights;
   for (const PlannedBuffer& buffer : plan.buffers) b.host_snapshot += buffer.persistent ? buffer.size_bytes : 0;
+  // Offloaded state is snapshotted too (the gradient copies are not state).
+  for (const PlannedBuffer& buffer : plan.host_buffers) b.host_snapshot += buffer.role != graph::Role::gradient ? buffer.size_bytes : 0;
+  b.host_offload = plan.host_bytes;
   b.workspace = plan.workspace_bytes;
   b.arena = plan.arena_bytes;
   b.runtime_overhead = device.overhead_bytes();
@@ -96,13 +99,15 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
   answer.planned = std::move(planned).value();
   const MemoryPlan& plan = answer.planned.plan;
   answer.breakdown = fit_breakdown(plan, device);
-  answer.fits = answer.planned.fits && device.fits(plan.arena_bytes, question.device_memory);
+  answer.host_fits = !question.host_memory || answer.breakdown.host_offload <= *question.host_memory;
+  answer.fits = answer.planned.fits && device.fits(plan.arena_bytes, question.device_memory) && answer.host_fits;
   answer.headroom_bytes = question.device_memory - answer.breakdown.total;
   if (!answer.fits && answer.planned.checkpoint) answer.minimum = answer.planned.checkpoint->minimum;
 
   // Checkpointing trades activations only: when parameters, optimizer state, workspace and the
   // runtime's overheads alone exceed the memory, no batch fits under any strategy.
-  const bool persistent_too_big = !device.fits(plan.persistent_bytes, question.device_memory);
+  // (The host region does not grow with the batch: when it does not fit, no batch does.)
+  const bool persistent_too_big = !device.fits(plan.persistent_bytes, question.device_memory) || !answer.host_fits;
   std::vector<CheckpointStrategy> strategies = question.max_batch_strategies;
   if (!answer.fits && std::find(strategies.begin(), strategies.end(), request.checkpoint) == strategies.end()) {
     strategies.push_back(request.checkpoint);

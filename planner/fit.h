@@ -32,6 +32,9 @@ struct FitBreakdown {
   // optimizer state, buffers) that train --save-dir takes between steps and writes while
   // training goes on. Not in `total`.
   Bytes host_snapshot = 0;
+  // Optimizer offload: the plan's host region (optimizer state, master copies and the gradients
+  // copied out for the CPU's update), in host memory for the whole run. Not in `total`.
+  Bytes host_offload = 0;
 };
 
 FitBreakdown fit_breakdown(const MemoryPlan& plan, const DeviceProfile& device);
@@ -59,6 +62,9 @@ struct FitQuestion {
   // When the batch does not fit, also find the least arena any strategy reaches (FitAnswer::
   // minimum): a plan per point of the optimal strategy's frontier (GPT-2 XL: about 17 s).
   bool find_minimum_arena = false;
+  // Host memory the run may use (--host-memory): with optimizer offload, the host region must fit
+  // it too, whatever the batch. Unset: not checked.
+  std::optional<Bytes> host_memory;
 };
 
 struct StrategyMaxBatch {
@@ -79,6 +85,7 @@ struct FitSuggestion {
 
 struct FitAnswer {
   bool fits = false;
+  bool host_fits = true;  // the host region fits FitQuestion::host_memory (true when unset)
   Bytes device_memory = 0;
   Bytes headroom_bytes = 0;  // device_memory - total (negative when it does not fit)
   FitBreakdown breakdown;

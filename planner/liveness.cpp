@@ -89,6 +89,7 @@ Lifetimes compute_lifetimes(const Graph& graph, const Schedule& schedule, const 
     const TensorId root = graph.storage_root(t);
     if (last_use[static_cast<std::size_t>(root)] < 0) continue;  // nothing touches it
     if (graph.tensor(root).external) continue;  // the caller's storage (a KV cache), not the arena's
+    if (graph.tensor(root).host) continue;      // host memory (MemoryPlan::host_buffers), not the arena's
     const TensorId merged = merges.find(root);
     int& b = buffer_of_root[static_cast<std::size_t>(merged)];
     if (b < 0) {

@@ -28,6 +28,33 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
 
 namespace {
 
+// The host region: each host root tensor some op touches, in tensor order, aligned like the arena.
+void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan& plan) {
+  std::vector<bool> touched(static_cast<std::size_t>(graph.num_tensors()), false);
+  for (const graph::Op& op : graph.ops()) {
+    for (const auto* list : {&op.inputs, &op.outputs, &op.updates}) {
+      for (TensorId t : *list) touched[static_cast<std::size_t>(graph.storage_root(t))] = true;
+    }
+  }
+  Offset next = 0;
+  for (TensorId t = 0; t < graph.num_tensors(); ++t) {
+    const graph::TensorDesc& desc = graph.tensor(t);
+    if (!desc.host || desc.is_view() || !touched[static_cast<std::size_t>(t)]) continue;
+    PlannedBuffer b;
+    b.root = t;
+    b.name = desc.name;
+    b.role = desc.role;
+    b.size_bytes = desc.size_bytes();
+    b.offset = next;
+    b.persistent = true;
+    b.host = true;
+    b.master_copy = desc.master_of != kNoTensor;
+    next += align_up(std::max<Bytes>(b.size_bytes, 1) + guard_bytes, kArenaAlignment);
+    plan.host_buffers.push_back(std::move(b));
+  }
+  plan.host_bytes = next;
+}
+
 // `give_up_at`: when the plan's lower bound (persistent + transient) reaches it, return the
 // plan unsolved (offsets unset, arena_bytes = that lower bound, solve_status not_found).
 Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options,
@@ -71,6 +98,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     next += align_up(workspace, kArenaAlignment);
   }
   plan.persistent_bytes = next;
+  place_host_buffers(graph, options.guard_bytes, plan);
   std::vector<bool> touched(plan.buffers.size(), false);
   for (OpIndex pos = 0; pos < static_cast<OpIndex>(plan.schedule.size()); ++pos) {
     const graph::Op& op = graph.ops()[static_cast<std::size_t>(plan.schedule[static_cast<std::size_t>(pos)])];
@@ -280,6 +308,15 @@ Status validate_plan(const MemoryPlan& plan) {
       return Error{"buffer '" + a.name + "' " + range(a.offset, end) + guard_note() + " overlaps the kernel workspace " +
                    range(plan.workspace_offset, ws_end)};
     }
+  }
+  // The host region: every host buffer inside it, none overlapping another (all live throughout).
+  Offset host_end = 0;
+  for (const PlannedBuffer& h : plan.host_buffers) {
+    if (!h.host || h.offset < host_end || h.offset % kArenaAlignment != 0 || h.offset + h.size_bytes + guard > plan.host_bytes) {
+      return Error{"host buffer '" + h.name + "' " + range(h.offset, h.offset + h.size_bytes) +
+                   " is not an aligned range of the host region " + range(0, plan.host_bytes) + " after the one before it"};
+    }
+    host_end = h.offset + h.size_bytes + guard;
   }
   for (std::size_t i = 0; i < n; ++i) {
     const PlannedBuffer& a = plan.buffers[i];

@@ -31,6 +31,7 @@ struct PlannedBuffer {
   OpIndex first_use = 0;  // persistent buffers: the first op that touches them (dynamic replay
                           // creates optimizer state there, as eager frameworks do lazily)
   bool master_copy = false;  // the f32 master copy of a 16-bit parameter (optimizer state)
+  bool host = false;         // in the host region (MemoryPlan::host_buffers), offset from its start
 };
 
 // A lifetime as a buffer of a plan, not yet placed (offset 0): the one conversion both the
@@ -91,6 +92,10 @@ struct MemoryPlan {
   Bytes program_order_arena_bytes = 0;
   Bytes memory_aware_arena_bytes = 0;
   bool program_order_skipped = false;
+  // Host memory (optimizer offload, graph::TensorDesc::host): every host tensor the step touches,
+  // back to back in tensor order, live for the whole step; not part of the arena.
+  std::vector<PlannedBuffer> host_buffers;
+  Bytes host_bytes = 0;
 
   // Bytes per role at the transient peak (for reports): the sum of live sizes per role at the
   // op where the summed live bytes are largest.

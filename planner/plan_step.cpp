@@ -70,11 +70,13 @@ Result<graph::Graph> build_step(const StepDescription& step) {
   } catch (const graph::GraphError& e) {
     return Error{source.name.empty() ? std::string(e.what()) : "model '" + source.name + "': " + e.what()};
   }
+  if (step.offload_optimizer && !source.training) return Error{"optimizer offload applies to training steps"};
   if (source.training) {
     try {
       graph::make_data_parallel_training_step(g, step.optimizer, dp);
       // fp16 underflows where bf16 does not: its gradients are scaled (graph/mixed_precision.h).
       if (step.dtype == graph::DType::f16) graph::add_loss_scaling(g);
+      if (step.offload_optimizer) graph::offload_optimizer(g);
     } catch (const graph::GraphError& e) {
       return Error{e.what()};
     }

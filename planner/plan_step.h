@@ -34,6 +34,9 @@ struct StepDescription {
   // activations, gradients and parameters' working copies; f32 master weights and optimizer
   // state). Applies to a source's forward graph; a prebuilt graph keeps its own dtypes.
   graph::DType dtype = graph::DType::f32;
+  // Optimizer offload (graph::offload_optimizer): optimizer state and master copies in host
+  // memory, updated by the CPU from gradients copied there; the plan's host region holds them.
+  bool offload_optimizer = false;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 

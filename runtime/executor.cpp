@@ -128,6 +128,25 @@ void Executor::bind_external(TensorId id, void* device_storage) {
   slots_[static_cast<std::size_t>(b)] = Slot{device_storage, false};
 }
 
+Status Executor::setup_host_region() {
+  if (plan_.host_buffers.empty()) return Status::success();
+  // The update of offloaded state runs where the state is: kernels of this device read it.
+  if (device_.kind() != kernels::DeviceKind::cpu) {
+    return Error{"optimizer offload keeps optimizer state in host memory and updates it there, which this executor "
+                 "runs on the CPU device only: train with --device cpu (fit and plan answer for " + device_.name() + ")"};
+  }
+  const Bytes bytes = std::max<Bytes>(plan_.host_bytes, planner::kArenaAlignment);
+  host_region_.reset(static_cast<std::byte*>(std::aligned_alloc(planner::kArenaAlignment, static_cast<std::size_t>(bytes))));
+  if (host_region_ == nullptr) return Error{"cannot allocate the host region of " + std::to_string(bytes) + " bytes"};
+  host_storage_.assign(static_cast<std::size_t>(graph_.num_tensors()), nullptr);
+  for (const planner::PlannedBuffer& b : plan_.host_buffers) host_storage_[static_cast<std::size_t>(b.root)] = host_region_.get() + b.offset;
+  for (TensorId id = 0; id < graph_.num_tensors(); ++id) {
+    const TensorId root = graph_.storage_root(id);
+    if (root != id) host_storage_[static_cast<std::size_t>(id)] = host_storage_[static_cast<std::size_t>(root)];
+  }
+  return Status::success();
+}
+
 Status Executor::setup() {
   MEMPLAN_CHECK(!setup_done_, "setup called twice");
   for (TensorId id = 0; id < graph_.num_tensors(); ++id) {
@@ -135,6 +154,7 @@ Status Executor::setup() {
       return Error{"external tensor '" + graph_.tensor(id).name + "' was not bound (Executor::bind_external)"};
     }
   }
+  if (Status s = setup_host_region(); !s) return s;
   kernels_.resize(static_cast<std::size_t>(graph_.num_ops()));
   for (int i = 0; i < graph_.num_ops(); ++i) {
     const Op& op = graph_.ops()[static_cast<std::size_t>(i)];
@@ -255,6 +275,10 @@ void Executor::initialize_persistent(std::uint64_t seed) {
     if (!ours) continue;
     const TensorDesc& desc = graph_.tensor(buf.root);
     write_values(slots_[b].data, desc, initial_values(graph_, desc, seed).data());
+  }
+  for (const planner::PlannedBuffer& buf : plan_.host_buffers) {
+    const TensorDesc& desc = graph_.tensor(buf.root);
+    write_values(host_storage_[static_cast<std::size_t>(buf.root)], desc, initial_values(graph_, desc, seed).data());
   }
 }
 
@@ -624,6 +648,7 @@ Status Executor::run_step() {
 
 void* Executor::storage(TensorId id) const {
   if (graph_.tensor(id).external) return external_[static_cast<std::size_t>(id)];
+  if (!host_storage_.empty() && host_storage_[static_cast<std::size_t>(id)] != nullptr) return host_storage_[static_cast<std::size_t>(id)];
   const int b = buffer_index(id);
   return b < 0 ? nullptr : slots_[static_cast<std::size_t>(b)].data;
 }

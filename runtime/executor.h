@@ -10,7 +10,9 @@
 // All modes run the same schedule and give bitwise-identical results.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <span>
@@ -161,6 +163,7 @@ class Executor {
   Result<void*> allocate_transient(Bytes size_bytes);
   int buffer_index(TensorId id) const;
   void release(int buffer_index);
+  Status setup_host_region();  // optimizer offload: the plan's host region
   Status check_inputs_finite(const graph::Op& op) const;
   Status check_finite(const graph::Op& op, std::size_t position, bool inputs) const;
   void write_guard(int buffer_index);
@@ -188,6 +191,10 @@ class Executor {
   const std::vector<int>& buffer_of_tensor_;
   std::vector<Slot> slots_;                     // per buffer
   std::vector<void*> external_;                 // per tensor: bound storage of external tensors
+  // Optimizer offload: the plan's host region (host memory, allocated at setup, whatever the
+  // mode), and each tensor's address in it (null for tensors that are not host tensors).
+  std::unique_ptr<std::byte[], void (*)(std::byte*)> host_region_{nullptr, [](std::byte* p) { std::free(p); }};
+  std::vector<std::byte*> host_storage_;
   std::vector<kernels::KernelFn> kernels_;      // per graph op
   // Per schedule position: the fused kernel running it with the next position's op, or nullptr.
   std::vector<kernels::FusedKernelFn> fused_with_next_;

@@ -141,6 +141,10 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
                   "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
                   "weights and optimizer state (what train --dtype runs)");
+  app.add_flag("--offload-optimizer", flags.offload_optimizer,
+               "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there "
+               "from gradients copied out (planned as copies); the arena keeps weights, activations and gradients, and "
+               "the host region is reported beside it");
   add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
                   "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
@@ -325,6 +329,7 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
               : !flags.config.empty() ? config_step_description(flags)
                                       : registry_step_description(flags);
   if (step) step.value().dtype = flags.dtype;  // mixed precision: every source's forward graph at --dtype
+  if (step) step.value().offload_optimizer = flags.offload_optimizer;
   return step;
 }
 

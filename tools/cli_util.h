@@ -116,6 +116,7 @@ struct ModelFlags {
   std::int64_t vocab = 0;  // --vocab; 0: the model's (the GPT's: its default text's, as train builds it)
   bool verbose = false;    // --verbose: with --config, list the keys memplan does not read
   std::optional<double> moe_capacity_factor;  // --moe-capacity-factor: with a mixture-of-experts --config
+  bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,

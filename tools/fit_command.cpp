@@ -22,6 +22,7 @@ namespace {
 struct FitFlags {
   ModelFlags model;
   std::string device_memory;
+  std::string host_memory;  // --host-memory: checked against the offloaded state (empty: not checked)
   kernels::DeviceKind device = kernels::DeviceKind::cuda;
   std::string overhead;  // overrides the runtime overhead constants
   bool max_batch = false;
@@ -40,6 +41,13 @@ struct FitFlags {
   int prefetch = 1;
 };
 
+// --host-memory in bytes (the flag was checked when the question was made).
+std::optional<Bytes> flags_host_memory(const FitFlags& flags) {
+  if (flags.host_memory.empty()) return std::nullopt;
+  auto bytes = parse_byte_size(flags.host_memory);
+  return bytes ? std::optional<Bytes>(bytes.value()) : std::nullopt;
+}
+
 std::string strategy_name(planner::CheckpointStrategy s) { return std::string(planner::checkpoint_strategy_name(s)); }
 
 std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, std::int64_t batch) {
@@ -53,6 +61,11 @@ std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, 
                        strategy_name(s.checkpoint);
     if (s.whole_batch_checkpoint) text += "; or the whole batch " + b + " with --checkpoint " + strategy_name(*s.whole_batch_checkpoint);
     return text;
+  }
+  if (!a.host_fits) {
+    return "not even batch 1 fits: the offloaded optimizer state and gradient copies (" +
+           format_bytes(a.breakdown.host_offload) + ") exceed --host-memory " + format_bytes(*flags_host_memory(flags)) +
+           "; shard the optimizer state across more devices (--devices, --zero), or keep it on the device";
   }
   if (s.persistent_state_too_big) {
     return "not even batch 1 fits: the parameters and optimizer state (" + format_bytes(a.planned.plan.persistent_bytes) +
@@ -213,6 +226,11 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
     if (auto problem = planner::global_batch_problem(question.step)) return Error{planner::describe(*problem, flag_naming())};
   }
   question.device_memory = memory.value();
+  if (!flags.host_memory.empty()) {
+    auto host = parse_byte_size(flags.host_memory);
+    if (!host) return Error{"--host-memory: " + host.error().message};
+    question.host_memory = host.value();
+  }
   auto profile = device_profile_of(flags);
   if (!profile) return profile.error();
   question.request.device = profile.value();
@@ -253,6 +271,15 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                     {"communication", b.communication_at_peak},
                     {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
   j["host_snapshot_bytes"] = b.host_snapshot;  // train --save-dir's copy of the state, in host memory
+  if (flags.model.offload_optimizer) {
+    j["offload_optimizer"] = true;
+    j["host_bytes"] = b.host_offload;  // the offloaded state and gradient copies, in host memory
+    if (a.planned.plan.host_bytes > 0) j["host_region"] = {{"bytes", b.host_offload}, {"buffers", a.planned.plan.host_buffers.size()}};
+  }
+  if (auto host = flags_host_memory(flags)) {
+    j["host_memory_bytes"] = *host;
+    j["host_fits"] = a.host_fits;
+  }
   nlohmann::json o = nlohmann::json::array();
   for (const auto& item : a.overheads) o.push_back({{"what", item.what}, {"bytes", item.bytes}});
   j["runtime_overheads"] = o;
@@ -329,6 +356,14 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("total", b.total);
   print_out("  %-28s %14s\n", "headroom", a.headroom_bytes >= 0 ? format_bytes(a.headroom_bytes).c_str()
                                                                   : ("-" + format_bytes(-a.headroom_bytes)).c_str());
+  if (flags.model.offload_optimizer) {
+    const std::optional<Bytes> host = flags_host_memory(flags);
+    print_out("  %-28s %14s  %16lld B%s%s\n", "host: offloaded state", format_bytes(b.host_offload).c_str(),
+              static_cast<long long>(b.host_offload), flags.devices > 1 ? " per rank" : "",
+              !host ? "" : a.host_fits ? (" (fits --host-memory " + format_bytes(*host) + ")").c_str()
+                                       : (" (over --host-memory " + format_bytes(*host) + ")").c_str());
+    print_out("    (optimizer state, fp32 master weights and the gradients copied out for the CPU's update)\n");
+  }
   print_out("  host memory for train --save-dir: %s%s (the state's copy, written while training goes on)\n",
               format_bytes(b.host_snapshot).c_str(), flags.devices > 1 ? " per rank" : "");
   if (a.minimum) {
@@ -383,6 +418,10 @@ Command add_fit_command(CLI::App& root) {
   app->add_option("--device-memory,--budget", flags->device_memory,
                   "The device's memory, e.g. 80GiB, 24GB, 16000MiB, or bytes (--budget: the older name, kept for a release)")
       ->required()
+      ->check(byte_size());
+  app->add_option("--host-memory", flags->host_memory,
+                  "The host memory a rank may use, e.g. 512GiB: with --offload-optimizer the offloaded state must fit it "
+                  "too (not checked when absent)")
       ->check(byte_size());
   add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
                   "cuda (the cuBLAS workspace inside the arena; CUDA context and library handles outside) or cpu");

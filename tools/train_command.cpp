@@ -34,6 +34,7 @@ struct TrainFlags {
   std::uint64_t seed = 0;
   graph::DType dtype = graph::DType::f32;
   bool tf32 = false;
+  bool offload_optimizer = false;
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
@@ -128,6 +129,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.seed = flags.seed;
   spec.dtype = flags.dtype;
   spec.tf32 = flags.tf32;
+  spec.offload_optimizer = flags.offload_optimizer;
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -168,7 +170,9 @@ nlohmann::json report_json(const train::TrainReport& r) {
     out["lower_bound_bytes"] = r.plan->lower_bound_bytes;
     out["persistent_bytes"] = r.plan->persistent_bytes;
     out["schedule"] = planner::schedule_name(r.plan->schedule_kind);
+    if (spec.offload_optimizer) out["host_bytes"] = r.plan->host_bytes;  // the offloaded state, in host memory
   }
+  out["offload_optimizer"] = spec.offload_optimizer;
   out["dtype"] = std::string(graph::dtype_name(spec.dtype));
   out["tf32"] = spec.tf32;
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
@@ -452,6 +456,7 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
   app.add_option("--seed", flags.seed, "Seed for initialisation and shuffling")
       ->check(whole_number())
       ->capture_default_str();
+  app.add_flag("--offload-optimizer", flags.offload_optimizer, "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there from gradients copied out; the device keeps weights, activations and gradients. Same bits as without it; trains on the CPU device (fit and plan answer for CUDA)");
 }
 
 // Where and how the step runs, what it saves, and the ranks under mpirun.

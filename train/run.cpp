@@ -123,6 +123,7 @@ SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist:
   options.schedule = spec.schedule;
   options.seed = spec.seed;
   options.dtype = spec.dtype;
+  options.offload_optimizer = spec.offload_optimizer;
   options.executor.mode = spec.mode;
   options.executor.debug = spec.debug;
   options.executor.communicator = comm;

@@ -55,6 +55,9 @@ struct TrainSpec {
   // fp32 GEMMs on a CUDA GPU may use TF32 tensor cores (10-bit mantissa inputs, f32 accumulation);
   // off by default, as in PyTorch. The CPU computes in fp32 whatever this says.
   bool tf32 = false;
+  // Optimizer offload (graph::offload_optimizer): state and master weights in host memory; the
+  // CPU device only (its update runs there).
+  bool offload_optimizer = false;
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   runtime::DebugOptions debug;

@@ -207,6 +207,11 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   s->step_ = planner::StepDescription::of_source(std::move(source), options.batch, options.optimizer);
   s->step_.parallel = options.parallel;
   s->step_.dtype = options.dtype;
+  s->step_.offload_optimizer = options.offload_optimizer;
+  if (options.offload_optimizer && device.kind() != kernels::DeviceKind::cpu) {
+    return Error{"--offload-optimizer keeps optimizer state in host memory and updates it there, which memplan trains "
+                 "on the CPU device only: add --device cpu (fit and plan answer for " + device.name() + ")"};
+  }
   s->request_ = options.request;
   s->request_.device = runtime::device_profile(device);
   s->request_.guard_bytes = options.executor.debug.guards ? runtime::kGuardBytes : 0;

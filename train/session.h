@@ -84,6 +84,8 @@ struct SessionOptions {
   std::uint64_t seed = 0;  // initialisation and shuffling
   // The working dtype: f32, or bf16/f16 for mixed precision (planner::StepDescription::dtype).
   graph::DType dtype = graph::DType::f32;
+  // Optimizer offload (planner::StepDescription::offload_optimizer): the CPU device only.
+  bool offload_optimizer = false;
   runtime::ExecutorOptions executor;  // executor.communicator: the ranks of a data-parallel run
   // Data parallel (graph/data_parallel.h): world, this process's rank, ZeRO stage, buckets,
   // prefetch; `batch` is then the global batch, each rank feeding its slice of it.

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "memplan/common/check.h"
@@ -87,6 +88,13 @@ void k_grads_finite(const KernelCall& c) {
   c.outputs[0].f32()[0] = finite ? 1.0f : 0.0f;
 }
 
+// A gradient copied into host memory (optimizer offload): on the CPU device both sides are host
+// memory, so a copy of its bytes at any dtype.
+void k_to_host(const KernelCall& c) {
+  const TensorRef& x = c.inputs[0];
+  std::memcpy(c.outputs[0].data, x.data, static_cast<std::size_t>(x.numel() * graph::dtype_size(x.dtype)));
+}
+
 // The f32 kernel each op computes in: the CPU's f32 kernel, or the mixed updates' f32 forms.
 const std::array<KernelFn, graph::kOpKindCount>& compute_kernels() {
   static const std::array<KernelFn, graph::kOpKindCount> table = [] {
@@ -118,6 +126,7 @@ KernelEntries native_16bit_kernel_entries() {
   }
   for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
     entries.push_back({OpKind::grads_finite, k_grads_finite, d});
+    entries.push_back({OpKind::to_host, k_to_host, d});
   }
   return entries;
 }
