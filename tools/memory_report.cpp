@@ -52,6 +52,10 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
                                             : format_bytes(0) + " (no kernel asks for scratch on this device)");
   row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
   row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");
+  if (plan.host_bytes > 0) {
+    row("host region (offloaded)", format_bytes(plan.host_bytes) + " = " + std::to_string(plan.host_bytes) + " B in " +
+                                       std::to_string(plan.host_buffers.size()) + " buffers, outside the arena");
+  }
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "%.4f", double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes)));
   row("arena / lower bound", ratio);
@@ -96,6 +100,7 @@ nlohmann::json plan_json(const graph::Graph& graph, const planner::MemoryPlan& p
   j["persistent_bytes"] = plan.persistent_bytes;
   j["transient_bytes"] = plan.transient_bytes;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
+  if (plan.host_bytes > 0) j["host_bytes"] = plan.host_bytes;  // optimizer offload: outside the arena
   j["transient_lower_bound_bytes"] = plan.transient_lower_bound_bytes;
   j["arena_over_lower_bound"] = double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes));
   j["program_order_arena_bytes"] = plan.program_order_arena_bytes;
@@ -118,6 +123,13 @@ nlohmann::json plan_json(const graph::Graph& graph, const planner::MemoryPlan& p
                       {"shape", graph.tensor(b.root).shape.dims}});
     }
     j["buffers"] = list;
+    if (!plan.host_buffers.empty()) {
+      nlohmann::json host = nlohmann::json::array();
+      for (const auto& b : plan.host_buffers) {
+        host.push_back({{"tensor", b.name}, {"role", graph::role_name(b.role)}, {"offset", b.offset}, {"size_bytes", b.size_bytes}});
+      }
+      j["host_buffers"] = host;
+    }
   }
   return j;
 }
