@@ -176,6 +176,27 @@ TEST(DataParallelMixedPrecision, Bf16StagesEndWithTheSameParametersInTheArenaFit
 // ZeRO-3 a recomputed layer gathers its parameters again, a collective in the backward), the
 // arena is the one fit plans for the same flags, and the least arena (optimal) is smaller than
 // without checkpointing.
+// Optimizer offload under ranks (graph::offload_optimizer): each rank's shard of the state in its
+// host region, updated there; the bits of the run without it at stages 1 and 3 (bf16: master
+// copies offloaded too), every rank in the arena and host region fit plans.
+TEST(DataParallelOffload, ShardedStateInHostMemoryGivesTheSameBits) {
+  for (int zero : {1, 3}) {
+    const std::string args = std::string(kGpt.shape) + " --dtype bf16 --zero " + std::to_string(zero);
+    const nlohmann::json without = train_json(mpirun(2), args + " " + kGpt.flags + data_flag(kGpt));
+    const nlohmann::json with = train_json(mpirun(2), args + " --offload-optimizer " + kGpt.flags + data_flag(kGpt));
+    EXPECT_EQ(with["params_sha256"], without["params_sha256"]) << "zero " << zero;
+    const auto fit_run = run_cli("fit " + args + " --offload-optimizer --devices 2 --device cpu --device-memory 1TiB --json", false);
+    ASSERT_EQ(fit_run.exit_code, 0) << fit_run.output;
+    const nlohmann::json fit = nlohmann::json::parse(fit_run.output);
+    EXPECT_EQ(with["host_bytes"], fit["host_bytes"]) << "zero " << zero;
+    ASSERT_EQ(with["ranks"].size(), 2u) << with.dump();
+    for (const auto& rank : with["ranks"]) {
+      EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "zero " << zero;
+      EXPECT_EQ(rank["device_allocations_during_steps"], 0) << "zero " << zero;
+    }
+  }
+}
+
 TEST(DataParallelCheckpointing, EveryStageAndStrategyEndsWithTheSameParametersInTheArenaFitPlans) {
   // Sequences long enough for activations, not the optimizer's state, to set the peak.
   const Model gpt{"gpt", "--model gpt --batch 8 --seq 64 --vocab 96", "--steps 2", true};
