@@ -170,6 +170,13 @@ Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& opt
     auto aware = plan_with_schedule(graph, ScheduleKind::memory_aware, options);
     if (!aware) return aware;
     const Bytes aware_bytes = aware.value().arena_bytes;
+    if (options.decide_against && aware_bytes <= *options.decide_against) {
+      // "Fits" is answered: the program order is not looked at (its arena is reported as 0).
+      MemoryPlan best = std::move(aware).value();
+      best.memory_aware_arena_bytes = aware_bytes;
+      best.program_order_skipped = true;
+      return best;
+    }
     auto program = plan_with_schedule(graph, ScheduleKind::program, options, aware_bytes);
     if (!program) return program;
     const bool skipped = program.value().solve_status == SolveStatus::not_found;

@@ -70,6 +70,8 @@ struct PlanOptions {
   // search then runs only where its answer could differ from the greedy packing's, when the
   // greedy arena is over and the lower bound under. The yes or no is the same as with the search
   // always run (the search never returns more than the greedy packing); the bytes may be greedy's.
+  // With skip_dominated_schedule, a memory-aware arena that fits ends the question there: the
+  // program order is not planned (program_order_skipped, its arena 0).
   std::optional<Bytes> decide_against;
 };
 

@@ -408,17 +408,25 @@ TEST(DecideAgainst, AnswersAsTheFullPlanAndSearchesOnlyWhereTheAnswerDepends) {
   const Bytes best = planner::plan_memory(g).value().arena_bytes;
   ASSERT_LT(best, greedy) << "the exact search must beat the greedy packing here, or the test checks nothing";
   const Bytes bound = planner::arena_lower_bound(g).value();
-  for (Bytes budget : {bound - 1, bound, best - 1, best, (best + greedy) / 2, greedy - 1, greedy, greedy + 1}) {
-    planner::PlanOptions probe;
-    probe.decide_against = budget;
-    const planner::MemoryPlan plan = planner::plan_memory(g, probe).value();
-    EXPECT_EQ(plan.arena_bytes <= budget, best <= budget) << "budget " << budget;
-    EXPECT_TRUE(planner::validate_plan(plan).ok());
+  for (bool skip_dominated : {false, true}) {
+    for (Bytes budget : {bound - 1, bound, best - 1, best, (best + greedy) / 2, greedy - 1, greedy, greedy + 1}) {
+      planner::PlanOptions probe;
+      probe.skip_dominated_schedule = skip_dominated;
+      probe.decide_against = budget;
+      const planner::MemoryPlan plan = planner::plan_memory(g, probe).value();
+      EXPECT_EQ(plan.arena_bytes <= budget, best <= budget) << "budget " << budget << " skip " << skip_dominated;
+      EXPECT_TRUE(planner::validate_plan(plan).ok());
+    }
   }
-  // Where both orders' greedy packings fit, neither is searched.
+  // Where both orders' greedy packings fit, neither is searched; planning the memory-aware order
+  // first, the program order is not even planned.
   planner::PlanOptions roomy;
   roomy.decide_against = 2 * greedy;
   EXPECT_EQ(planner::plan_memory(g, roomy).value().arena_bytes, greedy) << "searched where the answer was known";
+  roomy.skip_dominated_schedule = true;
+  const planner::MemoryPlan aware_only = planner::plan_memory(g, roomy).value();
+  EXPECT_TRUE(aware_only.program_order_skipped);
+  EXPECT_EQ(aware_only.schedule_kind, planner::ScheduleKind::memory_aware);
 }
 
 }  // namespace
