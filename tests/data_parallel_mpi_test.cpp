@@ -178,9 +178,10 @@ TEST(DataParallelMixedPrecision, Bf16StagesEndWithTheSameParametersInTheArenaFit
 // without checkpointing.
 // Optimizer offload under ranks (graph::offload_optimizer): each rank's shard of the state in its
 // host region, updated there; the bits of the run without it at stages 1 and 3 (bf16: master
-// copies offloaded too), every rank in the arena and host region fit plans.
+// copies offloaded too), every rank in the arena and host region fit plans. Under the sanitizers
+// stage 3 only (every sharded collective).
 TEST(DataParallelOffload, ShardedStateInHostMemoryGivesTheSameBits) {
-  for (int zero : {1, 3}) {
+  for (int zero = testing::kSanitized ? 3 : 1; zero <= 3; zero += 2) {
     const std::string args = std::string(kGpt.shape) + " --dtype bf16 --zero " + std::to_string(zero);
     const nlohmann::json without = train_json(mpirun(2), args + " " + kGpt.flags + data_flag(kGpt));
     const nlohmann::json with = train_json(mpirun(2), args + " --offload-optimizer " + kGpt.flags + data_flag(kGpt));
