@@ -28,6 +28,13 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
 
 namespace {
 
+// What a buffer of `size_bytes` takes in the arena (or the host region): at least a byte, its
+// guard gap, rounded up to the arena's alignment. Plans, lower bounds and the transient problem
+// all count it this way.
+Bytes footprint_of(Bytes size_bytes, Bytes guard_bytes) {
+  return align_up(std::max<Bytes>(size_bytes, 1) + guard_bytes, kArenaAlignment);
+}
+
 // The host region: each host root tensor some op touches, in tensor order, aligned like the arena.
 void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan& plan) {
   std::vector<bool> touched(static_cast<std::size_t>(graph.num_tensors()), false);
@@ -49,7 +56,7 @@ void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan
     b.persistent = true;
     b.host = true;
     b.master_copy = desc.master_of != kNoTensor;
-    next += align_up(std::max<Bytes>(b.size_bytes, 1) + guard_bytes, kArenaAlignment);
+    next += footprint_of(b.size_bytes, guard_bytes);
     plan.host_buffers.push_back(std::move(b));
   }
   plan.host_bytes = next;
@@ -74,7 +81,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
   std::vector<int> transient_index;  // problem buffer -> plan buffer
   for (const BufferLifetime& life : lifetimes.buffers) {
     PlannedBuffer b = unplaced_buffer(graph, life);
-    const Bytes footprint = align_up(std::max<Bytes>(b.size_bytes, 1) + options.guard_bytes, kArenaAlignment);
+    const Bytes footprint = footprint_of(b.size_bytes, options.guard_bytes);
     if (b.persistent) {
       b.offset = next;
       next += footprint;
@@ -220,7 +227,7 @@ Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind 
       if (!plan) return plan.error();
       return plan.value().lower_bound_bytes;
     }
-    const Bytes footprint = align_up(std::max<Bytes>(life.size_bytes, 1) + options.guard_bytes, kArenaAlignment);
+    const Bytes footprint = footprint_of(life.size_bytes, options.guard_bytes);
     if (life.persistent) {
       persistent += footprint;
     } else {
@@ -257,7 +264,7 @@ AllocationProblem transient_problem(const MemoryPlan& plan) {
     if (b.persistent) continue;
     BufferSpec spec;
     spec.id = b.name;
-    spec.size_bytes = align_up(std::max<Bytes>(b.size_bytes, 1) + plan.guard_bytes, kArenaAlignment);
+    spec.size_bytes = footprint_of(b.size_bytes, plan.guard_bytes);
     spec.alignment = kArenaAlignment;
     spec.first_op = b.first_op;
     spec.end_op = b.last_op + 1;
