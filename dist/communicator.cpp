@@ -39,6 +39,14 @@ void SingleProcessCommunicator::all_gather_shards(const void* input, void* outpu
   }
 }
 
+Result<std::unique_ptr<Communicator>> Communicator::split(int) {
+  return Error{std::string(backend()) + " communicators do not split into groups: tensor parallelism trains on CPU ranks (MPI)"};
+}
+
+Result<std::unique_ptr<Communicator>> SingleProcessCommunicator::split(int) {
+  return std::unique_ptr<Communicator>(std::make_unique<SingleProcessCommunicator>());
+}
+
 int launched_world_size() {
   // Open MPI's mpirun, then the PMI variables of Slurm/MPICH-style launchers.
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {

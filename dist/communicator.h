@@ -42,6 +42,10 @@ class Communicator {
   // data = root's data on every rank.
   virtual void broadcast(void* data, std::int64_t count, ElementType type, int root) = 0;
   virtual void barrier() = 0;
+  // The communicator of the ranks that pass the same `color` (ordered by their rank here), as
+  // MPI_Comm_split: every rank calls it. The groups of tensor and data parallelism
+  // (graph/tensor_parallel.h). An Error where the backend cannot split.
+  virtual Result<std::unique_ptr<Communicator>> split(int color);
 };
 
 // World 1: every collective is the identity (or a copy). What a process not launched under a
@@ -57,6 +61,7 @@ class SingleProcessCommunicator final : public Communicator {
   void all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void broadcast(void*, std::int64_t, ElementType, int) override {}
   void barrier() override {}
+  Result<std::unique_ptr<Communicator>> split(int color) override;
 };
 
 // The world size a launcher (Open MPI's mpirun, or a PMI-based one) announced in this process's

@@ -28,11 +28,17 @@ class MpiCommunicator final : public Communicator {
   void all_to_all(const void* input, void* output, std::int64_t chunk, ElementType type) override;
   void broadcast(void* data, std::int64_t count, ElementType type, int root) override;
   void barrier() override;
+  // MPI_Comm_split; the group's communicator is freed with it (before this one finalises MPI).
+  Result<std::unique_ptr<Communicator>> split(int color) override;
 
  private:
   MpiCommunicator() = default;
   int rank_ = 0;
   int world_ = 1;
+  // The MPI communicator as its Fortran handle (an int in every MPI, unlike MPI_Comm, so mpi.h
+  // stays out of this header): MPI_COMM_WORLD, or a group split from it that this object frees.
+  int handle_ = 0;
+  bool owns_handle_ = false;
   bool finalize_ = false;  // we initialised MPI
   std::vector<int> counts_, displs_;  // all_gather_shards: sized once, reused
 };

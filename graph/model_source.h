@@ -39,6 +39,9 @@ struct ModelSource {
   std::string name;
   bool training = true;  // the forward graph becomes a training step; false: evaluation as it is
   std::int64_t default_batch = 1;  // the batch a command uses when none is asked
+  // The tensor-parallel ranks each graph this source builds is one slice of (graph/tensor_parallel.h);
+  // every rank's slice has the same shapes, so one rank's graph plans them all.
+  int tensor_parallel = 1;
   std::vector<SizeKnob> knobs;
   // The forward graph (with its loss) at `batch`, with knob i at sizes[i] (sizes.size() ==
   // knobs.size()). Throws GraphError when the model is inconsistent, SizeError when the sizes

@@ -32,7 +32,7 @@ const std::array<OpInfo, kOpKindCount>& table() {
     const std::span<const OpInfo> families[] = {elementwise_rows(),    layout_rows(),         losses_rows(),
                                                 normalization_rows(),  matmul_attention_rows(), conv_pool_rows(),
                                                 optimizer_updates_rows(), collectives_rows(), decode_rows(),
-                                                moe_rows()};
+                                                moe_rows(),            tensor_parallel_rows()};
     return assemble_op_table(families);
   }();
   return instance;
@@ -51,6 +51,10 @@ std::span<const OpInfo> op_table() { return table(); }
 bool fusable_pair(OpKind first, OpKind second) {
   return (first == OpKind::im2col && (second == OpKind::conv2d || second == OpKind::conv2d_backward_weight)) ||
          (first == OpKind::conv2d_backward_cols && second == OpKind::col2im);
+}
+
+std::string_view rank_group_name(RankGroup group) {
+  return group == RankGroup::tensor ? "tensor-parallel" : "data-parallel";
 }
 
 std::string_view phase_name(Phase phase) {

@@ -42,7 +42,8 @@ enum class OpKind : std::uint8_t {
   running_stats_update,   // updates: running_mean, running_var;  inputs: stats (momentum; alpha = M/(M-1))
   layer_norm_stats,       // stats[rows, 2] = (mean, 1/sqrt(var + eps)) over the last dim
   layer_norm,             // y = (x - mean) * rstd * gamma + beta   inputs: x, stats, gamma[D], beta[D]
-  embedding,              // y[..., D] = table[ids[...]]          inputs: ids (i32), table[V, D]
+  embedding,              // y[..., D] = table[ids[...]]          inputs: ids (i32), table[V, D]; with `world` > 1
+                          // (vocabulary-parallel) the table holds ids [start, start + V), others give 0
   batched_matmul,         // C[..., M, N] = op(A) op(B) per leading index; rank >= 3, equal leading dims
   softmax,                // y = softmax over the last dim; `causal`: row i of each [T, T] block sees j <= i
   permute,                // y = x with dims reordered by `perm` (a copy)
@@ -111,6 +112,7 @@ enum class OpKind : std::uint8_t {
   layer_norm_backward,             // dx                             inputs: dy, x, stats, gamma
   layer_norm_dgamma,               // [D] = sum over rows dy * xhat  inputs: dy, x, stats
   embedding_backward,              // dtable[V, D], rows summed in position order  inputs: dy, ids; shape = {V, D}
+                                   // (embedding's `world` and `start`)
   softmax_backward,                // dx = y * (dy - sum(dy * y))    inputs: dy, y
   rms_norm_backward,               // dx                             inputs: dy, x, gamma (norm_eps)
   rms_norm_dgamma,                 // [D] = sum over rows dy * xhat  inputs: dy, x (norm_eps)
@@ -155,6 +157,18 @@ enum class OpKind : std::uint8_t {
   reduce_scatter,   // y[S] = alpha * sum over ranks of chunk `rank` of x[world * S]
   all_gather,       // y[shape] = the flat tensor whose shards the ranks hold in x[ceil(numel / world)]
   all_gather_into,  // updates: x; x = the flat tensor whose shards the ranks hold in place in their x (ZeRO-1/2)
+  // tensor parallel (graph/tensor_parallel.h; Megatron-LM's layers): the collectives above with
+  // `group` tensor run over the ranks that split each layer, these around them
+  tp_copy,                // y = x (a view): the input of column-parallel layers; its gradient is summed over the
+                          // tensor-parallel ranks (Megatron's f)
+  vocab_parallel_stats,   // stats[N, 2] (f32) = (log-sum-exp of the row's logits this rank holds, the label's
+                          // logit when this rank holds it, else 0)   inputs: logits[N, Vr] (columns
+                          // [start, start + Vr) of the vocabulary, the first `length` real), labels[N] i32
+  vocab_parallel_loss,    // loss (f32) = mean over rows of (log-sum-exp over ranks of their lse) - sum over ranks
+                          // of their label logit   inputs: every rank's stats [world, N, 2], logits, labels
+                          // (read by the gradient rule only)
+  vocab_parallel_cross_entropy_backward,  // dlogits[N, Vr] = (softmax over the whole vocabulary - onehot) * dloss / N
+                                          // inputs: dloss, logits, labels, gathered stats (vocab_parallel_stats's attrs)
   count_
 };
 
@@ -164,6 +178,12 @@ inline constexpr std::int64_t kMaxExperts = 4096;
 
 enum class Phase : std::uint8_t { forward, backward, optimizer, recompute };
 std::string_view phase_name(Phase phase);
+
+// The ranks a collective runs over (graph/tensor_parallel.h): `data`, the ranks that hold the
+// same slice of the model (every rank without tensor parallelism); `tensor`, the ranks that split
+// each layer between them.
+enum class RankGroup : std::uint8_t { data, tensor };
+std::string_view rank_group_name(RankGroup group);
 
 struct OpAttrs {
   bool trans_a = false;
@@ -199,6 +219,9 @@ struct OpAttrs {
   std::int64_t length = 0;         // slice
   std::int64_t repeats = 1;        // repeat_heads*
   std::int64_t world = 1;          // pack, collectives: the number of ranks
+  // collectives: the ranks they run over: the data-parallel group (every rank without tensor
+  // parallelism) or the tensor-parallel group (graph/tensor_parallel.h)
+  RankGroup group = RankGroup::data;
   // Optimizer updates of one rank's shard (ZeRO-1/2): the update reads a gradient and state of
   // the shard's size and updates elements [shard_offset, + shard_count) of the full parameter;
   // shard_count < 0: the whole tensor (the default).

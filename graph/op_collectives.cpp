@@ -2,6 +2,7 @@
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
 #include <cstdint>
 
+#include "memplan/graph/grad_context_internal.h"
 #include "memplan/graph/op_rules_internal.h"
 
 namespace memplan::graph {
@@ -62,6 +63,16 @@ OutputSpec infer_all_gather_into(Inputs, const OpAttrs& attrs) {
   return {};
 }
 
+// Megatron's g: the sum of a row-parallel layer's partial outputs over the tensor-parallel ranks;
+// every rank then holds the same sum, and the gradient of each partial is the sum's own. The
+// data-parallel all-reduces are added after the backward pass and never differentiated.
+void grad_all_reduce(GradContext& c, const Op& op, TensorId dy) {
+  if (op.attrs.group != RankGroup::tensor || op.attrs.alpha != 1.0f) {
+    fail("all_reduce", "'" + op.name + "': only a tensor-parallel sum (alpha 1) is differentiated");
+  }
+  c.accumulate(op.inputs[0], dy);
+}
+
 // Reductions across ranks: one add per element this rank contributes (moving bytes is not a FLOP).
 double flops_collective_sum(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
 
@@ -70,7 +81,7 @@ constexpr OpInfo kCollectivesRows[] = {
   {.kind = OpKind::pack, .name = "pack", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
     .infer = infer_pack, .flops = flops_zero},
   {.kind = OpKind::all_reduce, .name = "all_reduce", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
-    .infer = infer_all_reduce, .flops = flops_collective_sum},
+    .infer = infer_all_reduce, .flops = flops_collective_sum, .grad = grad_all_reduce},
   {.kind = OpKind::reduce_scatter, .name = "reduce_scatter", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_reduce_scatter, .flops = flops_collective_sum},
   {.kind = OpKind::all_gather, .name = "all_gather", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,

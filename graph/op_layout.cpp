@@ -112,8 +112,10 @@ void grad_reshape(GradContext& c, const Op& op, TensorId dy) {
 
 void grad_embedding(GradContext& c, const Op& op, TensorId dy) {
   const TensorId ids = op.inputs[0], table = op.inputs[1];
-  c.accumulate(table, c.emit(OpKind::embedding_backward, {dy, ids}, with_shape({}, c.tensor(table).shape),
-                             c.gname(table)));
+  OpAttrs attrs = with_shape({}, c.tensor(table).shape);
+  attrs.world = op.attrs.world;  // a vocabulary-parallel table's slice: ids [start, start + V)
+  attrs.start = op.attrs.start;
+  c.accumulate(table, c.emit(OpKind::embedding_backward, {dy, ids}, attrs, c.gname(table)));
 }
 
 void grad_permute(GradContext& c, const Op& op, TensorId dy) {

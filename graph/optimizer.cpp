@@ -19,6 +19,13 @@ TensorId add_state(Graph& graph, TensorId param, const Shape& shape, const char*
   desc.shape = shape;
   desc.role = Role::optimizer_state;
   desc.init = InitSpec{InitSpec::Kind::zeros, 0.0f};
+  const TensorDesc& p = graph.tensor(param);
+  if (shape == p.shape) {  // the state of a tensor-parallel slice is the same slice of the whole state
+    desc.tp_axis = p.tp_axis;
+    desc.tp_parts = p.tp_parts;
+    desc.tp_index = p.tp_index;
+    desc.tp_whole = p.tp_whole;
+  }
   return graph.add_tensor(std::move(desc));
 }
 

@@ -115,6 +115,17 @@ struct TensorDesc {
   TensorId master_of = kNoTensor;
   std::int64_t master_offset = 0;
 
+  // Tensor parallel (graph/tensor_parallel.h): this parameter (or its optimizer state) is slice
+  // `tp_index` of `tp_parts` equal slices along dimension `tp_axis` of the whole tensor, whose
+  // shape is this one's with that dimension `tp_parts` times longer (padded at its end where the
+  // model's size does not divide: a vocabulary), and is initialised as that slice of the whole
+  // tensor would be; `tp_whole` is that dimension's length before padding. tp_axis < 0: the
+  // tensor is whole on every rank.
+  int tp_axis = -1;
+  int tp_parts = 1;
+  int tp_index = 0;
+  std::int64_t tp_whole = 0;
+
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "memplan/graph/graph.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/models/attention.h"
 
 namespace memplan::models {
@@ -22,6 +23,9 @@ struct GptConfig {
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: planning only)
   AttentionKind attention = AttentionKind::fused;  // models/attention.h
   std::int64_t mlp = 0;  // hidden width of the MLP (GPT-2's n_inner); 0 = 4 * width
+  // Build rank `rank` of `degree` tensor-parallel ranks' slice (graph/tensor_parallel.h): heads,
+  // the MLP's hidden width and the vocabulary split between them.
+  graph::TensorParallel tensor_parallel;
 };
 
 // Forward graph for `batch` sequences: inputs "x" [B, T] i32 token ids and "labels" [B*T] i32
@@ -29,7 +33,8 @@ struct GptConfig {
 // over all positions). Parameters as GPT-2 names them (wte, wpe, h.N.ln_1, h.N.attn.{q,k,v},
 // h.N.attn.proj, h.N.ln_2, h.N.mlp.fc, h.N.mlp.proj, ln_f), initialised N(0, 0.02), projections
 // into the residual stream N(0, 0.02/sqrt(2L)), biases 0, layer norms 1/0. `training` false
-// drops the dropout ops.
+// drops the dropout ops. Under tensor parallelism the output is this rank's vocabulary columns
+// of the logits, and attention dropout draws each rank's masks for its own heads.
 graph::Graph build_gpt(const GptConfig& config, std::int64_t batch, bool training = true);
 
 }  // namespace memplan::models

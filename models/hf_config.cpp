@@ -781,12 +781,17 @@ Result<HfConfig> read_hf_config(const std::string& path) {
 graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const ZooOptions& options, bool training) {
   if (!graph::is_floating(options.dtype)) throw graph::GraphError("a config's dtype must be fp32, bf16 or fp16");
   const std::int64_t seq = options.seq > 0 ? options.seq : config.positions;
+  if (options.tensor_parallel.active() && config.family != HfFamily::gpt2 && config.family != HfFamily::llama) {
+    throw graph::GraphError("--tensor-parallel splits the decoders (gpt2 and the rotary decoder families), not a " +
+                            config.model_type + " model");
+  }
   switch (config.family) {
     case HfFamily::gpt2: {
       GptConfig c = config.gpt;
       c.context = seq;
       c.dtype = options.dtype;
       c.attention = options.attention;
+      c.tensor_parallel = options.tensor_parallel;
       return build_gpt(c, batch, training);
     }
     case HfFamily::llama: {
@@ -794,6 +799,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.context = seq;
       c.dtype = options.dtype;
       c.attention = options.attention;
+      c.tensor_parallel = options.tensor_parallel;
       return build_llama(c, batch);
     }
     case HfFamily::bert: {

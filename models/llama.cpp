@@ -26,12 +26,25 @@ std::int64_t checked_head_size(const LlamaConfig& config) {
 }
 
 TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name, std::int64_t out,
-                 std::int64_t in, bool bias, const std::string& op_name) {
+                 std::int64_t in, bool bias, const std::string& op_name, Split split) {
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
-  const TensorId w = b.parameter(name + ".weight", {out, in}, w_init, config.dtype);
-  if (!bias) return b.matmul(x, w, false, true, op_name);
   const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
-  return b.linear(x, w, b.parameter(name + ".bias", {out}, zeros, config.dtype), op_name);
+  const graph::TensorParallel& tp = config.tensor_parallel;
+  if (split == Split::row && tp.active()) {
+    const TensorId w = graph::parameter_slice(b, tp, name + ".weight", {out, in}, 1, w_init, config.dtype);
+    // The partial product keeps the projection's name: the sum is in place, so the buffer is it.
+    const TensorId summed = graph::tp_sum(b, tp, b.matmul(x, w, false, true, op_name), op_name + ".sum");
+    if (!bias) return summed;
+    return b.bias_add(summed, b.parameter(name + ".bias", {out}, zeros, config.dtype), op_name + ".bias");
+  }
+  const int axis = split == Split::column ? 0 : -1;  // -1: whole on every rank
+  auto param = [&](const std::string& param_name, const graph::Shape& shape, graph::InitSpec init) {
+    return axis < 0 ? b.parameter(param_name, shape, init, config.dtype)
+                    : graph::parameter_slice(b, tp, param_name, shape, axis, init, config.dtype);
+  };
+  const TensorId w = param(name + ".weight", {out, in}, w_init);
+  if (!bias) return b.matmul(x, w, false, true, op_name);
+  return b.linear(x, w, param(name + ".bias", {out}, zeros), op_name);
 }
 
 namespace {
@@ -82,13 +95,17 @@ TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, Tensor
 }
 
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m) {
-  // Parameters m.{gate,up,down}_proj; the projections' outputs m.gate, m.up, m.down.
+  // Parameters m.{gate,up,down}_proj; the projections' outputs m.gate, m.up, m.down. Under tensor
+  // parallelism gate and up are column-parallel, down row-parallel.
+  config.tensor_parallel.split(config.ffn, "the MLP's hidden width (ffn)");
   auto in = [&](const char* which, TensorId input, std::int64_t out) {
     const std::string name(which);
-    const std::int64_t width = b.graph().tensor(input).shape.cols();
-    return project(b, config, input, m + "." + name, out, width, config.mlp_bias, m + "." + name.substr(0, name.find('_')));
+    const bool down = name == "down_proj";
+    const std::int64_t width = down ? config.ffn : b.graph().tensor(input).shape.cols();
+    return project(b, config, input, m + "." + name, out, width, config.mlp_bias, m + "." + name.substr(0, name.find('_')),
+                   down ? Split::row : Split::column);
   };
-  return mlp_body(b, config, x, config.ffn, in, m);
+  return mlp_body(b, config, graph::tp_copy(b, config.tensor_parallel, x, m + ".in"), config.ffn, in, m);
 }
 
 TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m, TensorId* router_stats) {
@@ -199,11 +216,25 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const std::int64_t KW = graph::checked_mul(NKV, HD);  // key and value channels
   const std::int64_t rows = graph::checked_mul(B, T);
   const graph::DType dt = config.dtype;
+  const graph::TensorParallel& tp = config.tensor_parallel;
+  graph::check_tensor_parallel(tp);
+  if (tp.active()) {
+    if (config.moe.experts > 0) {
+      throw graph::GraphError("llama: a mixture of experts under --tensor-parallel is not planned (its experts would "
+                              "need expert parallelism); leave out --tensor-parallel");
+    }
+    if (config.qk_norm == LlamaConfig::QkNorm::whole) {
+      throw graph::GraphError("llama: a q/k norm over the whole projection (OLMo-2's) needs every head's channels on "
+                              "one rank; leave out --tensor-parallel");
+    }
+  }
+  const std::int64_t NHr = tp.split(NH, "llama: the attention heads");  // this rank's heads
+  const std::int64_t NKVr = tp.split(NKV, "llama: the key/value heads (kv_heads)");
   graph::Graph g;
   graph::Builder b(g);
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
   auto project = [&](TensorId x, const std::string& name, std::int64_t out, bool bias, const std::string& op_name) {
-    return llama_parts::project(b, config, x, name, out, C, bias, op_name);
+    return llama_parts::project(b, config, x, name, out, C, bias, op_name, llama_parts::Split::column);
   };
   // [B*T, heads*HD] -> [B, heads, T, HD]
   auto split_heads = [&](TensorId x, std::int64_t heads, const std::string& name) {
@@ -215,29 +246,30 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
 
   const TensorId x = b.input("x", {B, T}, graph::DType::i32);
   const TensorId labels = b.input("labels", {rows}, graph::DType::i32);
-  const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
-  TensorId h = b.reshape(b.embedding(x, embed, "embed"), {rows, C}, "residual0");  // [B*T, C]
+  const TensorId embed = graph::parameter_slice(b, tp, "embed_tokens.weight", {V, C}, 0, w_init, dt);
+  TensorId h = b.reshape(graph::vocab_parallel_embedding(b, tp, x, embed, V, "embed"), {rows, C}, "residual0");  // [B*T, C]
   if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
 
   TensorId router_stats = kNoTensor;  // summed over the mixture layers (the load-balancing loss)
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
-    h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
-      TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NH, a + ".q_norm"), NH, a + ".q");
-      TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKV, a + ".k_norm"), NKV, a + ".k");
-      TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKV, a + ".v");
+    h = llama_parts::layer(b, config, h, l, [&](TensorId a_norm) {
+      const TensorId a_in = graph::tp_copy(b, tp, a_norm, a + ".in");
+      TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NHr, a + ".q_norm"), NHr, a + ".q");
+      TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKVr, a + ".k_norm"), NKVr, a + ".k");
+      TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKVr, a + ".v");
       q = b.rotary(q, config.rope_base, a + ".q.rope", config.rotary_dims);
       k = b.rotary(k, config.rope_base, a + ".k.rope", config.rotary_dims);
       TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a, config.attention_scale(),
                                    config.attn_softcap);  // [B, NH, T, HD]
-      y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC}, a + ".merged");
-      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
+      y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC / tp.degree}, a + ".merged");
+      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o", llama_parts::Split::row);
     }, &router_stats);
   }
   h = llama_parts::norm(b, config, h, "norm");
-  const TensorId head = config.tied_head ? embed : b.parameter("lm_head.weight", {V, C}, w_init, dt);
-  g.output = llama_parts::logits(b, config, h, head);  // [B*T, V]
-  g.loss = b.cross_entropy(g.output, labels, "loss");
+  const TensorId head = config.tied_head ? embed : graph::parameter_slice(b, tp, "lm_head.weight", {V, C}, 0, w_init, dt);
+  g.output = llama_parts::logits(b, config, graph::tp_copy(b, tp, h, "head.in"), head);  // [B*T, V (/ ranks)]
+  g.loss = graph::vocab_parallel_cross_entropy(b, tp, g.output, labels, V, "loss");
   if (router_stats != kNoTensor) {
     g.loss = b.add(g.loss, llama_parts::load_balancing_loss(b, config, router_stats, rows), "loss.with_aux");
   }

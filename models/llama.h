@@ -15,6 +15,7 @@
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/models/activation.h"
 #include "memplan/models/attention.h"
 
@@ -119,6 +120,11 @@ struct LlamaConfig {
   };
   Moe moe;
 
+  // Build rank `rank` of `degree` tensor-parallel ranks' slice (graph/tensor_parallel.h): query
+  // and K/V heads, the MLP's hidden width and the vocabulary split between them (a dense MLP;
+  // q/k norms per head or none).
+  graph::TensorParallel tensor_parallel;
+
   // Channels per head: head_dim, or width / heads.
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : width / heads; }
 };
@@ -130,9 +136,15 @@ namespace llama_parts {
 // into the K/V heads, have an even size (rotary) and take the rotary_dims; a graph::GraphError
 // otherwise.
 std::int64_t checked_head_size(const LlamaConfig& config);
-// `x` W^T (+ bias) with W = `name`.weight [out, in] (and `name`.bias [out]).
+// How a projection splits under tensor parallelism (graph/tensor_parallel.h): not at all, by its
+// output features (column-parallel: x is the same on every rank) or by its input features
+// (row-parallel: x is this rank's slice; the partial products are summed over the ranks, then the
+// bias added).
+enum class Split : std::uint8_t { none, column, row };
+// `x` W^T (+ bias) with W = `name`.weight [out, in] (and `name`.bias [out]): this rank's slice of
+// it as `split` says when config.tensor_parallel is active (`out` and `in` are the whole sizes).
 TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name, std::int64_t out,
-                 std::int64_t in, bool bias, const std::string& op_name);
+                 std::int64_t in, bool bias, const std::string& op_name, Split split = Split::none);
 // The config's norm of `x` [rows, width] (RMSNorm or LayerNorm), parameters `name`.weight/.bias.
 TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name);
 // The q_norm/k_norm on `x` [rows, heads * head_size] as config.qk_norm says; `x` itself for none.

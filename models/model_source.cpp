@@ -137,6 +137,7 @@ graph::ModelSource registry_source(ModelOptions options) {
   graph::ModelSource s;
   s.name = m->name;
   s.training = m->training;
+  s.tensor_parallel = tensor_parallel_of(*m).degree;
   const ModelInfo* info = find_model(m->name);
   if (info != nullptr) s.default_batch = info->default_batch;
   if (m->config) {
@@ -157,6 +158,9 @@ graph::ModelSource registry_source(ModelOptions options) {
   } else {
     s.name.clear();  // the error names the model itself
     s.build = [m](std::int64_t batch, Sizes) { return build_forward_or_throw(*m, batch); };
+  }
+  if (s.tensor_parallel > 1 && !m->config && (m->name == "mlp" || m->name == "cnn")) {
+    s.build = [m](std::int64_t batch, Sizes) { return build_forward_or_throw(*m, batch); };  // says why not
   }
   return s;
 }

@@ -50,8 +50,21 @@ TrainDefaults train_defaults(const std::string& model) {
   return {};
 }
 
+graph::TensorParallel tensor_parallel_of(const ModelOptions& options) {
+  return options.name == "gpt" && !options.config ? options.gpt.tensor_parallel : options.zoo.tensor_parallel;
+}
+
+void set_tensor_parallel(ModelOptions& options, graph::TensorParallel tp) {
+  options.gpt.tensor_parallel = tp;
+  options.zoo.tensor_parallel = tp;
+}
+
 graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch) {
   if (options.config) return build_hf_forward(*options.config, batch, options.zoo, options.training);
+  if ((options.name == "mlp" || options.name == "cnn") && tensor_parallel_of(options).active()) {
+    throw graph::GraphError("--tensor-parallel splits the decoders' attention and MLP layers (gpt and the zoo's and "
+                            "configs' decoders); " + options.name + " has none");
+  }
   if (options.name == "mlp") return build_mlp(options.mlp, batch);
   if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);
   if (options.name == "gpt") return build_gpt(options.gpt, batch, options.training);

@@ -39,6 +39,11 @@ struct ModelInfo {
   std::int64_t default_batch = 8;
 };
 
+// The tensor-parallel slice `options` build (graph/tensor_parallel.h): the GPT's own config's,
+// else the zoo's and configs' (ZooOptions). Setting it sets both.
+graph::TensorParallel tensor_parallel_of(const ModelOptions& options);
+void set_tensor_parallel(ModelOptions& options, graph::TensorParallel tp);
+
 const std::vector<ModelInfo>& model_registry();
 // Whether the model has attention blocks (--attention applies): gpt and the zoo's transformers.
 bool has_attention(const std::string& name);

@@ -168,6 +168,9 @@ graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t ba
     if (o.seq <= 0) o.seq = model->default_seq;
     return build_hf_forward(parsed(model->config_file), batch, o);
   }
+  if (options.tensor_parallel.active()) {
+    throw graph::GraphError("--tensor-parallel splits the decoders' attention and MLP layers; " + name + " has none");
+  }
   ResnetConfig c;
   c.image = options.image_size > 0 ? options.image_size : model->default_image;
   c.dtype = options.dtype;

@@ -10,6 +10,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/models/attention.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/llama.h"
@@ -22,6 +23,9 @@ struct ZooOptions {
   graph::DType dtype = graph::DType::f32;  // parameters and activations (16-bit: mixed precision)
   AttentionKind attention = AttentionKind::fused;  // transformers (models/attention.h)
   std::int64_t target_seq = 0;  // an encoder-decoder's decoder tokens per sequence; 0 = seq
+  // The decoders' slice on one of several tensor-parallel ranks (graph/tensor_parallel.h); other
+  // families refuse an active one.
+  graph::TensorParallel tensor_parallel;
 };
 
 struct ZooModel {

@@ -5,6 +5,7 @@
 
 #include "memplan/common/cancellation.h"
 #include "memplan/graph/data_parallel.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
 
@@ -45,7 +46,9 @@ std::int64_t PlannedStep::parameter_count() const {
   std::int64_t n = 0;
   for (TensorId p : graph.parameters()) {
     const graph::TensorDesc& t = graph.tensor(p);
-    n += t.shard_of == kNoTensor ? t.shape.numel() : graph.tensor(t.shard_of).shape.numel();  // a ZeRO-3 shard: the model's tensor
+    // A ZeRO-3 shard counts its tensor, a tensor-parallel slice the whole tensor (the vocabulary
+    // padded to a multiple of the ranks): the model's count, whatever one rank holds.
+    n += graph::whole_shape(t.shard_of == kNoTensor ? t : graph.tensor(t.shard_of)).numel();
   }
   return n;
 }

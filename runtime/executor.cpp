@@ -12,6 +12,7 @@
 #include "memplan/common/rng.h"
 #include "memplan/common/sha256.h"
 #include "memplan/graph/mixed_precision.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/kernels/half.h"
 
 namespace memplan::runtime {
@@ -61,6 +62,7 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
       trust_plan_(options.trust_plan),
       fuse_kernels_(options.fuse_kernels),
       communicator_(options.communicator),
+      tensor_communicator_(options.tensor_communicator),
       plan_(std::move(plan)),
       events_(planner::allocation_events(plan_)),
       schedule_(plan_.schedule),
@@ -164,11 +166,12 @@ Status Executor::setup() {
     kernels_[static_cast<std::size_t>(i)] = fn;
     if (op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
         op.kind == graph::OpKind::all_gather || op.kind == graph::OpKind::all_gather_into) {
-      const int world = communicator_ == nullptr ? 1 : communicator_->world_size();
-      if (communicator_ == nullptr || world != op.attrs.world) {
-        return Error{"op '" + op.name + "' is a collective over " + std::to_string(op.attrs.world) +
-                     " ranks but this process runs " + std::to_string(world) +
-                     (communicator_ == nullptr ? " without a communicator" : "") +
+      const dist::Communicator* comm = communicator_for(op);
+      const int world = comm == nullptr ? 1 : comm->world_size();
+      if (comm == nullptr || world != op.attrs.world) {
+        return Error{"op '" + op.name + "' is a collective over " + std::to_string(op.attrs.world) + " " +
+                     std::string(graph::rank_group_name(op.attrs.group)) + " ranks but this process runs " +
+                     std::to_string(world) + (comm == nullptr ? " without a communicator" : "") +
                      ": launch one process per rank (mpirun -np " + std::to_string(op.attrs.world) + ")"};
       }
     }
@@ -244,7 +247,9 @@ std::vector<float> initial_values(const Graph& graph, const TensorDesc& desc, st
   }
   const TensorDesc& source = desc.shard_of == kNoTensor ? desc : graph.tensor(desc.shard_of);
   Rng rng(seed ^ name_hash(source.name));
-  std::vector<float> values(static_cast<std::size_t>(source.shape.numel()));
+  // A tensor-parallel slice draws the whole tensor's values (padded: the padding's rows come
+  // last, so the real ones are those of the unsplit tensor) and keeps its slice.
+  std::vector<float> values(static_cast<std::size_t>(graph::padded_whole_shape(source).numel()));
   for (float& v : values) {
     switch (source.init.kind) {
       case graph::InitSpec::Kind::zeros: v = 0.0f; break;
@@ -252,6 +257,12 @@ std::vector<float> initial_values(const Graph& graph, const TensorDesc& desc, st
       case graph::InitSpec::Kind::uniform: v = rng.uniform(-source.init.scale, source.init.scale); break;
       case graph::InitSpec::Kind::normal: v = source.init.scale * rng.normal(); break;
     }
+  }
+  if (source.tp_axis >= 0) {
+    TensorDesc as_f32 = source;
+    as_f32.dtype = graph::DType::f32;
+    const std::vector<std::byte> slice = graph::slice_of(as_f32, std::as_bytes(std::span<const float>(values)));
+    values.assign(reinterpret_cast<const float*>(slice.data()), reinterpret_cast<const float*>(slice.data()) + source.shape.numel());
   }
   if (desc.shard_of != kNoTensor) {
     std::vector<float> shard(static_cast<std::size_t>(desc.shape.numel()), 0.0f);
@@ -585,7 +596,7 @@ Status Executor::run_step() {
       const std::int64_t step = o.phase == graph::Phase::optimizer ? steps_completed_ - skipped_steps_ + 1 : steps_completed_ + 1;
       return kernels::KernelCall{o.kind, &o.attrs, all.subspan(0, o.inputs.size()),
                                  all.subspan(o.inputs.size(), o.outputs.size()),
-                                 all.subspan(o.inputs.size() + o.outputs.size()), step, communicator_,
+                                 all.subspan(o.inputs.size() + o.outputs.size()), step, communicator_for(o),
                                  lr_scale_, workspace_span(), loss_scale_};
     };
     const kernels::KernelCall call = make_call(op, tensor_refs(op, refs));

@@ -60,6 +60,9 @@ struct ExecutorOptions {
   // The ranks a data-parallel step's collectives run over (dist/communicator.h); a graph with
   // collectives needs one of its world size. Not owned.
   dist::Communicator* communicator = nullptr;
+  // The ranks a tensor-parallel step's collectives with group tensor run over
+  // (graph/tensor_parallel.h); needed by a graph that has any. Not owned.
+  dist::Communicator* tensor_communicator = nullptr;
   // A test hook: setup() skips validating the plan, so a deliberately wrong plan runs and poison
   // mode can be shown to catch it.
   bool trust_plan = false;
@@ -156,6 +159,10 @@ class Executor {
   StepProfile profile() const;
 
  private:
+  // The communicator of the ranks `op`'s collective runs over (its attrs.group).
+  dist::Communicator* communicator_for(const graph::Op& op) const {
+    return op.attrs.group == graph::RankGroup::tensor ? tensor_communicator_ : communicator_;
+  }
   struct Slot {
     void* data = nullptr;
     bool owned = false;  // a separate device allocation (naive mode); false inside the arena or bound
@@ -184,6 +191,7 @@ class Executor {
   bool trust_plan_ = false;
   bool fuse_kernels_ = true;
   dist::Communicator* communicator_ = nullptr;
+  dist::Communicator* tensor_communicator_ = nullptr;
   planner::MemoryPlan plan_;  // offsets used in planned mode only
   planner::AllocationEvents events_;
   const planner::Schedule& schedule_;

@@ -145,6 +145,13 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there "
                "from gradients copied out (planned as copies); the arena keeps weights, activations and gradients, and "
                "the host region is reported beside it");
+  app.add_option("--tensor-parallel", flags.tensor_parallel,
+                 "Tensor parallelism (Megatron-LM) over this many ranks: each holds 1/T of every attention and MLP "
+                 "weight (heads, K/V heads and the MLP's hidden width split; row-parallel outputs summed by an "
+                 "all-reduce planned in the arena) and 1/T of the vocabulary (embedding and loss). The step planned "
+                 "is one rank's; decoders only (gpt, the zoo's and configs' decoders)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
                   "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
@@ -182,6 +189,10 @@ Result<planner::StepDescription> onnx_step_description(const ModelFlags& flags) 
   }
   if (flags.vocab > 0) return Error{"--vocab does not apply to --onnx: the file fixes every size but the batch"};
   if (flags.attention) return Error{"--attention does not apply to --onnx: the file's own attention ops are imported as they are"};
+  if (flags.tensor_parallel > 1) {
+    return Error{"--tensor-parallel does not apply to --onnx: an imported graph is planned whole on each rank (use "
+                 "--devices for data parallelism)"};
+  }
   if (!graph::is_floating(flags.dtype)) return Error{"--dtype: " + std::string(graph::dtype_name(flags.dtype)) + " is not a floating dtype"};
   auto model = import::OnnxModel::load(flags.onnx);
   if (!model) return Error{"--onnx: " + model.error().message};
@@ -241,6 +252,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = flags.attention.value_or(models::AttentionKind::fused);  // every config is a transformer
   model.zoo.target_seq = flags.target_seq;
+  models::set_tensor_parallel(model, {flags.tensor_parallel, 0});
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
@@ -301,6 +313,7 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = model.gpt.attention = flags.attention.value_or(models::AttentionKind::fused);
   model.zoo.target_seq = flags.target_seq;
+  models::set_tensor_parallel(model, {flags.tensor_parallel, 0});
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   return model;
 }

@@ -117,6 +117,7 @@ struct ModelFlags {
   bool verbose = false;    // --verbose: with --config, list the keys memplan does not read
   std::optional<double> moe_capacity_factor;  // --moe-capacity-factor: with a mixture-of-experts --config
   bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
+  int tensor_parallel = 1;  // --tensor-parallel: ranks each decoder layer is split over (graph/tensor_parallel.h)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,

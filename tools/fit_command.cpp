@@ -214,11 +214,17 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
   if (!memory) return Error{"--device-memory: " + memory.error().message};
   planner::FitQuestion question;
   question.step = step.value();
-  if (flags.devices > 1) {
-    // Without --batch, the model's default batch need not divide among the devices: the first
-    // global batch is then one sample per device (what --max-batch starts from anyway).
-    if (flags.model.batch == 0 && question.step.batch % flags.devices != 0) question.step.batch = flags.devices;
-    question.step.parallel.world = flags.devices;
+  const int tp = flags.model.tensor_parallel;
+  if (flags.devices % tp != 0) {
+    return Error{"--devices " + std::to_string(flags.devices) + " is not a multiple of --tensor-parallel " + std::to_string(tp) +
+                 ": each data-parallel replica spans " + std::to_string(tp) + " devices"};
+  }
+  const int replicas = flags.devices / tp;  // the data-parallel world
+  if (replicas > 1) {
+    // Without --batch, the model's default batch need not divide among the replicas: the first
+    // global batch is then one sample per replica (what --max-batch starts from anyway).
+    if (flags.model.batch == 0 && question.step.batch % replicas != 0) question.step.batch = replicas;
+    question.step.parallel.world = replicas;
     question.step.parallel.rank = 0;  // every rank plans the same arena
     question.step.parallel.zero = flags.zero;
     question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
@@ -259,6 +265,10 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                    {"total_bytes", b.total}, {"arena_bytes", b.arena}, {"headroom_bytes", a.headroom_bytes},
                    {"lower_bound_bytes", a.planned.plan.lower_bound_bytes}};
   j["budget_bytes"] = a.device_memory;  // the name before --device-memory, kept for a release
+  if (flags.model.tensor_parallel > 1) {
+    j["tensor_parallel"] = flags.model.tensor_parallel;  // each layer split over this many of the devices
+    j["data_parallel"] = flags.devices / flags.model.tensor_parallel;
+  }
   if (flags.devices > 1) {
     j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
     j["zero"] = flags.zero;
@@ -329,7 +339,13 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(a.device_memory).c_str(), a.fits ? "FITS" : "DOES NOT FIT");
-  if (flags.devices > 1) {
+  const int tp = flags.model.tensor_parallel, replicas = flags.devices / tp;
+  if (tp > 1) {
+    print_out("per device: one rank of %d: tensor-parallel %d (each layer's heads, MLP width and vocabulary split %d "
+              "ways) x data-parallel %d, ZeRO-%d, global batch %lld (%lld per replica)\n\n",
+              flags.devices, tp, tp, replicas, flags.zero, static_cast<long long>(batch),
+              static_cast<long long>(batch / replicas));
+  } else if (flags.devices > 1) {
     print_out("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
                 flags.devices, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / flags.devices));
   }
@@ -385,8 +401,17 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   if (a.suggestion) print_out("suggestion: %s\n", suggestion.c_str());
 }
 
-int run_fit(const FitFlags& flags) {
-  if (flags.serve) return run_fit_serve(flags);
+int run_fit(const FitFlags& asked) {
+  FitFlags flags = asked;
+  // --tensor-parallel T alone: T devices, one replica.
+  if (flags.devices == 1) flags.devices = flags.model.tensor_parallel;
+  if (flags.serve) {
+    if (flags.model.tensor_parallel > 1) {
+      std::cerr << "memplan fit --serve: --tensor-parallel plans training steps; serving plans one device's caches\n";
+      return kExitUsage;
+    }
+    return run_fit_serve(flags);
+  }
   auto question = fit_question(flags);
   if (!question) {
     std::cerr << "memplan fit: " << question.error().message << "\n";
@@ -444,7 +469,8 @@ Command add_fit_command(CLI::App& root) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
   app->add_option("--devices", flags->devices,
-                  "Data-parallel devices (ranks): plan one rank's step, --batch being the global batch")
+                  "Devices (ranks): plan one rank's step, --batch being the global batch; data-parallel replicas of "
+                  "--tensor-parallel devices each (default: --tensor-parallel)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app->add_option("--zero", flags->zero,

@@ -69,6 +69,7 @@ struct TrainFlags {
   int zero = 0;
   double bucket_mb = 25.0;
   int prefetch = 1;
+  int tensor_parallel = 1;  // --tensor-parallel: consecutive ranks split each decoder layer
 };
 
 // ", cosine schedule, 100 warm-up steps" after the learning rate; empty for a constant rate.
@@ -115,6 +116,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     spec.model.zoo.seq = flags.config_seq;
     spec.model.zoo.target_seq = flags.target_seq;
   }
+  models::set_tensor_parallel(spec.model, {flags.tensor_parallel, 0});  // each rank's slice is set when it starts
   spec.onnx = {flags.onnx, flags.loss, flags.output, flags.export_onnx};
   spec.data = flags.data;
   spec.vocab = flags.vocab;
@@ -223,6 +225,11 @@ nlohmann::json report_json(const train::TrainReport& r) {
   }
   if (r.world > 1) {
     out["world"] = r.world;
+    const int tp = models::tensor_parallel_of(spec.model).degree;
+    if (tp > 1) {
+      out["tensor_parallel"] = tp;  // consecutive ranks split each layer; the groups are data-parallel replicas
+      out["data_parallel"] = r.world / tp;
+    }
     out["zero"] = spec.zero;
     out["bucket_mb"] = double(spec.bucket_bytes) / (1024.0 * 1024.0);
     if (spec.zero == 3) out["prefetch"] = spec.prefetch;
@@ -532,6 +539,13 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str();
   app.add_option("--prefetch", flags.prefetch, "Under mpirun with --zero 3: layers whose parameters are gathered ahead")
       ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", flags.tensor_parallel,
+                 "Under mpirun: tensor parallelism (Megatron-LM) over groups of this many consecutive ranks, each "
+                 "holding 1/T of every attention and MLP weight and of the vocabulary; the groups are data-parallel "
+                 "replicas (ZeRO shards within each slice's replicas). gpt and decoder --configs; --save gathers the "
+                 "whole model")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
 }
 

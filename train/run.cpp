@@ -52,6 +52,21 @@ graph::DataParallelConfig parallel_config(const TrainSpec& spec, int world, int 
   return dp;
 }
 
+int tensor_parallel_degree(const TrainSpec& spec) { return models::tensor_parallel_of(spec.model).degree; }
+
+// --tensor-parallel T needs a multiple of T ranks, and a decoder (model_options refuses others).
+Status check_tensor_parallel(const TrainSpec& spec, int world) {
+  const int t = tensor_parallel_degree(spec);
+  if (t == 1) return Status::success();
+  if (!spec.onnx.path.empty()) return Error{"--tensor-parallel splits the decoders' layers, not an --onnx graph"};
+  if (world % t != 0 || world == 1) {
+    return Error{"--tensor-parallel " + std::to_string(t) + " splits each layer over " + std::to_string(t) + " ranks, but " +
+                 std::to_string(world) + (world == 1 ? " process runs" : " ranks run") + ": launch a multiple of " +
+                 std::to_string(t) + " (mpirun -np " + std::to_string(t) + ")"};
+  }
+  return Status::success();
+}
+
 Status check_several_ranks(const TrainSpec& spec) {
   if (spec.device && *spec.device != kernels::DeviceKind::cpu) {
     return Error{"several ranks train on the CPU (MPI); drop --device " + std::string(kernels::device_kind_name(*spec.device)) +
@@ -114,6 +129,34 @@ std::string out_of_memory_advice(const planner::StepDescription& step, const pla
     out << "\nnot even batch 1 fits" << with << "; try a smaller model ('memplan fit' shows where the bytes go)";
   }
   return out.str();
+}
+
+// The ranks of a run split each layer over groups of tensor_parallel consecutive ranks (rank r
+// holds slice r % T), and the groups are data-parallel replicas of one another (Megatron-LM's
+// layout): one communicator per kind of group.
+struct RankGroups {
+  int tensor_parallel = 1;
+  int replicas = 1;      // the data-parallel world
+  int replica = 0;       // this rank's replica (its data-parallel rank)
+  int slice = 0;         // this rank's slice of each layer
+  std::unique_ptr<dist::Communicator> tensor, data;  // both set when tensor_parallel > 1
+};
+
+Result<RankGroups> rank_groups(const TrainSpec& spec, dist::Communicator& comm) {
+  RankGroups groups;
+  groups.tensor_parallel = tensor_parallel_degree(spec);
+  const int t = groups.tensor_parallel;
+  groups.replicas = comm.world_size() / t;
+  groups.replica = comm.rank() / t;
+  groups.slice = comm.rank() % t;
+  if (t == 1) return groups;
+  auto tensor = comm.split(groups.replica);
+  if (!tensor) return tensor.error();
+  auto data = comm.split(groups.slice);
+  if (!data) return data.error();
+  groups.tensor = std::move(tensor).value();
+  groups.data = std::move(data).value();
+  return groups;
 }
 
 SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist::Communicator* comm) {
@@ -183,8 +226,12 @@ std::vector<RankMemory> gather_rank_memory(const runtime::Executor& executor, di
 Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession& session, TrainReport& report,
                                     const Notes& note) {
   // Evaluation reads whole parameters: every rank but ZeRO-3's holds them (rank 0 evaluates).
+  const bool sliced = tensor_parallel_degree(spec) > 1;
   if (spec.eval_samples == 0) {
     note("no evaluation (--eval-samples 0)");
+  } else if (sliced) {
+    note("no evaluation under --tensor-parallel (each rank holds a slice of every layer); --save writes the whole "
+         "model, which 'memplan sample' and a single-process run read");
   } else if (report.world == 1 || spec.zero < 3) {
     auto evaluation = session.evaluate(spec.eval_samples);
     if (!evaluation) return run_error("evaluation failed: " + evaluation.error().message);
@@ -193,7 +240,7 @@ Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession
   } else {
     note("no test evaluation under ZeRO-3 (parameters stay sharded across ranks)");
   }
-  if (!spec.save.empty()) {
+  if (!spec.save.empty() && !sliced) {  // tensor parallel: saved by every rank together, before
     if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
     note("saved the weights to " + spec.save);
   }
@@ -354,6 +401,7 @@ RunIdentity run_identity(const TrainSpec& spec, int world) {
   if (spec.schedule.kind != runtime::LrScheduleKind::constant) id.emplace_back("--steps", std::to_string(spec.steps));
   id.emplace_back("--seed", std::to_string(spec.seed));
   id.emplace_back("mpirun -np", std::to_string(world));
+  if (tensor_parallel_degree(spec) > 1) id.emplace_back("--tensor-parallel", std::to_string(tensor_parallel_degree(spec)));
   id.emplace_back("--zero", std::to_string(spec.zero));
   return id;
 }
@@ -364,6 +412,8 @@ Status check_train_spec(const TrainSpec& spec, int world, const planner::SizeNam
   if (!spec.onnx.export_path.empty()) {
     if (Status s = check_export_path(spec.onnx.export_path); !s) return s;
   }
+  if (Status s = check_tensor_parallel(spec, world); !s) return s;
+  const int replicas = world / tensor_parallel_degree(spec);  // the data-parallel world
   if (world > 1) {
     if (Status s = check_several_ranks(spec); !s) return s;
   }
@@ -379,13 +429,13 @@ Status check_train_spec(const TrainSpec& spec, int world, const planner::SizeNam
     sizes.gpt.vocab = vocab;
     if (sizes.config) sizes.config->gpt.vocab = sizes.config->llama.vocab = vocab;
     planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(sizes), spec.batch, spec.optimizer);
-    step.parallel = parallel_config(spec, world, 0);
+    step.parallel = parallel_config(spec, replicas, 0);
     if (auto problem = planner::find_step_size_problem(step)) return Error{planner::describe(*problem, naming)};
   } else {
     if (spec.vocab > 0) return Error{"--vocab applies to text models (gpt and decoder configs), not --onnx"};
     planner::StepDescription step;  // the file's model is read later; the global batch is checked now
     step.batch = spec.batch;
-    step.parallel = parallel_config(spec, world, 0);
+    step.parallel = parallel_config(spec, replicas, 0);
     if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, naming)};
   }
   if (!spec.checkpoints.dir.empty()) {
@@ -424,6 +474,10 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   if (Status s = check_train_spec(spec_in, world, naming); !s) return input_error(s.error().message);
   TrainSpec spec = spec_in;
   spec.model = resolved_model(spec_in).value();  // check_train_spec resolved it once already
+  auto grouped = rank_groups(spec, *comm);
+  if (!grouped) return run_error(grouped.error().message);
+  const RankGroups& groups = grouped.value();
+  if (groups.tensor_parallel > 1) models::set_tensor_parallel(spec.model, {groups.tensor_parallel, groups.slice});
 
   // The device first: a missing GPU is reported before any data is read.
   const kernels::DeviceKind kind =
@@ -461,7 +515,10 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
          (io.channels > 1 ? " and repeated over the channels" : "") + " (torchvision's Grayscale and Resize)");
   }
 
-  auto started = start_session(spec, std::move(data).value(), session_options(spec, world, rank, comm), *device, note);
+  SessionOptions options = groups.tensor_parallel == 1 ? session_options(spec, world, rank, comm)
+                                                       : session_options(spec, groups.replicas, groups.replica, groups.data.get());
+  options.executor.tensor_communicator = groups.tensor.get();
+  auto started = start_session(spec, std::move(data).value(), options, *device, note);
   if (!started) return started.error();
   TrainingSession& session = *started.value();
   runtime::Executor& executor = session.executor();
@@ -505,7 +562,12 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.reporting = rank == 0;
   report.world = world;
   report.ranks = gather_rank_memory(executor, *comm);
-  report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3
+  report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3 and tensor parallelism
+  if (groups.tensor_parallel > 1 && !spec.save.empty()) {
+    // Every rank sends its slices; rank 0 writes the whole tensors.
+    if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
+    note("saved the weights to " + spec.save + " (whole tensors, gathered from the tensor-parallel slices)");
+  }
   report.summary = std::move(summary).value();
   if (checkpoints) checkpoints->fill(report, executor);
   if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;

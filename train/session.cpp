@@ -11,11 +11,13 @@
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/sha256.h"
 #include "memplan/dist/communicator.h"
+#include "memplan/graph/tensor_parallel.h"
 #include "memplan/import/onnx_source.h"
 #include "memplan/kernels/half.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/model_source.h"
 #include "memplan/runtime/devices.h"
+#include "memplan/runtime/weights.h"
 #include "memplan/train/saved_run.h"
 
 namespace memplan::train {
@@ -358,13 +360,34 @@ Result<SessionEvaluation> TrainingSession::evaluate(std::optional<std::int64_t> 
   return out;
 }
 
+namespace {
+
+// The whole tensor of a tensor-parallel slice `desc` from every rank's (`tensor_group`, each rank
+// calling this with its own `slice` bytes), cropped to the model's size: what one process holds.
+std::vector<std::byte> whole_of_slices(const graph::TensorDesc& desc, std::span<const std::byte> slice,
+                                       dist::Communicator& tensor_group) {
+  const Bytes es = graph::dtype_size(desc.dtype);
+  MEMPLAN_CHECK(es == 2 || es == 4, "'" << desc.name << "' is a tensor-parallel slice of " << es << "-byte elements");
+  const dist::ElementType type = es == 2 ? dist::ElementType::u16 : dist::ElementType::f32;  // moved, never summed
+  std::vector<std::byte> slices(slice.size() * static_cast<std::size_t>(desc.tp_parts));
+  tensor_group.all_gather_shards(slice.data(), slices.data(), desc.shape.numel() * desc.tp_parts, type);
+  return graph::assemble_slices(desc, slices, /*crop=*/true);
+}
+
+}  // namespace
+
 std::string TrainingSession::params_sha256() const {
   const graph::Graph& g = executor_->graph();
-  bool sharded = false;
-  for (TensorId p : g.parameters()) sharded = sharded || g.tensor(p).shard_of != kNoTensor;
-  if (!sharded) return executor_->params_sha256();
+  bool sharded = false, sliced = false;
+  for (TensorId p : g.parameters()) {
+    sharded = sharded || g.tensor(p).shard_of != kNoTensor;
+    sliced = sliced || g.tensor(p).tp_axis >= 0;
+  }
+  if (!sharded && !sliced) return executor_->params_sha256();
   dist::Communicator* comm = options_.executor.communicator;
-  MEMPLAN_CHECK(comm != nullptr, "sharded parameters without a communicator");
+  MEMPLAN_CHECK(!sharded || comm != nullptr, "sharded parameters without a communicator");
+  dist::Communicator* tensor_group = options_.executor.tensor_communicator;
+  MEMPLAN_CHECK(!sliced || tensor_group != nullptr, "tensor-parallel slices without a communicator");
   Sha256 hash;
   std::vector<float> shard, full;
   std::vector<std::byte> bytes;
@@ -373,16 +396,19 @@ std::string TrainingSession::params_sha256() const {
     if (executor_->storage(p) == nullptr) continue;
     shard.resize(static_cast<std::size_t>(desc.shape.numel()));
     executor_->read_values(p, shard.data());  // 16-bit values widened exactly, gathered as f32
-    const std::int64_t numel = desc.shard_of == kNoTensor ? desc.shape.numel() : g.tensor(desc.shard_of).shape.numel();
+    const graph::TensorDesc& local = desc.shard_of == kNoTensor ? desc : g.tensor(desc.shard_of);
+    const std::int64_t numel = local.shape.numel();
     full.resize(static_cast<std::size_t>(numel));
     if (desc.shard_of == kNoTensor) {
       full = shard;
     } else {
       comm->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
     }
-    // The digest is over the parameter's bytes at its own dtype, as Executor::params_sha256's.
+    // The digest is over the parameter's bytes at its own dtype, as Executor::params_sha256's,
+    // over the whole tensor of a tensor-parallel slice (as one process holds it).
     bytes.resize(static_cast<std::size_t>(numel * graph::dtype_size(desc.dtype)));
     kernels::narrow_from_f32(desc.dtype, full.data(), bytes.data(), numel);
+    if (local.tp_axis >= 0) bytes = whole_of_slices(local, bytes, *tensor_group);
     hash.update(bytes);
   }
   return hash.finish_hex();
@@ -394,8 +420,38 @@ Status TrainingSession::save(const std::string& path) const {
     return Error{"a model whose vocabulary (" + std::to_string(data_.model.gpt.vocab) + ", --vocab) differs from its text's " +
                  std::to_string(data_.text->vocab_size()) + " characters cannot be saved for sampling; leave out --vocab"};
   }
-  return save_run(*executor_, path, data_.model, graph::optimizer_name(options_.optimizer.kind),
-                  data_.text ? &*data_.text : nullptr);
+  if (options_.executor.tensor_communicator == nullptr) {
+    return save_run(*executor_, path, data_.model, graph::optimizer_name(options_.optimizer.kind),
+                    data_.text ? &*data_.text : nullptr);
+  }
+  // Tensor parallel: every rank sends its slices, the first rank writes the whole tensors, so the
+  // file is the one a single process would write (and loads, samples and trains as it).
+  dist::Communicator& tensor_group = *options_.executor.tensor_communicator;
+  const graph::Graph& g = executor_->graph();
+  runtime::WeightsSnapshot snapshot = runtime::snapshot_weights(
+      *executor_, run_metadata(data_.model, graph::optimizer_name(options_.optimizer.kind), data_.text ? &*data_.text : nullptr));
+  std::string data;
+  for (runtime::WeightsSnapshot::Tensor& t : snapshot.tensors) {
+    const std::string_view bytes = std::string_view(snapshot.data).substr(t.offset, t.bytes);
+    const graph::TensorDesc& desc = g.tensor(g.find(t.name));
+    t.offset = data.size();
+    if (desc.tp_axis < 0) {
+      data.append(bytes);
+      continue;
+    }
+    const std::vector<std::byte> whole = whole_of_slices(desc, std::as_bytes(std::span<const char>(bytes)), tensor_group);
+    t.shape = graph::whole_shape(desc).dims;
+    t.bytes = whole.size();
+    data.append(reinterpret_cast<const char*>(whole.data()), whole.size());
+  }
+  // One writer: the first slice of the first replica (each replica's group gathers alike).
+  const dist::Communicator* replicas = options_.executor.communicator;
+  if (tensor_group.rank() != 0 || (replicas != nullptr && replicas->rank() != 0)) return Status::success();
+  snapshot.data = std::move(data);
+  auto header = runtime::weights_file_header(snapshot, path);
+  if (!header) return header.error();
+  const std::string_view pieces[] = {header.value(), snapshot.data};
+  return write_file_atomically(path, pieces);
 }
 
 Status TrainingSession::export_onnx(const std::string& path) const {

@@ -86,7 +86,9 @@ struct SessionOptions {
   graph::DType dtype = graph::DType::f32;
   // Optimizer offload (planner::StepDescription::offload_optimizer): the CPU device only.
   bool offload_optimizer = false;
-  runtime::ExecutorOptions executor;  // executor.communicator: the ranks of a data-parallel run
+  // executor.communicator: the ranks of a data-parallel run; executor.tensor_communicator: those
+  // of a tensor-parallel one (graph/tensor_parallel.h), the model's slice set in the data's model.
+  runtime::ExecutorOptions executor;
   // Data parallel (graph/data_parallel.h): world, this process's rank, ZeRO stage, buckets,
   // prefetch; `batch` is then the global batch, each rank feeding its slice of it.
   graph::DataParallelConfig parallel;
@@ -143,6 +145,8 @@ class TrainingSession {
   // `max_samples`: at most this many test images or validation sequences (default: every image,
   // kDefaultEvalSequences sequences).
   Result<SessionEvaluation> evaluate(std::optional<std::int64_t> max_samples = std::nullopt) const;
+  // Under tensor parallelism a collective (every rank calls it; the first writes): the file holds
+  // the whole tensors, as one process's run would.
   Status save(const std::string& path) const;
   // An ONNX run: a copy of the imported file with every initializer replaced by its trained
   // values (parameters and batch-norm statistics), written to `path` all or nothing.
@@ -150,7 +154,8 @@ class TrainingSession {
 
   // SHA-256 of every parameter's full bytes in the model's order: Executor::params_sha256 for a
   // single process, and the same digest of the gathered parameters when ZeRO-3 shards them (a
-  // collective: every rank calls it), so runs at every stage compare.
+  // collective: every rank calls it), so runs at every stage compare; tensor-parallel slices are
+  // gathered whole too.
   std::string params_sha256() const;
 
  private:

@@ -312,6 +312,8 @@ KernelEntries f32_kernel_entries() {
   entries.insert(entries.end(), collective.begin(), collective.end());
   const auto moe = moe_kernel_entries();
   entries.insert(entries.end(), moe.begin(), moe.end());
+  const auto tensor_parallel = tensor_parallel_kernel_entries();
+  entries.insert(entries.end(), tensor_parallel.begin(), tensor_parallel.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},
@@ -321,6 +323,7 @@ KernelEntries f32_kernel_entries() {
       {OpKind::relu, k_relu},
       {OpKind::gelu, k_gelu},
       {OpKind::reshape, k_reshape},
+      {OpKind::tp_copy, k_reshape},  // a view too
       {OpKind::sum, k_sum},
       {OpKind::mean, k_mean},
       {OpKind::softmax_cross_entropy, k_softmax_cross_entropy},

@@ -46,6 +46,8 @@ KernelEntries attention_kernel_entries();
 KernelEntries decode_kernel_entries();
 // Top-k routing, dispatch, combine and router statistics of mixtures of experts (moe_kernels.cpp).
 KernelEntries moe_kernel_entries();
+// The vocabulary-parallel cross-entropy's statistics, loss and gradient (tensor_parallel_kernels.cpp).
+KernelEntries tensor_parallel_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).
 KernelEntries collective_kernel_entries();
 // collective_kernels.cpp at bf16/f16: packs and gathers moving 16-bit values (native), and the

@@ -711,30 +711,32 @@ void k_layer_norm_dgamma(const KernelCall& c) {
 
 // --- embedding ----------------------------------------------------------------------------
 
-void k_embedding(const KernelCall& c) {
+// The gather of rows `table` [vocab, dim] holds; a vocabulary-parallel slice (attrs world > 1)
+// holds ids [start, start + vocab) and gives zero rows for the others.
+template <typename T>
+void gather_rows(const KernelCall& c, const T* table, T* y) {
   const std::int32_t* ids = c.inputs[0].i32();
-  const float* table = c.inputs[1].f32();
   const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
-  float* y = c.outputs[0].f32();
+  const bool sliced = c.attrs->world > 1;
+  const std::int64_t start = sliced ? c.attrs->start : 0;
   const std::int64_t n = c.inputs[0].numel();
   for (std::int64_t i = 0; i < n; ++i) {
-    MEMPLAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "embedding id " << ids[i] << " outside [0, " << vocab << ")");
-    std::copy(table + ids[i] * dim, table + (ids[i] + 1) * dim, y + i * dim);
+    const std::int64_t row = std::int64_t{ids[i]} - start;
+    if (sliced && (row < 0 || row >= vocab)) {
+      std::fill(y + i * dim, y + (i + 1) * dim, T{0});
+      continue;
+    }
+    MEMPLAN_CHECK(row >= 0 && row < vocab, "embedding id " << ids[i] << " outside [0, " << vocab << ")");
+    std::copy(table + row * dim, table + (row + 1) * dim, y + i * dim);
   }
 }
+
+void k_embedding(const KernelCall& c) { gather_rows(c, c.inputs[1].f32(), c.outputs[0].f32()); }
 
 // The 16-bit gather: the table's rows copied as they are (no arithmetic, so no f32 copy of a
 // vocabulary-sized table); bitwise what widening and rounding back would give.
 void k_embedding_16bit(const KernelCall& c) {
-  const std::int32_t* ids = c.inputs[0].i32();
-  const auto* table = static_cast<const std::uint16_t*>(c.inputs[1].data);
-  const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
-  auto* y = static_cast<std::uint16_t*>(c.outputs[0].data);
-  const std::int64_t n = c.inputs[0].numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    MEMPLAN_CHECK(ids[i] >= 0 && ids[i] < vocab, "embedding id " << ids[i] << " outside [0, " << vocab << ")");
-    std::copy(table + ids[i] * dim, table + (ids[i] + 1) * dim, y + i * dim);
-  }
+  gather_rows(c, static_cast<const std::uint16_t*>(c.inputs[1].data), static_cast<std::uint16_t*>(c.outputs[0].data));
 }
 
 // Rows of dy added into dtable in id-position order: repeated ids sum deterministically. A call
@@ -747,7 +749,7 @@ void k_embedding_backward(const KernelCall& c) {
   std::fill(dt, dt + c.outputs[0].numel(), 0.0f);
   const std::int64_t n = c.inputs[1].numel();
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t r = ids[i] - c.first_row;
+    const std::int64_t r = ids[i] - c.first_row - (c.attrs->world > 1 ? c.attrs->start : 0);
     if (r < 0 || r >= rows) continue;
     float* row = dt + r * dim;
     for (std::int64_t j = 0; j < dim; ++j) row[j] += dy[i * dim + j];

@@ -240,6 +240,7 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::relu, k_relu},
       {OpKind::gelu, k_gelu},
       {OpKind::reshape, k_reshape},
+      {OpKind::tp_copy, k_reshape},  // a view too
       {OpKind::relu_backward, k_relu_backward},
       {OpKind::gelu_backward, k_gelu_backward},
       {OpKind::sigmoid, k_sigmoid},

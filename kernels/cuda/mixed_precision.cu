@@ -115,9 +115,10 @@ void k_embedding_16bit(const KernelCall& c) {
   const std::int32_t* ids = c.inputs[0].i32();
   const auto* table = static_cast<const std::uint16_t*>(c.inputs[1].data);
   const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
+  const std::int64_t start = c.attrs->world > 1 ? c.attrs->start : 0;  // a vocabulary-parallel slice
   auto* y = static_cast<std::uint16_t*>(c.outputs[0].data);
   for_each_index(c.outputs[0].numel(), "embedding", [=] __device__(std::int64_t i) {
-    const std::int64_t id = ids[i / dim];
+    const std::int64_t id = ids[i / dim] - start;
     y[i] = (id >= 0 && id < vocab) ? table[id * dim + i % dim] : std::uint16_t{0};
   });
 }

@@ -266,14 +266,16 @@ void k_layer_norm(const KernelCall& c) {
 }
 
 // Ids outside [0, V) give zero rows here; the CPU kernel stops on them, and the data feeders
-// validate ids before a step, so they do not reach a kernel.
+// validate ids before a step, so they do not reach a kernel. A vocabulary-parallel slice (world
+// > 1) holds ids [start, start + V).
 void k_embedding(const KernelCall& c) {
   const std::int32_t* ids = c.inputs[0].i32();
   const float* table = c.inputs[1].f32();
   const std::int64_t vocab = (*c.inputs[1].shape)[0], dim = (*c.inputs[1].shape)[1];
+  const std::int64_t start = c.attrs->world > 1 ? c.attrs->start : 0;
   float* y = c.outputs[0].f32();
   for_each_index(c.outputs[0].numel(), "embedding", [=] __device__(std::int64_t i) {
-    const std::int64_t id = ids[i / dim];
+    const std::int64_t id = ids[i / dim] - start;
     y[i] = (id >= 0 && id < vocab) ? table[id * dim + i % dim] : 0.0f;
   });
 }
@@ -302,7 +304,8 @@ void k_embedding_backward(const KernelCall& c) {
   MEMPLAN_CUDA_CHECK(cudaMemsetAsync(dt, 0, static_cast<std::size_t>(c.outputs[0].numel()) * sizeof(float), stream()));
   const unsigned grid = static_cast<unsigned>((dim + kDimTile - 1) / kDimTile);
   embedding_backward_kernel<<<grid, dim3(kDimTile, kIdLanes), 0, stream()>>>(c.inputs[0].f32(), c.inputs[1].i32(),
-                                                                             c.inputs[1].numel(), c.first_row, vocab, dim, dt);
+                                                                             c.inputs[1].numel(), c.first_row + (c.attrs->world > 1 ? c.attrs->start : 0),
+                                                                             vocab, dim, dt);
   check_launch("embedding_backward");
 }
 

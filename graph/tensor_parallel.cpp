@@ -1,0 +1,146 @@
+#include "memplan/graph/tensor_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace memplan::graph {
+
+std::int64_t TensorParallel::split(std::int64_t n, const std::string& what) const {
+  if (n % degree != 0) {
+    throw GraphError(what + " (" + std::to_string(n) + ") does not split evenly over " + std::to_string(degree) +
+                     " tensor-parallel ranks: choose a --tensor-parallel that divides it");
+  }
+  return n / degree;
+}
+
+void check_tensor_parallel(const TensorParallel& tp) {
+  if (tp.degree < 1 || tp.rank < 0 || tp.rank >= tp.degree) {
+    throw GraphError("tensor-parallel rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.degree) +
+                     " does not exist (the degree must be at least 1, the rank below it)");
+  }
+}
+
+TensorId parameter_slice(Builder& b, const TensorParallel& tp, const std::string& name, const Shape& whole, int axis,
+                         InitSpec init, DType dtype) {
+  if (!tp.active()) return b.parameter(name, whole, init, dtype);
+  Shape slice = whole;
+  slice.dims[static_cast<std::size_t>(axis)] = tp.padded_slice(whole[axis]);
+  const TensorId p = b.parameter(name, slice, init, dtype);
+  TensorDesc& desc = b.graph().mutable_tensor(p);
+  desc.tp_axis = axis;
+  desc.tp_parts = tp.degree;
+  desc.tp_index = tp.rank;
+  desc.tp_whole = whole[axis];
+  return p;
+}
+
+TensorId tp_copy(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
+  if (!tp.active()) return x;
+  OpAttrs attrs;
+  attrs.world = tp.degree;
+  attrs.group = RankGroup::tensor;
+  return b.graph().add_op(OpKind::tp_copy, {x}, attrs, name, Role::activation, Phase::forward);
+}
+
+TensorId tp_sum(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
+  if (!tp.active()) return x;
+  OpAttrs attrs;
+  attrs.world = tp.degree;
+  attrs.group = RankGroup::tensor;
+  return b.graph().add_op(OpKind::all_reduce, {x}, attrs, name, Role::activation, Phase::forward);
+}
+
+namespace {
+
+// This rank's vocabulary columns: [start, start + slice), of which `length` are real ids.
+OpAttrs vocab_attrs(const TensorParallel& tp, std::int64_t vocab) {
+  OpAttrs attrs;
+  attrs.world = tp.degree;
+  attrs.group = RankGroup::tensor;
+  const std::int64_t slice = tp.padded_slice(vocab);
+  attrs.start = slice * tp.rank;
+  attrs.length = std::clamp<std::int64_t>(vocab - attrs.start, 0, slice);
+  return attrs;
+}
+
+}  // namespace
+
+TensorId vocab_parallel_embedding(Builder& b, const TensorParallel& tp, TensorId ids, TensorId table,
+                                  std::int64_t vocab, const std::string& name) {
+  if (!tp.active()) return b.embedding(ids, table, name);
+  const OpAttrs attrs = vocab_attrs(tp, vocab);
+  const TensorId partial = b.graph().add_op(OpKind::embedding, {ids, table}, attrs, name + ".partial", Role::activation,
+                                            Phase::forward);
+  return tp_sum(b, tp, partial, name);
+}
+
+TensorId vocab_parallel_cross_entropy(Builder& b, const TensorParallel& tp, TensorId logits, TensorId labels,
+                                      std::int64_t vocab, const std::string& name) {
+  if (!tp.active()) return b.cross_entropy(logits, labels, name);
+  Graph& g = b.graph();
+  const OpAttrs attrs = vocab_attrs(tp, vocab);
+  const std::int64_t rows = g.tensor(logits).shape[0];
+  const TensorId stats = g.add_op(OpKind::vocab_parallel_stats, {logits, labels}, attrs, name + ".stats",
+                                  Role::activation, Phase::forward);
+  const TensorId flat = b.reshape(stats, {checked_mul(rows, 2)}, name + ".stats.flat");
+  OpAttrs gather;
+  gather.world = tp.degree;
+  gather.group = RankGroup::tensor;
+  gather.shape = {tp.degree, rows, 2};
+  const TensorId all = g.add_op(OpKind::all_gather, {flat}, gather, name + ".stats.all", Role::activation, Phase::forward);
+  return g.add_op(OpKind::vocab_parallel_loss, {all, logits, labels}, attrs, name, Role::activation, Phase::forward);
+}
+
+Shape whole_shape(const TensorDesc& desc) {
+  Shape shape = desc.shape;
+  if (desc.tp_axis >= 0) shape.dims[static_cast<std::size_t>(desc.tp_axis)] = desc.tp_whole;
+  return shape;
+}
+
+Shape padded_whole_shape(const TensorDesc& desc) {
+  Shape shape = desc.shape;
+  if (desc.tp_axis >= 0) shape.dims[static_cast<std::size_t>(desc.tp_axis)] *= desc.tp_parts;
+  return shape;
+}
+
+std::vector<std::byte> assemble_slices(const TensorDesc& desc, std::span<const std::byte> slices, bool crop) {
+  const auto es = static_cast<std::size_t>(dtype_size(desc.dtype));
+  const auto axis = static_cast<std::size_t>(desc.tp_axis);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= desc.shape[static_cast<int>(d)];
+  for (std::size_t d = axis + 1; d < desc.shape.dims.size(); ++d) inner *= desc.shape[static_cast<int>(d)];
+  const std::int64_t slice_len = desc.shape[desc.tp_axis];
+  const std::int64_t kept = crop ? desc.tp_whole : slice_len * desc.tp_parts;
+  const std::int64_t slice_numel = desc.shape.numel();
+  std::vector<std::byte> whole(static_cast<std::size_t>(outer * kept * inner) * es);
+  for (int r = 0; r < desc.tp_parts; ++r) {
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t k = 0; k < slice_len; ++k) {
+        const std::int64_t row = r * slice_len + k;  // along the split dimension of the whole
+        if (row >= kept) break;
+        const std::size_t src = static_cast<std::size_t>(r * slice_numel + (o * slice_len + k) * inner) * es;
+        const std::size_t dst = static_cast<std::size_t>((o * kept + row) * inner) * es;
+        std::memcpy(whole.data() + dst, slices.data() + src, static_cast<std::size_t>(inner) * es);
+      }
+    }
+  }
+  return whole;
+}
+
+std::vector<std::byte> slice_of(const TensorDesc& desc, std::span<const std::byte> padded_whole) {
+  const auto es = static_cast<std::size_t>(dtype_size(desc.dtype));
+  const auto axis = static_cast<std::size_t>(desc.tp_axis);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= desc.shape[static_cast<int>(d)];
+  for (std::size_t d = axis + 1; d < desc.shape.dims.size(); ++d) inner *= desc.shape[static_cast<int>(d)];
+  const std::int64_t slice_len = desc.shape[desc.tp_axis], whole_len = slice_len * desc.tp_parts;
+  std::vector<std::byte> slice(static_cast<std::size_t>(desc.shape.numel()) * es);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    const std::size_t src = static_cast<std::size_t>((o * whole_len + desc.tp_index * slice_len) * inner) * es;
+    const std::size_t dst = static_cast<std::size_t>(o * slice_len * inner) * es;
+    std::memcpy(slice.data() + dst, padded_whole.data() + src, static_cast<std::size_t>(slice_len * inner) * es);
+  }
+  return slice;
+}
+
+}  // namespace memplan::graph
