@@ -1,14 +1,19 @@
-// Shared by the benchmarks: median timing, markdown tables, JSON output.
+// Shared by the benchmarks: median timing, markdown tables, JSON output, the activations a
+// training step keeps for its backward pass.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "memplan/graph/graph.h"
+#include "memplan/graph/training_step.h"
 
 namespace memplan::bench {
 
@@ -47,6 +52,34 @@ inline std::string fmt(double v, int precision = 3) {
 inline void write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("\nwrote %s\n", path.c_str());
+}
+
+// The forward tensors of one layer (names starting with `layer`) that the backward pass reads,
+// as "name [shape] dtype" -> bytes, in the training step of `forward` (a view counts as its
+// storage; a tensor counts once however many backward ops read it).
+struct LayerActivations {
+  std::map<std::string, double> bytes;
+  double total = 0;
+};
+
+inline LayerActivations stored_for_backward(graph::Graph g, const std::string& layer) {
+  graph::make_training_step(g, graph::OptimizerConfig{});
+  std::vector<bool> read_by_backward(static_cast<std::size_t>(g.num_tensors()), false);
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::backward) continue;
+    for (TensorId t : op.inputs) read_by_backward[static_cast<std::size_t>(g.storage_root(t))] = true;
+  }
+  LayerActivations out;
+  for (const graph::Op& op : g.ops()) {
+    if (op.phase != graph::Phase::forward || op.outputs.empty()) continue;
+    const TensorId t = op.outputs[0];
+    const graph::TensorDesc& d = g.tensor(t);
+    if (d.is_view() || d.name.rfind(layer, 0) != 0 || !read_by_backward[static_cast<std::size_t>(t)]) continue;
+    out.bytes[d.name.substr(layer.size()) + " " + d.shape.to_string() + " " + std::string(graph::dtype_name(d.dtype))] +=
+        double(d.size_bytes());
+    out.total += double(d.size_bytes());
+  }
+  return out;
 }
 
 }  // namespace memplan::bench

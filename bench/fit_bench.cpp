@@ -56,34 +56,10 @@ void check(bool ok, const std::string& what) {
 
 std::string gib(double bytes) { return fmt(bytes / double(1ull << 30), 3) + " GiB"; }
 
-// The forward tensors of one layer (names starting with `layer`) that the backward pass reads,
-// as "name [shape] dtype" -> bytes, for a training step of the zoo model.
-struct LayerActivations {
-  std::map<std::string, double> bytes;
-  double total = 0;
-};
-
+// The forward tensors of one layer of the zoo model's training step that the backward pass reads.
 LayerActivations stored_per_layer(const std::string& model, std::int64_t batch, const models::ZooOptions& options,
                                   const std::string& layer) {
-  graph::Graph g = models::build_zoo_forward(model, batch, options).value();
-  graph::make_training_step(g, graph::OptimizerConfig{});
-  // A tensor of layer L is stored for the backward pass when a backward op reads its storage.
-  std::vector<bool> read_by_backward(static_cast<std::size_t>(g.num_tensors()), false);
-  for (const graph::Op& op : g.ops()) {
-    if (op.phase != graph::Phase::backward) continue;
-    for (TensorId t : op.inputs) read_by_backward[static_cast<std::size_t>(g.storage_root(t))] = true;
-  }
-  LayerActivations out;
-  for (const graph::Op& op : g.ops()) {
-    if (op.phase != graph::Phase::forward || op.outputs.empty()) continue;
-    const TensorId t = op.outputs[0];
-    const graph::TensorDesc& d = g.tensor(t);
-    if (d.is_view() || d.name.rfind(layer, 0) != 0 || !read_by_backward[static_cast<std::size_t>(t)]) continue;
-    out.bytes[d.name.substr(layer.size()) + " " + d.shape.to_string() + " " + std::string(graph::dtype_name(d.dtype))] +=
-        double(d.size_bytes());
-    out.total += double(d.size_bytes());
-  }
-  return out;
+  return stored_for_backward(models::build_zoo_forward(model, batch, options).value(), layer);
 }
 
 }  // namespace

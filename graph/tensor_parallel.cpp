@@ -7,7 +7,7 @@ namespace memplan::graph {
 
 std::int64_t TensorParallel::split(std::int64_t n, const std::string& what) const {
   if (n % degree != 0) {
-    throw GraphError(what + " (" + std::to_string(n) + ") does not split evenly over " + std::to_string(degree) +
+    throw GraphError(what + " (" + std::to_string(n) + ") cannot be split evenly over " + std::to_string(degree) +
                      " tensor-parallel ranks: choose a --tensor-parallel that divides it");
   }
   return n / degree;
@@ -69,9 +69,9 @@ TensorId vocab_parallel_embedding(Builder& b, const TensorParallel& tp, TensorId
                                   std::int64_t vocab, const std::string& name) {
   if (!tp.active()) return b.embedding(ids, table, name);
   const OpAttrs attrs = vocab_attrs(tp, vocab);
-  const TensorId partial = b.graph().add_op(OpKind::embedding, {ids, table}, attrs, name + ".partial", Role::activation,
-                                            Phase::forward);
-  return tp_sum(b, tp, partial, name);
+  // The gather keeps the embedding's name: the sum is in place, so the buffer is it.
+  const TensorId partial = b.graph().add_op(OpKind::embedding, {ids, table}, attrs, name, Role::activation, Phase::forward);
+  return tp_sum(b, tp, partial, name + ".sum");
 }
 
 TensorId vocab_parallel_cross_entropy(Builder& b, const TensorParallel& tp, TensorId logits, TensorId labels,

@@ -160,8 +160,10 @@ class Executor {
 
  private:
   // The communicator of the ranks `op`'s collective runs over (its attrs.group).
+  // A collective over one rank needs no launcher: it runs on the single-process communicator.
   dist::Communicator* communicator_for(const graph::Op& op) const {
-    return op.attrs.group == graph::RankGroup::tensor ? tensor_communicator_ : communicator_;
+    dist::Communicator* c = op.attrs.group == graph::RankGroup::tensor ? tensor_communicator_ : communicator_;
+    return c == nullptr && op.attrs.world == 1 ? &single_process_ : c;
   }
   struct Slot {
     void* data = nullptr;
@@ -192,6 +194,7 @@ class Executor {
   bool fuse_kernels_ = true;
   dist::Communicator* communicator_ = nullptr;
   dist::Communicator* tensor_communicator_ = nullptr;
+  mutable dist::SingleProcessCommunicator single_process_;
   planner::MemoryPlan plan_;  // offsets used in planned mode only
   planner::AllocationEvents events_;
   const planner::Schedule& schedule_;

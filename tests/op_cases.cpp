@@ -23,6 +23,13 @@ TensorId with_attrs(Builder& b, OpKind kind, std::vector<TensorId> inputs, graph
 TensorId with_attrs(Builder& b, OpKind kind, TensorId x, graph::OpAttrs attrs) {
   return with_attrs(b, kind, std::vector<TensorId>{x}, std::move(attrs));
 }
+// The attributes of a collective over `world` tensor-parallel ranks.
+graph::OpAttrs tensor_group(std::int64_t world) {
+  graph::OpAttrs a;
+  a.world = world;
+  a.group = graph::RankGroup::tensor;
+  return a;
+}
 
 // x [N, C] dispatched by the gates of softmax(p) over all E experts into `capacity` slots each,
 // scaled per slot by w [E, capacity, C] (experts that differ) and combined back: [N, C].
@@ -404,6 +411,42 @@ const std::vector<OpCase>& op_cases() {
          return b.cross_entropy(logits, labels, "loss");
        },
        {{1, 2}, {4, 5}, {6, 3}}},
+      // --- tensor parallelism over one rank (graph/tensor_parallel.h): the ops and their gradient
+      // rules as a rank runs them; several ranks against one process: tests/tensor_parallel_mpi_test.cpp
+      {"tp_copy", OpKind::tp_copy,
+       [](Builder& b, const Dims& d, DType t) {
+         return with_attrs(b, OpKind::tp_copy, b.parameter("x", Shape(d), {}, t), tensor_group(1));
+       },
+       {{3, 4}, {2, 1, 5}}},
+      {"all_reduce_tensor_parallel", OpKind::all_reduce,
+       [](Builder& b, const Dims& d, DType t) {
+         // In place on its input (a view): the sum of a row-parallel layer's partial outputs.
+         return with_attrs(b, OpKind::all_reduce, b.scale(b.parameter("x", Shape(d), {}, t), 1.5f, "partial"), tensor_group(1));
+       },
+       {{3, 4}}},
+      {"embedding_vocab_slice", OpKind::embedding,
+       [](Builder& b, const Dims& d, DType t) {
+         // Rows [2, 2 + d[1]) of the vocabulary: the other ids give zero rows (and no gradient).
+         graph::OpAttrs slice = tensor_group(2);
+         slice.start = 2;
+         auto ids = b.input("ids", {d[0]}, graph::DType::i32);
+         return with_attrs(b, OpKind::embedding, {ids, b.parameter("table", {d[1], d[2]}, {}, t)}, slice);
+       },
+       {{6, 3, 2}}, 2e-2f, false, false, /*id_range=*/6},
+      {"vocab_parallel_loss", OpKind::vocab_parallel_loss,
+       [](Builder& b, const Dims& d, DType t) {
+         // Columns [0, d[1] - 1) real, the last padding (labels stay below it: id_range).
+         graph::OpAttrs slice = tensor_group(1);
+         slice.length = d[1] - 1;
+         auto logits = b.parameter("logits", {d[0], d[1]}, {}, t);
+         auto labels = b.input("labels", {d[0]}, graph::DType::i32);
+         const TensorId stats = with_attrs(b, OpKind::vocab_parallel_stats, {logits, labels}, slice);
+         graph::OpAttrs gather = tensor_group(1);
+         gather.shape = {1, d[0], 2};
+         const TensorId all = with_attrs(b, OpKind::all_gather, b.reshape(stats, {d[0] * 2}, "stats.flat"), gather);
+         return with_attrs(b, OpKind::vocab_parallel_loss, {all, logits, labels}, slice);
+       },
+       {{4, 5}, {1, 3}}, 2e-2f, false, false, /*id_range=*/2},
       // --- forward ops without a gradient rule ---
       {"batch_norm_stats", OpKind::batch_norm_stats,
        [](Builder& b, const Dims& d, DType t) { return with_attrs(b, OpKind::batch_norm_stats, b.parameter("x", Shape(d), {}, t), {}); },
@@ -720,13 +763,46 @@ V ref_rms_norm(const RefOperands& o) {
   return y;
 }
 V ref_embedding(const RefOperands& o) {
-  const std::int64_t D = o.shape[1][1];
+  const std::int64_t rows = o.shape[1][0], D = o.shape[1][1];
+  const std::int64_t start = o.op.attrs.world > 1 ? o.op.attrs.start : 0;  // a vocabulary slice
   V y;
   for (double id : o.in[0]) {
-    const auto row = static_cast<std::int64_t>(id);
+    const auto row = static_cast<std::int64_t>(id) - start;
+    if (row < 0 || row >= rows) {
+      y.insert(y.end(), static_cast<std::size_t>(D), 0.0);
+      continue;
+    }
     y.insert(y.end(), o.in[1].begin() + row * D, o.in[1].begin() + (row + 1) * D);
   }
   return y;
+}
+// Per row: log sum exp over the `length` real columns, and the label's logit when the slice
+// [start, start + length) holds it (else 0).
+V ref_vocab_parallel_stats(const RefOperands& o) {
+  const std::int64_t rows = o.shape[0][0], cols = o.shape[0][1], real = o.op.attrs.length;
+  V y;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double z = 0;
+    for (std::int64_t c = 0; c < real; ++c) z += std::exp(o.in[0][at(r * cols + c)]);
+    y.push_back(std::log(z));
+    const std::int64_t label = static_cast<std::int64_t>(o.in[1][at(r)]) - o.op.attrs.start;
+    y.push_back(label >= 0 && label < real ? o.in[0][at(r * cols + label)] : 0.0);
+  }
+  return y;
+}
+// The mean over rows of log sum over ranks of exp(lse) minus the sum over ranks of the label logit.
+V ref_vocab_parallel_loss(const RefOperands& o) {
+  const std::int64_t world = o.shape[0][0], rows = o.shape[0][1];
+  double total = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double z = 0, label = 0;
+    for (std::int64_t k = 0; k < world; ++k) {
+      z += std::exp(o.in[0][at((k * rows + r) * 2)]);
+      label += o.in[0][at((k * rows + r) * 2 + 1)];
+    }
+    total += std::log(z) - label;
+  }
+  return {total / double(rows)};
 }
 // Softmax over the last dim; causal: row i of each trailing [T, T] block sees j <= i (the rest 0).
 V ref_softmax(const RefOperands& o) {
@@ -1037,6 +1113,12 @@ const ReferenceEntry kReferences[] = {
      }},
     {OpKind::swiglu, [](const RefOperands& o) { return binary(o, [](double g, double u) { return g * sigmoid(g) * u; }); }},
     {OpKind::reshape, ref_reshape},
+    {OpKind::tp_copy, ref_reshape},  // the identity
+    // Over one rank (the cases' world): a sum of one is alpha x; a gather of one is a copy.
+    {OpKind::all_reduce, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs& a) { return double(a.alpha) * x; }); }},
+    {OpKind::all_gather, ref_reshape},
+    {OpKind::vocab_parallel_stats, ref_vocab_parallel_stats},
+    {OpKind::vocab_parallel_loss, ref_vocab_parallel_loss},
     {OpKind::sum, ref_sum},
     {OpKind::mean, ref_mean},
     {OpKind::broadcast_scalar, ref_broadcast_scalar},

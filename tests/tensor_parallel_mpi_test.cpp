@@ -1,0 +1,191 @@
+// `memplan train --tensor-parallel` across processes under Open MPI's mpirun: ranks that split
+// every layer end within 1e-5 (relative, per tensor) of one process on the same batch (the GPT, with
+// a vocabulary that does not divide, and a grouped-query rotary decoder config), every rank in the
+// arena `fit` plans for the same flags, allocating nothing during steps; with data-parallel
+// replicas of the slices every ZeRO stage ends with the same parameters. --save gathers the
+// slices into the file one process writes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/runtime/safetensors.h"
+#include "tests/cli_util.h"
+
+namespace memplan {
+namespace {
+
+using testing::mpirun;
+using testing::run_cli;
+using testing::run_cli_with_env;
+
+struct Files {
+  std::string dir, text, llama;
+};
+
+// A text of 97 distinct bytes (the GPT's vocabulary: 2 slices of 49, one row of padding) and a
+// small Llama layout with grouped-query attention (4 heads, 2 K/V heads: one of each per rank).
+const Files& files() {
+  static const Files f = [] {
+    Files out;
+    out.dir = ::testing::TempDir() + "/tp_" + std::to_string(::getpid());
+    std::filesystem::create_directories(out.dir);
+    out.text = out.dir + "/text.txt";
+    std::ofstream text(out.text, std::ios::binary);
+    for (int line = 0; line < 40; ++line) {
+      for (int c = 32; c < 127; ++c) text.put(static_cast<char>(32 + (c * (line + 3)) % 95));
+      text << "\t\n";
+    }
+    out.llama = out.dir + "/llama.json";
+    std::ofstream(out.llama) << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "rms_norm_eps": 1e-5})";
+    return out;
+  }();
+  return f;
+}
+
+nlohmann::json train_json(const std::string& launcher, const std::string& args) {
+  const auto r = run_cli_with_env(launcher, "train --json --quiet --threads 1 " + args, false);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  try {
+    return nlohmann::json::parse(r.output);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not one JSON object: " << e.what() << "\n" << r.output;
+    return nlohmann::json::object();
+  }
+}
+
+nlohmann::json fit_json(const std::string& args) {
+  const auto r = run_cli("fit " + args + " --device cpu --device-memory 1TiB --json", false);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every parameter of the two files within `tolerance` of the first's norm, tensor by tensor (the
+// attention keys' bias aside, whose exact gradient is zero: rounding noise in both), and some
+// bits apart (the reductions' order differs between the runs).
+void expect_parameters_close(const std::string& one, const std::string& split, double tolerance) {
+  const std::string a_bytes = read_file(one), b_bytes = read_file(split);
+  auto a = runtime::parse_safetensors(a_bytes, one);
+  auto b = runtime::parse_safetensors(b_bytes, split);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a.value().tensors.size(), b.value().tensors.size());
+  int compared = 0;
+  double total_diff = 0.0;
+  for (const runtime::SafetensorsEntry& ta : a.value().tensors) {
+    const runtime::SafetensorsEntry* tb = b.value().find(ta.name);
+    ASSERT_NE(tb, nullptr) << ta.name;
+    ASSERT_EQ(ta.shape, tb->shape) << ta.name << ": the saved tensor is not the whole one";
+    ASSERT_EQ(ta.data.size(), tb->data.size()) << ta.name;
+    const auto n = ta.data.size() / sizeof(float);
+    std::vector<float> x(n), y(n);
+    std::memcpy(x.data(), ta.data.data(), ta.data.size());
+    std::memcpy(y.data(), tb->data.data(), tb->data.size());
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      diff += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      norm += double(x[i]) * x[i];
+    }
+    total_diff += diff;
+    if (ta.name.find("k.bias") != std::string::npos || ta.name.find("k_proj.bias") != std::string::npos) continue;
+    EXPECT_LE(std::sqrt(diff), tolerance * std::sqrt(norm)) << ta.name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 8);
+  EXPECT_GT(total_diff, 0.0) << "no bit differs: did the second run split anything?";
+}
+
+// Two ranks of the GPT against one process: SGD (as tests/data_parallel_mpi_test.cpp says, an
+// update proportional to the gradient keeps the reduction order's rounding as small as it is).
+TEST(TensorParallelMpi, GptOnTwoRanksEndsWithinOneIn100000OfOneProcess) {
+  const std::string shape = "--model gpt --batch 4 --seq 16 --optimizer sgd";
+  const std::string args = shape + " --steps 3 --data " + files().text;
+  const std::string one = files().dir + "/gpt_one.safetensors", two = files().dir + "/gpt_two.safetensors";
+  train_json("", args + " --device cpu --save " + one);
+  const nlohmann::json out = train_json(mpirun(2), args + " --tensor-parallel 2 --save " + two);
+  expect_parameters_close(one, two, 1e-5);
+  EXPECT_EQ(out["tensor_parallel"], 2);
+  EXPECT_EQ(out["data_parallel"], 1);
+  const nlohmann::json fit = fit_json(shape + " --vocab 97 --tensor-parallel 2");
+  EXPECT_EQ(fit["tensor_parallel"], 2);
+  ASSERT_EQ(out["ranks"].size(), 2u) << out.dump();
+  for (const auto& rank : out["ranks"]) {
+    EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
+    EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+  }
+}
+
+// A rotary decoder (Llama's layout, grouped-query attention) split over two ranks: one query head
+// group and one K/V head each, the SwiGLU's hidden width halved.
+TEST(TensorParallelMpi, GroupedQueryDecoderOnTwoRanksEndsWithinOneIn100000OfOneProcess) {
+  const std::string args = "--config " + files().llama + " --seq 16 --batch 4 --optimizer sgd --steps 3 --data " + files().text;
+  const std::string one = files().dir + "/llama_one.safetensors", two = files().dir + "/llama_two.safetensors";
+  train_json("", args + " --device cpu --save " + one);
+  const nlohmann::json out = train_json(mpirun(2), args + " --tensor-parallel 2 --save " + two);
+  expect_parameters_close(one, two, 1e-5);
+  for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+}
+
+// Four ranks: two replicas of a two-way split. ZeRO shards each slice's state over its replicas;
+// every stage ends with the same parameters (gathered whole), in the arena fit plans for four
+// devices. Under the sanitizers stages 0 and 3.
+TEST(TensorParallelMpi, ReplicasOfTheSlicesEndWithTheSameParametersAtEveryZeroStage) {
+  const std::string shape = "--model gpt --batch 4 --seq 16 --vocab 97";
+  std::string digest;
+  for (int zero = 0; zero <= 3; zero += testing::kSanitized ? 3 : 1) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const std::string flags = shape + " --tensor-parallel 2 --zero " + std::to_string(zero);
+    const nlohmann::json out = train_json(mpirun(4), flags + " --steps 2 --data " + files().text);
+    EXPECT_EQ(out["world"], 4);
+    EXPECT_EQ(out["data_parallel"], 2);
+    const nlohmann::json fit = fit_json(flags + " --devices 4");
+    ASSERT_EQ(out["ranks"].size(), 4u) << out.dump();
+    for (const auto& rank : out["ranks"]) {
+      EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
+      EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+    }
+    if (digest.empty()) {
+      digest = out["params_sha256"];
+    } else {
+      EXPECT_EQ(out["params_sha256"], digest) << "differs from ZeRO-0";
+    }
+  }
+}
+
+TEST(TensorParallelCli, RanksThatCannotSplitAreUsageErrorsThatSayWhatWorks) {
+  // One process cannot split a layer.
+  auto r = run_cli("train --model gpt --batch 4 --seq 16 --steps 1 --tensor-parallel 2 --data " + files().text);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("mpirun -np 2"), std::string::npos) << r.output;
+  // Devices that do not make whole replicas.
+  r = run_cli("fit --model gpt --devices 3 --tensor-parallel 2 --device-memory 80GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("not a multiple of --tensor-parallel 2"), std::string::npos) << r.output;
+  // Heads that do not divide.
+  r = run_cli("fit --model gpt --tensor-parallel 8 --device-memory 80GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("heads"), std::string::npos) << r.output;
+  // Models without attention or MLP layers.
+  r = run_cli("fit --model cnn --tensor-parallel 2 --device-memory 80GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("decoders"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace memplan
