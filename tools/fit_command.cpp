@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +13,7 @@
 #include "memplan/models/hf_config.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
+#include "memplan/planner/levers.h"
 #include "memplan/serve/serve_plan.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -34,6 +37,8 @@ struct FitFlags {
   bool serve = false;
   std::optional<graph::DType> kv_dtype;  // default: --dtype
   std::int64_t block_size = 16;
+  // --suggest: the cheapest combination of levers that fits (planner/levers.h)
+  bool suggest = false;
   // Data parallel: one rank's step of --devices ranks (graph/data_parallel.h)
   int devices = 1;
   int zero = 0;
@@ -399,6 +404,196 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
     print_out("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
   }
   if (a.suggestion) print_out("suggestion: %s\n", suggestion.c_str());
+  if (!a.fits) {
+    print_out("fit --suggest plans every combination of checkpointing, ZeRO stage, --tensor-parallel, "
+              "--offload-optimizer and micro-batches on --devices %d and names the cheapest that fits\n", flags.devices);
+  }
+}
+
+// The step of the flags' model with `levers` pulled at `batch` (one pass's global batch), for
+// planner/levers.h: the model's tensor-parallel slice, the replicas of --devices, offload. Steps
+// are built once per slice and offload (the model source is the costly part) and re-batched.
+planner::StepWithLevers step_with_levers(const FitFlags& flags) {
+  auto built = std::make_shared<std::map<std::pair<int, bool>, planner::StepDescription>>();
+  return [flags, built](const planner::Levers& levers, std::int64_t batch) -> Result<planner::StepDescription> {
+    const auto key = std::make_pair(levers.tensor_parallel, levers.offload_optimizer);
+    auto it = built->find(key);
+    if (it == built->end()) {
+      ModelFlags model = flags.model;
+      model.tensor_parallel = levers.tensor_parallel;
+      model.offload_optimizer = levers.offload_optimizer;
+      auto step = step_description(model);
+      if (!step) return step.error();
+      it = built->emplace(key, std::move(step).value()).first;
+    }
+    planner::StepDescription step = it->second;
+    step.batch = batch;
+    const int replicas = flags.devices / levers.tensor_parallel;
+    if (replicas > 1) {
+      step.parallel.world = replicas;
+      step.parallel.rank = 0;
+      step.parallel.zero = levers.zero;
+      step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
+      step.parallel.prefetch = flags.prefetch;
+      if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, flag_naming())};
+    }
+    return step;
+  };
+}
+
+// The levers the flags pull, as planner/levers.h names them.
+planner::Levers levers_of(const FitFlags& flags) {
+  planner::Levers levers;
+  levers.checkpoint = flags.checkpoint.strategy;
+  levers.zero = flags.devices / flags.model.tensor_parallel > 1 ? flags.zero : 0;
+  levers.tensor_parallel = flags.model.tensor_parallel;
+  levers.offload_optimizer = flags.model.offload_optimizer;
+  return levers;
+}
+
+bool pulls_levers(const planner::Levers& l) {
+  return l.checkpoint != planner::CheckpointStrategy::kNone || l.zero > 0 || l.tensor_parallel > 1 || l.offload_optimizer ||
+         l.micro_batch > 0;
+}
+
+nlohmann::json savings_json(const std::vector<planner::LeverSaving>& savings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const planner::LeverSaving& s : savings) {
+    nlohmann::json j{{"lever", s.lever}, {"released", s.released}};
+    if (s.why_not.empty()) {
+      j["total_without_bytes"] = s.total_without;
+      j["saved_bytes"] = s.saved;
+    } else {
+      j["not_planned"] = s.why_not;
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
+void print_savings(const std::vector<planner::LeverSaving>& savings) {
+  if (savings.empty()) return;
+  print_out("\nwhat each lever saves one rank (the step planned again with it released):\n");
+  for (const planner::LeverSaving& s : savings) {
+    if (!s.why_not.empty()) {
+      print_out("  %-24s  not planned with %s: %s\n", s.lever.c_str(), s.released.c_str(), s.why_not.c_str());
+      continue;
+    }
+    print_out("  %-24s %s %10s   (%s: %s)\n", s.lever.c_str(), s.saved >= 0 ? "saves" : "costs",
+              format_bytes(s.saved >= 0 ? s.saved : -s.saved).c_str(), s.released.c_str(), format_bytes(s.total_without).c_str());
+  }
+}
+
+nlohmann::json candidate_json(const planner::LeverCandidate& c) {
+  nlohmann::json j{{"levers", planner::describe(c.levers, c.accumulation_steps)},
+                   {"tensor_parallel", c.levers.tensor_parallel},
+                   {"zero", c.levers.zero},
+                   {"offload_optimizer", c.levers.offload_optimizer},
+                   {"checkpoint", strategy_name(c.levers.checkpoint)},
+                   {"micro_batch", c.levers.micro_batch},
+                   {"accumulation_steps", c.accumulation_steps},
+                   {"fits", c.fits}};
+  if (!c.why_not.empty()) j["not_planned"] = c.why_not;
+  if (c.total_bytes > 0) j["total_bytes"] = c.total_bytes;
+  if (c.host_bytes > 0) j["host_bytes"] = c.host_bytes;
+  if (c.fits) {
+    j["recompute_fraction"] = c.recompute_fraction;
+    j["estimated_step_seconds"] = c.seconds;
+    j["cost"] = {{"flops", c.cost.flops}, {"tensor_parallel_bytes", c.cost.tensor_parallel_bytes},
+                 {"data_parallel_bytes", c.cost.data_parallel_bytes}, {"host_bytes", c.cost.host_bytes}};
+  }
+  return j;
+}
+
+std::string fmt_seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, s < 10 ? "%.2f s" : "%.0f s", s);
+  return text;
+}
+
+std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100.0 * fraction);
+  return text;
+}
+
+// The tensor-parallel degrees --suggest tries: 1, 2, 4, 8 (one node) that divide the devices.
+std::vector<int> suggested_degrees(int devices) {
+  std::vector<int> out;
+  for (int t : {1, 2, 4, 8}) {
+    if (devices % t == 0) out.push_back(t);
+  }
+  return out;
+}
+
+int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
+  planner::SuggestQuestion q;
+  q.step = step_with_levers(flags);
+  q.batch = asked.step.batch;
+  q.devices = flags.devices;
+  q.tensor_parallel_degrees = suggested_degrees(flags.devices);
+  q.device_memory = asked.device_memory;
+  q.host_memory = asked.host_memory;
+  q.request = asked.request;
+  if (!flags.json) q.progress = [](const std::string& line) { std::cerr << "fit --suggest: " << line << "\n"; };
+  auto answered = planner::suggest_levers(q);
+  if (!answered) {
+    std::cerr << "memplan fit: " << answered.error().message << "\n";
+    return kExitUsage;
+  }
+  const planner::SuggestAnswer& a = answered.value();
+  std::vector<planner::LeverSaving> savings;
+  if (a.best && pulls_levers(a.best->levers)) {
+    auto s = planner::lever_savings(q.step, a.best->levers, q.batch, q.devices, q.request, q.device_memory);
+    if (!s) {
+      std::cerr << "memplan fit: " << s.error().message << "\n";
+      return kExitUsage;
+    }
+    savings = std::move(s).value();
+  }
+  const planner::CostModel& m = q.costs;
+  if (flags.json) {
+    nlohmann::json candidates = nlohmann::json::array();
+    for (const planner::LeverCandidate& c : a.candidates) candidates.push_back(candidate_json(c));
+    nlohmann::json j{{"model", flags.model.display_name()}, {"batch", q.batch}, {"devices", q.devices},
+                     {"device_memory_bytes", q.device_memory}, {"fits", a.best.has_value()}, {"candidates", candidates},
+                     {"steps_planned", a.steps_planned},
+                     {"cost_model", {{"flops_per_s", m.flops_per_s}, {"nvlink_bytes_per_s", m.nvlink_bytes_per_s},
+                                     {"network_bytes_per_s", m.network_bytes_per_s}, {"host_bytes_per_s", m.host_bytes_per_s},
+                                     {"gpus_per_node", m.gpus_per_node}}}};
+    if (a.best) j["best"] = candidate_json(*a.best);
+    j["lever_savings"] = savings_json(savings);
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  print_out("%s, global batch %lld on %d device(s) of %s: the levers that fit, each combination planned (%lld plans)\n",
+            flags.model.display_name().c_str(), static_cast<long long>(q.batch), q.devices,
+            format_bytes(q.device_memory).c_str(), static_cast<long long>(a.steps_planned));
+  print_out("ranked by an estimated step time per rank: FLOPs at %.0f TFLOP/s, tensor-parallel traffic at %.0f GB/s "
+            "(NVLink), the replicas' at %.0f GB/s (%s), host copies at %.0f GB/s (effective rates of H100 nodes of %d GPUs)\n\n",
+            m.flops_per_s / 1e12, m.nvlink_bytes_per_s / 1e9, m.data_parallel_bytes_per_s(q.devices) / 1e9,
+            q.devices <= m.gpus_per_node ? "NVLink, one node" : "the network between nodes", m.host_bytes_per_s / 1e9,
+            m.gpus_per_node);
+  print_out("  %-70s %-5s %12s %10s %9s\n", "levers", "fits", "per rank", "est. step", "recompute");
+  for (const planner::LeverCandidate& c : a.candidates) {
+    if (!c.why_not.empty() && c.total_bytes == 0) {
+      print_out("  %-70s %-5s %s\n", planner::describe(c.levers, c.accumulation_steps).c_str(), "-", c.why_not.c_str());
+      continue;
+    }
+    const std::string seconds = c.fits ? fmt_seconds(c.seconds) : "-";
+    const std::string recompute = c.fits ? percent(c.recompute_fraction) : "-";
+    print_out("  %-70s %-5s %12s %10s %9s%s\n", planner::describe(c.levers, c.accumulation_steps).c_str(), c.fits ? "yes" : "no",
+              format_bytes(c.total_bytes).c_str(), seconds.c_str(), recompute.c_str(),
+              c.why_not.empty() ? "" : ("  (" + c.why_not + ")").c_str());
+  }
+  if (!a.best) {
+    print_out("\nno combination fits: more devices (--devices), a smaller --batch or --seq, or a device with more memory\n");
+    return kExitOk;
+  }
+  print_out("\nbest: %s (per rank %s, est. %s a step)\n", planner::describe(a.best->levers, a.best->accumulation_steps).c_str(),
+            format_bytes(a.best->total_bytes).c_str(), fmt_seconds(a.best->seconds).c_str());
+  print_savings(savings);
+  return kExitOk;
 }
 
 int run_fit(const FitFlags& asked) {
@@ -417,6 +612,7 @@ int run_fit(const FitFlags& asked) {
     std::cerr << "memplan fit: " << question.error().message << "\n";
     return kExitUsage;
   }
+  if (flags.suggest) return run_suggest(flags, question.value());
   auto answered = planner::answer_fit(question.value());
   if (!answered) {
     std::cerr << "memplan fit: " << answered.error().message << "\n";
@@ -424,10 +620,24 @@ int run_fit(const FitFlags& asked) {
   }
   const planner::FitAnswer& a = answered.value();
   const std::string suggestion = a.suggestion ? suggestion_text(a, flags, question.value().step.batch) : "";
+  // What each lever pulled saves (a plan per lever released): for the batch asked, not a search.
+  std::vector<planner::LeverSaving> savings;
+  if (!flags.max_batch && pulls_levers(levers_of(flags))) {
+    auto s = planner::lever_savings(step_with_levers(flags), levers_of(flags), question.value().step.batch, flags.devices,
+                                    question.value().request, question.value().device_memory);
+    if (!s) {
+      std::cerr << "memplan fit: " << s.error().message << "\n";
+      return kExitUsage;
+    }
+    savings = std::move(s).value();
+  }
   if (flags.json) {
-    std::cout << fit_json(flags, question.value(), a, suggestion).dump(2) << "\n";
+    nlohmann::json j = fit_json(flags, question.value(), a, suggestion);
+    if (!savings.empty()) j["lever_savings"] = savings_json(savings);
+    std::cout << j.dump(2) << "\n";
   } else {
     print_fit(flags, question.value(), a, suggestion);
+    print_savings(savings);
   }
   return kExitOk;
 }
@@ -468,6 +678,12 @@ Command add_fit_command(CLI::App& root) {
   app->add_option("--block-size", flags->block_size, "--serve: positions per KV block (paged)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
+  app->add_flag("--suggest", flags->suggest,
+                "Propose the cheapest combination of levers that fits --devices devices at --batch: activation "
+                "checkpointing, ZeRO stage, tensor-parallel degree (1, 2, 4, 8 dividing --devices), optimizer offload, "
+                "micro-batch with gradient accumulation. Each combination is planned; the fitting ones are ranked by "
+                "an estimated step time (FLOPs, collective and host bytes at an H100 node's rates), and the best's "
+                "levers are each released once to show what it saves");
   app->add_option("--devices", flags->devices,
                   "Devices (ranks): plan one rank's step, --batch being the global batch; data-parallel replicas of "
                   "--tensor-parallel devices each (default: --tensor-parallel)")
