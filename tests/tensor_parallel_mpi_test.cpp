@@ -3,7 +3,7 @@
 // a vocabulary that does not divide, and a grouped-query rotary decoder config), every rank in the
 // arena `fit` plans for the same flags, allocating nothing during steps; with data-parallel
 // replicas of the slices every ZeRO stage ends with the same parameters. --save gathers the
-// slices into the file one process writes.
+// slices into the file one process writes; --save-dir resumes every rank's slices exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -166,6 +166,20 @@ TEST(TensorParallelMpi, ReplicasOfTheSlicesEndWithTheSameParametersAtEveryZeroSt
       EXPECT_EQ(out["params_sha256"], digest) << "differs from ZeRO-0";
     }
   }
+}
+
+// Periodic checkpoints hold every rank's slices: a run stopped after step 2 and started again
+// ends with the parameters of the run never stopped.
+TEST(TensorParallelMpi, ARunResumedFromItsCheckpointEndsAsTheUninterruptedOne) {
+  const std::string args = "--model gpt --batch 4 --seq 16 --tensor-parallel 2 --data " + files().text;
+  const std::string dir = files().dir + "/checkpoints";
+  std::filesystem::remove_all(dir);
+  const nlohmann::json whole = train_json(mpirun(2), args + " --steps 4");
+  train_json(mpirun(2), args + " --steps 2 --save-dir " + dir + " --save-every 2");
+  const nlohmann::json resumed = train_json(mpirun(2), args + " --steps 4 --save-dir " + dir + " --save-every 2");
+  ASSERT_TRUE(resumed.contains("checkpoints")) << resumed.dump();
+  EXPECT_EQ(resumed["checkpoints"]["resumed_at_step"], 2);
+  EXPECT_EQ(resumed["params_sha256"], whole["params_sha256"]);
 }
 
 TEST(TensorParallelCli, RanksThatCannotSplitAreUsageErrorsThatSayWhatWorks) {
