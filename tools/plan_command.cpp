@@ -85,6 +85,7 @@ int run_plan(const PlanFlags& flags) {
   nlohmann::json j = plan_json(graph, plan, true);
   j["model"] = flags.model.display_name();
   j["batch"] = step.value().batch;
+  if (flags.model.tensor_parallel > 1) j["tensor_parallel"] = flags.model.tensor_parallel;  // the plan is one rank's
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
@@ -113,9 +114,12 @@ int run_plan(const PlanFlags& flags) {
   if (flags.json) {
     std::cout << j.dump(2) << "\n";
   } else {
-    print_out("%s, batch %lld, %s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
-                static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(), graph.num_ops(),
-                plan.buffers.size());
+    const std::string slice = flags.model.tensor_parallel > 1 ? ", one rank's slice of --tensor-parallel " +
+                                                                     std::to_string(flags.model.tensor_parallel)
+                                                               : "";
+    print_out("%s, batch %lld, %s%s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
+                static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
+                slice.c_str(), graph.num_ops(), plan.buffers.size());
     std::cout << buffer_table(plan);
     print_out("\n%s", memory_summary(graph, plan).c_str());
     if (checkpoint) print_out("%s\n", checkpoint_line(*checkpoint).c_str());
