@@ -78,7 +78,10 @@ bool saved_tensor(const Executor& executor, TensorId id) {
 }  // namespace
 
 Status save_weights(const Executor& executor, const std::string& path, std::map<std::string, std::string> metadata) {
-  const WeightsSnapshot snapshot = snapshot_weights(executor, std::move(metadata));
+  return write_weights(snapshot_weights(executor, std::move(metadata)), path);
+}
+
+Status write_weights(const WeightsSnapshot& snapshot, const std::string& path) {
   auto header = weights_file_header(snapshot, path);
   if (!header) return header.error();
   const std::string_view pieces[] = {header.value(), snapshot.data};

@@ -46,6 +46,9 @@ WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string,
 // The same into `into`, reusing its memory (a copy taken every N steps costs no allocation and
 // no page faults after the first).
 void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& into);
+// Writes `snapshot` to `path` as save_weights does (all or nothing): for a caller that changes the
+// snapshot first (a tensor-parallel run writes whole tensors gathered from its slices).
+Status write_weights(const WeightsSnapshot& snapshot, const std::string& path);
 // The file's length word and JSON header, with the data's SHA-256 in the metadata (kChecksumKey;
 // also put in `data_sha256` when given).
 Result<std::string> weights_file_header(const WeightsSnapshot& snapshot, const std::string& source,

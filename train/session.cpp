@@ -448,10 +448,7 @@ Status TrainingSession::save(const std::string& path) const {
   const dist::Communicator* replicas = options_.executor.communicator;
   if (tensor_group.rank() != 0 || (replicas != nullptr && replicas->rank() != 0)) return Status::success();
   snapshot.data = std::move(data);
-  auto header = runtime::weights_file_header(snapshot, path);
-  if (!header) return header.error();
-  const std::string_view pieces[] = {header.value(), snapshot.data};
-  return write_file_atomically(path, pieces);
+  return runtime::write_weights(snapshot, path);
 }
 
 Status TrainingSession::export_onnx(const std::string& path) const {
