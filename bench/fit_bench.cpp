@@ -110,6 +110,10 @@ int main() {
   for (const models::ZooModel& z : models::zoo_models()) {
     if (!z.config_file.empty()) timed.push_back({z.name + " (" + z.config_file + "), defaults, fits", "--model " + z.name + " --budget 1000TiB", 1000});
   }
+  // MEMPLAN_FIT_CASE=text times only the cases whose label contains it (one case against a baseline).
+  if (const char* only = std::getenv("MEMPLAN_FIT_CASE"); only != nullptr) {
+    std::erase_if(timed, [&](const TimedCase& c) { return c.label.find(only) == std::string::npos; });
+  }
   // MEMPLAN_BASELINE_CLI=/path/to/an/older/memplan times the same commands with that binary in
   // the same run, for a ratio that the machine's load does not skew (its answers must agree).
   const char* baseline_env = std::getenv("MEMPLAN_BASELINE_CLI");
@@ -287,6 +291,8 @@ int main() {
                           {"measured_bytes", act.total}, {"stored", tensors_c}});
   }
   out["korthikanti_fused"] = fused_json;
-  write_json(std::string(MEMPLAN_SOURCE_DIR) + "/bench/results/fit.json", out);
+  // A run of some cases keeps the whole run's file.
+  const bool some = std::getenv("MEMPLAN_FIT_CASE") != nullptr;
+  write_json(std::string(MEMPLAN_SOURCE_DIR) + "/bench/results/" + (some ? "fit_cases.json" : "fit.json"), out);
   return 0;
 }

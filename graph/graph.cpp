@@ -76,19 +76,9 @@ TensorId Graph::add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs,
   return out;
 }
 
-const TensorDesc& Graph::tensor(TensorId id) const {
-  MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
-  return tensors_[static_cast<std::size_t>(id)];
-}
-
 TensorDesc& Graph::mutable_tensor(TensorId id) {
   MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
   return tensors_[static_cast<std::size_t>(id)];
-}
-
-TensorId Graph::storage_root(TensorId id) const {
-  while (tensor(id).is_view()) id = tensor(id).view_of;
-  return id;
 }
 
 std::vector<TensorId> Graph::tensors_with_role(Role role) const {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memplan/common/check.h"
 #include "memplan/graph/op.h"
 #include "memplan/graph/tensor.h"
 
@@ -21,7 +22,11 @@ class Graph {
   TensorId add_op(OpKind kind, std::vector<TensorId> inputs, OpAttrs attrs, std::string output_name,
                   Role output_role, Phase phase, std::vector<TensorId> updates = {});
 
-  const TensorDesc& tensor(TensorId id) const;
+  // Inline: schedules, lifetimes and lower bounds call these for every operand of every op.
+  const TensorDesc& tensor(TensorId id) const {
+    MEMPLAN_CHECK(id >= 0 && id < num_tensors(), "no tensor " << id);
+    return tensors_[static_cast<std::size_t>(id)];
+  }
   TensorDesc& mutable_tensor(TensorId id);
   const std::vector<TensorDesc>& tensors() const { return tensors_; }
   const std::vector<Op>& ops() const { return ops_; }
@@ -29,7 +34,10 @@ class Graph {
   int num_ops() const { return static_cast<int>(ops_.size()); }
 
   // The tensor that owns the storage `id` lives in (follows view_of to the end).
-  TensorId storage_root(TensorId id) const;
+  TensorId storage_root(TensorId id) const {
+    while (tensor(id).is_view()) id = tensors_[static_cast<std::size_t>(id)].view_of;
+    return id;
+  }
   // Every tensor with the given role, in creation order.
   std::vector<TensorId> tensors_with_role(Role role) const;
   std::vector<TensorId> parameters() const { return tensors_with_role(Role::parameter); }

@@ -49,18 +49,8 @@ std::string_view role_name(Role role) {
   MEMPLAN_CHECK(false, "unknown role");
 }
 
-std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
-  std::int64_t product = 0;
-  if (__builtin_mul_overflow(a, b, &product)) {
-    throw SizeError("sizes " + std::to_string(a) + " x " + std::to_string(b) + " multiply past 2^63");
-  }
-  return product;
-}
-
-std::int64_t Shape::numel() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : dims) n = checked_mul(n, d);
-  return n;
+void throw_size_overflow(std::int64_t a, std::int64_t b) {
+  throw SizeError("sizes " + std::to_string(a) + " x " + std::to_string(b) + " multiply past 2^63");
 }
 
 std::int64_t Shape::rows() const {

@@ -48,8 +48,14 @@ struct SizeError : GraphError {
 // The most bytes one tensor may hold: the planner's limit on one buffer (planner/allocation_problem.h).
 inline constexpr Bytes kMaxTensorBytes = Bytes{1} << 60;
 
+[[noreturn]] void throw_size_overflow(std::int64_t a, std::int64_t b);
 // a * b for sizes (both >= 0); throws SizeError when the product does not fit in 64 bits.
-std::int64_t checked_mul(std::int64_t a, std::int64_t b);
+// Inline: tensor sizes are computed for every operand wherever a step is planned.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) [[unlikely]] throw_size_overflow(a, b);
+  return product;
+}
 
 struct Shape {
   std::vector<std::int64_t> dims;
@@ -62,7 +68,11 @@ struct Shape {
   std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
   // 1 for a scalar (rank 0). Throws SizeError when the product does not fit in 64 bits (never for
   // a tensor of a graph: Graph::add_tensor refuses those).
-  std::int64_t numel() const;
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (std::int64_t d : dims) n = checked_mul(n, d);
+    return n;
+  }
   // Product of all dims but the last (the "rows" of a row-major matrix view).
   std::int64_t rows() const;
   std::int64_t cols() const { return dims.empty() ? 1 : dims.back(); }

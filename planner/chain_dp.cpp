@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <thread>
 
 #include "memplan/common/check.h"
@@ -161,21 +163,27 @@ std::vector<ChainSegment> sqrt_segments(int num_stages) {
 namespace memplan::planner {
 namespace {
 
-// C(s, t, m) over intervals [s, t] and memory units m; choice: 0 keep s whole, k > s split at k.
-// Only s <= t is stored, and a row only up to its saturation: with every stage of [s, t] kept
-// whole (sat(s, t) units, the sum of their rounded sizes) the cost is the least any schedule
-// has (each stage runs forward once), so C(s, t, m) = C(s, t, sat) for every m above it. Short
-// intervals are most of the table and saturate early: reads past a row's end read its last cell.
+// C(s, t, m) over intervals [s, t] and memory units m; choice: 0 keep s whole, j > 0 split at
+// k = s + j. Only s <= t is stored, and a row only up to its saturation: with every stage of
+// [s, t] kept whole (sat(s, t) units, the sum of their rounded sizes) the cost is the least any
+// schedule has (each stage runs forward once), so C(s, t, m) = C(s, t, sat) for every m above
+// it. Short intervals are most of the table and saturate early: reads past a row's end read its
+// last cell.
+// A row depends only on its stages' rounded sizes and FLOPs, in order: intervals holding the
+// same sequence (a transformer's identical layers) share one row, its choices relative to the
+// interval's start. A chain of L equal layers then fills O(L^2) rows' worth of cells instead of
+// O(L^3), with the same table.
 struct NestedTable {
   int n = 0;
   Bytes width = 0;
   std::vector<double> cost;
   std::vector<int> choice;             // -1: infeasible
-  std::vector<std::size_t> row_start;  // per (s, t), s <= t: where its cells begin
-  std::vector<Bytes> row_last;         // per (s, t): its last stored m
-  std::size_t row(int s, int t) const { return static_cast<std::size_t>(s) * static_cast<std::size_t>(n) + static_cast<std::size_t>(t); }
+  std::vector<int> shared;             // per (s, t), s <= t: its shared row
+  std::vector<std::size_t> row_start;  // per shared row: where its cells begin
+  std::vector<Bytes> row_last;         // per shared row: its last stored m
+  int row(int s, int t) const { return shared[static_cast<std::size_t>(s) * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)]; }
   std::size_t at(int s, int t, Bytes m) const {
-    const std::size_t r = row(s, t);
+    const auto r = static_cast<std::size_t>(row(s, t));
     return row_start[r] + static_cast<std::size_t>(std::min(m, row_last[r]));
   }
 };
@@ -184,7 +192,7 @@ struct NestedTable {
 // saturated operand (kAfterFlat, kBeforeFlat) is its row's last cell for every m. Templated so
 // the loop stays a contiguous, vectorisable one in each case.
 template <bool kAfterFlat, bool kBeforeFlat>
-void relax_split(double* best, int* best_choice, int k, double run, const double* after, Bytes kept, const double* before,
+void relax_split(double* best, int* best_choice, int j, double run, const double* after, Bytes kept, const double* before,
                  Bytes from, Bytes to) {
   for (Bytes m = from; m < to; ++m) {
     const double a = kAfterFlat ? after[0] : after[m - kept];
@@ -192,7 +200,7 @@ void relax_split(double* best, int* best_choice, int k, double run, const double
     const double c = run + a + b;
     if (c < best[m]) {
       best[m] = c;
-      best_choice[m] = k;
+      best_choice[m] = j;
     }
   }
 }
@@ -202,17 +210,36 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
   t.n = static_cast<int>(stages.size());
   t.width = limit_units + 1;
   auto stage = [&](int i) -> const ChainStage& { return stages[static_cast<std::size_t>(i)]; };
-  const std::size_t rows = static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.n);
-  t.row_start.assign(rows, 0);
-  t.row_last.assign(rows, -1);
+  // Stages the DP cannot tell apart get one kind; an interval's shared row is the kind of its
+  // first stage followed by the shared row of the rest.
+  std::vector<int> kind(static_cast<std::size_t>(t.n));
+  {
+    std::map<std::tuple<Bytes, Bytes, double>, int> kinds;
+    for (int i = 0; i < t.n; ++i) {
+      const auto key = std::make_tuple(units(stage(i).all_bytes(), quantum), units(stage(i).boundary_bytes, quantum), stage(i).forward_flops);
+      kind[static_cast<std::size_t>(i)] = kinds.emplace(key, static_cast<int>(kinds.size())).first->second;
+    }
+  }
+  const std::size_t intervals = static_cast<std::size_t>(t.n) * static_cast<std::size_t>(t.n);
+  t.shared.assign(intervals, -1);
+  std::vector<std::vector<std::pair<int, int>>> rows_of_length(static_cast<std::size_t>(t.n) + 1);  // one (s, e) per shared row
   std::size_t cells = 0;
-  for (int s = 0; s < t.n; ++s) {
-    Bytes saturated = 0;
-    for (int e = s; e < t.n; ++e) {
-      saturated += units(stage(e).all_bytes(), quantum);
-      t.row_start[t.row(s, e)] = cells;
-      t.row_last[t.row(s, e)] = std::min(saturated, limit_units);
-      cells += static_cast<std::size_t>(t.row_last[t.row(s, e)]) + 1;
+  {
+    std::map<std::pair<int, int>, int> rows;  // (kind of s, shared row of [s + 1, e] or -1) -> shared row
+    for (int len = 1; len <= t.n; ++len) {
+      for (int s = 0; s + len - 1 < t.n; ++s) {
+        const int e = s + len - 1;
+        const std::pair<int, int> key(kind[static_cast<std::size_t>(s)], s == e ? -1 : t.row(s + 1, e));
+        const auto [it, added] = rows.emplace(key, static_cast<int>(rows.size()));
+        t.shared[static_cast<std::size_t>(s) * static_cast<std::size_t>(t.n) + static_cast<std::size_t>(e)] = it->second;
+        if (!added) continue;
+        Bytes saturated = 0;
+        for (int i = s; i <= e; ++i) saturated += units(stage(i).all_bytes(), quantum);
+        t.row_start.push_back(cells);
+        t.row_last.push_back(std::min(saturated, limit_units));
+        cells += static_cast<std::size_t>(t.row_last.back()) + 1;
+        rows_of_length[static_cast<std::size_t>(len)].emplace_back(s, e);
+      }
     }
   }
   t.cost.assign(cells, kInfeasible);
@@ -220,18 +247,17 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
   // Rows of one interval length depend only on shorter ones: a length's rows are filled on as
   // many threads as the machine has (each writes its own row, so the table does not depend on
   // the thread count); small tables stay on one thread.
-  auto fill_row = [&](int s, int len) {
-    const int e = s + len - 1;
+  auto fill_row = [&](int s, int e) {
     // Every memory limit m at once, candidates in the same order for each m (keep-all first,
     // then split points k ascending, strict improvement): the same table as filling one m at
     // a time, with the inner loop running along contiguous memory.
-    const std::size_t here = t.row(s, e);
+    const auto here = static_cast<std::size_t>(t.row(s, e));
     const Bytes end = t.row_last[here] + 1;
     double* best = &t.cost[t.row_start[here]];
     int* best_choice = &t.choice[t.row_start[here]];
     const Bytes all = units(stage(s).all_bytes(), quantum);
     // m - all never passes the rest's saturation (sat(s, e) = all + sat(s + 1, e)).
-    const double* rest = s == e ? nullptr : &t.cost[t.row_start[t.row(s + 1, e)]];
+    const double* rest = s == e ? nullptr : &t.cost[t.row_start[static_cast<std::size_t>(t.row(s + 1, e))]];
     for (Bytes m = all; m < end; ++m) {
       const double c = stage(s).forward_flops + (rest == nullptr ? 0.0 : rest[m - all]);
       if (c < best[m]) {  // best[m] is still infeasible: an infeasible rest leaves it so
@@ -244,7 +270,7 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
       run += stage(k - 1).forward_flops;
       const Bytes kept = units(stage(k - 1).boundary_bytes, quantum);
       if (kept >= end) continue;
-      const std::size_t after_row = t.row(k, e), before_row = t.row(s, k - 1);
+      const auto after_row = static_cast<std::size_t>(t.row(k, e)), before_row = static_cast<std::size_t>(t.row(s, k - 1));
       const double* after = &t.cost[t.row_start[after_row]];     // stages k..e with m - kept
       const double* before = &t.cost[t.row_start[before_row]];  // stages s..k-1 with m
       const double* after_flat = after + t.row_last[after_row];
@@ -253,29 +279,31 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
       const Bytes after_direct = std::clamp(kept + t.row_last[after_row] + 1, kept, end);
       const Bytes before_direct = std::clamp(t.row_last[before_row] + 1, kept, end);
       const Bytes both = std::min(after_direct, before_direct);
-      relax_split<false, false>(best, best_choice, k, run, after, kept, before, kept, both);
+      const int j = k - s;
+      relax_split<false, false>(best, best_choice, j, run, after, kept, before, kept, both);
       if (after_direct < before_direct) {
-        relax_split<true, false>(best, best_choice, k, run, after_flat, kept, before, after_direct, before_direct);
+        relax_split<true, false>(best, best_choice, j, run, after_flat, kept, before, after_direct, before_direct);
       } else {
-        relax_split<false, true>(best, best_choice, k, run, after, kept, before_flat, before_direct, after_direct);
+        relax_split<false, true>(best, best_choice, j, run, after, kept, before_flat, before_direct, after_direct);
       }
-      relax_split<true, true>(best, best_choice, k, run, after_flat, kept, before_flat, std::max(after_direct, before_direct), end);
+      relax_split<true, true>(best, best_choice, j, run, after_flat, kept, before_flat, std::max(after_direct, before_direct), end);
     }
   };
   const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   for (int len = 1; len <= t.n; ++len) {
-    const int starts = t.n - len + 1;
-    const double work = double(starts) * double(len) * double(t.width);
-    if (threads <= 1 || starts < 2 || work < 1e6) {
-      for (int s = 0; s < starts; ++s) fill_row(s, len);
+    const std::vector<std::pair<int, int>>& todo = rows_of_length[static_cast<std::size_t>(len)];
+    const auto count = static_cast<int>(todo.size());
+    const double work = double(count) * double(len) * double(t.width);
+    if (threads <= 1 || count < 2 || work < 1e6) {
+      for (const auto& [s, e] : todo) fill_row(s, e);
       continue;
     }
     std::atomic<int> next{0};
     auto worker = [&] {
-      for (int s = next++; s < starts; s = next++) fill_row(s, len);
+      for (int r = next++; r < count; r = next++) fill_row(todo[static_cast<std::size_t>(r)].first, todo[static_cast<std::size_t>(r)].second);
     };
     std::vector<std::thread> pool;
-    for (std::size_t i = 1; i < std::min<std::size_t>(threads, static_cast<std::size_t>(starts)); ++i) pool.emplace_back(worker);
+    for (std::size_t i = 1; i < std::min<std::size_t>(threads, static_cast<std::size_t>(count)); ++i) pool.emplace_back(worker);
     worker();
     for (std::thread& th : pool) th.join();
   }
@@ -284,14 +312,15 @@ NestedTable fill_nested(const std::vector<ChainStage>& stages, Bytes limit_units
 
 void emit_nested(const NestedTable& t, const std::vector<ChainStage>& stages, Bytes quantum, int s, int e, Bytes m,
                  std::vector<ChainAction>& out) {
-  const int k = t.choice[t.at(s, e, m)];
-  MEMPLAN_CHECK(k >= 0, "nested chain DP reconstruction reached an infeasible cell");
-  if (k == 0) {
+  const int j = t.choice[t.at(s, e, m)];
+  MEMPLAN_CHECK(j >= 0, "nested chain DP reconstruction reached an infeasible cell");
+  if (j == 0) {
     out.push_back({ChainActionKind::kForwardKeepAll, s});
     if (s < e) emit_nested(t, stages, quantum, s + 1, e, m - units(stages[static_cast<std::size_t>(s)].all_bytes(), quantum), out);
     out.push_back({ChainActionKind::kBackward, s});
     return;
   }
+  const int k = s + j;
   for (int i = s; i < k; ++i) out.push_back({ChainActionKind::kForward, i});
   emit_nested(t, stages, quantum, k, e, m - units(stages[static_cast<std::size_t>(k - 1)].boundary_bytes, quantum), out);
   emit_nested(t, stages, quantum, s, k - 1, m, out);

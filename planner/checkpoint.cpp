@@ -392,10 +392,34 @@ class Checkpointer {
   }
 
   // Some frontier point whose planned arena fits `budget`, or none when no point does: the same
-  // yes or no as optimal(budget), found from the least-memory end (a batch-size search's probes
-  // near the largest batch fit only there).
+  // yes or no as optimal(budget), since "no" comes only once every point is ruled out.
+  // Points are tried cheapest first: graphs grow steeply toward the least-memory end (a large
+  // model's last point recomputes ten times the step's ops, and costs a hundred times another's
+  // bound to plan), so the search aims at the least recomputation whose lower bound, raised by
+  // the gap seen between an arena and its bound, fits: bisecting as if bounds fell along the
+  // frontier (they nearly do; where they do not, the search only aims worse).
   Result<std::optional<Candidate>> any_fitting(Bytes budget) {
     find_frontier();
+    const std::size_t n = frontier_->size();
+    Bytes gap = 0;  // the largest arena-over-bound seen so far
+    std::vector<bool> aimed(n, false);
+    for (;;) {
+      std::size_t lo = 0, hi = n;  // the first point in [lo, hi) whose bound + gap fits
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        auto bound = lower_bound(mid);
+        if (!bound) return bound.error();
+        if (bound.value() + gap <= budget) hi = mid;
+        else lo = mid + 1;
+      }
+      if (lo == n || aimed[lo]) break;
+      aimed[lo] = true;
+      const Bytes bound = lower_bound(lo).value();  // computed by the bisection
+      auto arena = measure(lo);
+      if (!arena) return arena.error();
+      if (arena.value() <= budget) return candidate_at(lo);
+      gap = std::max(gap, arena.value() - bound);
+    }
     auto first = first_fitting(budget, /*from_least_memory=*/true);
     if (!first) return first.error();
     return candidate_at(first.value());
@@ -403,25 +427,21 @@ class Checkpointer {
 
   double base_flops() const { return base_flops_; }
 
-  // What is known of the smallest arena on the frontier, cheaply: the least packed arena of the
-  // points measured so far, else the least lower bound computed (the least-memory end's among
-  // them). Lower bounds run about 5% under the arenas of the least-memory points, so a packed
-  // arena aims better when there is one. Not exact (an unvisited point can be smaller): a batch
-  // search aims with it, it never decides with it.
+  // What is known of the smallest arena on the frontier, cheaply: the known arena (else lower
+  // bound) of the point nearest the least-memory end, moved by how far the chain model puts that
+  // point's peak above the least-memory point's. Arenas and bounds sit a nearly constant
+  // distance above the model's peaks along the frontier's least-memory end (activations the
+  // model does not count), so the nearest known point aims best. Not exact: a batch search aims
+  // with it, it never decides with it.
   Result<Bytes> least_arena_estimate() {
     find_frontier();
-    std::optional<Bytes> least_measured;
-    for (const auto& m : measured_) {
-      if (m) least_measured = std::min(least_measured.value_or(m->arena), m->arena);
+    const std::size_t n = frontier_->size();
+    for (std::size_t i = n; i-- > 0;) {
+      if (!measured_[i] && !lower_bound_[i]) continue;
+      const Bytes known = measured_[i] ? measured_[i]->arena : *lower_bound_[i];
+      return known - ((*frontier_)[i].peak_bytes - frontier_->back().peak_bytes);
     }
-    if (least_measured) return *least_measured;
-    auto last = lower_bound(frontier_->size() - 1);
-    if (!last) return last.error();
-    Bytes least = last.value();
-    for (const auto& b : lower_bound_) {
-      if (b) least = std::min(least, *b);
-    }
-    return least;
+    return lower_bound(n - 1);
   }
 
  private:

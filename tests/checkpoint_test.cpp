@@ -168,6 +168,18 @@ std::vector<std::vector<planner::ChainAction>> nested_schedules(int s, int e) {
   return out;
 }
 
+// The least recompute FLOPs among `schedules` whose simulated peak is within `limit` (infinity
+// when none is).
+double least_recompute_within(const std::vector<ChainStage>& stages,
+                              const std::vector<std::vector<planner::ChainAction>>& schedules, Bytes limit) {
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& a : schedules) {
+    const planner::ChainSchedule sim = planner::simulate_chain(stages, a);
+    if (sim.peak_bytes <= limit) least = std::min(least, sim.recompute_flops);
+  }
+  return least;
+}
+
 TEST(ChainDp, NestedEqualsBruteForceAndNeverLosesToSingleLevel) {
   Rng rng(11);
   int feasible = 0, strictly_better = 0;
@@ -178,11 +190,7 @@ TEST(ChainDp, NestedEqualsBruteForceAndNeverLosesToSingleLevel) {
     Bytes total = 0;
     for (const ChainStage& s : stages) total += s.all_bytes();
     const Bytes limit = static_cast<Bytes>(rng.below(static_cast<std::uint64_t>(total + 2)));
-    double expected = std::numeric_limits<double>::infinity();
-    for (const auto& a : schedules) {
-      const planner::ChainSchedule sim = planner::simulate_chain(stages, a);
-      if (sim.peak_bytes <= limit) expected = std::min(expected, sim.recompute_flops);
-    }
+    const double expected = least_recompute_within(stages, schedules, limit);
     const planner::ChainSchedule got = planner::solve_chain_nested(stages, limit);
     if (std::isinf(expected)) {
       EXPECT_TRUE(got.actions.empty()) << "trial " << trial;
@@ -198,6 +206,47 @@ TEST(ChainDp, NestedEqualsBruteForceAndNeverLosesToSingleLevel) {
   }
   EXPECT_GT(feasible, 50);
   EXPECT_GT(strictly_better, 0) << "the nested family never helped: the test chains are too easy";
+}
+
+// Transformers repeat their layers: intervals holding the same stages share one row of the DP's
+// table (planner/chain_dp.cpp). Chains drawn from two or three stage kinds (most intervals then
+// repeat one another; two kinds may differ in their boundaries alone) must still give brute
+// force's least recomputation at every limit, and frontiers whose points simulate to their costs.
+TEST(ChainDp, NestedEqualsBruteForceOnChainsOfRepeatedStages) {
+  Rng rng(13);
+  int feasible = 0, shared = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int n = 2 + static_cast<int>(rng.below(5));
+    std::vector<ChainStage> kinds = random_chain(rng, 1 + static_cast<int>(rng.below(3)));
+    if (kinds.size() > 1) {  // a kind told apart from the first by its boundary alone
+      kinds[1] = kinds[0];
+      kinds[1].boundary_bytes = kinds[0].boundary_bytes + 1 + static_cast<Bytes>(rng.below(3));
+      kinds[1].internal_bytes = std::max<Bytes>(0, kinds[0].all_bytes() - kinds[1].boundary_bytes);
+    }
+    std::vector<ChainStage> stages;
+    for (int i = 0; i < n; ++i) stages.push_back(kinds[rng.below(kinds.size())]);
+    for (int i = 1; i < n; ++i) shared += stages[static_cast<std::size_t>(i)].all_bytes() == stages[0].all_bytes() ? 1 : 0;
+    const auto schedules = nested_schedules(0, n - 1);
+    Bytes total = 0;
+    for (const ChainStage& s : stages) total += s.all_bytes();
+    for (Bytes limit = 0; limit <= total; limit += 1 + total / 7) {
+      const double expected = least_recompute_within(stages, schedules, limit);
+      const planner::ChainSchedule got = planner::solve_chain_nested(stages, limit);
+      if (std::isinf(expected)) {
+        EXPECT_TRUE(got.actions.empty()) << "trial " << trial << " limit " << limit;
+        continue;
+      }
+      ++feasible;
+      ASSERT_FALSE(got.actions.empty()) << "trial " << trial << " limit " << limit;
+      EXPECT_EQ(got.recompute_flops, expected) << "trial " << trial << " limit " << limit;
+      EXPECT_EQ(planner::simulate_chain(stages, got.actions).peak_bytes, got.peak_bytes);
+    }
+    for (const planner::ChainSchedule& point : planner::chain_frontier_nested(stages)) {
+      EXPECT_EQ(planner::simulate_chain(stages, point.actions).recompute_flops, point.recompute_flops) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(feasible, 300);
+  EXPECT_GT(shared, 100) << "the chains hardly repeat a stage: the shared rows go untested";
 }
 
 TEST(ChainDp, SingleLevelSchedulesSimulateToTheirModelledPeak) {
