@@ -27,7 +27,7 @@ namespace {
 constexpr std::int64_t s = 1024, b = 8, h = 1600, a = 32, V = 50257, kLayers = 3;
 const std::string kLayer = "h.1.";  // a middle layer: neither the embedding's nor the head's neighbour
 
-models::GptConfig layer_config(int t) {
+models::GptConfig layer_config(int t, bool sequence_parallel = false) {
   models::GptConfig c;
   c.vocab = V;
   c.context = s;
@@ -38,18 +38,20 @@ models::GptConfig layer_config(int t) {
   c.dropout = 0.1f;
   c.dtype = graph::DType::bf16;
   c.attention = models::AttentionKind::materialized;
-  c.tensor_parallel = {t, 0};
+  c.tensor_parallel = {t, 0, sequence_parallel && t > 1};
   return c;
 }
 
 // The forward tensors of layer kLayer that a backward op reads, on one rank.
-LayerActivations stored_per_layer(int t) { return stored_for_backward(models::build_gpt(layer_config(t), b), kLayer); }
+LayerActivations stored_per_layer(int t, bool sequence_parallel = false) {
+  return stored_for_backward(models::build_gpt(layer_config(t, sequence_parallel), b), kLayer);
+}
 
 // The arena of one rank's whole step (AdamW, mixed precision) as plan_step plans it.
-std::int64_t arena_per_rank(int t) {
+std::int64_t arena_per_rank(int t, bool sequence_parallel = false) {
   models::ModelOptions options;
   options.name = "gpt";
-  options.gpt = layer_config(t);
+  options.gpt = layer_config(t, sequence_parallel);
   planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(options), b);
   step.dtype = graph::DType::bf16;
   auto planned = planner::plan_step(step, planner::PlanRequest{});
@@ -119,6 +121,47 @@ int main() {
               static_cast<long long>(kLayers));
   print_table({"t", "paper / sbh", "measured / sbh", "measured MiB", "arena per rank GiB (AdamW, bf16)"}, summary);
   out["per_tensor_parallel_degree"] = per_t;
+
+  // With sequence parallelism (--sequence-parallel) the paper's per-rank bytes are
+  // sbh(34/t + 5as/(ht)): the norms, residual dropouts and their inputs on 1/t of the rows too.
+  // The same three differences, now all on 1/t of the rows, and one more: memplan keeps the
+  // all-gathered input of each column-parallel block (attention's q/k/v, the MLP's first layer)
+  // for the weight gradients, where Megatron-LM keeps this rank's rows and gathers them again in
+  // the backward pass: 2 x 2sbh x (1 - 1/t).
+  nlohmann::json per_t_sp = nlohmann::json::array();
+  std::vector<std::vector<std::string>> summary_sp;
+  for (int t : {2, 4, 8}) {
+    const LayerActivations stored = stored_per_layer(t, true);
+    const double paper = sbh * (34.0 / t + 5.0 * double(a) * double(s) / (double(h) * t));
+    const double attention_mask = double(a) * double(s) * double(s) * double(b) / t;
+    const double gathered_inputs = 2.0 * 2.0 * sbh * (1.0 - 1.0 / t);
+    const double explained = paper + attention_mask + 2.0 * sbh / t + 16.0 * sb / t + gathered_inputs;
+    if (stored.total != explained) {
+      std::fprintf(stderr, "sequence-parallel t=%d: measured %.0f bytes, explained %.0f (difference %.0f)\n", t, stored.total,
+                   explained, stored.total - explained);
+      for (const auto& [what, bytes] : stored.bytes) std::fprintf(stderr, "  %s %.0f (%.4f sbh)\n", what.c_str(), bytes, bytes / sbh);
+      return 1;
+    }
+    std::printf("\n## t = %d, --sequence-parallel: one rank's layer %s\n\n", t, kLayer.c_str());
+    print_table({"", "bytes", "bytes / sbh"},
+                {{"Korthikanti sbh(34/t + 5as/(ht))", fmt(paper, 0), fmt(paper / sbh, 4)},
+                 {"+ attention dropout mask of this rank's heads at 2 bytes (as^2b/t)", fmt(attention_mask, 0),
+                  fmt(attention_mask / sbh, 4)},
+                 {"+ two residual dropout masks at 2 bytes, this rank's rows (2sbh/t)", fmt(2.0 * sbh / t, 0), fmt(2.0 / t, 4)},
+                 {"+ two layer-norm f32 (mean, rstd), this rank's rows (16sb/t)", fmt(16.0 * sb / t, 0), fmt(16.0 / double(h) / t, 4)},
+                 {"+ the two column-parallel inputs kept gathered (4sbh(1 - 1/t))", fmt(gathered_inputs, 0),
+                  fmt(gathered_inputs / sbh, 4)},
+                 {"= explained", fmt(explained, 0), fmt(explained / sbh, 4)},
+                 {"memplan graph (measured)", fmt(stored.total, 0), fmt(stored.total / sbh, 4)}});
+    const std::int64_t arena = arena_per_rank(t, true);
+    summary_sp.push_back({std::to_string(t), fmt(paper / sbh, 3), fmt(stored.total / sbh, 3),
+                          fmt(stored.total / double(1ull << 20), 1), fmt(double(arena) / double(1ull << 30), 2)});
+    per_t_sp.push_back({{"t", t}, {"paper_bytes", paper}, {"explained_bytes", explained}, {"measured_bytes", stored.total},
+                        {"arena_bytes_per_rank", arena}});
+  }
+  std::printf("\n## Summary with --sequence-parallel\n\n");
+  print_table({"t", "paper / sbh", "measured / sbh", "measured MiB", "arena per rank GiB (AdamW, bf16)"}, summary_sp);
+  out["sequence_parallel_per_degree"] = per_t_sp;
   write_json(std::string(MEMPLAN_SOURCE_DIR) + "/bench/results/tensor_parallel.json", out);
   return 0;
 }

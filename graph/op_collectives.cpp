@@ -73,6 +73,37 @@ void grad_all_reduce(GradContext& c, const Op& op, TensorId dy) {
   c.accumulate(op.inputs[0], dy);
 }
 
+// Sequence parallelism's row gather (graph/tensor_parallel.h: column_input): every rank's shard
+// fed every rank's copy of the whole, so a shard's gradient is the sum over the ranks of its rows
+// of the whole's gradient: a reduce-scatter. Data-parallel gathers (ZeRO-3's parameters) are
+// added after the backward pass and never differentiated.
+void grad_all_gather(GradContext& c, const Op& op, TensorId dy) {
+  const TensorDesc& whole = c.tensor(op.outputs[0]);
+  if (op.attrs.group != RankGroup::tensor || whole.shape.numel() % op.attrs.world != 0) {
+    fail("all_gather", "'" + op.name + "': only a tensor-parallel gather of equal shards is differentiated");
+  }
+  OpAttrs flat;
+  flat.shape = {whole.shape.numel()};
+  OpAttrs scatter;
+  scatter.world = op.attrs.world;
+  scatter.group = RankGroup::tensor;
+  const TensorId dy_flat = c.emit(OpKind::reshape, {dy}, flat, c.gname(op.outputs[0]) + ".flat");
+  c.accumulate(op.inputs[0], c.emit(OpKind::reduce_scatter, {dy_flat}, scatter, c.gname(op.inputs[0])));
+}
+
+// Sequence parallelism's reduce-scatter (graph/tensor_parallel.h: row_output): each rank's
+// partial fed every rank's shard of the sum, so its gradient is every shard's gradient, gathered.
+void grad_reduce_scatter(GradContext& c, const Op& op, TensorId dy) {
+  if (op.attrs.group != RankGroup::tensor || op.attrs.alpha != 1.0f) {
+    fail("reduce_scatter", "'" + op.name + "': only a tensor-parallel sum (alpha 1) is differentiated");
+  }
+  OpAttrs gather;
+  gather.world = op.attrs.world;
+  gather.group = RankGroup::tensor;
+  gather.shape = c.tensor(op.inputs[0]).shape.dims;
+  c.accumulate(op.inputs[0], c.emit(OpKind::all_gather, {dy}, gather, c.gname(op.inputs[0])));
+}
+
 // Reductions across ranks: one add per element this rank contributes (moving bytes is not a FLOP).
 double flops_collective_sum(Inputs in, const TensorDesc*) { return numel_of(in[0]); }
 
@@ -83,9 +114,9 @@ constexpr OpInfo kCollectivesRows[] = {
   {.kind = OpKind::all_reduce, .name = "all_reduce", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
     .infer = infer_all_reduce, .flops = flops_collective_sum, .grad = grad_all_reduce},
   {.kind = OpKind::reduce_scatter, .name = "reduce_scatter", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_reduce_scatter, .flops = flops_collective_sum},
+    .infer = infer_reduce_scatter, .flops = flops_collective_sum, .grad = grad_reduce_scatter},
   {.kind = OpKind::all_gather, .name = "all_gather", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_all_gather, .flops = flops_zero},
+    .infer = infer_all_gather, .flops = flops_zero, .grad = grad_all_gather},
   {.kind = OpKind::all_gather_into, .name = "all_gather_into", .num_inputs = 0, .num_updates = 1, .num_outputs = 0,
     .infer = infer_all_gather_into, .flops = flops_zero},
 };

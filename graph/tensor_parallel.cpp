@@ -52,6 +52,54 @@ TensorId tp_sum(Builder& b, const TensorParallel& tp, TensorId x, const std::str
 
 namespace {
 
+OpAttrs tensor_group(const TensorParallel& tp) {
+  OpAttrs attrs;
+  attrs.world = tp.degree;
+  attrs.group = RankGroup::tensor;
+  return attrs;
+}
+
+std::int64_t sequence_rows(Builder& b, TensorId x, const std::string& name) {
+  const Shape& shape = b.graph().tensor(x).shape;
+  if (shape.rank() != 2) throw GraphError("sequence parallelism splits [rows, width] tensors, not '" + name + "' " + shape.to_string());
+  return shape[0];
+}
+
+}  // namespace
+
+TensorId column_input(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
+  if (!tp.active() || !tp.sequence_parallel) return tp_copy(b, tp, x, name);
+  const std::int64_t shard_rows = sequence_rows(b, x, name), width = b.graph().tensor(x).shape[1];
+  OpAttrs gather = tensor_group(tp);
+  gather.shape = {checked_mul(shard_rows, tp.degree), width};
+  const TensorId flat = b.reshape(x, {checked_mul(shard_rows, width)}, name + ".shard");
+  return b.graph().add_op(OpKind::all_gather, {flat}, gather, name, Role::activation, Phase::forward);
+}
+
+TensorId row_output(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
+  if (!tp.active() || !tp.sequence_parallel) return tp_sum(b, tp, x, name);
+  const std::int64_t rows = sequence_rows(b, x, name), width = b.graph().tensor(x).shape[1];
+  const std::int64_t shard_rows = tp.split(rows, "sequence parallelism: the " + std::to_string(rows) + " token rows (batch x sequence)");
+  const TensorId flat = b.reshape(x, {checked_mul(rows, width)}, name + ".flat");
+  const TensorId shard =
+      b.graph().add_op(OpKind::reduce_scatter, {flat}, tensor_group(tp), name + ".scatter", Role::activation, Phase::forward);
+  return b.reshape(shard, {shard_rows, width}, name);
+}
+
+TensorId sequence_shard(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
+  if (!tp.active() || !tp.sequence_parallel) return x;
+  const std::int64_t rows = sequence_rows(b, x, name);
+  const std::int64_t shard_rows = tp.split(rows, "sequence parallelism: the " + std::to_string(rows) + " token rows (batch x sequence)");
+  return b.slice(tp_copy(b, tp, x, name + ".whole"), 0, shard_rows * tp.rank, shard_rows, name);
+}
+
+TensorId sequence_parallel_parameter(Builder& b, const TensorParallel& tp, TensorId parameter) {
+  if (!tp.active() || !tp.sequence_parallel) return parameter;
+  return tp_copy(b, tp, parameter, b.graph().tensor(parameter).name + ".rows");
+}
+
+namespace {
+
 // This rank's vocabulary columns: [start, start + slice), of which `length` are real ids.
 OpAttrs vocab_attrs(const TensorParallel& tp, std::int64_t vocab) {
   OpAttrs attrs;

@@ -25,6 +25,11 @@ namespace memplan::graph {
 struct TensorParallel {
   int degree = 1;  // ranks splitting each layer
   int rank = 0;    // this graph's rank among them
+  // Sequence parallelism (Korthikanti et al. 2022): the residual stream between the layers'
+  // parallel regions (norms, dropouts, residual adds) is split by rows too, each rank holding a
+  // contiguous 1/degree of the B*T token rows; column_input all-gathers the rows and row_output
+  // reduce-scatters them, in place of tp_copy's and tp_sum's all-reduces.
+  bool sequence_parallel = false;
 
   bool active() const { return degree > 1; }
   // n / degree, or a GraphError naming `what` (heads, kv_heads, ffn, ...) when it does not divide.
@@ -45,6 +50,22 @@ TensorId tp_copy(Builder& b, const TensorParallel& tp, TensorId x, const std::st
 // The sum of a row-parallel layer's partial outputs over the ranks (Megatron's g); x itself
 // without tensor parallelism.
 TensorId tp_sum(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name);
+// A column-parallel layer's input: tp_copy, or with sequence parallelism the all-gather of every
+// rank's row shard [rows / degree, C] into the whole [rows, C] (its gradient: a reduce-scatter).
+TensorId column_input(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name);
+// A row-parallel layer's partial output summed over the ranks: tp_sum, or with sequence
+// parallelism a reduce-scatter leaving this rank's row shard [rows / degree, C] of the sum (its
+// gradient: an all-gather).
+TensorId row_output(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name);
+// This rank's row shard of a tensor every rank holds whole (the embeddings' output), entering the
+// sequence-parallel region; x itself without sequence parallelism. A GraphError when the rows do
+// not divide by the degree. Its gradient is every rank's shard's (tp_copy's sum of the rows each
+// rank back-propagates).
+TensorId sequence_shard(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name);
+// A parameter every rank holds whole, read on this rank's rows in the sequence-parallel region (a
+// norm's weight and bias, a row-parallel layer's bias): each rank's rows give part of its gradient,
+// summed over the ranks by tp_copy's backward. The parameter itself without sequence parallelism.
+TensorId sequence_parallel_parameter(Builder& b, const TensorParallel& tp, TensorId parameter);
 // ids [..] -> [.., D] from a table slice [ceil(vocab / degree), D] (parameter_slice along 0): each
 // rank gathers the ids it holds, zeros for the rest, then the sum over the ranks.
 TensorId vocab_parallel_embedding(Builder& b, const TensorParallel& tp, TensorId ids, TensorId table,

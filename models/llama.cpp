@@ -33,9 +33,10 @@ TensorId project(graph::Builder& b, const LlamaConfig& config, TensorId x, const
   if (split == Split::row && tp.active()) {
     const TensorId w = graph::parameter_slice(b, tp, name + ".weight", {out, in}, 1, w_init, config.dtype);
     // The partial product keeps the projection's name: the sum is in place, so the buffer is it.
-    const TensorId summed = graph::tp_sum(b, tp, b.matmul(x, w, false, true, op_name), op_name + ".sum");
+    const TensorId summed = graph::row_output(b, tp, b.matmul(x, w, false, true, op_name), op_name + ".sum");
     if (!bias) return summed;
-    return b.bias_add(summed, b.parameter(name + ".bias", {out}, zeros, config.dtype), op_name + ".bias");
+    return b.bias_add(summed, graph::sequence_parallel_parameter(b, tp, b.parameter(name + ".bias", {out}, zeros, config.dtype)),
+                      op_name + ".bias");
   }
   const int axis = split == Split::column ? 0 : -1;  // -1: whole on every rank
   auto param = [&](const std::string& param_name, const graph::Shape& shape, graph::InitSpec init) {
@@ -67,11 +68,15 @@ TensorId mlp_body(graph::Builder& b, const LlamaConfig& config, TensorId x, std:
 }  // namespace
 
 TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& name) {
+  // The residual stream's norms: on this rank's rows under sequence parallelism (their parameters'
+  // gradients summed over the ranks).
+  const graph::TensorParallel& tp = config.tensor_parallel;
   const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
-  const TensorId weight = b.parameter(name + ".weight", {config.width}, ones, config.dtype);
+  const TensorId weight = graph::sequence_parallel_parameter(b, tp, b.parameter(name + ".weight", {config.width}, ones, config.dtype));
   if (config.norm == LlamaConfig::Norm::rms) return b.rms_norm(x, weight, name);
   const graph::InitSpec zeros{graph::InitSpec::Kind::zeros, 0.0f};
-  return b.layer_norm(x, weight, b.parameter(name + ".bias", {config.width}, zeros, config.dtype), name);
+  return b.layer_norm(x, weight, graph::sequence_parallel_parameter(b, tp, b.parameter(name + ".bias", {config.width}, zeros, config.dtype)),
+                      name);
 }
 
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
@@ -105,7 +110,7 @@ TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
     return project(b, config, input, m + "." + name, out, width, config.mlp_bias, m + "." + name.substr(0, name.find('_')),
                    down ? Split::row : Split::column);
   };
-  return mlp_body(b, config, graph::tp_copy(b, config.tensor_parallel, x, m + ".in"), config.ffn, in, m);
+  return mlp_body(b, config, graph::column_input(b, config.tensor_parallel, x, m + ".in"), config.ffn, in, m);
 }
 
 TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m, TensorId* router_stats) {
@@ -249,12 +254,13 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const TensorId embed = graph::parameter_slice(b, tp, "embed_tokens.weight", {V, C}, 0, w_init, dt);
   TensorId h = b.reshape(graph::vocab_parallel_embedding(b, tp, x, embed, V, "embed"), {rows, C}, "residual0");  // [B*T, C]
   if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
+  h = graph::sequence_shard(b, tp, h, "residual0.shard");  // sequence parallelism: this rank's rows to the head
 
   TensorId router_stats = kNoTensor;  // summed over the mixture layers (the load-balancing loss)
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
     h = llama_parts::layer(b, config, h, l, [&](TensorId a_norm) {
-      const TensorId a_in = graph::tp_copy(b, tp, a_norm, a + ".in");
+      const TensorId a_in = graph::column_input(b, tp, a_norm, a + ".in");
       TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NHr, a + ".q_norm"), NHr, a + ".q");
       TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKVr, a + ".k_norm"), NKVr, a + ".k");
       TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKVr, a + ".v");
@@ -268,7 +274,7 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   }
   h = llama_parts::norm(b, config, h, "norm");
   const TensorId head = config.tied_head ? embed : graph::parameter_slice(b, tp, "lm_head.weight", {V, C}, 0, w_init, dt);
-  g.output = llama_parts::logits(b, config, graph::tp_copy(b, tp, h, "head.in"), head);  // [B*T, V (/ ranks)]
+  g.output = llama_parts::logits(b, config, graph::column_input(b, tp, h, "head.in"), head);  // [B*T, V (/ ranks)]
   g.loss = graph::vocab_parallel_cross_entropy(b, tp, g.output, labels, V, "loss");
   if (router_stats != kNoTensor) {
     g.loss = b.add(g.loss, llama_parts::load_balancing_loss(b, config, router_stats, rows), "loss.with_aux");

@@ -548,7 +548,7 @@ const std::set<std::string> kCaseOpsWithoutACudaKernel = {
     "all_gather", "all_reduce", "concat", "moe_combine", "moe_combine_backward_gates", "moe_dispatch", "moe_router_stats",
     "moe_router_stats_backward", "moe_top_k", "moe_top_k_backward", "relative_position_bias",
     "relative_position_bias_backward", "repeat_heads", "repeat_heads_backward",
-    "rms_norm", "rms_norm_backward", "rms_norm_dgamma", "rotary", "vocab_parallel_cross_entropy_backward",
+    "reduce_scatter", "rms_norm", "rms_norm_backward", "rms_norm_dgamma", "rotary", "vocab_parallel_cross_entropy_backward",
     "vocab_parallel_loss", "vocab_parallel_stats"};
 
 TEST(CudaKernels, TheOpHarnessCasesOpsWithoutACudaKernelAreTheListedOnes) {

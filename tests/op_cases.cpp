@@ -424,6 +424,21 @@ const std::vector<OpCase>& op_cases() {
          return with_attrs(b, OpKind::all_reduce, b.scale(b.parameter("x", Shape(d), {}, t), 1.5f, "partial"), tensor_group(1));
        },
        {{3, 4}}},
+      // Sequence parallelism's row gather and reduce-scatter (graph/tensor_parallel.h: column_input,
+      // row_output): over one rank a copy and a sum of one, with their gradient rules.
+      {"all_gather_rows", OpKind::all_gather,
+       [](Builder& b, const Dims& d, DType t) {
+         graph::OpAttrs gather = tensor_group(1);
+         gather.shape = {d[0], d[1]};
+         return with_attrs(b, OpKind::all_gather, b.reshape(b.parameter("x", Shape(d), {}, t), {d[0] * d[1]}, "x.flat"), gather);
+       },
+       {{3, 4}, {1, 5}}},
+      {"reduce_scatter_rows", OpKind::reduce_scatter,
+       [](Builder& b, const Dims& d, DType t) {
+         const TensorId partial = b.scale(b.parameter("x", Shape(d), {}, t), 1.5f, "partial");
+         return with_attrs(b, OpKind::reduce_scatter, b.reshape(partial, {d[0] * d[1]}, "partial.flat"), tensor_group(1));
+       },
+       {{3, 4}, {2, 1}}},
       {"embedding_vocab_slice", OpKind::embedding,
        [](Builder& b, const Dims& d, DType t) {
          // Rows [2, 2 + d[1]) of the vocabulary: the other ids give zero rows (and no gradient).
@@ -1117,6 +1132,7 @@ const ReferenceEntry kReferences[] = {
     // Over one rank (the cases' world): a sum of one is alpha x; a gather of one is a copy.
     {OpKind::all_reduce, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs& a) { return double(a.alpha) * x; }); }},
     {OpKind::all_gather, ref_reshape},
+    {OpKind::reduce_scatter, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs& a) { return double(a.alpha) * x; }); }},
     {OpKind::vocab_parallel_stats, ref_vocab_parallel_stats},
     {OpKind::vocab_parallel_loss, ref_vocab_parallel_loss},
     {OpKind::sum, ref_sum},

@@ -327,7 +327,6 @@ const std::map<OpKind, const char*>& exemptions() {
       {OpKind::grads_finite, "tests/mixed_precision_test.cpp (LossScaling: an overflowed step changes no weight)"},
       {OpKind::to_host, "tests/optimizer_offload_test.cpp (training with offload gives the bits of training without)"},
       {OpKind::pack, "tests/data_parallel_test.cpp (Collectives.PackLaysShardsOutRankMajorWithZeroPadding)"},
-      {OpKind::reduce_scatter, "tests/data_parallel_mpi_test.cpp (ranks against one process, every ZeRO stage)"},
       {OpKind::all_gather_into, "tests/data_parallel_mpi_test.cpp (ranks against one process, every ZeRO stage)"},
   };
   return kExempt;

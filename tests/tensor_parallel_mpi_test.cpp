@@ -1,9 +1,10 @@
 // `memplan train --tensor-parallel` across processes under Open MPI's mpirun: ranks that split
 // every layer end within 1e-5 (relative, per tensor) of one process on the same batch (the GPT, with
-// a vocabulary that does not divide, and a grouped-query rotary decoder config), every rank in the
-// arena `fit` plans for the same flags, allocating nothing during steps; with data-parallel
-// replicas of the slices every ZeRO stage ends with the same parameters. --save gathers the
-// slices into the file one process writes; --save-dir resumes every rank's slices exactly.
+// a vocabulary that does not divide, and a grouped-query rotary decoder config; with and without
+// --sequence-parallel), every rank in the arena `fit` plans for the same flags, allocating nothing
+// during steps; with data-parallel replicas of the slices every ZeRO stage ends with the same
+// parameters. --save gathers the slices into the file one process writes; --save-dir resumes every
+// rank's slices exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -111,35 +112,57 @@ void expect_parameters_close(const std::string& one, const std::string& split, d
   EXPECT_GT(total_diff, 0.0) << "no bit differs: did the second run split anything?";
 }
 
-// Two ranks of the GPT against one process: SGD (as tests/data_parallel_mpi_test.cpp says, an
-// update proportional to the gradient keeps the reduction order's rounding as small as it is).
-TEST(TensorParallelMpi, GptOnTwoRanksEndsWithinOneIn100000OfOneProcess) {
+// The GPT (SGD for 3 steps) in one process and on two ranks with `split` flags: parameters within
+// 1e-5, every rank in the arena fit plans for the same flags, allocating nothing during steps.
+// SGD: as tests/data_parallel_mpi_test.cpp says, an update proportional to the gradient keeps the
+// reduction order's rounding as small as it is. Returns the split run's answer.
+nlohmann::json expect_gpt_on_two_ranks_as_one_process(const std::string& label, const std::string& split) {
   const std::string shape = "--model gpt --batch 4 --seq 16 --optimizer sgd";
   const std::string args = shape + " --steps 3 --data " + files().text;
-  const std::string one = files().dir + "/gpt_one.safetensors", two = files().dir + "/gpt_two.safetensors";
+  const std::string one = files().dir + "/" + label + "_one.safetensors", two = files().dir + "/" + label + "_two.safetensors";
   train_json("", args + " --device cpu --save " + one);
-  const nlohmann::json out = train_json(mpirun(2), args + " --tensor-parallel 2 --save " + two);
+  const nlohmann::json out = train_json(mpirun(2), args + " " + split + " --save " + two);
   expect_parameters_close(one, two, 1e-5);
-  EXPECT_EQ(out["tensor_parallel"], 2);
-  EXPECT_EQ(out["data_parallel"], 1);
-  const nlohmann::json fit = fit_json(shape + " --vocab 97 --tensor-parallel 2");
+  const nlohmann::json fit = fit_json(shape + " --vocab 97 " + split);
   EXPECT_EQ(fit["tensor_parallel"], 2);
-  ASSERT_EQ(out["ranks"].size(), 2u) << out.dump();
+  EXPECT_EQ(out.value("sequence_parallel", false), fit.value("sequence_parallel", false));
+  EXPECT_EQ(out.value("sequence_parallel", false), split.find("--sequence-parallel") != std::string::npos);
+  EXPECT_EQ(out["ranks"].size(), 2u) << out.dump();
   for (const auto& rank : out["ranks"]) {
     EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
     EXPECT_EQ(rank["device_allocations_during_steps"], 0);
   }
+  return out;
+}
+
+// The grouped-query Llama config, likewise (parameters and allocations).
+void expect_llama_on_two_ranks_as_one_process(const std::string& label, const std::string& split) {
+  const std::string args = "--config " + files().llama + " --seq 16 --batch 4 --optimizer sgd --steps 3 --data " + files().text;
+  const std::string one = files().dir + "/" + label + "_one.safetensors", two = files().dir + "/" + label + "_two.safetensors";
+  train_json("", args + " --device cpu --save " + one);
+  const nlohmann::json out = train_json(mpirun(2), args + " " + split + " --save " + two);
+  expect_parameters_close(one, two, 1e-5);
+  for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+}
+
+TEST(TensorParallelMpi, GptOnTwoRanksEndsWithinOneIn100000OfOneProcess) {
+  const nlohmann::json out = expect_gpt_on_two_ranks_as_one_process("gpt", "--tensor-parallel 2");
+  EXPECT_EQ(out["tensor_parallel"], 2);
+  EXPECT_EQ(out["data_parallel"], 1);
 }
 
 // A rotary decoder (Llama's layout, grouped-query attention) split over two ranks: one query head
 // group and one K/V head each, the SwiGLU's hidden width halved.
 TEST(TensorParallelMpi, GroupedQueryDecoderOnTwoRanksEndsWithinOneIn100000OfOneProcess) {
-  const std::string args = "--config " + files().llama + " --seq 16 --batch 4 --optimizer sgd --steps 3 --data " + files().text;
-  const std::string one = files().dir + "/llama_one.safetensors", two = files().dir + "/llama_two.safetensors";
-  train_json("", args + " --device cpu --save " + one);
-  const nlohmann::json out = train_json(mpirun(2), args + " --tensor-parallel 2 --save " + two);
-  expect_parameters_close(one, two, 1e-5);
-  for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["device_allocations_during_steps"], 0);
+  expect_llama_on_two_ranks_as_one_process("llama", "--tensor-parallel 2");
+}
+
+// Sequence parallelism moves where rows live, not the arithmetic: the GPT and the grouped-query
+// decoder on two ranks end within 1e-5 of one process, every GPT rank in the arena fit plans.
+TEST(TensorParallelMpi, SequenceParallelRanksEndWithinOneIn100000OfOneProcess) {
+  expect_gpt_on_two_ranks_as_one_process("sp_gpt", "--tensor-parallel 2 --sequence-parallel");
+  if (testing::kSanitized) return;  // one model is enough there
+  expect_llama_on_two_ranks_as_one_process("sp_llama", "--tensor-parallel 2 --sequence-parallel");
 }
 
 // Four ranks: two replicas of a two-way split. ZeRO shards each slice's state over its replicas;
@@ -196,6 +219,17 @@ TEST(TensorParallelCli, RanksThatCannotSplitAreUsageErrorsThatSayWhatWorks) {
   r = run_cli("fit --model gpt --tensor-parallel 8 --device-memory 80GiB");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("heads"), std::string::npos) << r.output;
+  // Sequence parallelism without tensor parallelism has nothing to split.
+  r = run_cli("fit --model gpt --sequence-parallel --device-memory 80GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--tensor-parallel"), std::string::npos) << r.output;
+  r = run_cli("train --model gpt --batch 4 --seq 16 --steps 1 --sequence-parallel --data " + files().text);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--tensor-parallel"), std::string::npos) << r.output;
+  // Token rows that do not split between the ranks.
+  r = run_cli("fit --model gpt --batch 1 --seq 15 --tensor-parallel 2 --sequence-parallel --device-memory 80GiB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("token rows"), std::string::npos) << r.output;
   // Models without attention or MLP layers.
   r = run_cli("fit --model cnn --tensor-parallel 2 --device-memory 80GiB");
   EXPECT_EQ(r.exit_code, 2) << r.output;

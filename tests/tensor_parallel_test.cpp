@@ -107,6 +107,80 @@ TEST(TensorParallelGraph, TheBackwardSumsTheGradientOfEveryColumnParallelInput) 
   EXPECT_EQ(count_group_ops(g, OpKind::vocab_parallel_cross_entropy_backward, RankGroup::tensor), 1);
 }
 
+// Sequence parallelism: between the parallel layers (norms, residual adds, residual dropouts)
+// each rank holds its own half of the 16 token rows; the gathered rows feed the column-parallel
+// layers and the head, and the row-parallel outputs are reduce-scattered back to the halves.
+TEST(SequenceParallelGraph, TheStreamBetweenTheParallelLayersHoldsThisRanksRows) {
+  models::GptConfig c = small_gpt(2, 1);
+  c.tensor_parallel.sequence_parallel = true;
+  c.dropout = 0.1f;
+  const graph::Graph g = models::build_gpt(c, 2);  // 2 x 8 = 16 rows
+  EXPECT_EQ(tensor(g, "residual0").shape, (graph::Shape{16, 32}));  // the embeddings: whole on every rank
+  for (const char* name : {"residual0.shard", "h.0.ln_1", "h.0.residual1", "h.1.residual2", "ln_f"}) {
+    EXPECT_EQ(tensor(g, name).shape, (graph::Shape{8, 32})) << name;
+  }
+  for (const char* name : {"h.0.attn.in", "h.1.mlp.in", "head.in"}) {
+    EXPECT_EQ(tensor(g, name).shape, (graph::Shape{16, 32})) << name;
+  }
+  EXPECT_EQ(tensor(g, "logits").shape, (graph::Shape{16, 49}));
+  // Per layer two gathers and two reduce-scatters, a gather into the head and the loss's
+  // statistics'; the embedding's sum stays an all-reduce. Identities (whose gradients are summed
+  // over the ranks): one into the shards, one per parameter read on this rank's rows (per layer
+  // two norms' weight and bias and two row-parallel biases; the final norm's weight and bias).
+  const int on_rows = 2 * (2 * 2 + 2) + 2;
+  EXPECT_EQ(count_group_ops(g, OpKind::all_gather, RankGroup::tensor), 2 * 2 + 2);
+  EXPECT_EQ(count_group_ops(g, OpKind::reduce_scatter, RankGroup::tensor), 2 * 2);
+  EXPECT_EQ(count_group_ops(g, OpKind::all_reduce, RankGroup::tensor), 1);
+  EXPECT_EQ(count_group_ops(g, OpKind::tp_copy, RankGroup::tensor), 1 + on_rows);
+  EXPECT_EQ(g.ops()[static_cast<std::size_t>(g.producer(g.find("h.0.ln_1.weight.rows")))].kind, OpKind::tp_copy);
+  // A residual dropout on this rank's rows draws this rank's mask.
+  EXPECT_NE(g.find("h.0.attn.proj.drop.rank1.mask"), kNoTensor);
+
+  // The backward: a reduce-scatter per differentiated gather, a gather per reduce-scatter, and
+  // the identities' sums (the embeddings' rows, the norms' and biases' gradients).
+  models::ModelOptions options;
+  options.name = "gpt";
+  options.gpt = c;
+  auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(options), 2), {});
+  ASSERT_TRUE(planned) << planned.error().message;
+  int gathers = 0, scatters = 0, sums = 0;
+  for (const graph::Op& op : planned.value().graph.ops()) {
+    if (op.phase != graph::Phase::backward || op.attrs.group != RankGroup::tensor) continue;
+    gathers += op.kind == OpKind::all_gather ? 1 : 0;
+    scatters += op.kind == OpKind::reduce_scatter ? 1 : 0;
+    sums += op.kind == OpKind::all_reduce ? 1 : 0;
+  }
+  EXPECT_EQ(gathers, 2 * 2);
+  EXPECT_EQ(scatters, 2 * 2 + 1);
+  EXPECT_EQ(sums, 1 + on_rows);
+
+  // Rows that do not split between the ranks.
+  c.context = 7;
+  try {
+    models::build_gpt(c, 1);
+    ADD_FAILURE() << "7 rows split over 2 ranks";
+  } catch (const graph::GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("token rows"), std::string::npos) << e.what();
+  }
+}
+
+// What sequence parallelism saves: a layer's norms, residual dropouts and their inputs are kept
+// for the backward pass on this rank's rows only, so one rank's step plans a smaller arena.
+TEST(SequenceParallelGraph, EachRankKeepsItsShareOfTheNormsAndDropouts) {
+  auto arena = [](bool sequence_parallel) {
+    models::ModelOptions options;
+    options.name = "gpt";
+    options.gpt = small_gpt(2, 0);
+    options.gpt.context = 64;
+    options.gpt.dropout = 0.1f;
+    options.gpt.tensor_parallel.sequence_parallel = sequence_parallel;
+    auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(options), 8), {});
+    EXPECT_TRUE(planned) << planned.error().message;
+    return planned ? planned.value().plan.arena_bytes : Bytes{0};
+  };
+  EXPECT_LT(arena(true), arena(false));
+}
+
 TEST(TensorParallelGraph, ParameterCountIsTheModelsWhateverTheSplit) {
   auto count = [](int degree) {
     models::ModelOptions options;

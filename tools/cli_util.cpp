@@ -152,6 +152,11 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                  "is one rank's; decoders only (gpt, the zoo's and configs' decoders)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  app.add_flag("--sequence-parallel", flags.sequence_parallel,
+               "With --tensor-parallel: sequence parallelism (Korthikanti et al.): the norms, dropouts and residual "
+               "adds between the parallel layers run on 1/T of the token rows of each rank, the all-reduces become "
+               "an all-gather before each column-parallel layer and a reduce-scatter after each row-parallel one "
+               "(the same bytes moved); batch x sequence must divide by T");
   add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
                   "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
@@ -252,7 +257,7 @@ Result<planner::StepDescription> config_step_description(const ModelFlags& flags
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = flags.attention.value_or(models::AttentionKind::fused);  // every config is a transformer
   model.zoo.target_seq = flags.target_seq;
-  models::set_tensor_parallel(model, {flags.tensor_parallel, 0});
+  models::set_tensor_parallel(model, {flags.tensor_parallel, 0, flags.sequence_parallel});
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
@@ -313,7 +318,7 @@ Result<models::ModelOptions> model_options(const ModelFlags& flags) {
   model.zoo = {flags.seq, flags.image_size, flags.dtype};
   model.zoo.attention = model.gpt.attention = flags.attention.value_or(models::AttentionKind::fused);
   model.zoo.target_seq = flags.target_seq;
-  models::set_tensor_parallel(model, {flags.tensor_parallel, 0});
+  models::set_tensor_parallel(model, {flags.tensor_parallel, 0, flags.sequence_parallel});
   if (Status s = apply_data_sizes(model, flags); !s) return s.error();
   return model;
 }
@@ -338,6 +343,9 @@ Result<planner::StepDescription> registry_step_description(const ModelFlags& fla
 }  // namespace
 
 Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  if (flags.sequence_parallel && flags.tensor_parallel < 2) {
+    return Error{"--sequence-parallel splits the rows tensor parallelism leaves whole: give --tensor-parallel T (2 or more) too"};
+  }
   auto step = !flags.onnx.empty()     ? onnx_step_description(flags)
               : !flags.config.empty() ? config_step_description(flags)
                                       : registry_step_description(flags);

@@ -118,6 +118,7 @@ struct ModelFlags {
   std::optional<double> moe_capacity_factor;  // --moe-capacity-factor: with a mixture-of-experts --config
   bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
   int tensor_parallel = 1;  // --tensor-parallel: ranks each decoder layer is split over (graph/tensor_parallel.h)
+  bool sequence_parallel = false;  // --sequence-parallel: the layers' norms and dropouts split by rows too
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,

@@ -273,6 +273,7 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
   if (flags.model.tensor_parallel > 1) {
     j["tensor_parallel"] = flags.model.tensor_parallel;  // each layer split over this many of the devices
     j["data_parallel"] = flags.devices / flags.model.tensor_parallel;
+    if (flags.model.sequence_parallel) j["sequence_parallel"] = true;
   }
   if (flags.devices > 1) {
     j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
@@ -347,9 +348,9 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   const int tp = flags.model.tensor_parallel, replicas = flags.devices / tp;
   if (tp > 1) {
     print_out("per device: one rank of %d: tensor-parallel %d (each layer's heads, MLP width and vocabulary split %d "
-              "ways) x data-parallel %d, ZeRO-%d, global batch %lld (%lld per replica)\n\n",
-              flags.devices, tp, tp, replicas, flags.zero, static_cast<long long>(batch),
-              static_cast<long long>(batch / replicas));
+              "ways%s) x data-parallel %d, ZeRO-%d, global batch %lld (%lld per replica)\n\n",
+              flags.devices, tp, tp, flags.model.sequence_parallel ? "; sequence-parallel: norms and dropouts on 1/T of the rows" : "",
+              replicas, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / replicas));
   } else if (flags.devices > 1) {
     print_out("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
                 flags.devices, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / flags.devices));
@@ -421,6 +422,7 @@ planner::StepWithLevers step_with_levers(const FitFlags& flags) {
     if (it == built->end()) {
       ModelFlags model = flags.model;
       model.tensor_parallel = levers.tensor_parallel;
+      model.sequence_parallel = model.sequence_parallel && levers.tensor_parallel > 1;  // it goes with the slices
       model.offload_optimizer = levers.offload_optimizer;
       auto step = step_description(model);
       if (!step) return step.error();

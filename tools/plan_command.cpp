@@ -86,6 +86,7 @@ int run_plan(const PlanFlags& flags) {
   j["model"] = flags.model.display_name();
   j["batch"] = step.value().batch;
   if (flags.model.tensor_parallel > 1) j["tensor_parallel"] = flags.model.tensor_parallel;  // the plan is one rank's
+  if (flags.model.sequence_parallel) j["sequence_parallel"] = true;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
@@ -115,7 +116,8 @@ int run_plan(const PlanFlags& flags) {
     std::cout << j.dump(2) << "\n";
   } else {
     const std::string slice = flags.model.tensor_parallel > 1 ? ", one rank's slice of --tensor-parallel " +
-                                                                     std::to_string(flags.model.tensor_parallel)
+                                                                     std::to_string(flags.model.tensor_parallel) +
+                                                                     (flags.model.sequence_parallel ? " --sequence-parallel" : "")
                                                                : "";
     print_out("%s, batch %lld, %s%s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
                 static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),

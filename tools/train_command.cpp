@@ -70,6 +70,7 @@ struct TrainFlags {
   double bucket_mb = 25.0;
   int prefetch = 1;
   int tensor_parallel = 1;  // --tensor-parallel: consecutive ranks split each decoder layer
+  bool sequence_parallel = false;  // --sequence-parallel
 };
 
 // ", cosine schedule, 100 warm-up steps" after the learning rate; empty for a constant rate.
@@ -116,7 +117,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     spec.model.zoo.seq = flags.config_seq;
     spec.model.zoo.target_seq = flags.target_seq;
   }
-  models::set_tensor_parallel(spec.model, {flags.tensor_parallel, 0});  // each rank's slice is set when it starts
+  models::set_tensor_parallel(spec.model, {flags.tensor_parallel, 0, flags.sequence_parallel});  // each rank's slice is set when it starts
   spec.onnx = {flags.onnx, flags.loss, flags.output, flags.export_onnx};
   spec.data = flags.data;
   spec.vocab = flags.vocab;
@@ -229,6 +230,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     if (tp > 1) {
       out["tensor_parallel"] = tp;  // consecutive ranks split each layer; the groups are data-parallel replicas
       out["data_parallel"] = r.world / tp;
+      if (models::tensor_parallel_of(spec.model).sequence_parallel) out["sequence_parallel"] = true;
     }
     out["zero"] = spec.zero;
     out["bucket_mb"] = double(spec.bucket_bytes) / (1024.0 * 1024.0);
@@ -547,6 +549,10 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
                  "whole model")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  app.add_flag("--sequence-parallel", flags.sequence_parallel,
+               "With --tensor-parallel: sequence parallelism: norms, dropouts and residual adds run on each rank's "
+               "1/T of the token rows (an all-gather before each column-parallel layer, a reduce-scatter after each "
+               "row-parallel one); batch x sequence must divide by T");
 }
 
 Status refuse_onnx_options(const TrainOptions& o) {

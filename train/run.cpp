@@ -57,7 +57,12 @@ int tensor_parallel_degree(const TrainSpec& spec) { return models::tensor_parall
 // --tensor-parallel T needs a multiple of T ranks, and a decoder (model_options refuses others).
 Status check_tensor_parallel(const TrainSpec& spec, int world) {
   const int t = tensor_parallel_degree(spec);
-  if (t == 1) return Status::success();
+  if (t == 1) {
+    if (models::tensor_parallel_of(spec.model).sequence_parallel) {
+      return Error{"--sequence-parallel splits the rows tensor parallelism leaves whole: give --tensor-parallel T (2 or more) too"};
+    }
+    return Status::success();
+  }
   if (!spec.onnx.path.empty()) return Error{"--tensor-parallel splits the decoders' layers, not an --onnx graph"};
   if (world % t != 0 || world == 1) {
     return Error{"--tensor-parallel " + std::to_string(t) + " splits each layer over " + std::to_string(t) + " ranks, but " +
@@ -402,6 +407,7 @@ RunIdentity run_identity(const TrainSpec& spec, int world) {
   id.emplace_back("--seed", std::to_string(spec.seed));
   id.emplace_back("mpirun -np", std::to_string(world));
   if (tensor_parallel_degree(spec) > 1) id.emplace_back("--tensor-parallel", std::to_string(tensor_parallel_degree(spec)));
+  if (models::tensor_parallel_of(spec.model).sequence_parallel) id.emplace_back("--sequence-parallel", "on");
   id.emplace_back("--zero", std::to_string(spec.zero));
   return id;
 }
@@ -477,7 +483,12 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   auto grouped = rank_groups(spec, *comm);
   if (!grouped) return run_error(grouped.error().message);
   const RankGroups& groups = grouped.value();
-  if (groups.tensor_parallel > 1) models::set_tensor_parallel(spec.model, {groups.tensor_parallel, groups.slice});
+  if (groups.tensor_parallel > 1) {
+    graph::TensorParallel tp = models::tensor_parallel_of(spec.model);
+    tp.degree = groups.tensor_parallel;
+    tp.rank = groups.slice;
+    models::set_tensor_parallel(spec.model, tp);
+  }
 
   // The device first: a missing GPU is reported before any data is read.
   const kernels::DeviceKind kind =
