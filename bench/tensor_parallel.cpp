@@ -124,18 +124,15 @@ int main() {
 
   // With sequence parallelism (--sequence-parallel) the paper's per-rank bytes are
   // sbh(34/t + 5as/(ht)): the norms, residual dropouts and their inputs on 1/t of the rows too.
-  // The same three differences, now all on 1/t of the rows, and one more: memplan keeps the
-  // all-gathered input of each column-parallel block (attention's q/k/v, the MLP's first layer)
-  // for the weight gradients, where Megatron-LM keeps this rank's rows and gathers them again in
-  // the backward pass: 2 x 2sbh x (1 - 1/t).
+  // The same three differences, now all on 1/t of the rows. The column-parallel blocks' inputs
+  // are kept as this rank's rows and gathered again for the backward pass, as Megatron-LM does.
   nlohmann::json per_t_sp = nlohmann::json::array();
   std::vector<std::vector<std::string>> summary_sp;
   for (int t : {2, 4, 8}) {
     const LayerActivations stored = stored_per_layer(t, true);
     const double paper = sbh * (34.0 / t + 5.0 * double(a) * double(s) / (double(h) * t));
     const double attention_mask = double(a) * double(s) * double(s) * double(b) / t;
-    const double gathered_inputs = 2.0 * 2.0 * sbh * (1.0 - 1.0 / t);
-    const double explained = paper + attention_mask + 2.0 * sbh / t + 16.0 * sb / t + gathered_inputs;
+    const double explained = paper + attention_mask + 2.0 * sbh / t + 16.0 * sb / t;
     if (stored.total != explained) {
       std::fprintf(stderr, "sequence-parallel t=%d: measured %.0f bytes, explained %.0f (difference %.0f)\n", t, stored.total,
                    explained, stored.total - explained);
@@ -149,8 +146,6 @@ int main() {
                   fmt(attention_mask / sbh, 4)},
                  {"+ two residual dropout masks at 2 bytes, this rank's rows (2sbh/t)", fmt(2.0 * sbh / t, 0), fmt(2.0 / t, 4)},
                  {"+ two layer-norm f32 (mean, rstd), this rank's rows (16sb/t)", fmt(16.0 * sb / t, 0), fmt(16.0 / double(h) / t, 4)},
-                 {"+ the two column-parallel inputs kept gathered (4sbh(1 - 1/t))", fmt(gathered_inputs, 0),
-                  fmt(gathered_inputs / sbh, 4)},
                  {"= explained", fmt(explained, 0), fmt(explained / sbh, 4)},
                  {"memplan graph (measured)", fmt(stored.total, 0), fmt(stored.total / sbh, 4)}});
     const std::int64_t arena = arena_per_rank(t, true);

@@ -4,6 +4,7 @@
 
 #include "memplan/common/check.h"
 #include "memplan/graph/grad_context_internal.h"
+#include "memplan/graph/tensor_parallel.h"
 
 namespace memplan::graph {
 
@@ -67,6 +68,8 @@ void append_backward(Graph& graph, TensorId loss) {
     rule(ctx, op, dy);
   }
   for (TensorId p : graph.parameters()) graph.mutable_tensor(p).grad = ctx.grad(p);
+  // Sequence parallelism: gathered rows are gathered again for the backward pass, not kept.
+  regather_rows_for_backward(graph);
 }
 
 }  // namespace memplan::graph

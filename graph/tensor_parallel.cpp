@@ -98,6 +98,41 @@ TensorId sequence_parallel_parameter(Builder& b, const TensorParallel& tp, Tenso
   return tp_copy(b, tp, parameter, b.graph().tensor(parameter).name + ".rows");
 }
 
+void regather_rows_for_backward(Graph& g) {
+  const int n = g.num_ops();
+  std::vector<std::vector<int>> before(static_cast<std::size_t>(n));  // per op: gathers placed just before it
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    const Op op = g.ops()[static_cast<std::size_t>(i)];  // a copy: add_op grows ops()
+    // column_input's gathers: whole [rows, width] (the loss's statistics gather is [ranks, rows, 2]).
+    if (op.kind != OpKind::all_gather || op.attrs.group != RankGroup::tensor || op.phase != Phase::forward) continue;
+    const TensorId whole = op.outputs[0];
+    if (g.tensor(whole).shape.rank() != 2) continue;
+    std::vector<std::pair<int, int>> readers;  // backward (op, input slot)
+    for (int j = i + 1; j < n; ++j) {
+      const Op& r = g.ops()[static_cast<std::size_t>(j)];
+      if (r.phase != Phase::backward) continue;
+      for (int slot = 0; slot < static_cast<int>(r.inputs.size()); ++slot) {
+        if (r.inputs[static_cast<std::size_t>(slot)] == whole) readers.emplace_back(j, slot);
+      }
+    }
+    if (readers.empty()) continue;
+    const TensorId again =
+        g.add_op(OpKind::all_gather, {op.inputs[0]}, op.attrs, g.tensor(whole).name + ".for_backward", Role::activation, Phase::backward);
+    before[static_cast<std::size_t>(readers.front().first)].push_back(g.num_ops() - 1);
+    for (const auto& [j, slot] : readers) g.replace_input(j, slot, again);
+    any = true;
+  }
+  if (!any) return;
+  std::vector<int> order;
+  order.reserve(static_cast<std::size_t>(g.num_ops()));
+  for (int i = 0; i < n; ++i) {
+    for (int added : before[static_cast<std::size_t>(i)]) order.push_back(added);
+    order.push_back(i);
+  }
+  g.reorder_ops(order);
+}
+
 namespace {
 
 // This rank's vocabulary columns: [start, start + slice), of which `length` are real ids.

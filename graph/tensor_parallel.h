@@ -66,6 +66,12 @@ TensorId sequence_shard(Builder& b, const TensorParallel& tp, TensorId x, const 
 // norm's weight and bias, a row-parallel layer's bias): each rank's rows give part of its gradient,
 // summed over the ranks by tp_copy's backward. The parameter itself without sequence parallelism.
 TensorId sequence_parallel_parameter(Builder& b, const TensorParallel& tp, TensorId parameter);
+// The rows column_input gathers are read twice: by the forward's column-parallel layers and by
+// their weight gradients. Kept until the backward pass they would cost T times the rank's own
+// rows; as in Megatron-LM, the backward reads a second gather of the rank's rows, made just
+// before its first reader, so only the rows are kept. Changes nothing in a graph without such
+// gathers; autograd runs it (graph/autograd.h).
+void regather_rows_for_backward(Graph& g);
 // ids [..] -> [.., D] from a table slice [ceil(vocab / degree), D] (parameter_slice along 0): each
 // rank gathers the ids it holds, zeros for the rest, then the sum over the ranks.
 TensorId vocab_parallel_embedding(Builder& b, const TensorParallel& tp, TensorId ids, TensorId table,

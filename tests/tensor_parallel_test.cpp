@@ -136,21 +136,28 @@ TEST(SequenceParallelGraph, TheStreamBetweenTheParallelLayersHoldsThisRanksRows)
   // A residual dropout on this rank's rows draws this rank's mask.
   EXPECT_NE(g.find("h.0.attn.proj.drop.rank1.mask"), kNoTensor);
 
-  // The backward: a reduce-scatter per differentiated gather, a gather per reduce-scatter, and
-  // the identities' sums (the embeddings' rows, the norms' and biases' gradients).
+  // The backward: a reduce-scatter per differentiated gather, a gather per reduce-scatter, a
+  // second gather of each column-parallel input's rows for the weight gradients (the forward's
+  // gathered rows are not kept for the backward), and the identities' sums (the embeddings' rows,
+  // the norms' and biases' gradients).
   models::ModelOptions options;
   options.name = "gpt";
   options.gpt = c;
   auto planned = planner::plan_step(planner::StepDescription::of_source(models::registry_source(options), 2), {});
   ASSERT_TRUE(planned) << planned.error().message;
+  const graph::Graph& step = planned.value().graph;
   int gathers = 0, scatters = 0, sums = 0;
-  for (const graph::Op& op : planned.value().graph.ops()) {
-    if (op.phase != graph::Phase::backward || op.attrs.group != RankGroup::tensor) continue;
+  for (const graph::Op& op : step.ops()) {
+    if (op.phase != graph::Phase::backward) continue;
+    for (const char* gathered : {"h.0.attn.in", "h.1.mlp.in", "head.in"}) {
+      for (TensorId in : op.inputs) EXPECT_NE(in, step.find(gathered)) << op.name << " reads the forward's gathered rows";
+    }
+    if (op.attrs.group != RankGroup::tensor) continue;
     gathers += op.kind == OpKind::all_gather ? 1 : 0;
     scatters += op.kind == OpKind::reduce_scatter ? 1 : 0;
     sums += op.kind == OpKind::all_reduce ? 1 : 0;
   }
-  EXPECT_EQ(gathers, 2 * 2);
+  EXPECT_EQ(gathers, 2 * 2 + 2 * 2 + 1);
   EXPECT_EQ(scatters, 2 * 2 + 1);
   EXPECT_EQ(sums, 1 + on_rows);
 
