@@ -41,6 +41,28 @@ TEST(FitSuggestCli, OneByteShortTheSuggestionCheckpointsAndFitAgrees) {
   EXPECT_EQ(s["lever_savings"][0]["total_without_bytes"], plain["total_bytes"]);
 }
 
+// With --sequence-parallel every tensor-parallel candidate is planned with it and names it; a
+// candidate's flags given to fit plan the step it stands for (the table's bytes are the fast
+// "fits" answer's, a greedy packing: never below fit's exact plan).
+TEST(FitSuggestCli, TensorParallelCandidatesNameSequenceParallelismAndFitAgrees) {
+  const std::string shape = "--model gpt --vocab 96 --seq 64 --batch 16 --devices 4";
+  const nlohmann::json s = fit_json(shape + " --device-memory 1TiB --sequence-parallel --tensor-parallel 2 --suggest");
+  int split = 0;
+  for (const nlohmann::json& c : s["candidates"]) {
+    const bool tp = c["tensor_parallel"].get<int>() > 1;
+    const std::string levers = c["levers"];
+    EXPECT_EQ(c["sequence_parallel"].get<bool>(), tp) << levers;
+    EXPECT_EQ(levers.find("--sequence-parallel") != std::string::npos, tp) << levers;
+    if (!tp || !c.contains("total_bytes") || c["micro_batch"].get<int>() > 0) continue;
+    const nlohmann::json fit = fit_json(shape + " --device-memory 1TiB " + levers);
+    EXPECT_LE(fit["total_bytes"].get<std::int64_t>(), c["total_bytes"].get<std::int64_t>()) << levers;
+    EXPECT_GT(fit["total_bytes"].get<std::int64_t>(), c["total_bytes"].get<std::int64_t>() * 99 / 100) << levers;
+    EXPECT_EQ(fit["sequence_parallel"], true) << levers;
+    ++split;
+  }
+  EXPECT_GT(split, 0) << "no tensor-parallel candidate was planned: the test checks nothing";
+}
+
 // fit with levers pulled says what each saves: ZeRO-2's saving is ZeRO-0's total less its own,
 // tensor parallelism's the total with one slice per replica less its own.
 TEST(FitSuggestCli, FitSaysWhatEachLeverSavesAsTheDifferenceOfTwoAnswers) {

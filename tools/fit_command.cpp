@@ -486,9 +486,21 @@ void print_savings(const std::vector<planner::LeverSaving>& savings) {
   }
 }
 
-nlohmann::json candidate_json(const planner::LeverCandidate& c) {
-  nlohmann::json j{{"levers", planner::describe(c.levers, c.accumulation_steps)},
+// A candidate's levers as flags. With --sequence-parallel its tensor-parallel candidates were
+// planned with sequence parallelism too (step_with_levers), and they say so.
+std::string levers_text(const planner::LeverCandidate& c, bool sequence_parallel) {
+  std::string text = planner::describe(c.levers, c.accumulation_steps);
+  if (sequence_parallel && c.levers.tensor_parallel > 1) {
+    const std::string tp = "--tensor-parallel " + std::to_string(c.levers.tensor_parallel);
+    if (const auto at = text.find(tp); at != std::string::npos) text.insert(at + tp.size(), " --sequence-parallel");
+  }
+  return text;
+}
+
+nlohmann::json candidate_json(const planner::LeverCandidate& c, bool sequence_parallel) {
+  nlohmann::json j{{"levers", levers_text(c, sequence_parallel)},
                    {"tensor_parallel", c.levers.tensor_parallel},
+                   {"sequence_parallel", sequence_parallel && c.levers.tensor_parallel > 1},
                    {"zero", c.levers.zero},
                    {"offload_optimizer", c.levers.offload_optimizer},
                    {"checkpoint", strategy_name(c.levers.checkpoint)},
@@ -556,14 +568,14 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
   const planner::CostModel& m = q.costs;
   if (flags.json) {
     nlohmann::json candidates = nlohmann::json::array();
-    for (const planner::LeverCandidate& c : a.candidates) candidates.push_back(candidate_json(c));
+    for (const planner::LeverCandidate& c : a.candidates) candidates.push_back(candidate_json(c, flags.model.sequence_parallel));
     nlohmann::json j{{"model", flags.model.display_name()}, {"batch", q.batch}, {"devices", q.devices},
                      {"device_memory_bytes", q.device_memory}, {"fits", a.best.has_value()}, {"candidates", candidates},
                      {"steps_planned", a.steps_planned},
                      {"cost_model", {{"flops_per_s", m.flops_per_s}, {"nvlink_bytes_per_s", m.nvlink_bytes_per_s},
                                      {"network_bytes_per_s", m.network_bytes_per_s}, {"host_bytes_per_s", m.host_bytes_per_s},
                                      {"gpus_per_node", m.gpus_per_node}}}};
-    if (a.best) j["best"] = candidate_json(*a.best);
+    if (a.best) j["best"] = candidate_json(*a.best, flags.model.sequence_parallel);
     j["lever_savings"] = savings_json(savings);
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -579,12 +591,12 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
   print_out("  %-70s %-5s %12s %10s %9s\n", "levers", "fits", "per rank", "est. step", "recompute");
   for (const planner::LeverCandidate& c : a.candidates) {
     if (!c.why_not.empty() && c.total_bytes == 0) {
-      print_out("  %-70s %-5s %s\n", planner::describe(c.levers, c.accumulation_steps).c_str(), "-", c.why_not.c_str());
+      print_out("  %-70s %-5s %s\n", levers_text(c, flags.model.sequence_parallel).c_str(), "-", c.why_not.c_str());
       continue;
     }
     const std::string seconds = c.fits ? fmt_seconds(c.seconds) : "-";
     const std::string recompute = c.fits ? percent(c.recompute_fraction) : "-";
-    print_out("  %-70s %-5s %12s %10s %9s%s\n", planner::describe(c.levers, c.accumulation_steps).c_str(), c.fits ? "yes" : "no",
+    print_out("  %-70s %-5s %12s %10s %9s%s\n", levers_text(c, flags.model.sequence_parallel).c_str(), c.fits ? "yes" : "no",
               format_bytes(c.total_bytes).c_str(), seconds.c_str(), recompute.c_str(),
               c.why_not.empty() ? "" : ("  (" + c.why_not + ")").c_str());
   }
@@ -592,7 +604,7 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
     print_out("\nno combination fits: more devices (--devices), a smaller --batch or --seq, or a device with more memory\n");
     return kExitOk;
   }
-  print_out("\nbest: %s (per rank %s, est. %s a step)\n", planner::describe(a.best->levers, a.best->accumulation_steps).c_str(),
+  print_out("\nbest: %s (per rank %s, est. %s a step)\n", levers_text(*a.best, flags.model.sequence_parallel).c_str(),
             format_bytes(a.best->total_bytes).c_str(), fmt_seconds(a.best->seconds).c_str());
   print_savings(savings);
   return kExitOk;
