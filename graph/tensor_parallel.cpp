@@ -65,6 +65,11 @@ std::int64_t sequence_rows(Builder& b, TensorId x, const std::string& name) {
   return shape[0];
 }
 
+// This rank's share of `rows` token rows, or a GraphError naming them.
+std::int64_t rows_per_rank(const TensorParallel& tp, std::int64_t rows) {
+  return tp.split(rows, "sequence parallelism: the " + std::to_string(rows) + " token rows (batch x sequence)");
+}
+
 }  // namespace
 
 TensorId column_input(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
@@ -79,7 +84,7 @@ TensorId column_input(Builder& b, const TensorParallel& tp, TensorId x, const st
 TensorId row_output(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
   if (!tp.active() || !tp.sequence_parallel) return tp_sum(b, tp, x, name);
   const std::int64_t rows = sequence_rows(b, x, name), width = b.graph().tensor(x).shape[1];
-  const std::int64_t shard_rows = tp.split(rows, "sequence parallelism: the " + std::to_string(rows) + " token rows (batch x sequence)");
+  const std::int64_t shard_rows = rows_per_rank(tp, rows);
   const TensorId flat = b.reshape(x, {checked_mul(rows, width)}, name + ".flat");
   const TensorId shard =
       b.graph().add_op(OpKind::reduce_scatter, {flat}, tensor_group(tp), name + ".scatter", Role::activation, Phase::forward);
@@ -88,8 +93,7 @@ TensorId row_output(Builder& b, const TensorParallel& tp, TensorId x, const std:
 
 TensorId sequence_shard(Builder& b, const TensorParallel& tp, TensorId x, const std::string& name) {
   if (!tp.active() || !tp.sequence_parallel) return x;
-  const std::int64_t rows = sequence_rows(b, x, name);
-  const std::int64_t shard_rows = tp.split(rows, "sequence parallelism: the " + std::to_string(rows) + " token rows (batch x sequence)");
+  const std::int64_t shard_rows = rows_per_rank(tp, sequence_rows(b, x, name));
   return b.slice(tp_copy(b, tp, x, name + ".whole"), 0, shard_rows * tp.rank, shard_rows, name);
 }
 
