@@ -185,6 +185,13 @@ TensorId Builder::mean(TensorId x, const std::string& name) { return unary(OpKin
 TensorId Builder::cross_entropy(TensorId logits, TensorId labels, const std::string& name) {
   return binary(OpKind::softmax_cross_entropy, logits, labels, name);
 }
+TensorId Builder::linear_cross_entropy(TensorId h, TensorId w, TensorId labels, std::int64_t chunk_rows,
+                                       const std::string& name) {
+  OpAttrs attrs;
+  attrs.chunk_rows = chunk_rows;
+  const TensorId lse = graph_.add_op(OpKind::linear_cross_entropy_lse, {h, w}, attrs, name + ".lse", Role::activation, phase_);
+  return graph_.add_op(OpKind::linear_cross_entropy, {h, w, labels, lse}, std::move(attrs), name, Role::activation, phase_);
+}
 
 
 TensorId Builder::conv2d(TensorId x, TensorId w, std::int64_t stride, std::int64_t padding,

@@ -125,6 +125,10 @@ class Builder {
                             float scale = 0.0f, float softcap = 0.0f);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
+  // The same loss of logits h w^T (h [B, C], w [V, C]) without storing them: `chunk_rows` rows
+  // at a time (0: every row; else a multiple of graph::kLossRowBlock), recomputed in the backward
+  // pass (graph/fused_loss.h). The per-row log-sum-exp is `name`.lse.
+  TensorId linear_cross_entropy(TensorId h, TensorId w, TensorId labels, std::int64_t chunk_rows, const std::string& name);
 
   Graph& graph() { return graph_; }
 

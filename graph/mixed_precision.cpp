@@ -156,4 +156,22 @@ Bytes widening_scratch_bytes(const Graph& graph, std::span<const OpKind> native)
   return most;
 }
 
+Bytes op_scratch_bytes(const Graph& graph, const Op& op) {
+  const OpInfo& info = op_info(op.kind);
+  if (info.scratch == nullptr) return 0;
+  std::vector<const TensorDesc*> inputs;
+  inputs.reserve(op.inputs.size());
+  for (TensorId t : op.inputs) inputs.push_back(&graph.tensor(t));
+  return aligned(info.scratch(inputs, op.attrs));
+}
+
+Bytes kernel_scratch_bytes(const Graph& graph, bool widen, std::span<const OpKind> native) {
+  Bytes most = 0;
+  for (const Op& op : graph.ops()) {
+    const bool widened = widen && std::find(native.begin(), native.end(), op.kind) == native.end();
+    most = std::max(most, op_scratch_bytes(graph, op) + (widened ? op_widening(graph, op).bytes : Bytes{0}));
+  }
+  return most;
+}
+
 }  // namespace memplan::graph

@@ -61,6 +61,13 @@ Widening op_widening(const Graph& graph, const Op& op);
 // The most any op of `graph` takes (the scratch such a device plans), leaving out the ops of the
 // kinds in `native`: those the device computes at 16 bits itself (kernels::native_16bit_ops).
 Bytes widening_scratch_bytes(const Graph& graph, std::span<const OpKind> native = {});
+// Bytes of scratch `op`'s kernels take beyond its operands (OpInfo::scratch: the fused loss's
+// chunk of logits), on every device.
+Bytes op_scratch_bytes(const Graph& graph, const Op& op);
+// The kernel workspace `graph` needs: the most any op takes of its own scratch plus, on a device
+// that widens 16-bit ops (`widen`), the f32 copies of its operands (op_widening), leaving out the
+// kinds in `native`. The widened call hands the kernel the workspace after the copies.
+Bytes kernel_scratch_bytes(const Graph& graph, bool widen, std::span<const OpKind> native = {});
 // Whether `op`, with these attributes, splits by rows, and which inputs then do (a bitmask).
 bool splits_by_rows(const OpInfo& info, const OpAttrs& attrs);
 

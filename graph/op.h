@@ -28,6 +28,10 @@ enum class OpKind : std::uint8_t {
   sum,                    // scalar = sum(x)
   mean,                   // scalar = mean(x)
   softmax_cross_entropy,  // scalar = mean_i(-log softmax(logits_i)[label_i]); labels i32
+  // The output projection and its cross-entropy fused (graph/fused_loss.h): logits = h w^T are
+  // never stored whole, only `chunk_rows` rows of them at a time in the op's scratch (0: all rows)
+  linear_cross_entropy_lse,  // lse[N] (f32) = log sum_v exp(h_n . w_v)   inputs: h[N, C], w[V, C]
+  linear_cross_entropy,      // loss (f32) = mean_n(lse[n] - h_n . w_{label n})   inputs: h, w, labels[N] i32, lse
   // convolutional nets (NCHW; square kernels; `kernel`, `stride`, `padding`, `dilation` in attrs)
   im2col,                 // cols[N, C*K*K, OH*OW] from x[N, C, H, W]; tap (kh, kw) reads x at
                           // (oh*S + kh*D - P, ow*S + kw*D - P)
@@ -99,6 +103,8 @@ enum class OpKind : std::uint8_t {
   broadcast_scalar,                // y[shape] = alpha * g           inputs: g (scalar)
   reduce_rows,                     // y[N] = sum over rows of x[..., N]
   softmax_cross_entropy_backward,  // dlogits                        inputs: dloss, logits, labels
+  linear_cross_entropy_backward,   // [N + V, C] = dh then dw, with dlogits = (exp(h w^T - lse) - onehot) * dloss / N
+                                   // recomputed chunk by chunk   inputs: dloss, h, w, labels, lse (chunk_rows)
   fill,                            // y[shape] = alpha               no inputs
   conv2d_backward_weight,          // dw[Cout, Cin, K, K]            inputs: dy, cols; shape = w dims
   conv2d_backward_cols,            // dcols[N, Cin*K*K, OH*OW]       inputs: dy, w
@@ -218,6 +224,7 @@ struct OpAttrs {
   std::int64_t start = 0;          // slice
   std::int64_t length = 0;         // slice
   std::int64_t repeats = 1;        // repeat_heads*
+  std::int64_t chunk_rows = 0;     // linear_cross_entropy*: logits rows computed at a time (0: all)
   std::int64_t world = 1;          // pack, collectives: the number of ranks
   // collectives: the ranks they run over: the data-parallel group (every rank without tensor
   // parallelism) or the tensor-parallel group (graph/tensor_parallel.h)
@@ -334,6 +341,10 @@ struct OpInfo {
   // Every update op of the step is scheduled after this op (grads_finite: the executor skips the
   // updates when it reports an overflow).
   bool gates_updates = false;
+  // Bytes of scratch the kernels need beyond the operands (on every device, at f32), planned in
+  // the step's workspace (graph::kernel_scratch_bytes): a chunk of logits for the fused loss.
+  // nullptr: none.
+  std::int64_t (*scratch)(std::span<const TensorDesc* const> inputs, const OpAttrs& attrs) = nullptr;
 
   bool may_run_in_place(int input_index) const {
     return input_index >= 0 && input_index < 8 && ((in_place_inputs >> input_index) & 1u) != 0;

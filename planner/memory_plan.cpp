@@ -98,7 +98,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     plan.buffers.push_back(b);
   }
   const Bytes workspace =
-      options.workspace_bytes + (options.widen_16bit ? graph::widening_scratch_bytes(graph, options.native_16bit_ops) : Bytes{0});
+      options.workspace_bytes + graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
   if (workspace > 0) {
     plan.workspace_offset = next;
     plan.workspace_bytes = workspace;
@@ -248,7 +248,7 @@ Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind 
 
 Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& options) {
   const Bytes workspace =
-      options.workspace_bytes + (options.widen_16bit ? graph::widening_scratch_bytes(graph, options.native_16bit_ops) : Bytes{0});
+      options.workspace_bytes + graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
   auto bound = [&](ScheduleKind kind) { return lower_bound_with_schedule(graph, kind, options, workspace); };
   if (!options.choose_best_schedule) return bound(options.schedule);
   auto aware = bound(ScheduleKind::memory_aware);

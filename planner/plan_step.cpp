@@ -55,9 +55,8 @@ std::int64_t PlannedStep::parameter_count() const {
 
 namespace {
 
-Result<graph::Graph> build_step(const StepDescription& step) {
-  if (step.graph) return *step.graph;
-  if (!step.source) return Error{"the step has neither a model source nor a graph"};
+// The forward graph of a source step at the step's dtype.
+Result<graph::Graph> build_forward(const StepDescription& step) {
   const graph::ModelSource& source = *step.source;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
   const graph::DataParallelConfig& dp = step.parallel;
@@ -66,37 +65,80 @@ Result<graph::Graph> build_step(const StepDescription& step) {
     if (!source.training) return Error{"data parallelism applies to training steps"};
   }
   const std::int64_t rank_batch = dp.active() ? step.batch / dp.world : step.batch;
-  graph::Graph g;
   try {
-    g = source.forward(rank_batch);
+    graph::Graph g = source.forward(rank_batch);
     if (step.dtype != graph::DType::f32) g = graph::with_working_dtype(g, step.dtype);
+    return g;
   } catch (const graph::GraphError& e) {
     return Error{source.name.empty() ? std::string(e.what()) : "model '" + source.name + "': " + e.what()};
   }
-  if (step.offload_optimizer && !source.training) return Error{"optimizer offload applies to training steps"};
-  if (source.training) {
+}
+
+// A forward graph made a training step (backward, updates, and what the step asks besides).
+Status make_step(const StepDescription& step, graph::Graph& g) {
+  if (step.offload_optimizer && !step.source->training) return Error{"optimizer offload applies to training steps"};
+  if (!step.source->training) return Status::success();
+  try {
+    graph::make_data_parallel_training_step(g, step.optimizer, step.parallel);
+    // fp16 underflows where bf16 does not: its gradients are scaled (graph/mixed_precision.h).
+    if (step.dtype == graph::DType::f16) graph::add_loss_scaling(g);
+    if (step.offload_optimizer) graph::offload_optimizer(g);
+  } catch (const graph::GraphError& e) {
+    return Error{e.what()};
+  }
+  return Status::success();
+}
+
+// The step to plan, with the fused loss where the description asks for it (auto: where the
+// fused step's arena lower bound is the lower).
+Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& options, LossFusionReport& report) {
+  report = LossFusionReport{};
+  report.mode = step.fused_loss;
+  if (step.graph) return *step.graph;
+  if (!step.source) return Error{"the step has neither a model source nor a graph"};
+  auto forward = build_forward(step);
+  if (!forward) return forward.error();
+  graph::Graph unfused = std::move(forward).value();
+  if (step.source->training && step.fused_loss != graph::FusedLoss::off) {
+    graph::Graph fused = unfused;
     try {
-      graph::make_data_parallel_training_step(g, step.optimizer, dp);
-      // fp16 underflows where bf16 does not: its gradients are scaled (graph/mixed_precision.h).
-      if (step.dtype == graph::DType::f16) graph::add_loss_scaling(g);
-      if (step.offload_optimizer) graph::offload_optimizer(g);
+      report.fusion = graph::fuse_linear_cross_entropy(fused, step.loss_chunk_rows);
     } catch (const graph::GraphError& e) {
-      return Error{e.what()};
+      return Error{"fusing the loss: " + std::string(e.what())};
+    }
+    if (report.fusion.fused) {
+      if (Status s = make_step(step, fused); !s) return s.error();
+      if (step.fused_loss == graph::FusedLoss::on) {
+        report.used = true;
+        return fused;
+      }
+      if (Status s = make_step(step, unfused); !s) return s.error();
+      auto with = arena_lower_bound(fused, options);
+      if (!with) return with.error();
+      auto without = arena_lower_bound(unfused, options);
+      if (!without) return without.error();
+      report.fused_lower_bound = with.value();
+      report.unfused_lower_bound = without.value();
+      report.used = with.value() < without.value();
+      return report.used ? std::move(fused) : std::move(unfused);
     }
   }
-  return g;
+  if (Status s = make_step(step, unfused); !s) return s.error();
+  return unfused;
 }
 
 }  // namespace
 
 Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& request) {
   throw_if_cancelled();
-  auto built = build_step(step);
-  if (!built) return built.error();
   PlanOptions options = request.plan_options();
+  LossFusionReport fusion;
+  auto built = build_step(step, options, fusion);
+  if (!built) return built.error();
   // A probe answers only "fits or not": the exact search runs where it can change that answer.
   if (request.answer_only && request.budget) options.decide_against = request.budget;
   PlannedStep out;
+  out.loss_fusion = std::move(fusion);
   out.budget = request.budget;
   if (request.checkpoint == CheckpointStrategy::kNone && request.budget && request.answer_only) {
     // No recomputation to choose: when even the arena's lower bound exceeds the budget, the

@@ -11,6 +11,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/data_parallel.h"
+#include "memplan/graph/fused_loss.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/model_source.h"
 #include "memplan/graph/optimizer.h"
@@ -37,6 +38,11 @@ struct StepDescription {
   // Optimizer offload (graph::offload_optimizer): optimizer state and master copies in host
   // memory, updated by the CPU from gradients copied there; the plan's host region holds them.
   bool offload_optimizer = false;
+  // Whether a training step computes its output projection and cross-entropy fused, chunk by
+  // chunk, never storing the logits (graph/fused_loss.h): auto fuses where that lowers the arena's
+  // lower bound. `loss_chunk_rows` 0: graph::default_loss_chunk_rows.
+  graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
+  std::int64_t loss_chunk_rows = 0;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 
@@ -71,8 +77,19 @@ struct PlanRequest {
   PlanOptions plan_options() const;
 };
 
+// What the fused loss did to a planned step (StepDescription::fused_loss), for reports: whether the
+// step is fused, and the arena lower bounds of both forms where both were built (auto).
+struct LossFusionReport {
+  graph::FusedLoss mode = graph::FusedLoss::auto_;
+  graph::LossFusion fusion;       // the rewrite's answer (fused, rows, chunk rows, why not)
+  bool used = false;              // the planned step is the fused one
+  Bytes fused_lower_bound = 0;    // 0 where not computed
+  Bytes unfused_lower_bound = 0;  // 0 where not computed
+};
+
 struct PlannedStep {
   graph::Graph graph;  // the step as it runs: recompute ops included
+  LossFusionReport loss_fusion;
   MemoryPlan plan;
   // Set when a checkpoint strategy or a budget was asked for.
   std::optional<CheckpointOutcome> checkpoint;

@@ -77,9 +77,10 @@ Executor::Executor(const Graph& graph, planner::MemoryPlan plan, Device& device,
   scales_loss_ = graph::grads_finite_flag(graph_) != kNoTensor;
   if (scales_loss_) loss_scale_ = kInitialLossScale;
   // 16-bit ops without a kernel of their own compute in f32 copies made in the workspace, after
-  // the device's scratch (graph/mixed_precision.h, kernels/shared/widened_call.h).
+  // the device's scratch, and ops with scratch of their own keep it there (graph/mixed_precision.h,
+  // kernels/shared/widened_call.h).
   const std::vector<graph::OpKind> native = kernels::native_16bit_ops(device_.kind());
-  workspace_bytes_ = device_.workspace_bytes() + graph::widening_scratch_bytes(graph_, native);
+  workspace_bytes_ = device_.workspace_bytes() + graph::kernel_scratch_bytes(graph_, /*widen=*/true, native);
 }
 
 Executor::Executor(const planner::PlannedStep& step, Device& device, ExecutorOptions options)
@@ -597,7 +598,7 @@ Status Executor::run_step() {
       return kernels::KernelCall{o.kind, &o.attrs, all.subspan(0, o.inputs.size()),
                                  all.subspan(o.inputs.size(), o.outputs.size()),
                                  all.subspan(o.inputs.size() + o.outputs.size()), step, communicator_for(o),
-                                 lr_scale_, workspace_span(), loss_scale_};
+                                 lr_scale_, kernel_workspace(), loss_scale_};
     };
     const kernels::KernelCall call = make_call(op, tensor_refs(op, refs));
     if (skip_updates && op.phase == graph::Phase::optimizer) {

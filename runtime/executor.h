@@ -179,9 +179,13 @@ class Executor {
   void find_fused_pairs();
   void write_values(void* device_dst, const graph::TensorDesc& desc, const float* values);
   Bytes workspace_bytes() const { return workspace_bytes_; }
-  std::span<std::byte> workspace_span() const {
-    return workspace_ == nullptr ? std::span<std::byte>{}
-                                 : std::span<std::byte>(static_cast<std::byte*>(workspace_), static_cast<std::size_t>(workspace_bytes_));
+  // The kernels' part of the workspace: what follows the device's own (cuBLAS's workspace and
+  // its kernels' scratch), where 16-bit operands are widened and ops keep their scratch
+  // (graph::kernel_scratch_bytes).
+  std::span<std::byte> kernel_workspace() const {
+    if (workspace_ == nullptr) return {};
+    const Bytes own = std::min(device_.workspace_bytes(), workspace_bytes_);
+    return std::span<std::byte>(static_cast<std::byte*>(workspace_) + own, static_cast<std::size_t>(workspace_bytes_ - own));
   }
   std::span<const kernels::TensorRef> tensor_refs(const graph::Op& op, std::vector<kernels::TensorRef>& refs) const;
   Status check_guard(int buffer_index, const graph::Op& op) const;

@@ -417,10 +417,12 @@ void compare_op(runtime::Device& gpu, std::span<std::byte> workspace, const grap
     cpu_refs.push_back({t.bytes.data(), t.shape, t.dtype});
     gpu_refs.push_back({p, t.shape, t.dtype});
   }
-  // 16-bit ops: each device computes the widened ones in f32 copies made in its workspace (the
-  // GPU's past its own scratch, which the fixture's workspace covers).
+  // 16-bit ops: each device computes the widened ones in f32 copies made in its workspace, and
+  // ops with scratch of their own keep it there: the kernels get what follows the device's own
+  // scratch (as the executor's kernel_workspace), which the fixture's workspace covers.
   const graph::DType dtype = graph::op_dtype(g, op);
-  std::vector<std::byte> cpu_workspace(static_cast<std::size_t>(graph::op_widening(g, op).bytes));
+  std::vector<std::byte> cpu_workspace(
+      static_cast<std::size_t>(graph::op_widening(g, op).bytes + graph::op_scratch_bytes(g, op)));
   auto call_of = [&](const std::vector<kernels::TensorRef>& refs, std::span<std::byte> scratch) {
     const std::span<const kernels::TensorRef> all(refs);
     kernels::KernelCall call{op.kind, &op.attrs, all.subspan(0, op.inputs.size()),
@@ -430,7 +432,8 @@ void compare_op(runtime::Device& gpu, std::span<std::byte> workspace, const grap
     return call;
   };
   kernels::find_kernel(op.kind, DeviceKind::cpu, dtype)(call_of(cpu_refs, cpu_workspace));
-  kernels::find_kernel(op.kind, DeviceKind::cuda, dtype)(call_of(gpu_refs, workspace));
+  kernels::find_kernel(op.kind, DeviceKind::cuda, dtype)(
+      call_of(gpu_refs, workspace.subspan(static_cast<std::size_t>(gpu.workspace_bytes()))));
   gpu.synchronize();
 
   // A 16-bit result may round to a neighbouring value where the devices' f32 results differ in

@@ -411,6 +411,24 @@ const std::vector<OpCase>& op_cases() {
          return b.cross_entropy(logits, labels, "loss");
        },
        {{1, 2}, {4, 5}, {6, 3}}},
+      // the fused projection and cross-entropy (graph/fused_loss.h): dims {N, V, C, chunk_rows}; 130
+      // rows in chunks of 128 take two chunks, the second of 2 rows
+      {"linear_cross_entropy", OpKind::linear_cross_entropy,
+       [](Builder& b, const Dims& d, DType t) {
+         auto h = b.parameter("h", {d[0], d[2]}, {}, t);
+         auto w = b.parameter("w", {d[1], d[2]}, {}, t);
+         auto labels = b.input("labels", {d[0]}, graph::DType::i32);
+         return b.linear_cross_entropy(h, w, labels, d[3], "loss");
+       },
+       {{1, 2, 3, 0}, {4, 5, 3, 0}, {6, 7, 2, 128}, {130, 5, 3, 128}}},
+      {"linear_cross_entropy_lse", OpKind::linear_cross_entropy_lse,
+       [](Builder& b, const Dims& d, DType t) {
+         auto h = b.parameter("h", {d[0], d[2]}, {}, t);
+         auto w = b.parameter("w", {d[1], d[2]}, {}, t);
+         auto labels = b.input("labels", {d[0]}, graph::DType::i32);
+         return b.linear_cross_entropy(h, w, labels, d[3], "loss");
+       },
+       {{4, 5, 3, 0}, {130, 5, 3, 128}}},
       // --- tensor parallelism over one rank (graph/tensor_parallel.h): the ops and their gradient
       // rules as a rank runs them; several ranks against one process: tests/tensor_parallel_mpi_test.cpp
       {"tp_copy", OpKind::tp_copy,
@@ -610,6 +628,37 @@ V ref_softmax_cross_entropy(const RefOperands& o) {
     for (std::int64_t c = 0; c < classes; ++c) z += std::exp(o.in[0][at(r * classes + c)] - mx);
     const auto label = static_cast<std::int64_t>(o.in[1][at(r)]);
     total += -(o.in[0][at(r * classes + label)] - mx - std::log(z));
+  }
+  return {total / double(rows)};
+}
+
+// lse[n] = log sum_v exp(h_n . w_v)   (inputs: h [N, C], w [V, C])
+V ref_linear_cross_entropy_lse(const RefOperands& o) {
+  const std::int64_t rows = o.shape[0][0], width = o.shape[0][1], vocab = o.shape[1][0];
+  V lse;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    V logits;
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      double dot = 0;
+      for (std::int64_t k = 0; k < width; ++k) dot += o.in[0][at(r * width + k)] * o.in[1][at(v * width + k)];
+      logits.push_back(dot);
+    }
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    double z = 0;
+    for (double l : logits) z += std::exp(l - mx);
+    lse.push_back(mx + std::log(z));
+  }
+  return lse;
+}
+// mean_n(lse[n] - h_n . w_label)   (inputs: h, w, labels, lse)
+V ref_linear_cross_entropy(const RefOperands& o) {
+  const std::int64_t rows = o.shape[0][0], width = o.shape[0][1];
+  double total = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto label = static_cast<std::int64_t>(o.in[2][at(r)]);
+    double dot = 0;
+    for (std::int64_t k = 0; k < width; ++k) dot += o.in[0][at(r * width + k)] * o.in[1][at(label * width + k)];
+    total += o.in[3][at(r)] - dot;
   }
   return {total / double(rows)};
 }
@@ -1139,6 +1188,8 @@ const ReferenceEntry kReferences[] = {
     {OpKind::mean, ref_mean},
     {OpKind::broadcast_scalar, ref_broadcast_scalar},
     {OpKind::softmax_cross_entropy, ref_softmax_cross_entropy},
+    {OpKind::linear_cross_entropy_lse, ref_linear_cross_entropy_lse},
+    {OpKind::linear_cross_entropy, ref_linear_cross_entropy},
     {OpKind::im2col, ref_im2col},
     {OpKind::conv2d, ref_conv2d},
     {OpKind::grouped_conv2d, ref_grouped_conv2d},

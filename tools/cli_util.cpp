@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdarg>
@@ -162,6 +163,16 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                   "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
                   "dropout stored); auto (the default) is fused",
                   "auto");
+  add_fused_loss_option(app, flags.fused_loss);
+}
+
+void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode) {
+  add_enum_option(app, "--fused-loss", mode, graph::kFusedLossNames,
+                  "Training steps whose loss is a cross-entropy of logits h w^T (language models' heads): on computes "
+                  "the product and the loss together a chunk of rows at a time, recomputing the chunks in the backward "
+                  "pass, so the [tokens, vocabulary] logits and their gradient are never stored (Liger's, Cut "
+                  "Cross-Entropy's idea; one more product of the head's size); off stores them; auto (the default) "
+                  "fuses where that lowers the arena");
 }
 
 namespace {
@@ -351,6 +362,7 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
                                       : registry_step_description(flags);
   if (step) step.value().dtype = flags.dtype;  // mixed precision: every source's forward graph at --dtype
   if (step) step.value().offload_optimizer = flags.offload_optimizer;
+  if (step) step.value().fused_loss = flags.fused_loss;
   return step;
 }
 
@@ -388,6 +400,41 @@ std::string checkpoint_line(const planner::CheckpointOutcome& outcome) {
   std::snprintf(overhead, sizeof overhead, "%.1f", 100.0 * outcome.extra_flops_fraction);
   return "checkpoint " + std::string(planner::checkpoint_strategy_name(outcome.chosen)) + ": arena " +
          mib(outcome.arena_bytes_without) + " -> " + mib(outcome.arena_bytes_with) + ", recompute +" + overhead + "% FLOPs";
+}
+
+std::string loss_fusion_line(const planner::LossFusionReport& report) {
+  const graph::LossFusion& f = report.fusion;
+  const std::string mode = "(--fused-loss " + std::string(graph::fused_loss_name(report.mode)) + ")";
+  if (!f.fused) return f.why_not.empty() ? "" : "fused loss: not applied " + mode + ": " + f.why_not;
+  const std::string bounds = report.unfused_lower_bound > 0
+                                 ? "; arena lower bound " + format_bytes(report.fused_lower_bound) + " fused, " +
+                                       format_bytes(report.unfused_lower_bound) + " unfused"
+                                 : "";
+  const std::string logits = "'" + f.logits + "' [" + std::to_string(f.rows) + ", " + std::to_string(f.vocab) + "]";
+  if (!report.used) {
+    const bool same = report.fused_lower_bound == report.unfused_lower_bound;
+    return "fused loss: not used " + mode + ": storing the logits " + logits + (same ? " plans the same (the step peaks where they are not live)" : " plans less") + bounds;
+  }
+  return "fused loss: used " + mode + ": the logits " + logits + " are never stored, " + std::to_string(std::min(f.chunk_rows, f.rows)) +
+         " rows at a time (" + format_bytes(graph::loss_chunk_scratch_bytes(f.rows, f.vocab, f.chunk_rows)) + " of scratch)" + bounds;
+}
+
+nlohmann::json loss_fusion_json(const planner::LossFusionReport& report) {
+  const graph::LossFusion& f = report.fusion;
+  nlohmann::json j{{"mode", graph::fused_loss_name(report.mode)}, {"used", report.used}};
+  if (f.fused) {
+    j["logits"] = f.logits;
+    j["rows"] = f.rows;
+    j["vocab"] = f.vocab;
+    j["chunk_rows"] = std::min(f.chunk_rows, f.rows);
+    j["scratch_bytes"] = graph::loss_chunk_scratch_bytes(f.rows, f.vocab, f.chunk_rows);
+  }
+  if (report.unfused_lower_bound > 0) {
+    j["fused_lower_bound_bytes"] = report.fused_lower_bound;
+    j["unfused_lower_bound_bytes"] = report.unfused_lower_bound;
+  }
+  if (!f.fused && !f.why_not.empty()) j["why_not"] = f.why_not;
+  return j;
 }
 
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {

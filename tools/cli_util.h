@@ -119,12 +119,15 @@ struct ModelFlags {
   bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
   int tensor_parallel = 1;  // --tensor-parallel: ranks each decoder layer is split over (graph/tensor_parallel.h)
   bool sequence_parallel = false;  // --sequence-parallel: the layers' norms and dropouts split by rows too
+  graph::FusedLoss fused_loss = graph::FusedLoss::auto_;  // --fused-loss (graph/fused_loss.h)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
 // --hidden, --onnx, --loss, --output, and with `shapes` --seq, --target-seq, --image-size, --dtype and --config
 // (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
+// --fused-loss auto|on|off, shared by plan, fit, compare and train.
+void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode);
 // The registry model --model and its flags describe (not --onnx or --config), with the sizes
 // train takes from the data (models::set_data_sizes); an Error names the flag that cannot work.
 Result<models::ModelOptions> model_options(const ModelFlags& flags);
@@ -145,6 +148,10 @@ std::string checkpoint_line(const planner::CheckpointOutcome& outcome);
 // on failure prints "memplan COMMAND: cannot write ..." and returns false.
 bool write_report_file(std::string_view command, const std::string& path, std::string_view bytes);
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
+// "fused loss: used (--fused-loss auto): the logits 'logits' [8192, 50257] are never stored, ..."; empty
+// where the step has no cross-entropy to fuse (and nothing was asked of it).
+std::string loss_fusion_line(const planner::LossFusionReport& report);
+nlohmann::json loss_fusion_json(const planner::LossFusionReport& report);
 
 // printf to the command's standard output. Commands write through std::cout only (this included),
 // so a caller running a command in-process (run_cli_captured, the Python package) keeps all of it.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,9 @@ struct Comparison {
   Bytes capacity = 0;
   bool plan_fits = true;
   std::vector<Variant> variants;
+  // Where the plan fused the loss (graph/fused_loss.h): the caching allocator on the step with
+  // the logits stored, as PyTorch eager runs it.
+  std::optional<runtime::ReplayResult> unfused;
 };
 
 std::string op_name(const Comparison& c, OpIndex pos) {
@@ -128,6 +132,17 @@ Result<Comparison> compare(const CompareFlags& flags) {
     c.variants[v].result = runtime::replay_dynamic(plan, device, options);
   }
 
+  if (c.planned.loss_fusion.used) {
+    planner::StepDescription unfused = description.value();
+    unfused.fused_loss = graph::FusedLoss::off;
+    auto stored = planner::plan_step(unfused, request);
+    if (!stored) return stored.error();
+    runtime::SimulatedDevice device(c.capacity);
+    runtime::ReplayOptions options;
+    options.steps = flags.steps;
+    options.allocator = allocator;
+    c.unfused = runtime::replay_dynamic(stored.value().plan, device, options);
+  }
   c.plan_fits = request.device.fits(plan.arena_bytes, c.capacity);
   return c;
 }
@@ -174,6 +189,15 @@ nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
       d["oom_tensor"] = r.oom_tensor;
     }
     j[v == 0 ? "caching" : "expandable"] = d;
+  }
+  j["fused_loss"] = loss_fusion_json(c.planned.loss_fusion);
+  if (c.unfused) {
+    j["caching_unfused_loss"] = {{"reserved_peak_bytes", c.unfused->peak_reserved_bytes},
+                                 {"allocated_peak_bytes", c.unfused->peak_allocated_bytes},
+                                 {"out_of_memory", c.unfused->out_of_memory}};
+    if (c.unfused->peak_reserved_bytes > 0) {
+      j["caching_unfused_loss"]["planned_over_reserved"] = double(plan.arena_bytes) / double(c.unfused->peak_reserved_bytes);
+    }
   }
 
   return j;
@@ -242,6 +266,22 @@ void print_compare(const CompareFlags& flags, const Comparison& c) {
                 format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
                 static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
+  }
+  if (c.unfused) {
+    const auto& r = *c.unfused;
+    if (r.out_of_memory) {
+      print_out("%-40s OUT OF MEMORY\n", "caching allocator, logits stored");
+    } else {
+      print_out("%-40s %14s %14s %14s %14s %10lld\n", "caching allocator, logits stored", format_bytes(r.peak_reserved_bytes).c_str(),
+                format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
+                format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
+                format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
+                static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
+    }
+  }
+  if (const std::string fusion = loss_fusion_line(c.planned.loss_fusion); !fusion.empty()) {
+    print_out("\n%s%s\n", fusion.c_str(),
+              c.unfused ? ";\n  'logits stored' is the caching allocator on the step as PyTorch eager runs it (its logits and their gradient stored)" : "");
   }
   print_out("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
               "  inactive split = free blocks inside split segments then; allocs/step = device allocations in the\n"

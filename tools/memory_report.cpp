@@ -47,8 +47,9 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   bool collectives = false;  // a data-parallel step: its buffers have a line even when none is live at the peak
   for (const planner::PlannedBuffer& b : plan.buffers) collectives = collectives || b.role == graph::Role::communication;
   if (collectives) row("communication at peak", format_bytes(communication));
-  row("workspace", plan.workspace_bytes > 0 ? format_bytes(plan.workspace_bytes) + " (kernel scratch inside the arena, and the fp32 "
-                                                                                    "copies widened 16-bit ops compute in)"
+  row("workspace", plan.workspace_bytes > 0 ? format_bytes(plan.workspace_bytes) + " (kernel scratch inside the arena: the fused loss's "
+                                                                                    "chunk of logits, the fp32 copies widened 16-bit "
+                                                                                    "ops compute in)"
                                             : format_bytes(0) + " (no kernel asks for scratch on this device)");
   row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
   row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");

@@ -35,6 +35,7 @@ struct TrainFlags {
   graph::DType dtype = graph::DType::f32;
   bool tf32 = false;
   bool offload_optimizer = false;
+  graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
@@ -133,6 +134,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.dtype = flags.dtype;
   spec.tf32 = flags.tf32;
   spec.offload_optimizer = flags.offload_optimizer;
+  spec.fused_loss = flags.fused_loss;
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -176,6 +178,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     if (spec.offload_optimizer) out["host_bytes"] = r.plan->host_bytes;  // the offloaded state, in host memory
   }
   out["offload_optimizer"] = spec.offload_optimizer;
+  out["fused_loss"] = loss_fusion_json(r.loss_fusion);
   out["dtype"] = std::string(graph::dtype_name(spec.dtype));
   out["tf32"] = spec.tf32;
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
@@ -298,6 +301,7 @@ void print_report(const train::TrainReport& r) {
               std::string(runtime::mode_name(spec.mode)).c_str());
   if (r.plan) print_out("\n%s", memory_summary(r.step, *r.plan).c_str());
   if (r.checkpoint) print_out("%s\n", checkpoint_line(*r.checkpoint).c_str());
+  if (const std::string fusion = loss_fusion_line(r.loss_fusion); !fusion.empty()) print_out("%s\n", fusion.c_str());
   if (r.profile) print_out("\n%s", profile_text(*r.profile).c_str());
 }
 
@@ -466,6 +470,7 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
       ->check(whole_number())
       ->capture_default_str();
   app.add_flag("--offload-optimizer", flags.offload_optimizer, "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there from gradients copied out; the device keeps weights, activations and gradients. Same bits as without it; trains on the CPU device (fit and plan answer for CUDA)");
+  add_fused_loss_option(app, flags.fused_loss);
 }
 
 // Where and how the step runs, what it saves, and the ranks under mpirun.

@@ -172,6 +172,7 @@ SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist:
   options.seed = spec.seed;
   options.dtype = spec.dtype;
   options.offload_optimizer = spec.offload_optimizer;
+  options.fused_loss = spec.fused_loss;
   options.executor.mode = spec.mode;
   options.executor.debug = spec.debug;
   options.executor.communicator = comm;
@@ -582,6 +583,7 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.summary = std::move(summary).value();
   if (checkpoints) checkpoints->fill(report, executor);
   if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;
+  report.loss_fusion = session.planned().loss_fusion;
   report.device_allocations_during_steps = executor.device_allocations_during_steps();
   report.device_bytes_at_setup = executor.device_bytes_at_setup();
   if (rank != 0) {

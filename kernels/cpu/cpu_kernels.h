@@ -46,6 +46,8 @@ KernelEntries attention_kernel_entries();
 KernelEntries decode_kernel_entries();
 // Top-k routing, dispatch, combine and router statistics of mixtures of experts (moe_kernels.cpp).
 KernelEntries moe_kernel_entries();
+// The fused projection and cross-entropy, chunk by chunk (fused_loss_kernels.cpp).
+KernelEntries fused_loss_kernel_entries();
 // The vocabulary-parallel cross-entropy's statistics, loss and gradient (tensor_parallel_kernels.cpp).
 KernelEntries tensor_parallel_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).

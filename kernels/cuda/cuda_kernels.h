@@ -20,6 +20,7 @@ KernelEntries blas_kernel_entries();         // blas.cu
 KernelEntries blas_16bit_kernel_entries();   // blas.cu: bf16/f16 GEMMs on tensor cores
 KernelEntries attention_kernel_entries();    // attention.cu (fused attention, slice)
 KernelEntries decode_kernel_entries();       // decode.cu
+KernelEntries fused_loss_kernel_entries();   // fused_loss.cu (the fused projection and cross-entropy)
 // mixed_precision.cu: the 16-bit kernels (the GEMMs' from blas.cu among them) and the adapter
 // computing every other op at 16 bits in f32 copies.
 KernelEntries native_16bit_kernel_entries();

@@ -159,9 +159,9 @@ const std::array<KernelFn, graph::kOpKindCount>& compute_kernels() {
 void k_widened(const KernelCall& c) {
   const KernelFn compute = compute_kernels()[static_cast<std::size_t>(c.kind)];
   MEMPLAN_CHECK(compute != nullptr, "no f32 CUDA kernel to compute op " << graph::op_name(c.kind) << " in");
-  // The copies go after cuBLAS's workspace and the kernels' scratch (runtime/cuda_device.cpp).
-  const std::size_t own = std::min(c.workspace.size(), kWorkspaceBytes);
-  run_widened(c, compute, c.workspace.subspan(own), StreamConvert{});
+  // The call's workspace starts after cuBLAS's workspace and the kernels' scratch (the
+  // executor's kernel_workspace).
+  run_widened(c, compute, c.workspace, StreamConvert{});
 }
 
 }  // namespace
