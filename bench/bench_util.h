@@ -2,6 +2,8 @@
 // training step keeps for its backward pass.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +49,28 @@ inline std::string fmt(double v, int precision = 3) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
   return buf;
+}
+
+// A memplan command run as a user runs it (`cli` COMMAND ARGS, stderr dropped): its exit code,
+// standard output and wall time.
+struct CliRun {
+  int exit_code = -1;
+  std::string output;
+  double ms = 0.0;
+};
+inline CliRun run_cli(const std::string& cli, const std::string& command_and_args) {
+  CliRun r;
+  const std::string cmd = cli + " " + command_and_args + " 2>/dev/null";
+  r.ms = time_ms([&] {
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  });
+  return r;
 }
 
 inline void write_json(const std::string& path, const nlohmann::json& j) {

@@ -3,8 +3,6 @@
 // bytes per layer against Korthikanti et al. 2022's sbh(34 + 5as/h) (materialized attention) and,
 // with fused attention, against their selective-recompute sbh * 34 for GPT-2 XL and Llama-2-7B,
 // each difference explained from the tensors the graph really stores for the backward pass.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -17,26 +15,7 @@
 namespace memplan::bench {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;
-  double ms = 0.0;
-};
-
-CliRun run_fit(const std::string& args, const std::string& cli = MEMPLAN_CLI_PATH) {
-  CliRun r;
-  const std::string cmd = cli + " fit " + args + " --json 2>/dev/null";
-  r.ms = time_ms([&] {
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (pipe == nullptr) return;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  });
-  return r;
-}
+CliRun run_fit(const std::string& args, const std::string& cli = MEMPLAN_CLI_PATH) { return run_cli(cli, "fit " + args + " --json"); }
 
 nlohmann::json fit_or_die(const std::string& args) {
   const CliRun r = run_fit(args);

@@ -28,7 +28,7 @@ enum class OpKind : std::uint8_t {
   sum,                    // scalar = sum(x)
   mean,                   // scalar = mean(x)
   softmax_cross_entropy,  // scalar = mean_i(-log softmax(logits_i)[label_i]); labels i32
-  // The output projection and its cross-entropy fused (graph/fused_loss.h): logits = h w^T are
+  // The output projection and its cross-entropy fused (graph/fusions.h): logits = h w^T are
   // never stored whole, only `chunk_rows` rows of them at a time in the op's scratch (0: all rows)
   linear_cross_entropy_lse,  // lse[N] (f32) = log sum_v exp(h_n . w_v)   inputs: h[N, C], w[V, C]
   linear_cross_entropy,      // loss (f32) = mean_n(lse[n] - h_n . w_{label n})   inputs: h, w, labels[N] i32, lse
@@ -219,7 +219,8 @@ struct OpAttrs {
   float dropout = 0.0f;            // dropout_mask, attention*: the probability of zeroing an element
   std::uint64_t seed = 0;          // dropout_mask, attention*: fixed per op (from its name), mixed with the step
   float norm_eps = 1e-5f;          // batch_norm*, layer_norm_stats, rms_norm*
-  DType dtype = DType::f32;        // fill, broadcast_scalar, dropout_mask: the output dtype
+  DType dtype = DType::f32;        // fill, broadcast_scalar, dropout_mask: the output dtype; swiglu: the
+                                   // dtype its SiLU is rounded to before the product (graph::fuse_swiglu)
   std::int64_t axis = 0;           // concat, slice
   std::int64_t start = 0;          // slice
   std::int64_t length = 0;         // slice

@@ -2,7 +2,7 @@
 // One row per op (graph/op.h: OpInfo): shape rule, FLOPs, in-place inputs, gradient rule.
 #include <string>
 
-#include "memplan/graph/fused_loss.h"
+#include "memplan/graph/fusions.h"
 #include "memplan/graph/grad_context_internal.h"
 #include "memplan/graph/op_rules_internal.h"
 
@@ -64,7 +64,7 @@ void grad_softmax_cross_entropy(GradContext& c, const Op& op, TensorId dy) {
                               c.gname(logits)));
 }
 
-// The fused projection and cross-entropy (graph/fused_loss.h): h [N, C], w [V, C] of one floating
+// The fused projection and cross-entropy (graph/fusions.h): h [N, C], w [V, C] of one floating
 // dtype, labels i32 [N], chunk_rows 0 or a whole number of kLossRowBlock blocks.
 void expect_linear_xent_operands(std::string_view op, const TensorDesc& h, const TensorDesc& w, const OpAttrs& attrs) {
   expect_float(op, h);

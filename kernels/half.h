@@ -33,6 +33,15 @@ inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+inline float f16_to_f32(std::uint16_t h);
+inline std::uint16_t f32_to_f16(float f);
+// f rounded to `dtype` (to nearest, ties to even) and back: f itself at f32.
+inline float round_to(graph::DType dtype, float f) {
+  if (dtype == graph::DType::bf16) return bf16_to_f32(f32_to_bf16(f));
+  if (dtype == graph::DType::f16) return f16_to_f32(f32_to_f16(f));
+  return f;
+}
+
 inline float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;

@@ -55,8 +55,8 @@ std::int64_t PlannedStep::parameter_count() const {
 
 namespace {
 
-// The forward graph of a source step at the step's dtype.
-Result<graph::Graph> build_forward(const StepDescription& step) {
+// The forward graph of a source step at the step's dtype, its SwiGLU pairs fused where asked.
+Result<graph::Graph> build_forward(const StepDescription& step, graph::SwigluFusion& swiglu) {
   const graph::ModelSource& source = *step.source;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
   const graph::DataParallelConfig& dp = step.parallel;
@@ -68,6 +68,7 @@ Result<graph::Graph> build_forward(const StepDescription& step) {
   try {
     graph::Graph g = source.forward(rank_batch);
     if (step.dtype != graph::DType::f32) g = graph::with_working_dtype(g, step.dtype);
+    if (source.training && step.rewrite_step) swiglu = graph::fuse_swiglu(g);
     return g;
   } catch (const graph::GraphError& e) {
     return Error{source.name.empty() ? std::string(e.what()) : "model '" + source.name + "': " + e.what()};
@@ -75,11 +76,12 @@ Result<graph::Graph> build_forward(const StepDescription& step) {
 }
 
 // A forward graph made a training step (backward, updates, and what the step asks besides).
-Status make_step(const StepDescription& step, graph::Graph& g) {
+Status make_step(const StepDescription& step, graph::Graph& g, graph::CopyRecompute& copies) {
   if (step.offload_optimizer && !step.source->training) return Error{"optimizer offload applies to training steps"};
   if (!step.source->training) return Status::success();
   try {
     graph::make_data_parallel_training_step(g, step.optimizer, step.parallel);
+    if (step.rewrite_step) copies = graph::recompute_layout_copies(g);
     // fp16 underflows where bf16 does not: its gradients are scaled (graph/mixed_precision.h).
     if (step.dtype == graph::DType::f16) graph::add_loss_scaling(g);
     if (step.offload_optimizer) graph::offload_optimizer(g);
@@ -91,12 +93,15 @@ Status make_step(const StepDescription& step, graph::Graph& g) {
 
 // The step to plan, with the fused loss where the description asks for it (auto: where the
 // fused step's arena lower bound is the lower).
-Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& options, LossFusionReport& report) {
+Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& options, LossFusionReport& report,
+                                graph::SwigluFusion& swiglu, graph::CopyRecompute& copies) {
   report = LossFusionReport{};
   report.mode = step.fused_loss;
+  swiglu = graph::SwigluFusion{};
+  copies = graph::CopyRecompute{};
   if (step.graph) return *step.graph;
   if (!step.source) return Error{"the step has neither a model source nor a graph"};
-  auto forward = build_forward(step);
+  auto forward = build_forward(step, swiglu);
   if (!forward) return forward.error();
   graph::Graph unfused = std::move(forward).value();
   if (step.source->training && step.fused_loss != graph::FusedLoss::off) {
@@ -107,12 +112,14 @@ Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& 
       return Error{"fusing the loss: " + std::string(e.what())};
     }
     if (report.fusion.fused) {
-      if (Status s = make_step(step, fused); !s) return s.error();
+      graph::CopyRecompute fused_copies;
+      if (Status s = make_step(step, fused, fused_copies); !s) return s.error();
       if (step.fused_loss == graph::FusedLoss::on) {
         report.used = true;
+        copies = fused_copies;
         return fused;
       }
-      if (Status s = make_step(step, unfused); !s) return s.error();
+      if (Status s = make_step(step, unfused, copies); !s) return s.error();
       auto with = arena_lower_bound(fused, options);
       if (!with) return with.error();
       auto without = arena_lower_bound(unfused, options);
@@ -120,10 +127,11 @@ Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& 
       report.fused_lower_bound = with.value();
       report.unfused_lower_bound = without.value();
       report.used = with.value() < without.value();
+      if (report.used) copies = fused_copies;
       return report.used ? std::move(fused) : std::move(unfused);
     }
   }
-  if (Status s = make_step(step, unfused); !s) return s.error();
+  if (Status s = make_step(step, unfused, copies); !s) return s.error();
   return unfused;
 }
 
@@ -133,12 +141,14 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
   throw_if_cancelled();
   PlanOptions options = request.plan_options();
   LossFusionReport fusion;
-  auto built = build_step(step, options, fusion);
+  graph::SwigluFusion swiglu;
+  graph::CopyRecompute copies;
+  auto built = build_step(step, options, fusion, swiglu, copies);
   if (!built) return built.error();
   // A probe answers only "fits or not": the exact search runs where it can change that answer.
   if (request.answer_only && request.budget) options.decide_against = request.budget;
   PlannedStep out;
-  out.loss_fusion = std::move(fusion);
+  out.rewrites = {std::move(fusion), swiglu, copies};
   out.budget = request.budget;
   if (request.checkpoint == CheckpointStrategy::kNone && request.budget && request.answer_only) {
     // No recomputation to choose: when even the arena's lower bound exceeds the budget, the

@@ -11,7 +11,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/data_parallel.h"
-#include "memplan/graph/fused_loss.h"
+#include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/model_source.h"
 #include "memplan/graph/optimizer.h"
@@ -39,10 +39,14 @@ struct StepDescription {
   // memory, updated by the CPU from gradients copied there; the plan's host region holds them.
   bool offload_optimizer = false;
   // Whether a training step computes its output projection and cross-entropy fused, chunk by
-  // chunk, never storing the logits (graph/fused_loss.h): auto fuses where that lowers the arena's
+  // chunk, never storing the logits (graph/fusions.h): auto fuses where that lowers the arena's
   // lower bound. `loss_chunk_rows` 0: graph::default_loss_chunk_rows.
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
   std::int64_t loss_chunk_rows = 0;
+  // A training step's SiLU-then-product pairs run as one swiglu op (graph::fuse_swiglu) and its
+  // layout copies the backward reads are copied again there (graph::recompute_layout_copies):
+  // the same bits, less stored. false: the step as an eager framework runs it.
+  bool rewrite_step = true;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 
@@ -87,9 +91,16 @@ struct LossFusionReport {
   Bytes unfused_lower_bound = 0;  // 0 where not computed
 };
 
+// The rewrites a planned step went through (graph/fusions.h), for reports.
+struct StepRewrites {
+  LossFusionReport loss_fusion;
+  graph::SwigluFusion swiglu;   // the pairs fuse_swiglu fused (none: nothing to fuse, or not asked)
+  graph::CopyRecompute copies;  // the layout copies recompute_layout_copies made again
+};
+
 struct PlannedStep {
   graph::Graph graph;  // the step as it runs: recompute ops included
-  LossFusionReport loss_fusion;
+  StepRewrites rewrites;
   MemoryPlan plan;
   // Set when a checkpoint strategy or a budget was asked for.
   std::optional<CheckpointOutcome> checkpoint;

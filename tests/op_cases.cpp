@@ -411,7 +411,7 @@ const std::vector<OpCase>& op_cases() {
          return b.cross_entropy(logits, labels, "loss");
        },
        {{1, 2}, {4, 5}, {6, 3}}},
-      // the fused projection and cross-entropy (graph/fused_loss.h): dims {N, V, C, chunk_rows}; 130
+      // the fused projection and cross-entropy (graph/fusions.h): dims {N, V, C, chunk_rows}; 130
       // rows in chunks of 128 take two chunks, the second of 2 rows
       {"linear_cross_entropy", OpKind::linear_cross_entropy,
        [](Builder& b, const Dims& d, DType t) {

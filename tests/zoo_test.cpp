@@ -88,10 +88,11 @@ TEST(Zoo, FitArenaEqualsWhatThePlannedExecutorAllocates) {
     models::ModelOptions options;
     options.name = model;
     ASSERT_TRUE(models::set_data_sizes(options, 0).ok());  // the GPT's vocabulary, as fit plans it
-    graph::Graph g = models::build_forward(options, batch).value();
-    graph::make_training_step(g, graph::OptimizerConfig{});
+    // The step as train builds it (the planner's rewrites included), planned for the device that runs it.
     runtime::CpuDevice device;
-    runtime::Executor exec(g, testing::plan_for(g, device), device);
+    auto planned = runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(options), batch), device, {});
+    ASSERT_TRUE(planned.ok()) << planned.error().message;
+    runtime::Executor exec(planned.value(), device);
     ASSERT_TRUE(exec.setup().ok());
     EXPECT_EQ(j["arena_bytes"].get<Bytes>(), exec.device_bytes_at_setup()) << model;
   }

@@ -437,6 +437,40 @@ nlohmann::json loss_fusion_json(const planner::LossFusionReport& report) {
   return j;
 }
 
+std::string swiglu_line(const graph::SwigluFusion& swiglu) {
+  if (swiglu.pairs == 0) return "";
+  return "swiglu: " + std::to_string(swiglu.pairs) + " silu-then-product pairs run as one op each: " + format_bytes(swiglu.bytes) +
+         " of SiLU outputs recomputed in the backward pass, not stored (the same bits)";
+}
+
+nlohmann::json swiglu_json(const graph::SwigluFusion& swiglu) {
+  return {{"pairs", swiglu.pairs}, {"silu_bytes_not_stored", swiglu.bytes}};
+}
+
+std::string copies_line(const graph::CopyRecompute& copies) {
+  if (copies.copies == 0) return "";
+  return "layout copies: " + std::to_string(copies.copies) + " permuted tensors (" + format_bytes(copies.bytes) +
+         ") copied again in the backward pass from inputs it keeps, not stored (the same bits)";
+}
+
+nlohmann::json copies_json(const graph::CopyRecompute& copies) {
+  return {{"copies", copies.copies}, {"bytes_not_stored", copies.bytes}};
+}
+
+std::string rewrite_lines(const planner::StepRewrites& step) {
+  std::string out;
+  for (const std::string& line : {loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies)}) {
+    if (!line.empty()) out += line + "\n";
+  }
+  return out;
+}
+
+void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step) {
+  j["fused_loss"] = loss_fusion_json(step.loss_fusion);
+  j["swiglu"] = swiglu_json(step.swiglu);
+  j["copies_recomputed"] = copies_json(step.copies);
+}
+
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {
   int recompute_ops = 0;
   for (const graph::Op& op : outcome.graph.ops()) recompute_ops += op.phase == graph::Phase::recompute ? 1 : 0;

@@ -119,7 +119,7 @@ struct ModelFlags {
   bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
   int tensor_parallel = 1;  // --tensor-parallel: ranks each decoder layer is split over (graph/tensor_parallel.h)
   bool sequence_parallel = false;  // --sequence-parallel: the layers' norms and dropouts split by rows too
-  graph::FusedLoss fused_loss = graph::FusedLoss::auto_;  // --fused-loss (graph/fused_loss.h)
+  graph::FusedLoss fused_loss = graph::FusedLoss::auto_;  // --fused-loss (graph/fusions.h)
   std::string display_name() const { return onnx.empty() ? model : onnx; }
 };
 // Registers --model (every model in the registry, or the trainable ones), --batch, --optimizer,
@@ -152,6 +152,15 @@ nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome);
 // where the step has no cross-entropy to fuse (and nothing was asked of it).
 std::string loss_fusion_line(const planner::LossFusionReport& report);
 nlohmann::json loss_fusion_json(const planner::LossFusionReport& report);
+// "swiglu: 16 silu-then-product pairs run as one op each: ..."; empty where none was fused.
+std::string swiglu_line(const graph::SwigluFusion& swiglu);
+nlohmann::json swiglu_json(const graph::SwigluFusion& swiglu);
+std::string copies_line(const graph::CopyRecompute& copies);
+nlohmann::json copies_json(const graph::CopyRecompute& copies);
+// Every rewrite line of a planned step (fused loss, swiglu, layout copies), each ending in a newline.
+std::string rewrite_lines(const planner::StepRewrites& step);
+// "fused_loss", "swiglu" and "copies_recomputed" into a command's JSON.
+void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step);
 
 // printf to the command's standard output. Commands write through std::cout only (this included),
 // so a caller running a command in-process (run_cli_captured, the Python package) keeps all of it.

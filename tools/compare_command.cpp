@@ -11,7 +11,9 @@
 
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
+#include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
+#include "memplan/planner/device_profile.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/runtime/allocation_trace.h"
@@ -31,6 +33,7 @@ bool write_output(const std::string& path, std::string_view bytes) { return writ
 
 struct CompareFlags {
   ModelFlags model;
+  kernels::DeviceKind device = kernels::DeviceKind::cpu;
   int steps = 3;
   std::string device_memory;  // empty: no limit (a simulated device of 1 PiB)
   std::string alloc_conf;
@@ -88,8 +91,8 @@ struct Comparison {
   Bytes capacity = 0;
   bool plan_fits = true;
   std::vector<Variant> variants;
-  // Where the plan fused the loss (graph/fused_loss.h): the caching allocator on the step with
-  // the logits stored, as PyTorch eager runs it.
+  // Where the plan fused ops (graph/fusions.h): the caching allocator on the step as PyTorch
+  // eager runs it (logits and SiLU outputs stored).
   std::optional<runtime::ReplayResult> unfused;
 };
 
@@ -111,7 +114,8 @@ Result<Comparison> compare(const CompareFlags& flags) {
   auto description = step_description(flags.model);
   if (!description) return description.error();
   c.batch = description.value().batch;
-  const planner::PlanRequest request{};
+  planner::PlanRequest request;
+  request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
   auto planned = planner::plan_step(description.value(), request);
   if (!planned) return planned.error();
   c.planned = std::move(planned).value();
@@ -132,9 +136,11 @@ Result<Comparison> compare(const CompareFlags& flags) {
     c.variants[v].result = runtime::replay_dynamic(plan, device, options);
   }
 
-  if (c.planned.loss_fusion.used) {
+  const planner::StepRewrites& rewrites = c.planned.rewrites;
+  if (rewrites.loss_fusion.used || rewrites.swiglu.pairs > 0 || rewrites.copies.copies > 0) {
     planner::StepDescription unfused = description.value();
     unfused.fused_loss = graph::FusedLoss::off;
+    unfused.rewrite_step = false;
     auto stored = planner::plan_step(unfused, request);
     if (!stored) return stored.error();
     runtime::SimulatedDevice device(c.capacity);
@@ -154,6 +160,7 @@ nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
   j["batch"] = c.batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["dtype"] = graph::dtype_name(flags.model.dtype);
+  j["device"] = kernels::device_kind_name(flags.device);
   j["device_memory_bytes"] = flags.device_memory.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.capacity);
   j["budget_bytes"] = j["device_memory_bytes"];  // the name before --device-memory, kept for a release
   j["steps"] = flags.steps;
@@ -190,13 +197,13 @@ nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
     }
     j[v == 0 ? "caching" : "expandable"] = d;
   }
-  j["fused_loss"] = loss_fusion_json(c.planned.loss_fusion);
+  add_rewrites_json(j, c.planned.rewrites);
   if (c.unfused) {
-    j["caching_unfused_loss"] = {{"reserved_peak_bytes", c.unfused->peak_reserved_bytes},
+    j["caching_pytorch_step"] = {{"reserved_peak_bytes", c.unfused->peak_reserved_bytes},
                                  {"allocated_peak_bytes", c.unfused->peak_allocated_bytes},
                                  {"out_of_memory", c.unfused->out_of_memory}};
     if (c.unfused->peak_reserved_bytes > 0) {
-      j["caching_unfused_loss"]["planned_over_reserved"] = double(plan.arena_bytes) / double(c.unfused->peak_reserved_bytes);
+      j["caching_pytorch_step"]["planned_over_reserved"] = double(plan.arena_bytes) / double(c.unfused->peak_reserved_bytes);
     }
   }
 
@@ -270,18 +277,20 @@ void print_compare(const CompareFlags& flags, const Comparison& c) {
   if (c.unfused) {
     const auto& r = *c.unfused;
     if (r.out_of_memory) {
-      print_out("%-40s OUT OF MEMORY\n", "caching allocator, logits stored");
+      print_out("%-40s OUT OF MEMORY\n", "caching allocator, PyTorch's step");
     } else {
-      print_out("%-40s %14s %14s %14s %14s %10lld\n", "caching allocator, logits stored", format_bytes(r.peak_reserved_bytes).c_str(),
+      print_out("%-40s %14s %14s %14s %14s %10lld\n", "caching allocator, PyTorch's step", format_bytes(r.peak_reserved_bytes).c_str(),
                 format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
                 format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
                 static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
     }
   }
-  if (const std::string fusion = loss_fusion_line(c.planned.loss_fusion); !fusion.empty()) {
-    print_out("\n%s%s\n", fusion.c_str(),
-              c.unfused ? ";\n  'logits stored' is the caching allocator on the step as PyTorch eager runs it (its logits and their gradient stored)" : "");
+  const std::string lines = rewrite_lines(c.planned.rewrites);
+  if (!lines.empty()) print_out("\n%s", lines.c_str());
+  if (c.unfused) {
+    print_out("PyTorch's step: the caching allocator on the step as PyTorch eager runs it, before these rewrites (what they "
+              "leave out stored)\n");
   }
   print_out("\n* allocated at the moment reserved memory peaked; fragmentation = reserved - allocated there;\n"
               "  inactive split = free blocks inside split segments then; allocs/step = device allocations in the\n"
@@ -321,6 +330,10 @@ Command add_compare_command(CLI::App& root) {
       "compare",
       "Compare the static plan with a PyTorch-style caching allocator (and expandable segments) on the same step.");
   add_model_options(*app, flags->model, /*trainable_only=*/false, /*shapes=*/true);
+  add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
+                  "Plan for this device kind's documented profile: cpu, or cuda (the cuBLAS workspace inside the arena; "
+                  "16-bit GEMMs, embedding and loss native, other 16-bit ops in fp32 copies in the workspace). The "
+                  "caching allocators replay the step's tensors alone, as PyTorch allocates them");
   app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
   app->add_option("--device-memory,--budget", flags->device_memory,
                   "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where "

@@ -320,7 +320,7 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
     j["checkpoint"] = checkpoint_json(*a.planned.checkpoint);
   }
-  j["fused_loss"] = loss_fusion_json(a.planned.loss_fusion);
+  add_rewrites_json(j, a.planned.rewrites);
   nlohmann::json sj = nullptr;
   if (a.suggestion) {
     const planner::FitSuggestion& s = *a.suggestion;
@@ -405,7 +405,7 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
     print_out("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
   }
-  if (const std::string fusion = loss_fusion_line(a.planned.loss_fusion); !fusion.empty()) print_out("%s\n", fusion.c_str());
+  print_out("%s", rewrite_lines(a.planned.rewrites).c_str());
   if (a.suggestion) print_out("suggestion: %s\n", suggestion.c_str());
   if (!a.fits) {
     print_out("fit --suggest plans every combination of checkpointing, ZeRO stage, --tensor-parallel, "

@@ -32,9 +32,9 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   const Bytes temporaries = role_bytes(by_role, graph::Role::temporary);
   const Bytes communication = role_bytes(by_role, graph::Role::communication);
   auto row = [&out](const char* label, const std::string& value) {
-    char line[160];
-    std::snprintf(line, sizeof(line), "  %-34s %s\n", label, value.c_str());
-    out << line;
+    char padded[64];  // the label column; the value is written whole, however long
+    std::snprintf(padded, sizeof(padded), "  %-34s ", label);
+    out << padded << value << "\n";
   };
   out << "memory plan (" << planner::schedule_name(plan.schedule_kind) << " schedule, "
       << planner::to_string(plan.solve_status) << " packing)\n";
@@ -48,8 +48,7 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   for (const planner::PlannedBuffer& b : plan.buffers) collectives = collectives || b.role == graph::Role::communication;
   if (collectives) row("communication at peak", format_bytes(communication));
   row("workspace", plan.workspace_bytes > 0 ? format_bytes(plan.workspace_bytes) + " (kernel scratch inside the arena: the fused loss's "
-                                                                                    "chunk of logits, the fp32 copies widened 16-bit "
-                                                                                    "ops compute in)"
+                                                                                    "chunk of logits, fp32 copies of 16-bit operands)"
                                             : format_bytes(0) + " (no kernel asks for scratch on this device)");
   row("arena (one allocation)", format_bytes(plan.arena_bytes) + " = " + std::to_string(plan.arena_bytes) + " B");
   row("lower bound", format_bytes(plan.lower_bound_bytes) + " = " + std::to_string(plan.lower_bound_bytes) + " B");

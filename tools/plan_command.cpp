@@ -90,7 +90,7 @@ int run_plan(const PlanFlags& flags) {
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
-  j["fused_loss"] = loss_fusion_json(planned.value().loss_fusion);
+  add_rewrites_json(j, planned.value().rewrites);
   std::optional<runtime::StepProfile> profile;
   if (flags.profile) {
     auto timed = runtime::time_steps(planned.value(), *device);
@@ -126,7 +126,7 @@ int run_plan(const PlanFlags& flags) {
     std::cout << buffer_table(plan);
     print_out("\n%s", memory_summary(graph, plan).c_str());
     if (checkpoint) print_out("%s\n", checkpoint_line(*checkpoint).c_str());
-    if (const std::string fusion = loss_fusion_line(planned.value().loss_fusion); !fusion.empty()) print_out("%s\n", fusion.c_str());
+    print_out("%s", rewrite_lines(planned.value().rewrites).c_str());
     if (profile) print_out("\n%s", profile_text(*profile).c_str());
     if (!flags.out.empty()) print_out("\nwrote %s\n", flags.out.c_str());
     if (!flags.svg.empty()) print_out("%swrote %s\n", flags.out.empty() ? "\n" : "", flags.svg.c_str());

@@ -178,7 +178,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     if (spec.offload_optimizer) out["host_bytes"] = r.plan->host_bytes;  // the offloaded state, in host memory
   }
   out["offload_optimizer"] = spec.offload_optimizer;
-  out["fused_loss"] = loss_fusion_json(r.loss_fusion);
+  add_rewrites_json(out, r.rewrites);
   out["dtype"] = std::string(graph::dtype_name(spec.dtype));
   out["tf32"] = spec.tf32;
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
@@ -301,7 +301,7 @@ void print_report(const train::TrainReport& r) {
               std::string(runtime::mode_name(spec.mode)).c_str());
   if (r.plan) print_out("\n%s", memory_summary(r.step, *r.plan).c_str());
   if (r.checkpoint) print_out("%s\n", checkpoint_line(*r.checkpoint).c_str());
-  if (const std::string fusion = loss_fusion_line(r.loss_fusion); !fusion.empty()) print_out("%s\n", fusion.c_str());
+  print_out("%s", rewrite_lines(r.rewrites).c_str());
   if (r.profile) print_out("\n%s", profile_text(*r.profile).c_str());
 }
 

@@ -583,7 +583,7 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.summary = std::move(summary).value();
   if (checkpoints) checkpoints->fill(report, executor);
   if (const planner::MemoryPlan* plan = executor.plan()) report.plan = *plan;
-  report.loss_fusion = session.planned().loss_fusion;
+  report.rewrites = session.planned().rewrites;
   report.device_allocations_during_steps = executor.device_allocations_during_steps();
   report.device_bytes_at_setup = executor.device_bytes_at_setup();
   if (rank != 0) {

@@ -14,7 +14,7 @@
 #include "memplan/common/byte_size.h"
 #include "memplan/common/result.h"
 #include "memplan/dist/communicator.h"
-#include "memplan/graph/fused_loss.h"
+#include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/kernels/kernel.h"
@@ -59,7 +59,7 @@ struct TrainSpec {
   // Optimizer offload (graph::offload_optimizer): state and master weights in host memory; the
   // CPU device only (its update runs there).
   bool offload_optimizer = false;
-  // The output projection and cross-entropy computed fused, chunk by chunk (graph/fused_loss.h).
+  // The output projection and cross-entropy computed fused, chunk by chunk (graph/fusions.h).
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
@@ -143,7 +143,7 @@ struct TrainReport {
   graph::Graph step;  // the training step as executed (after checkpointing)
   std::optional<planner::MemoryPlan> plan;  // planned mode
   std::optional<planner::CheckpointOutcome> checkpoint;
-  planner::LossFusionReport loss_fusion;  // whether the step's loss is fused (graph/fused_loss.h)
+  planner::StepRewrites rewrites;  // what the step's graph went through (graph/fusions.h)
   runtime::TrainSummary summary;  // this process's steps: summary.first_step were done before
   // checkpoints.dir: the checkpoint resumed (empty: none), the saves this process committed,
   // and the host memory the largest snapshot took (outside the arena).

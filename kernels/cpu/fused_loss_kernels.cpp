@@ -1,4 +1,4 @@
-// The fused projection and cross-entropy (graph/fused_loss.h) on the CPU: logits computed a chunk
+// The fused projection and cross-entropy (graph/fusions.h) on the CPU: logits computed a chunk
 // of rows at a time in the op's scratch, never whole. Every GEMM call covers one block of
 // graph::kLossRowBlock rows (aligned to row 0) and a fixed range of vocabulary or width columns,
 // and the weight gradient adds the blocks in row order, so no bit depends on the chunk size or on
@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "memplan/common/check.h"
-#include "memplan/graph/fused_loss.h"
+#include "memplan/graph/fusions.h"
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"

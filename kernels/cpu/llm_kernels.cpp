@@ -7,6 +7,7 @@
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/cpu/parallel.h"
+#include "memplan/kernels/half.h"
 
 namespace memplan::kernels::cpu {
 
@@ -96,14 +97,16 @@ void k_silu(const KernelCall& c) {
   parallel_each(n, 1, [&](std::int64_t i) { y[i] = x[i] * sigmoid(x[i]); });
 }
 
-// silu(gate) rounded to f32, then times up: the same bits as silu then mul.
+// silu(gate) rounded to f32 (or to the 16-bit attrs->dtype, as a 16-bit silu op stores it), then
+// times up: the same bits as silu then mul.
 void k_swiglu(const KernelCall& c) {
   const float* gate = c.inputs[0].f32();
   const float* up = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
   const std::int64_t n = c.outputs[0].numel();
+  const graph::DType rounded = c.attrs->dtype;
   parallel_each(n, 1, [&](std::int64_t i) {
-    const float act = gate[i] * sigmoid(gate[i]);
+    const float act = round_to(rounded, gate[i] * sigmoid(gate[i]));
     y[i] = act * up[i];
   });
 }

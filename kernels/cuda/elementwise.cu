@@ -3,6 +3,9 @@
 // the arithmetic order per element is the CPU kernel's.
 #include <cmath>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
 #include "memplan/kernels/shared/dropout.h"
@@ -70,13 +73,17 @@ void k_silu_backward(const KernelCall& c) {
   });
 }
 
-// silu(gate) rounded to f32, then times up, as the CPU kernel computes it.
+// silu(gate) rounded to f32 (or to the 16-bit attrs->dtype, as a 16-bit silu op stores it), then
+// times up, as the CPU kernel computes it.
 void k_swiglu(const KernelCall& c) {
   const float* gate = c.inputs[0].f32();
   const float* up = c.inputs[1].f32();
   float* y = c.outputs[0].f32();
+  const graph::DType rounded = c.attrs->dtype;
   for_each_index(c.outputs[0].numel(), "swiglu", [=] __device__(std::int64_t i) {
-    const float act = gate[i] * (1.0f / (1.0f + expf(-gate[i])));
+    float act = gate[i] * (1.0f / (1.0f + expf(-gate[i])));
+    if (rounded == graph::DType::bf16) act = __bfloat162float(__float2bfloat16_rn(act));
+    if (rounded == graph::DType::f16) act = __half2float(__float2half_rn(act));
     y[i] = act * up[i];
   });
 }

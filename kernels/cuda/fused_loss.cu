@@ -1,4 +1,4 @@
-// The fused projection and cross-entropy (graph/fused_loss.h) on CUDA: a chunk of logits at a
+// The fused projection and cross-entropy (graph/fusions.h) on CUDA: a chunk of logits at a
 // time in the call's workspace through cuBLAS, the row statistics by one block per row.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The sizes the fused projection and cross-entropy kernels (graph/fused_loss.h) work with, and
+// The sizes the fused projection and cross-entropy kernels (graph/fusions.h) work with, and
 // their chunk of logits in the call's workspace: shared by the CPU and CUDA kernels.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The fused projection and cross-entropy (graph/fused_loss.h): the rewrite finds a language
+// The fused projection and cross-entropy (graph/fusions.h): the rewrite finds a language
 // model's head and loss and leaves other graphs alone, saying why; the fused step trains like the
 // stored-logits one within float tolerance, gives the same bits for every chunk size and in
 // planned and naive execution, never holds the logits, and the planner's auto mode takes it
@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "memplan/graph/fused_loss.h"
+#include "memplan/graph/fusions.h"
 #include "memplan/graph/training_step.h"
+#include "memplan/graph/mixed_precision.h"
 #include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
 #include "memplan/models/mlp.h"
 #include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
@@ -171,13 +173,13 @@ TEST(FusedLoss, AutoFusesWhereTheArenaIsLowerAndReportsBothBounds) {
   wide.vocab = 4096;
   auto fused = planner::plan_step(gpt_description(graph::FusedLoss::auto_, wide, kBatch, graph::kLossRowBlock), {});
   ASSERT_TRUE(fused.ok()) << fused.error().message;
-  const planner::LossFusionReport& r = fused.value().loss_fusion;
+  const planner::LossFusionReport& r = fused.value().rewrites.loss_fusion;
   EXPECT_TRUE(r.fusion.fused);
   EXPECT_TRUE(r.used);
   EXPECT_LT(r.fused_lower_bound, r.unfused_lower_bound);
   auto stored = planner::plan_step(gpt_description(graph::FusedLoss::off, wide, kBatch), {});
   ASSERT_TRUE(stored.ok());
-  EXPECT_FALSE(stored.value().loss_fusion.used);
+  EXPECT_FALSE(stored.value().rewrites.loss_fusion.used);
   EXPECT_EQ(stored.value().plan.lower_bound_bytes, r.unfused_lower_bound);
   EXPECT_EQ(fused.value().plan.lower_bound_bytes, r.fused_lower_bound);
   EXPECT_LT(fused.value().plan.arena_bytes, stored.value().plan.arena_bytes);
@@ -192,14 +194,143 @@ TEST(FusedLoss, AutoFusesWhereTheArenaIsLowerAndReportsBothBounds) {
   narrow.mlp = 2048;
   auto small = planner::plan_step(gpt_description(graph::FusedLoss::auto_, narrow, 1), {});
   ASSERT_TRUE(small.ok());
-  const planner::LossFusionReport& s = small.value().loss_fusion;
+  const planner::LossFusionReport& s = small.value().rewrites.loss_fusion;
   EXPECT_TRUE(s.fusion.fused);
   EXPECT_GE(s.fused_lower_bound, s.unfused_lower_bound);
   EXPECT_FALSE(s.used);
   auto forced = planner::plan_step(gpt_description(graph::FusedLoss::on, narrow, 1), {});
   ASSERT_TRUE(forced.ok());
-  EXPECT_TRUE(forced.value().loss_fusion.used);
+  EXPECT_TRUE(forced.value().rewrites.loss_fusion.used);
   EXPECT_TRUE(has_op(forced.value().graph, graph::OpKind::linear_cross_entropy));
+}
+
+// --- SwiGLU and layout copies: the same bits, less stored ---
+
+models::LlamaConfig tiny_llama() {
+  models::LlamaConfig c;
+  c.vocab = 50;
+  c.context = 16;
+  c.layers = 2;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 48;
+  return c;
+}
+
+// A tiny Llama's training step at `dtype`, its forward rewritten by `rewrite` (before autograd)
+// or, with `copies`, its step by recompute_layout_copies.
+graph::Graph llama_step(graph::DType dtype, bool swiglu, bool copies) {
+  graph::Graph g = models::build_llama(tiny_llama(), 2);
+  if (dtype != graph::DType::f32) g = graph::with_working_dtype(g, dtype);
+  if (swiglu) {
+    const graph::SwigluFusion f = graph::fuse_swiglu(g);
+    EXPECT_EQ(f.pairs, tiny_llama().layers);
+  }
+  graph::OptimizerConfig opt;
+  opt.kind = graph::OptimizerKind::sgd;
+  opt.lr = 0.5f;
+  graph::make_training_step(g, opt);
+  if (copies) {
+    const graph::CopyRecompute r = graph::recompute_layout_copies(g);
+    EXPECT_GT(r.copies, 0);
+  }
+  return g;
+}
+
+std::string train_tokens(const graph::Graph& g, runtime::ExecutionMode mode = runtime::ExecutionMode::planned) {
+  testing::CpuRun run(g, mode);
+  run.executor.initialize_persistent(7);
+  Rng rng(3);
+  const graph::TensorDesc& x = g.tensor(g.find("x"));
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(x.shape.numel()));
+  for (int s = 0; s < 3; ++s) {
+    for (auto& v : ids) v = static_cast<std::int32_t>(rng.below(50));
+    run.executor.set_input(g.find("x"), ids.data(), static_cast<Bytes>(ids.size() * 4));
+    run.executor.set_input(g.find("labels"), ids.data(), static_cast<Bytes>(ids.size() * 4));
+    EXPECT_TRUE(run.executor.run_step().ok());
+  }
+  return run.executor.params_sha256();
+}
+
+Bytes lower_bound(const graph::Graph& g) {
+  auto planned = planner::plan_step(planner::StepDescription::of_graph(g), {});
+  EXPECT_TRUE(planned.ok());
+  return planned.value().plan.lower_bound_bytes;
+}
+
+TEST(StepRewrites, SwigluGivesTheBitsOfSiluThenProductAtEveryDtype) {
+  for (const graph::DType dtype : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
+    const graph::Graph plain = llama_step(dtype, false, false);
+    const graph::Graph fused = llama_step(dtype, true, false);
+    EXPECT_TRUE(has_op(fused, graph::OpKind::swiglu));
+    for (const graph::Op& op : fused.ops()) {
+      EXPECT_FALSE(op.kind == graph::OpKind::silu && op.phase == graph::Phase::forward) << op.name;  // recomputed, not kept
+    }
+    EXPECT_EQ(train_tokens(fused), train_tokens(plain)) << graph::dtype_name(dtype);
+    EXPECT_LT(lower_bound(fused), lower_bound(plain)) << graph::dtype_name(dtype);
+  }
+  // A SiLU something else reads too (before the product) stays as it is.
+  graph::Graph g;
+  graph::Builder b(g);
+  const TensorId gate = b.parameter("gate", {4, 6}, {}, graph::DType::f32);
+  const TensorId up = b.parameter("up", {4, 6}, {}, graph::DType::f32);
+  const TensorId act = b.silu(gate, "act");
+  const TensorId twice = b.add(act, act, "twice");
+  g.loss = b.sum(b.add(b.mul(act, up, "glu"), twice, "both"), "loss");
+  EXPECT_EQ(graph::fuse_swiglu(g).pairs, 0);
+}
+
+TEST(StepRewrites, LayoutCopiesMadeAgainInTheBackwardGiveTheSameBits) {
+  const graph::Graph plain = llama_step(graph::DType::f32, true, false);
+  const graph::Graph again = llama_step(graph::DType::f32, true, true);
+  const std::string sha = train_tokens(plain);
+  EXPECT_EQ(train_tokens(again), sha);
+  EXPECT_EQ(train_tokens(again, runtime::ExecutionMode::naive), sha);
+  EXPECT_LT(lower_bound(again), lower_bound(plain));
+  // Every copy runs in the backward pass, after the forward's last op, and no backward op reads
+  // the forward's tensor it copies.
+  int last_forward = -1;
+  for (int i = 0; i < again.num_ops(); ++i) {
+    if (again.ops()[static_cast<std::size_t>(i)].phase == graph::Phase::forward) last_forward = i;
+  }
+  int copies = 0;
+  const std::string suffix = ".again";
+  for (int i = 0; i < again.num_ops(); ++i) {
+    const graph::Op& op = again.ops()[static_cast<std::size_t>(i)];
+    if (op.outputs.empty()) continue;
+    const std::string& name = again.tensor(op.outputs[0]).name;
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    ++copies;
+    EXPECT_GT(i, last_forward) << name;
+    EXPECT_EQ(op.phase, graph::Phase::backward) << name;
+    const TensorId original = again.storage_root(again.find(name.substr(0, name.size() - suffix.size())));
+    ASSERT_NE(original, kNoTensor) << name;
+    for (const graph::Op& reader : again.ops()) {
+      if (reader.phase != graph::Phase::backward) continue;
+      for (TensorId t : reader.inputs) EXPECT_NE(again.storage_root(t), original) << reader.name << " reads " << name;
+    }
+  }
+  EXPECT_GE(copies, tiny_llama().layers);
+}
+
+TEST(StepRewrites, PlanStepAppliesThemAndCanLeaveTheStepAsWritten) {
+  auto description = [](bool rewrite) {
+    models::ModelOptions m;
+    m.name = "gpt";
+    m.gpt = small_gpt();
+    planner::StepDescription d = planner::StepDescription::of_source(models::registry_source(m), kBatch);
+    d.fused_loss = graph::FusedLoss::off;
+    d.rewrite_step = rewrite;
+    return d;
+  };
+  auto rewritten = planner::plan_step(description(true), {});
+  auto written = planner::plan_step(description(false), {});
+  ASSERT_TRUE(rewritten.ok() && written.ok());
+  EXPECT_EQ(rewritten.value().rewrites.copies.copies, small_gpt().layers);  // attention's merged output, per layer
+  EXPECT_EQ(written.value().rewrites.copies.copies, 0);
+  EXPECT_LT(rewritten.value().plan.arena_bytes, written.value().plan.arena_bytes);
+  EXPECT_EQ(train(rewritten.value().graph).sha, train(written.value().graph).sha);
 }
 
 }  // namespace

@@ -1,10 +1,17 @@
-// The output projection and its cross-entropy as one fused computation (Liger's and Apple's Cut
-// Cross-Entropy's idea): a language model's logits [tokens, vocabulary] and their gradient are the
-// largest tensors of its step (1.6 GB each for GPT-2 at batch 8, T 1024), yet the loss needs only
-// one log-sum-exp per row and the gradients of the hidden states and the weight. The fused ops
-// (graph/op.h: linear_cross_entropy_lse, linear_cross_entropy, linear_cross_entropy_backward)
-// compute `chunk_rows` rows of logits at a time in their scratch and recompute them in the
-// backward pass.
+// Rewrites of a forward graph that fuse ops so that the step stores less (docs/fusions.md):
+//
+// - The output projection and its cross-entropy as one computation (Liger's and Apple's Cut
+//   Cross-Entropy's idea): a language model's logits [tokens, vocabulary] and their gradient are
+//   the largest tensors of its step (1.6 GB each for GPT-2 at batch 8, T 1024), yet the loss needs
+//   only one log-sum-exp per row and the gradients of the hidden states and the weight. The fused
+//   ops (graph/op.h: linear_cross_entropy_lse, linear_cross_entropy, linear_cross_entropy_backward)
+//   compute `chunk_rows` rows of logits at a time in their scratch and recompute them in the
+//   backward pass.
+// - SiLU then a product (a gated MLP's silu(gate) * up) as one swiglu op: its gradient recomputes
+//   the SiLU instead of reading it stored, for the same bits.
+// - A training step's layout copies (permute) whose input the backward pass keeps anyway are
+//   copied again in the backward pass rather than stored from the forward (attention's output
+//   in [B, T, H, D] order, kept both ways for the attention's and the projection's gradients).
 #pragma once
 
 #include <cstdint>
@@ -56,5 +63,30 @@ struct LossFusion {
 // default_loss_chunk_rows). The logits are then no longer the graph's output (an evaluation graph
 // is built unfused). Leaves the graph as it is, saying why, where the pattern is not there.
 LossFusion fuse_linear_cross_entropy(Graph& forward, std::int64_t chunk_rows = 0);
+
+// What fuse_swiglu did: the pairs fused and the bytes of SiLU outputs no longer stored.
+struct SwigluFusion {
+  int pairs = 0;
+  std::int64_t bytes = 0;
+};
+
+// Rewrites `forward` in place: every silu whose output one mul alone reads (and no caller keeps)
+// becomes, with that mul, swiglu(gate, up) under the mul's name. The swiglu rounds its SiLU to
+// the step's dtype before the product (OpAttrs::dtype), as the stored SiLU was, and its gradient
+// rule recomputes the SiLU with the same op: the step computes the same bits at every dtype.
+SwigluFusion fuse_swiglu(Graph& forward);
+
+// What recompute_layout_copies did: the copies made again and the bytes no longer stored.
+struct CopyRecompute {
+  int copies = 0;
+  std::int64_t bytes = 0;
+};
+
+// Rewrites `step` (a training step, after autograd) in place: the output Y of a forward permute
+// whose input X a backward op reads, and which backward ops read too (itself or through views),
+// is copied again from X just before its first backward reader (a backward-phase clone of the
+// permute and of Y's views), and the backward ops read the copy: Y then dies after its forward
+// readers. A copy computes the same bits.
+CopyRecompute recompute_layout_copies(Graph& step);
 
 }  // namespace memplan::graph
