@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
     const auto torch = (cmp.contains("caching_pytorch_step") ? cmp["caching_pytorch_step"] : cmp["caching"])["reserved_peak_bytes"].get<std::int64_t>();
     nlohmann::json r{{"model", c.label}, {"args", c.args}, {"arena_bytes", arena}, {"caching_reserved_peak_bytes", torch},
                      {"planned_over_caching", double(arena) / double(torch)}, {"fused_loss", plan["fused_loss"]},
-                     {"swiglu", plan["swiglu"]}};
+                     {"swiglu", plan["swiglu"]}, {"copies_recomputed", plan["copies_recomputed"]}};
     std::string before = "-", ratio_before = "-", change = "-";
     if (!baseline.empty()) {
       // The previous binary plans without --device on compare; plan takes it in both.
@@ -88,16 +88,19 @@ int run(int argc, char** argv) {
                      static_cast<long long>(old_arena), static_cast<long long>(arena));
       }
     }
+    // What the rewrites found: "fused loss", "swiglu xN", "copies xN".
+    std::string found;
+    auto add = [&](const std::string& what) { found += (found.empty() ? "" : ", ") + what; };
+    if (fused) add("fused loss");
+    if (swiglu > 0) add("swiglu x" + std::to_string(swiglu));
+    if (const int copies = plan["copies_recomputed"]["copies"].get<int>(); copies > 0) add("copies x" + std::to_string(copies));
     rows.push_back({c.label, before, gib(double(arena)), change, gib(double(torch)), ratio_before, fmt(double(arena) / double(torch), 3),
-                    fused && swiglu > 0 ? "fused loss, swiglu x" + std::to_string(swiglu)
-                    : fused             ? "fused loss"
-                    : swiglu > 0        ? "swiglu x" + std::to_string(swiglu)
-                                        : "-"});
+                    found.empty() ? "-" : found});
     results.push_back(r);
     std::fflush(stdout);
   }
   print_table({"model", "arena before (GiB)", "arena now (GiB)", "now / before", "caching allocator, PyTorch's step (GiB)",
-               "before / caching", "now / caching", "rewrite the plan used"},
+               "before / caching", "now / caching", "rewrites the plan used"},
               rows);
   write_json(json_out, {{"baseline_cli", baseline}, {"cases", results}});
   if (grew) return 1;
