@@ -37,7 +37,13 @@ Pattern find_pattern(const Graph& g) {
   Pattern p;
   if (g.loss == kNoTensor) return p;
   const int loss_op = g.producer(g.loss);
-  if (loss_op < 0 || g.ops()[static_cast<std::size_t>(loss_op)].kind != OpKind::softmax_cross_entropy) return p;
+  if (loss_op < 0) return p;
+  if (const OpKind kind = g.ops()[static_cast<std::size_t>(loss_op)].kind; kind != OpKind::softmax_cross_entropy) {
+    p.why_not = "the loss '" + g.tensor(g.loss).name + "' is a " + std::string(op_name(kind)) +
+                (kind == OpKind::vocab_parallel_loss ? " (vocabulary-parallel: already split by columns over the ranks)"
+                                                     : ", not a softmax_cross_entropy of logits");
+    return p;
+  }
   const Op& xent = g.ops()[static_cast<std::size_t>(loss_op)];
   const TensorId logits = xent.inputs[0];
   const int mm = g.producer(logits);

@@ -127,6 +127,13 @@ TEST(FusedLoss, LeavesOtherLossesAloneAndSaysWhy) {
   const graph::LossFusion k = graph::fuse_linear_cross_entropy(kept);
   EXPECT_FALSE(k.fused);
   EXPECT_NE(k.why_not.find("kept"), std::string::npos) << k.why_not;
+  // A vocabulary-parallel loss is named as such.
+  models::GptConfig split = small_gpt();
+  split.tensor_parallel = graph::TensorParallel{2, 0, false};
+  graph::Graph tp = models::build_gpt(split, kBatch);
+  const graph::LossFusion t = graph::fuse_linear_cross_entropy(tp);
+  EXPECT_FALSE(t.fused);
+  EXPECT_NE(t.why_not.find("vocabulary-parallel"), std::string::npos) << t.why_not;
   // A chunk that is not whole blocks is refused by the op's row.
   graph::Graph odd = models::build_gpt(small_gpt(), kBatch);
   EXPECT_THROW(graph::fuse_linear_cross_entropy(odd, graph::kLossRowBlock + 1), graph::GraphError);

@@ -405,7 +405,8 @@ std::string checkpoint_line(const planner::CheckpointOutcome& outcome) {
 std::string loss_fusion_line(const planner::LossFusionReport& report) {
   const graph::LossFusion& f = report.fusion;
   const std::string mode = "(--fused-loss " + std::string(graph::fused_loss_name(report.mode)) + ")";
-  if (!f.fused) return f.why_not.empty() ? "" : "fused loss: not applied " + mode + ": " + f.why_not;
+  // Not applicable: said where --fused-loss on asked for it (auto stays quiet; JSON has why_not).
+  if (!f.fused) return f.why_not.empty() || report.mode != graph::FusedLoss::on ? "" : "fused loss: not applied " + mode + ": " + f.why_not;
   const std::string bounds = report.unfused_lower_bound > 0
                                  ? "; arena lower bound " + format_bytes(report.fused_lower_bound) + " fused, " +
                                        format_bytes(report.unfused_lower_bound) + " unfused"
