@@ -51,8 +51,10 @@ struct KernelCall {
   // The learning-rate schedule's factor for this step (runtime/lr_schedule.h): the optimizer
   // updates use attrs->lr times it, computed in double and rounded once (1 changes no bit).
   double lr_scale = 1.0;
-  // Scratch the plan set aside for kernels (its workspace, inside the arena when planned): the
-  // CPU computes 16-bit ops in f32 copies of their operands made here (graph/mixed_precision.h).
+  // Scratch the plan set aside for kernels (its workspace, inside the arena when planned), past
+  // the device's own part (cuBLAS's): 16-bit ops widened to f32 copy their operands here
+  // (graph/mixed_precision.h), and an op with scratch of its own (OpInfo::scratch) finds it at
+  // the start, after the copies.
   std::span<std::byte> workspace;
   // fp16 loss scaling (graph/mixed_precision.h): the loss gradient's seed is multiplied by it and
   // the mixed updates divide it out of their gradients (a power of two: exact); 1 otherwise.
