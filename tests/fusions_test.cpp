@@ -12,6 +12,9 @@
 
 #include "memplan/graph/fusions.h"
 #include "memplan/graph/training_step.h"
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
 #include "memplan/graph/mixed_precision.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/llama.h"
@@ -338,6 +341,38 @@ TEST(StepRewrites, PlanStepAppliesThemAndCanLeaveTheStepAsWritten) {
   EXPECT_EQ(written.value().rewrites.copies.copies, 0);
   EXPECT_LT(rewritten.value().plan.arena_bytes, written.value().plan.arena_bytes);
   EXPECT_EQ(train(rewritten.value().graph).sha, train(written.value().graph).sha);
+}
+
+// What a user sees: --fused-loss on plan, compare's row for PyTorch's step, each rewrite in the
+// JSON, and a bad value refused naming the values that work.
+TEST(StepRewritesCli, FlagsAndReports) {
+  using testing::run_cli;
+  const std::string model = "--model gpt --seq 128 --batch 8 --vocab 8192";  // 32 MiB of logits
+  const auto fused = run_cli("plan " + model + " --json", false);
+  ASSERT_EQ(fused.exit_code, 0) << fused.output;
+  const auto p = nlohmann::json::parse(fused.output);
+  EXPECT_TRUE(p["fused_loss"]["used"].get<bool>());
+  EXPECT_EQ(p["fused_loss"]["mode"], "auto");
+  EXPECT_EQ(p["fused_loss"]["logits"], "logits");
+  EXPECT_GT(p["fused_loss"]["unfused_lower_bound_bytes"].get<Bytes>(), p["fused_loss"]["fused_lower_bound_bytes"].get<Bytes>());
+  EXPECT_EQ(p["copies_recomputed"]["copies"].get<int>(), 2);  // the default GPT's two layers
+  const auto off = nlohmann::json::parse(run_cli("plan " + model + " --fused-loss off --json", false).output);
+  EXPECT_FALSE(off["fused_loss"]["used"].get<bool>());
+  EXPECT_LT(p["arena_bytes"].get<Bytes>(), off["arena_bytes"].get<Bytes>());
+  const auto text = run_cli("plan " + model);
+  EXPECT_NE(text.output.find("fused loss: used (--fused-loss auto): the logits 'logits' [1024, 8192] are never stored"), std::string::npos)
+      << text.output;
+  // compare: the caching allocator on PyTorch's step holds more than on the rewritten one.
+  if (!testing::kSanitized) {
+    const auto c = nlohmann::json::parse(run_cli("compare " + model + " --steps 2 --json", false).output);
+    ASSERT_TRUE(c.contains("caching_pytorch_step"));
+    EXPECT_GT(c["caching_pytorch_step"]["reserved_peak_bytes"].get<Bytes>(), c["caching"]["reserved_peak_bytes"].get<Bytes>());
+    EXPECT_LT(c["planned_arena_bytes"].get<Bytes>(), c["caching_pytorch_step"]["reserved_peak_bytes"].get<Bytes>());
+  }
+  const auto bad = run_cli("plan " + model + " --fused-loss sometimes");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--fused-loss"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("auto"), std::string::npos) << bad.output;
 }
 
 }  // namespace
