@@ -63,7 +63,8 @@ struct PlanOptions {
   // sums); placed at the end of the persistent region, so it is part of the arena.
   Bytes workspace_bytes = 0;
   // The device computes 16-bit ops in f32 copies of their operands: the workspace adds the most
-  // any op widens (graph::widening_scratch_bytes), leaving out the kinds in native_16bit_ops.
+  // any op widens, leaving out the kinds in native_16bit_ops (graph::kernel_scratch_bytes, which
+  // also adds the ops' own scratch on every device).
   bool widen_16bit = false;
   std::vector<graph::OpKind> native_16bit_ops;
   // The caller asks only whether the arena fits this many bytes (a batch-size probe): the exact

@@ -120,21 +120,21 @@ Result<Comparison> compare(const CompareFlags& flags) {
   if (!planned) return planned.error();
   c.planned = std::move(planned).value();
   const planner::MemoryPlan& plan = c.planned.plan;
-  c.variants.resize(2);
-  c.variants[0].name = "caching allocator";
-  c.variants[1].name = "caching allocator, expandable segments";
-  c.variants[0].name = "caching allocator";
-  c.variants[1].name = "caching allocator, expandable segments";
-  for (std::size_t v = 0; v < c.variants.size(); ++v) {
+  // The caching allocator over flags.steps steps of `replayed` on a fresh simulated device.
+  auto replay = [&](const planner::MemoryPlan& replayed, bool expandable, runtime::AllocationTrace* trace) {
     runtime::SimulatedDevice device(c.capacity);
     runtime::ReplayOptions options;
     options.steps = flags.steps;
     options.allocator = allocator;
-    options.allocator.expandable_segments = v == 1;
-    options.trace = &c.variants[v].trace;
-    options.record_timeline = !flags.html.empty();
-    c.variants[v].result = runtime::replay_dynamic(plan, device, options);
-  }
+    options.allocator.expandable_segments = expandable;
+    options.trace = trace;
+    options.record_timeline = trace != nullptr && !flags.html.empty();
+    return runtime::replay_dynamic(replayed, device, options);
+  };
+  c.variants.resize(2);
+  c.variants[0].name = "caching allocator";
+  c.variants[1].name = "caching allocator, expandable segments";
+  for (std::size_t v = 0; v < c.variants.size(); ++v) c.variants[v].result = replay(plan, v == 1, &c.variants[v].trace);
 
   const planner::StepRewrites& rewrites = c.planned.rewrites;
   if (rewrites.loss_fusion.used || rewrites.swiglu.pairs > 0 || rewrites.copies.copies > 0) {
@@ -143,11 +143,7 @@ Result<Comparison> compare(const CompareFlags& flags) {
     unfused.rewrite_step = false;
     auto stored = planner::plan_step(unfused, request);
     if (!stored) return stored.error();
-    runtime::SimulatedDevice device(c.capacity);
-    runtime::ReplayOptions options;
-    options.steps = flags.steps;
-    options.allocator = allocator;
-    c.unfused = runtime::replay_dynamic(stored.value().plan, device, options);
+    c.unfused = replay(stored.value().plan, false, nullptr);
   }
   c.plan_fits = request.device.fits(plan.arena_bytes, c.capacity);
   return c;
@@ -248,6 +244,16 @@ bool write_compare_files(const CompareFlags& flags, const Comparison& c, const n
   return true;
 }
 
+// One allocator's row of the table: reserved peak, allocated there, fragmentation, inactive
+// split, device allocations in the last step.
+void print_replay_row(const std::string& name, const runtime::ReplayResult& r) {
+  print_out("%-40s %14s %14s %14s %14s %10lld\n", name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
+            format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
+            format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
+            format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
+            static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
+}
+
 void print_compare(const CompareFlags& flags, const Comparison& c) {
   const planner::MemoryPlan& plan = c.planned.plan;
   print_out("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
@@ -268,22 +274,13 @@ void print_compare(const CompareFlags& flags, const Comparison& c) {
       print_out("    %s\n", r.oom_message.c_str());
       continue;
     }
-    print_out("%-40s %14s %14s %14s %14s %10lld\n", v.name.c_str(), format_bytes(r.peak_reserved_bytes).c_str(),
-                format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
-                format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
-                format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
-                static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
+    print_replay_row(v.name, r);
   }
   if (c.unfused) {
-    const auto& r = *c.unfused;
-    if (r.out_of_memory) {
+    if (c.unfused->out_of_memory) {
       print_out("%-40s OUT OF MEMORY\n", "caching allocator, PyTorch's step");
     } else {
-      print_out("%-40s %14s %14s %14s %14s %10lld\n", "caching allocator, PyTorch's step", format_bytes(r.peak_reserved_bytes).c_str(),
-                format_bytes(r.allocated_at_reserved_peak_bytes).c_str(),
-                format_bytes(r.peak_reserved_bytes - r.allocated_at_reserved_peak_bytes).c_str(),
-                format_bytes(r.inactive_split_at_reserved_peak_bytes).c_str(),
-                static_cast<long long>(r.steps.empty() ? 0 : r.steps.back().device_allocations));
+      print_replay_row("caching allocator, PyTorch's step", *c.unfused);
     }
   }
   const std::string lines = rewrite_lines(c.planned.rewrites);
