@@ -342,6 +342,9 @@ struct OpInfo {
   // Every update op of the step is scheduled after this op (grads_finite: the executor skips the
   // updates when it reports an overflow).
   bool gates_updates = false;
+  // A collective: every rank runs it, and all ranks must run the step's collectives in the same
+  // order (an order search keeps theirs; the executor checks the op's world against its communicator).
+  bool communicates = false;
   // Bytes of scratch the kernels need beyond the operands (on every device, at f32), planned in
   // the step's workspace (graph::kernel_scratch_bytes): a chunk of logits for the fused loss.
   // nullptr: none.

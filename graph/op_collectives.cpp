@@ -112,13 +112,13 @@ constexpr OpInfo kCollectivesRows[] = {
   {.kind = OpKind::pack, .name = "pack", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
     .infer = infer_pack, .flops = flops_zero},
   {.kind = OpKind::all_reduce, .name = "all_reduce", .num_inputs = 1, .num_updates = 0, .num_outputs = 1, .output_is_view = true,
-    .infer = infer_all_reduce, .flops = flops_collective_sum, .grad = grad_all_reduce},
+    .infer = infer_all_reduce, .flops = flops_collective_sum, .grad = grad_all_reduce, .communicates = true},
   {.kind = OpKind::reduce_scatter, .name = "reduce_scatter", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_reduce_scatter, .flops = flops_collective_sum, .grad = grad_reduce_scatter},
+    .infer = infer_reduce_scatter, .flops = flops_collective_sum, .grad = grad_reduce_scatter, .communicates = true},
   {.kind = OpKind::all_gather, .name = "all_gather", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
-    .infer = infer_all_gather, .flops = flops_zero, .grad = grad_all_gather},
+    .infer = infer_all_gather, .flops = flops_zero, .grad = grad_all_gather, .communicates = true},
   {.kind = OpKind::all_gather_into, .name = "all_gather_into", .num_inputs = 0, .num_updates = 1, .num_outputs = 0,
-    .infer = infer_all_gather_into, .flops = flops_zero},
+    .infer = infer_all_gather_into, .flops = flops_zero, .communicates = true},
 };
 // clang-format on
 

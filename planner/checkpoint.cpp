@@ -315,23 +315,18 @@ struct Candidate {
   Graph graph;
   Bytes arena = 0;
   double extra_flops = 0.0;
-  std::optional<MemoryPlan> greedy_plan;  // how `arena` was found (the greedy packing alone)
+  std::optional<MemoryPlan> plan;  // how `arena` was found: planned with the caller's options
 };
-
-// Whether planning a candidate with `options` gives its greedy plan again: the exact search is
-// off, or it runs only to decide a budget the greedy arena already meets.
-bool greedy_plan_is_final(const PlanOptions& options, Bytes greedy_arena) {
-  return !options.solver.searches() || (options.decide_against && greedy_arena <= *options.decide_against);
-}
 
 class Checkpointer {
  public:
   Checkpointer(const Graph& step, const PlanOptions& options)
       : step_(step), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
-    // Candidates are compared with the greedy packer alone (fast, and never below the final
-    // plan's arena); the chosen one is then planned with the caller's options.
-    search_options_ = options;
-    search_options_.solver = SolverBudget::greedy_only();
+    // Candidates are planned with the caller's options: the greedy packing, and the exact search
+    // only where the greedy packing is above the lower bound (a probe's decide_against: only
+    // where that decides the answer). Comparing greedy packings alone would rank points by a
+    // packer's misses: searched orders can leave it above a bound the exact search reaches.
+    options_ = options;
   }
 
   Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainAction>& actions) {
@@ -339,11 +334,28 @@ class Checkpointer {
     c.strategy = strategy;
     c.graph = rematerialize(step_, chain_, actions);
     c.extra_flops = graph_flops(c.graph) - base_flops_;
-    auto plan = plan_memory(c.graph, search_options_);
+    auto plan = plan_memory(c.graph, options_);
     if (!plan) return plan.error();
     c.arena = plan.value().arena_bytes;
-    c.greedy_plan = std::move(plan).value();
+    c.plan = std::move(plan).value();
     return c;
+  }
+
+  // `c` planned again with the exact search asked to go below its arena, where its plan is above
+  // its lower bound (a searched order's greedy packing, kept where it answered the budget): what
+  // the least arena of all strategies reports.
+  Status polish(Candidate& c) {
+    if (!c.plan || c.plan->arena_bytes <= c.plan->lower_bound_bytes) return Status::success();
+    PlanOptions lower = options_;
+    lower.decide_against.reset();
+    lower.fits_budget = c.plan->arena_bytes - 1;
+    auto plan = plan_memory(c.graph, lower);
+    if (!plan) return plan.error();
+    if (plan.value().arena_bytes < c.arena) {
+      c.arena = plan.value().arena_bytes;
+      c.plan = std::move(plan).value();
+    }
+    return Status::success();
   }
 
   Result<Candidate> none() {
@@ -456,7 +468,7 @@ class Checkpointer {
 
   const Graph& step_;
   Graph unnamed_step_;  // step_ without names, once the frontier is searched (lower bounds)
-  PlanOptions search_options_;
+  PlanOptions options_;  // the caller's, for every candidate
   CheckpointChain chain_;
   double base_flops_;
   // The frontier and each point's planned arena, computed once per step.
@@ -505,7 +517,7 @@ class Checkpointer {
     return std::optional<Candidate>(std::move(c).value());
   }
 
-  // Frontier point i's planned arena (greedy packing), cached.
+  // Frontier point i's planned arena, cached.
   Result<Bytes> measure(std::size_t i) {
     if (!measured_[i]) {
       auto c = make(CheckpointStrategy::kOptimal, (*frontier_)[i].actions);
@@ -560,9 +572,9 @@ class Checkpointer {
   // Frontier point i's arena lower bound, from the step without names (the bound reads none;
   // each point copies the step once). A failure is computed again with names, for the message.
   Result<Bytes> bound_of(std::size_t i) const {
-    auto bound = arena_lower_bound(rematerialize(unnamed_step_, chain_, (*frontier_)[i].actions), search_options_);
+    auto bound = arena_lower_bound(rematerialize(unnamed_step_, chain_, (*frontier_)[i].actions), options_);
     if (bound) return bound;
-    return arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), search_options_);
+    return arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), options_);
   }
 };
 
@@ -578,6 +590,9 @@ Result<Candidate> least_arena(Checkpointer& cp) {
   auto opt = cp.optimal(std::nullopt);
   if (!opt) return opt.error();
   if (opt.value()) options.push_back(std::move(*opt.value()));
+  for (Candidate& c : options) {
+    if (Status s = cp.polish(c); !s) return s.error();
+  }
   std::size_t least = 0;
   for (std::size_t i = 1; i < options.size(); ++i) {
     const Candidate& c = options[i];
@@ -648,14 +663,13 @@ Result<CheckpointOutcome> apply_checkpointing(const Graph& training_step, const 
     }
   }
   const double base_flops = std::max(checkpointer ? checkpointer->base_flops() : graph_flops(training_step), 1.0);
-  // Candidates were compared by their greedy packing; the chosen one is planned with the
-  // caller's options (the plan it will run with) before deciding whether it fits.
+  // The chosen candidate's plan is the one it runs with (planned with the caller's options).
   std::optional<MemoryPlan> after_plan;
   auto final_arena = [&]() -> Result<Bytes> {
     if (chosen->strategy == CheckpointStrategy::kNone) {
       after_plan = before_plan.value();
-    } else if (chosen->greedy_plan && greedy_plan_is_final(options, chosen->arena)) {
-      after_plan = std::move(*chosen->greedy_plan);
+    } else if (chosen->plan) {
+      after_plan = std::move(*chosen->plan);
     } else {
       auto p = plan_memory(chosen->graph, options);
       if (!p) return p.error();

@@ -26,14 +26,11 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
   return b;
 }
 
-namespace {
-
-// What a buffer of `size_bytes` takes in the arena (or the host region): at least a byte, its
-// guard gap, rounded up to the arena's alignment. Plans, lower bounds and the transient problem
-// all count it this way.
-Bytes footprint_of(Bytes size_bytes, Bytes guard_bytes) {
+Bytes buffer_footprint(Bytes size_bytes, Bytes guard_bytes) {
   return align_up(std::max<Bytes>(size_bytes, 1) + guard_bytes, kArenaAlignment);
 }
+
+namespace {
 
 // The host region: each host root tensor some op touches, in tensor order, aligned like the arena.
 void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan& plan) {
@@ -56,7 +53,7 @@ void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan
     b.persistent = true;
     b.host = true;
     b.master_copy = desc.master_of != kNoTensor;
-    next += footprint_of(b.size_bytes, guard_bytes);
+    next += buffer_footprint(b.size_bytes, guard_bytes);
     plan.host_buffers.push_back(std::move(b));
   }
   plan.host_bytes = next;
@@ -69,7 +66,9 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
   const auto t0 = std::chrono::steady_clock::now();
   MemoryPlan plan;
   plan.schedule_kind = kind;
-  plan.schedule = make_schedule(graph, kind);
+  OrderSearchResult search;
+  plan.schedule = make_schedule(graph, kind, options.order_search(), &search);
+  plan.order_moves = search.moves;
   if (Status s = check_schedule(graph, plan.schedule); !s) return s.error();
   plan.guard_bytes = options.guard_bytes;
   const Lifetimes lifetimes = compute_lifetimes(graph, plan.schedule, LivenessOptions{options.in_place});
@@ -81,7 +80,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
   std::vector<int> transient_index;  // problem buffer -> plan buffer
   for (const BufferLifetime& life : lifetimes.buffers) {
     PlannedBuffer b = unplaced_buffer(graph, life);
-    const Bytes footprint = footprint_of(b.size_bytes, options.guard_bytes);
+    const Bytes footprint = buffer_footprint(b.size_bytes, options.guard_bytes);
     if (b.persistent) {
       b.offset = next;
       next += footprint;
@@ -168,43 +167,61 @@ Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& opt
   if (!options.choose_best_schedule) {
     auto plan = plan_with_schedule(graph, options.schedule, options);
     if (plan) {
-      (options.schedule == ScheduleKind::program ? plan.value().program_order_arena_bytes
-                                                 : plan.value().memory_aware_arena_bytes) = plan.value().arena_bytes;
+      MemoryPlan& p = plan.value();
+      (options.schedule == ScheduleKind::program        ? p.program_order_arena_bytes
+       : options.schedule == ScheduleKind::memory_aware ? p.memory_aware_arena_bytes
+                                                        : p.searched_order_arena_bytes) = p.arena_bytes;
     }
     return plan;
   }
-  if (options.skip_dominated_schedule) {
-    auto aware = plan_with_schedule(graph, ScheduleKind::memory_aware, options);
-    if (!aware) return aware;
-    const Bytes aware_bytes = aware.value().arena_bytes;
-    if (options.decide_against && aware_bytes <= *options.decide_against) {
-      // "Fits" is answered: the program order is not looked at (its arena is reported as 0).
-      MemoryPlan best = std::move(aware).value();
-      best.memory_aware_arena_bytes = aware_bytes;
-      best.program_order_skipped = true;
-      return best;
-    }
-    auto program = plan_with_schedule(graph, ScheduleKind::program, options, aware_bytes);
-    if (!program) return program;
-    const bool skipped = program.value().solve_status == SolveStatus::not_found;
-    const Bytes program_bytes = program.value().arena_bytes;
-    MemoryPlan best = skipped || aware_bytes <= program_bytes ? std::move(aware).value() : std::move(program).value();
-    best.program_order_arena_bytes = program_bytes;
-    best.memory_aware_arena_bytes = aware_bytes;
-    best.program_order_skipped = skipped;
-    return best;
-  }
-  auto program = plan_with_schedule(graph, ScheduleKind::program, options);
-  if (!program) return program;
+  // Every order, the lower arena kept; ties go to the memory-aware order (its gradients die
+  // earlier, which leaves more room for activations once checkpointing trades them), then to the
+  // program order: the searched order is kept only where it is strictly lower.
   auto aware = plan_with_schedule(graph, ScheduleKind::memory_aware, options);
   if (!aware) return aware;
-  const Bytes program_bytes = program.value().arena_bytes;
   const Bytes aware_bytes = aware.value().arena_bytes;
-  // Ties go to the memory-aware order: its gradients die earlier, which leaves more room for
-  // activations once checkpointing trades them.
-  MemoryPlan best = aware_bytes <= program_bytes ? std::move(aware).value() : std::move(program).value();
+  if (options.skip_dominated_schedule && options.decide_against && aware_bytes <= *options.decide_against) {
+    // "Fits" is answered: the program order is not looked at (its arena is reported as 0); the
+    // searched order still is, unsolved unless its bound is below, so the bytes reported are the
+    // plan's (a batch search's table shows them).
+    auto searched = plan_with_schedule(graph, ScheduleKind::searched, options, aware_bytes);
+    if (!searched) return searched;
+    const bool searched_skipped = searched.value().solve_status == SolveStatus::not_found;
+    const Bytes searched_bytes = searched.value().arena_bytes;
+    MemoryPlan best = !searched_skipped && searched_bytes < aware_bytes ? std::move(searched).value() : std::move(aware).value();
+    best.memory_aware_arena_bytes = aware_bytes;
+    best.searched_order_arena_bytes = searched_bytes;
+    best.program_order_skipped = true;
+    best.searched_order_skipped = searched_skipped;
+    return best;
+  }
+  // An order whose lower bound reaches the best arena so far could at best tie: with
+  // skip_dominated_schedule the program order is then not solved; the searched order never is.
+  auto program = plan_with_schedule(graph, ScheduleKind::program, options,
+                                    options.skip_dominated_schedule ? std::optional<Bytes>(aware_bytes) : std::nullopt);
+  if (!program) return program;
+  const bool program_skipped = program.value().solve_status == SolveStatus::not_found;
+  const Bytes program_bytes = program.value().arena_bytes;
+  MemoryPlan best = program_skipped || aware_bytes <= program_bytes ? std::move(aware).value() : std::move(program).value();
+  // The exact search packs the searched order only where it decides something: the caller's
+  // fits-or-not question, else whether the plan fits its budget or the order beats the best
+  // arena so far (a greedy packing already below both is kept as it is: polishing the last bytes
+  // of a large step's packing can take the exact search seconds, for no change of answer).
+  PlanOptions searched_options = options;
+  if (!searched_options.decide_against) {
+    searched_options.decide_against =
+        options.fits_budget ? std::min(*options.fits_budget, best.arena_bytes - 1) : best.arena_bytes - 1;
+  }
+  auto searched = plan_with_schedule(graph, ScheduleKind::searched, searched_options, best.arena_bytes);
+  if (!searched) return searched;
+  const bool searched_skipped = searched.value().solve_status == SolveStatus::not_found;
+  const Bytes searched_bytes = searched.value().arena_bytes;
+  if (!searched_skipped && searched_bytes < best.arena_bytes) best = std::move(searched).value();
   best.program_order_arena_bytes = program_bytes;
   best.memory_aware_arena_bytes = aware_bytes;
+  best.searched_order_arena_bytes = searched_bytes;
+  best.program_order_skipped = program_skipped;
+  best.searched_order_skipped = searched_skipped;
   return best;
 }
 
@@ -215,10 +232,30 @@ namespace {
 // large for an arena take plan_with_schedule's path, which says what is wrong with them.
 Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind kind, const PlanOptions& options,
                                         Bytes workspace) {
-  const Schedule schedule = make_schedule(graph, kind);
+  OrderSearchResult found;
+  const Schedule schedule = make_schedule(graph, kind, options.order_search(), &found);
   if (Status s = check_schedule(graph, schedule); !s) return s.error();
-  const Lifetimes lifetimes = compute_lifetimes(graph, schedule, LivenessOptions{options.in_place});
   constexpr Bytes kLargest = Bytes{1} << 56;  // far below where an allocation problem's checks start
+  if (kind == ScheduleKind::searched) {
+    // The search measured the order's transient peak; the persistent footprints do not depend on
+    // the order: each persistent storage root some op touches.
+    std::vector<bool> touched(static_cast<std::size_t>(graph.num_tensors()), false);
+    for (const graph::Op& op : graph.ops()) {
+      for (const auto* list : {&op.inputs, &op.outputs, &op.updates}) {
+        for (TensorId t : *list) touched[static_cast<std::size_t>(graph.storage_root(t))] = true;
+      }
+    }
+    Bytes persistent = 0;
+    bool representable = found.peak <= kLargest;
+    for (TensorId t = 0; t < graph.num_tensors() && representable; ++t) {
+      const graph::TensorDesc& desc = graph.tensor(t);
+      if (!touched[static_cast<std::size_t>(t)] || desc.external || desc.host) continue;
+      representable = desc.size_bytes() <= kLargest && persistent <= kLargest;
+      if (graph::is_persistent(desc.role)) persistent += buffer_footprint(desc.size_bytes(), options.guard_bytes);
+    }
+    if (representable) return persistent + (workspace > 0 ? align_up(workspace, kArenaAlignment) : 0) + found.peak;
+  }
+  const Lifetimes lifetimes = compute_lifetimes(graph, schedule, LivenessOptions{options.in_place});
   Bytes persistent = 0;
   std::vector<Bytes> change(schedule.size() + 1, 0);  // live transient bytes: +at first_op, -after last_op
   for (const BufferLifetime& life : lifetimes.buffers) {
@@ -227,7 +264,7 @@ Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind 
       if (!plan) return plan.error();
       return plan.value().lower_bound_bytes;
     }
-    const Bytes footprint = footprint_of(life.size_bytes, options.guard_bytes);
+    const Bytes footprint = buffer_footprint(life.size_bytes, options.guard_bytes);
     if (life.persistent) {
       persistent += footprint;
     } else {
@@ -251,11 +288,8 @@ Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& op
       options.workspace_bytes + graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
   auto bound = [&](ScheduleKind kind) { return lower_bound_with_schedule(graph, kind, options, workspace); };
   if (!options.choose_best_schedule) return bound(options.schedule);
-  auto aware = bound(ScheduleKind::memory_aware);
-  if (!aware) return aware;
-  auto program = bound(ScheduleKind::program);
-  if (!program) return program;
-  return std::min(aware.value(), program.value());
+  // The searched order starts from the lower of the other two and never rises above it.
+  return bound(ScheduleKind::searched);
 }
 
 AllocationProblem transient_problem(const MemoryPlan& plan) {
@@ -264,7 +298,7 @@ AllocationProblem transient_problem(const MemoryPlan& plan) {
     if (b.persistent) continue;
     BufferSpec spec;
     spec.id = b.name;
-    spec.size_bytes = footprint_of(b.size_bytes, plan.guard_bytes);
+    spec.size_bytes = buffer_footprint(b.size_bytes, plan.guard_bytes);
     spec.alignment = kArenaAlignment;
     spec.first_op = b.first_op;
     spec.end_op = b.last_op + 1;

@@ -18,6 +18,11 @@ namespace memplan::planner {
 
 inline constexpr Bytes kArenaAlignment = 256;  // every buffer starts on a 256-byte boundary
 
+// What a buffer of `size_bytes` takes in the arena (or the host region): at least a byte, its
+// guard gap, rounded up to the arena's alignment. Plans, lower bounds, the transient problem and
+// the order search all count it this way.
+Bytes buffer_footprint(Bytes size_bytes, Bytes guard_bytes);
+
 struct PlannedBuffer {
   std::string name;  // the root tensor's name
   TensorId root = kNoTensor;
@@ -50,7 +55,7 @@ struct SolverBudget {
 
 struct PlanOptions {
   ScheduleKind schedule = ScheduleKind::memory_aware;
-  bool choose_best_schedule = true;  // plan both orders and keep the lower arena
+  bool choose_best_schedule = true;  // plan every order (program, memory-aware, searched), keep the lowest arena
   // With choose_best_schedule: plan the memory-aware order first and skip solving the program
   // order when its lower bound already reaches that arena (it could at best tie, and ties go to
   // the memory-aware order), so the chosen plan is the same, found faster on large graphs.
@@ -74,6 +79,14 @@ struct PlanOptions {
   // With skip_dominated_schedule, a memory-aware arena that fits ends the question there: the
   // program order is not planned (program_order_skipped, its arena 0).
   std::optional<Bytes> decide_against;
+  // The budget the plan's arena will be checked against, where there is one (PlanRequest::budget),
+  // without decide_against's fits-or-not shortcut: the searched order is packed exactly where
+  // that decides whether it fits, as a fits-or-not probe of the same step would.
+  std::optional<Bytes> fits_budget;
+  // Orders the searched schedule evaluates (OrderSearchOptions::max_evaluations; 0: its default).
+  std::int64_t order_evaluations = 0;
+
+  OrderSearchOptions order_search() const { return {in_place, guard_bytes, order_evaluations}; }
 };
 
 struct MemoryPlan {
@@ -91,10 +104,16 @@ struct MemoryPlan {
   Bytes workspace_bytes = 0;
   SolveStatus solve_status = SolveStatus::feasible;
   double solve_ms = 0.0;
-  // The arena each order would need (for reports): program order and memory-aware order.
+  // The arena each order would need (for reports): program order, memory-aware order, searched
+  // order (planner/order_search.h). An order marked skipped was not solved: its lower bound
+  // already reached a better order's arena (then its bytes are that lower bound), or the
+  // memory-aware arena answered a fits-or-not question (then they are 0).
   Bytes program_order_arena_bytes = 0;
   Bytes memory_aware_arena_bytes = 0;
+  Bytes searched_order_arena_bytes = 0;
   bool program_order_skipped = false;
+  bool searched_order_skipped = false;
+  std::int64_t order_moves = 0;  // ops (or fused pairs) the searched order moved; 0 for the others
   // Host memory (optimizer offload, graph::TensorDesc::host): every host tensor the step touches,
   // back to back in tensor order, live for the whole step; not part of the arena.
   std::vector<PlannedBuffer> host_buffers;

@@ -34,6 +34,7 @@ PlanOptions PlanRequest::plan_options() const {
   // same plan, found faster.
   o.skip_dominated_schedule = true;
   o.in_place = in_place;
+  o.fits_budget = budget;
   o.solver = solver;
   o.guard_bytes = guard_bytes;
   o.workspace_bytes = device.workspace_bytes;

@@ -60,7 +60,7 @@ struct PlanRequest {
   CheckpointStrategy checkpoint = CheckpointStrategy::kNone;
   std::optional<Bytes> budget;  // the arena budget in bytes; nullopt: none
   ScheduleKind schedule = ScheduleKind::memory_aware;
-  bool choose_best_schedule = true;  // plan both op orders, keep the lower arena
+  bool choose_best_schedule = true;  // plan every op order, keep the lowest arena (--schedule auto)
   bool in_place = true;
   SolverBudget solver;  // deterministic unless it asks for wall-clock time
   // When the budget is not met, also search the least arena any checkpoint strategy reaches

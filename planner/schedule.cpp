@@ -27,9 +27,8 @@ std::vector<std::vector<int>> readers_of_persistent(const Graph& graph) {
   return readers;
 }
 
-// Whether op `next` should follow op `i` directly, with no update run between: a pair a backend
-// runs as one kernel (graph::fusable_pair). An update between would free its gradient for the
-// second op's output to be planned over, and the two could not run together.
+}  // namespace
+
 bool keep_next_adjacent(const Graph& graph, int i, int next) {
   if (next >= graph.num_ops()) return false;
   const Op& a = graph.ops()[static_cast<std::size_t>(i)];
@@ -38,10 +37,14 @@ bool keep_next_adjacent(const Graph& graph, int i, int next) {
          std::find(b.inputs.begin(), b.inputs.end(), a.outputs[0]) != b.inputs.end();
 }
 
-}  // namespace
-
-Schedule make_schedule(const Graph& graph, ScheduleKind kind) {
+Schedule make_schedule(const Graph& graph, ScheduleKind kind, const OrderSearchOptions& search, OrderSearchResult* found) {
   if (kind == ScheduleKind::program) return default_schedule(graph);
+  if (kind == ScheduleKind::searched) {
+    const Schedule starts[] = {make_schedule(graph, ScheduleKind::memory_aware), default_schedule(graph)};
+    OrderSearchResult result = search_order(graph, starts, search);
+    if (found != nullptr) *found = result;
+    return std::move(result.schedule);
+  }
   // Program order, with every update op run as soon as it is ready: the producers of its inputs
   // have run, and so has every other op that reads a tensor it updates (or one op later, where
   // keep_next_adjacent says so). After each non-update op

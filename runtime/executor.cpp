@@ -165,8 +165,7 @@ Status Executor::setup() {
     kernels::KernelFn fn = kernels::find_kernel(op.kind, device_.kind(), dtype);
     if (fn == nullptr) return kernels::check_kernels_for(graph_, device_.kind()).error();
     kernels_[static_cast<std::size_t>(i)] = fn;
-    if (op.kind == graph::OpKind::all_reduce || op.kind == graph::OpKind::reduce_scatter ||
-        op.kind == graph::OpKind::all_gather || op.kind == graph::OpKind::all_gather_into) {
+    if (graph::op_info(op.kind).communicates) {
       const dist::Communicator* comm = communicator_for(op);
       const int world = comm == nullptr ? 1 : comm->world_size();
       if (comm == nullptr || world != op.attrs.world) {

@@ -43,7 +43,8 @@ TEST(FitSuggestCli, OneByteShortTheSuggestionCheckpointsAndFitAgrees) {
 
 // With --sequence-parallel every tensor-parallel candidate is planned with it and names it; a
 // candidate's flags given to fit plan the step it stands for (the table's bytes are the fast
-// "fits" answer's, a greedy packing: never below fit's exact plan).
+// "fits" answer's, a greedy packing: never below fit's exact plan, and a few percent above it at
+// most where the searched op order leaves the greedy packing above its lower bound).
 TEST(FitSuggestCli, TensorParallelCandidatesNameSequenceParallelismAndFitAgrees) {
   const std::string shape = "--model gpt --vocab 96 --seq 64 --batch 16 --devices 4";
   const nlohmann::json s = fit_json(shape + " --device-memory 1TiB --sequence-parallel --tensor-parallel 2 --suggest");
@@ -56,7 +57,7 @@ TEST(FitSuggestCli, TensorParallelCandidatesNameSequenceParallelismAndFitAgrees)
     if (!tp || !c.contains("total_bytes") || c["micro_batch"].get<int>() > 0) continue;
     const nlohmann::json fit = fit_json(shape + " --device-memory 1TiB " + levers);
     EXPECT_LE(fit["total_bytes"].get<std::int64_t>(), c["total_bytes"].get<std::int64_t>()) << levers;
-    EXPECT_GT(fit["total_bytes"].get<std::int64_t>(), c["total_bytes"].get<std::int64_t>() * 99 / 100) << levers;
+    EXPECT_GT(fit["total_bytes"].get<std::int64_t>(), c["total_bytes"].get<std::int64_t>() * 95 / 100) << levers;
     EXPECT_EQ(fit["sequence_parallel"], true) << levers;
     ++split;
   }

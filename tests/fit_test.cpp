@@ -458,7 +458,8 @@ TEST(ArenaLowerBound, EqualsTheLowerBoundOfThePlansItStandsFor) {
       options.workspace_bytes = 4096 + 3;
       options.widen_16bit = widen;
       Bytes least = 0;
-      for (planner::ScheduleKind kind : {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware}) {
+      for (planner::ScheduleKind kind :
+           {planner::ScheduleKind::program, planner::ScheduleKind::memory_aware, planner::ScheduleKind::searched}) {
         planner::PlanOptions one = options;
         one.choose_best_schedule = false;
         one.schedule = kind;

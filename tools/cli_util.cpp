@@ -166,6 +166,20 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
   add_fused_loss_option(app, flags.fused_loss);
 }
 
+void add_schedule_option(CLI::App& app, std::optional<planner::ScheduleKind>& schedule) {
+  add_enum_option(app, "--schedule", schedule, planner::kScheduleNames,
+                  "Op order: program (the order the step was built in: every update after the backward pass), "
+                  "memory_aware (each update as soon as its gradient is final), searched (ops moved across the "
+                  "peak of the lower of those two while that lowers it; the same results, bit for bit), or auto "
+                  "(the default): all three planned, the lowest arena kept",
+                  "auto");
+}
+
+void apply_schedule_flag(std::optional<planner::ScheduleKind> schedule, planner::PlanRequest& request) {
+  request.choose_best_schedule = !schedule.has_value();
+  if (schedule) request.schedule = *schedule;
+}
+
 void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode) {
   add_enum_option(app, "--fused-loss", mode, graph::kFusedLossNames,
                   "Training steps whose loss is a cross-entropy of logits h w^T (language models' heads): on computes "
@@ -458,18 +472,47 @@ nlohmann::json copies_json(const graph::CopyRecompute& copies) {
   return {{"copies", copies.copies}, {"bytes_not_stored", copies.bytes}};
 }
 
-std::string rewrite_lines(const planner::StepRewrites& step) {
+std::string order_line(const planner::MemoryPlan& plan) {
+  if (plan.memory_aware_arena_bytes == 0 || plan.program_order_arena_bytes == 0) return "";
+  auto arena = [](Bytes bytes, bool skipped) { return (skipped ? "at least " : "") + format_bytes(bytes); };
+  std::string line = "op order: " + std::string(planner::schedule_name(plan.schedule_kind));
+  if (plan.schedule_kind == planner::ScheduleKind::searched) {
+    line += " (" + std::to_string(plan.order_moves) + " ops moved across the peak)";
+  }
+  line += ", the lowest arena of: memory-aware " + arena(plan.memory_aware_arena_bytes, false) + ", program " +
+          arena(plan.program_order_arena_bytes, plan.program_order_skipped);
+  if (plan.searched_order_arena_bytes > 0) {
+    line += ", searched " + arena(plan.searched_order_arena_bytes, plan.searched_order_skipped);
+  }
+  return line;
+}
+
+nlohmann::json order_json(const planner::MemoryPlan& plan) {
+  nlohmann::json j{{"used", planner::schedule_name(plan.schedule_kind)}};
+  if (plan.schedule_kind == planner::ScheduleKind::searched) j["moves"] = plan.order_moves;
+  // Where an order was not solved its bytes are its lower bound (0: not looked at).
+  j["program_arena_bytes"] = plan.program_order_arena_bytes;
+  j["memory_aware_arena_bytes"] = plan.memory_aware_arena_bytes;
+  j["searched_arena_bytes"] = plan.searched_order_arena_bytes;
+  j["program_skipped"] = plan.program_order_skipped;
+  j["searched_skipped"] = plan.searched_order_skipped;
+  return j;
+}
+
+std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
   std::string out;
-  for (const std::string& line : {loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies)}) {
+  for (const std::string& line : {loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies),
+                                  plan != nullptr ? order_line(*plan) : std::string()}) {
     if (!line.empty()) out += line + "\n";
   }
   return out;
 }
 
-void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step) {
+void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
   j["fused_loss"] = loss_fusion_json(step.loss_fusion);
   j["swiglu"] = swiglu_json(step.swiglu);
   j["copies_recomputed"] = copies_json(step.copies);
+  if (plan != nullptr) j["op_order"] = order_json(*plan);
 }
 
 nlohmann::json checkpoint_json(const planner::CheckpointOutcome& outcome) {

@@ -126,6 +126,10 @@ struct ModelFlags {
 // --hidden, --onnx, --loss, --output, and with `shapes` --seq, --target-seq, --image-size, --dtype and --config
 // (which excludes --model).
 void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes);
+// --schedule program|memory_aware|searched|auto, shared by plan, fit, compare and train; unset is
+// auto (every order planned, the lowest arena kept).
+void add_schedule_option(CLI::App& app, std::optional<planner::ScheduleKind>& schedule);
+void apply_schedule_flag(std::optional<planner::ScheduleKind> schedule, planner::PlanRequest& request);
 // --fused-loss auto|on|off, shared by plan, fit, compare and train.
 void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode);
 // The registry model --model and its flags describe (not --onnx or --config), with the sizes
@@ -157,10 +161,15 @@ std::string swiglu_line(const graph::SwigluFusion& swiglu);
 nlohmann::json swiglu_json(const graph::SwigluFusion& swiglu);
 std::string copies_line(const graph::CopyRecompute& copies);
 nlohmann::json copies_json(const graph::CopyRecompute& copies);
-// Every rewrite line of a planned step (fused loss, swiglu, layout copies), each ending in a newline.
-std::string rewrite_lines(const planner::StepRewrites& step);
-// "fused_loss", "swiglu" and "copies_recomputed" into a command's JSON.
-void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step);
+// The op order a plan used and, where every order was planned (--schedule auto), each order's
+// arena: "" where the plan has no arenas to compare (an order named by --schedule).
+std::string order_line(const planner::MemoryPlan& plan);
+nlohmann::json order_json(const planner::MemoryPlan& plan);
+// Every rewrite line of a planned step (fused loss, swiglu, layout copies) and, given its plan, its
+// op order, each ending in a newline.
+std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan = nullptr);
+// "fused_loss", "swiglu", "copies_recomputed" and, given the plan, "op_order" into a command's JSON.
+void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step, const planner::MemoryPlan* plan = nullptr);
 
 // printf to the command's standard output. Commands write through std::cout only (this included),
 // so a caller running a command in-process (run_cli_captured, the Python package) keeps all of it.

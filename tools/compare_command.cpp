@@ -34,6 +34,7 @@ bool write_output(const std::string& path, std::string_view bytes) { return writ
 struct CompareFlags {
   ModelFlags model;
   kernels::DeviceKind device = kernels::DeviceKind::cpu;
+  std::optional<planner::ScheduleKind> schedule;  // --schedule; empty: auto
   int steps = 3;
   std::string device_memory;  // empty: no limit (a simulated device of 1 PiB)
   std::string alloc_conf;
@@ -116,6 +117,7 @@ Result<Comparison> compare(const CompareFlags& flags) {
   c.batch = description.value().batch;
   planner::PlanRequest request;
   request.device = planner::documented_device_profile(kernels::device_kind_name(flags.device)).value();
+  apply_schedule_flag(flags.schedule, request);
   auto planned = planner::plan_step(description.value(), request);
   if (!planned) return planned.error();
   c.planned = std::move(planned).value();
@@ -141,7 +143,11 @@ Result<Comparison> compare(const CompareFlags& flags) {
     planner::StepDescription unfused = description.value();
     unfused.fused_loss = graph::FusedLoss::off;
     unfused.rewrite_step = false;
-    auto stored = planner::plan_step(unfused, request);
+    // No order search either: the step's own order with each update as soon as its gradient is final.
+    planner::PlanRequest as_written = request;
+    as_written.choose_best_schedule = false;
+    as_written.schedule = planner::ScheduleKind::memory_aware;
+    auto stored = planner::plan_step(unfused, as_written);
     if (!stored) return stored.error();
     c.unfused = replay(stored.value().plan, false, nullptr);
   }
@@ -193,7 +199,7 @@ nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
     }
     j[v == 0 ? "caching" : "expandable"] = d;
   }
-  add_rewrites_json(j, c.planned.rewrites);
+  add_rewrites_json(j, c.planned.rewrites, &c.planned.plan);
   if (c.unfused) {
     j["caching_pytorch_step"] = {{"reserved_peak_bytes", c.unfused->peak_reserved_bytes},
                                  {"allocated_peak_bytes", c.unfused->peak_allocated_bytes},
@@ -283,7 +289,7 @@ void print_compare(const CompareFlags& flags, const Comparison& c) {
       print_replay_row("caching allocator, PyTorch's step", *c.unfused);
     }
   }
-  const std::string lines = rewrite_lines(c.planned.rewrites);
+  const std::string lines = rewrite_lines(c.planned.rewrites, &c.planned.plan);
   if (!lines.empty()) print_out("\n%s", lines.c_str());
   if (c.unfused) {
     print_out("PyTorch's step: the caching allocator on the step as PyTorch eager runs it, before these rewrites (what they "
@@ -331,6 +337,7 @@ Command add_compare_command(CLI::App& root) {
                   "Plan for this device kind's documented profile: cpu, or cuda (the cuBLAS workspace inside the arena; "
                   "16-bit GEMMs, embedding and loss native, other 16-bit ops in fp32 copies in the workspace). The "
                   "caching allocators replay the step's tensors alone, as PyTorch allocates them");
+  add_schedule_option(*app, flags->schedule);
   app->add_option("--steps", flags->steps, "Training steps to replay")->check(CLI::Range(1, 1000))->capture_default_str();
   app->add_option("--device-memory,--budget", flags->device_memory,
                   "Device memory, e.g. 80GiB, 24GB, 16000MiB: shows which allocator runs out of memory, and where "

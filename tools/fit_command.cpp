@@ -32,6 +32,7 @@ struct FitFlags {
   bool minimum = false;
   bool json = false;
   CheckpointFlags checkpoint;     // --checkpoint; the arena budget is --device-memory minus the overheads
+  std::optional<planner::ScheduleKind> schedule;  // --schedule; empty: auto
   bool checkpoint_given = false;  // --checkpoint on the command line: --max-batch searches it alone
   // --serve: how many sequences generation serves beside the weights (serve/serve_plan.h)
   bool serve = false;
@@ -248,6 +249,7 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
   CheckpointFlags strategy_only = flags.checkpoint;
   strategy_only.budget.clear();  // fit's budget is the device's memory
   if (Status s = apply_checkpoint_flags(strategy_only, question.request); !s) return s.error();
+  apply_schedule_flag(flags.schedule, question.request);
   question.find_minimum_arena = flags.minimum;
   if (flags.max_batch) {
     question.max_batch_strategies = flags.checkpoint_given
@@ -320,7 +322,7 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
     j["checkpoint"] = checkpoint_json(*a.planned.checkpoint);
   }
-  add_rewrites_json(j, a.planned.rewrites);
+  add_rewrites_json(j, a.planned.rewrites, &a.planned.plan);
   nlohmann::json sj = nullptr;
   if (a.suggestion) {
     const planner::FitSuggestion& s = *a.suggestion;
@@ -405,7 +407,7 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
     print_out("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
   }
-  print_out("%s", rewrite_lines(a.planned.rewrites).c_str());
+  print_out("%s", rewrite_lines(a.planned.rewrites, &a.planned.plan).c_str());
   if (a.suggestion) print_out("suggestion: %s\n", suggestion.c_str());
   if (!a.fits) {
     print_out("fit --suggest plans every combination of checkpointing, ZeRO stage, --tensor-parallel, "
@@ -666,6 +668,7 @@ Command add_fit_command(CLI::App& root) {
       "fit", "Does a training step fit a device's memory, and what is the largest batch that does? Planning only.");
   add_model_options(*app, flags->model, /*trainable_only=*/false, /*shapes=*/true);
   add_checkpoint_options(*app, flags->checkpoint, /*with_budget=*/false);
+  add_schedule_option(*app, flags->schedule);
   app->add_option("--device-memory,--budget", flags->device_memory,
                   "The device's memory, e.g. 80GiB, 24GB, 16000MiB, or bytes (--budget: the older name, kept for a release)")
       ->required()

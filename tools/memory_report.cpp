@@ -60,8 +60,17 @@ std::string memory_summary(const graph::Graph&, const planner::MemoryPlan& plan)
   std::snprintf(ratio, sizeof(ratio), "%.4f", double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes)));
   row("arena / lower bound", ratio);
   if (plan.program_order_arena_bytes > 0 && plan.memory_aware_arena_bytes > 0) {
-    row("arena, program order", format_bytes(plan.program_order_arena_bytes));
-    row("arena, memory-aware order", format_bytes(plan.memory_aware_arena_bytes));
+    auto order_row = [&](const char* label, Bytes bytes, bool skipped) {
+      row(label, skipped ? "at least " + format_bytes(bytes) + " (its lower bound; not solved)" : format_bytes(bytes));
+    };
+    order_row("arena, program order", plan.program_order_arena_bytes, plan.program_order_skipped);
+    order_row("arena, memory-aware order", plan.memory_aware_arena_bytes, false);
+    if (plan.searched_order_arena_bytes > 0) {
+      order_row("arena, searched order", plan.searched_order_arena_bytes, plan.searched_order_skipped);
+    }
+  }
+  if (plan.schedule_kind == planner::ScheduleKind::searched) {
+    row("order search", std::to_string(plan.order_moves) + " ops moved across the peak (planner/order_search.h)");
   }
   return out.str();
 }
@@ -105,6 +114,10 @@ nlohmann::json plan_json(const graph::Graph& graph, const planner::MemoryPlan& p
   j["arena_over_lower_bound"] = double(plan.arena_bytes) / double(std::max<Bytes>(1, plan.lower_bound_bytes));
   j["program_order_arena_bytes"] = plan.program_order_arena_bytes;
   j["memory_aware_arena_bytes"] = plan.memory_aware_arena_bytes;
+  j["searched_order_arena_bytes"] = plan.searched_order_arena_bytes;
+  j["program_order_skipped"] = plan.program_order_skipped;
+  j["searched_order_skipped"] = plan.searched_order_skipped;
+  if (plan.schedule_kind == planner::ScheduleKind::searched) j["order_moves"] = plan.order_moves;
   j["solve_status"] = planner::to_string(plan.solve_status);
   j["plan_ms"] = plan.solve_ms;
   nlohmann::json peak;

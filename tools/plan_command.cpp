@@ -29,7 +29,7 @@ namespace {
 struct PlanFlags {
   ModelFlags model;
   kernels::DeviceKind device = kernels::DeviceKind::cpu;
-  std::optional<planner::ScheduleKind> schedule;  // empty: auto (the lower arena of both)
+  std::optional<planner::ScheduleKind> schedule;  // empty: auto (the lowest arena of every order)
   bool no_in_place = false;
   std::int64_t exact_nodes = planner::SolverBudget{}.exact_nodes;
   double time_limit_s = 0.0;
@@ -62,10 +62,7 @@ int run_plan(const PlanFlags& flags) {
   }
   request.in_place = !flags.no_in_place;
   request.solver = {flags.exact_nodes, flags.time_limit_s};
-  if (flags.schedule) {
-    request.choose_best_schedule = false;
-    request.schedule = *flags.schedule;
-  }
+  apply_schedule_flag(flags.schedule, request);
   if (Status s = apply_checkpoint_flags(flags.checkpoint, request); !s) {
     std::cerr << "memplan plan: " << s.error().message << "\n";
     return kExitUsage;
@@ -90,7 +87,7 @@ int run_plan(const PlanFlags& flags) {
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["device"] = kernels::device_kind_name(flags.device);
   if (checkpoint) j["checkpoint"] = checkpoint_json(*checkpoint);
-  add_rewrites_json(j, planned.value().rewrites);
+  add_rewrites_json(j, planned.value().rewrites, &planned.value().plan);
   std::optional<runtime::StepProfile> profile;
   if (flags.profile) {
     auto timed = runtime::time_steps(planned.value(), *device);
@@ -143,9 +140,7 @@ Command add_plan_command(CLI::App& root) {
   add_model_options(*app, flags->model, /*trainable_only=*/false, /*shapes=*/true);
   add_enum_option(*app, "--device", flags->device, kernels::kDeviceKindNames,
                   "Plan for this device kind's documented profile: cpu, or cuda (the cuBLAS workspace inside the arena)");
-  add_enum_option(*app, "--schedule", flags->schedule, planner::kScheduleNames,
-                  "Op order: program, memory_aware (updates run as soon as their gradient is final), or auto (the lower arena)",
-                  "auto");
+  add_schedule_option(*app, flags->schedule);
   app->add_flag("--no-in-place", flags->no_in_place, "Do not let elementwise ops write over an input that dies there");
   app->add_option("--exact-nodes", flags->exact_nodes,
                   "Search nodes for the exact offset search after the greedy portfolio (0: greedy only); a node "

@@ -66,6 +66,7 @@ struct TrainFlags {
   bool profile = false;
   std::optional<std::int64_t> eval_samples;  // empty: the whole test set, or 1024 validation sequences
   CheckpointFlags checkpoint;
+  std::optional<planner::ScheduleKind> op_order;  // --schedule; empty: auto
   // Data parallel: one process per rank under mpirun (dist/communicator.h)
   int zero = 0;
   double bucket_mb = 25.0;
@@ -150,6 +151,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     spec.device_memory = parsed.value();
   }
   if (Status s = apply_checkpoint_flags(flags.checkpoint, spec.request); !s) return s.error();
+  apply_schedule_flag(flags.op_order, spec.request);
   spec.zero = flags.zero;
   spec.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
   spec.prefetch = flags.prefetch;
@@ -178,7 +180,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
     if (spec.offload_optimizer) out["host_bytes"] = r.plan->host_bytes;  // the offloaded state, in host memory
   }
   out["offload_optimizer"] = spec.offload_optimizer;
-  add_rewrites_json(out, r.rewrites);
+  add_rewrites_json(out, r.rewrites, r.plan ? &*r.plan : nullptr);
   out["dtype"] = std::string(graph::dtype_name(spec.dtype));
   out["tf32"] = spec.tf32;
   out["optimizer"] = std::string(graph::optimizer_name(spec.optimizer.kind));
@@ -301,7 +303,7 @@ void print_report(const train::TrainReport& r) {
               std::string(runtime::mode_name(spec.mode)).c_str());
   if (r.plan) print_out("\n%s", memory_summary(r.step, *r.plan).c_str());
   if (r.checkpoint) print_out("%s\n", checkpoint_line(*r.checkpoint).c_str());
-  print_out("%s", rewrite_lines(r.rewrites).c_str());
+  print_out("%s", rewrite_lines(r.rewrites, r.plan ? &*r.plan : nullptr).c_str());
   if (r.profile) print_out("\n%s", profile_text(*r.profile).c_str());
 }
 
@@ -535,6 +537,7 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
                 "Time every op (mean per step, after the first step): per op kind, share of the step, GFLOP/s "
                 "(FLOPs as the plan counts them), the five slowest ops; with --json every op under \"profile\"");
   add_checkpoint_options(app, flags.checkpoint);
+  add_schedule_option(app, flags.op_order);
   app.add_option("--zero", flags.zero,
                   "Under mpirun: ZeRO stage 0 (data parallel, gradients all-reduced), 1 (optimizer state sharded), 2 "
                   "(gradients too), 3 (parameters too)")
