@@ -303,7 +303,7 @@ void print_report(const train::TrainReport& r) {
               std::string(runtime::mode_name(spec.mode)).c_str());
   if (r.plan) print_out("\n%s", memory_summary(r.step, *r.plan).c_str());
   if (r.checkpoint) print_out("%s\n", checkpoint_line(*r.checkpoint).c_str());
-  print_out("%s", rewrite_lines(r.rewrites, r.plan ? &*r.plan : nullptr).c_str());
+  print_out("%s", rewrite_lines(r.rewrites).c_str());  // the order: in the memory summary above
   if (r.profile) print_out("\n%s", profile_text(*r.profile).c_str());
 }
 
