@@ -91,7 +91,6 @@ Constraints constraints_of(const Graph& graph, const Schedule& start, const Unit
       last_collective = i;
     }
   }
-  // Gates scheduled after an update (never in a valid start) would be caught by check_schedule.
   for (std::size_t u = 0; u < n_units; ++u) {
     auto& list = c.before[u];
     std::sort(list.begin(), list.end());

@@ -19,9 +19,10 @@ namespace memplan::planner {
 struct OrderSearchOptions {
   bool in_place = true;      // LivenessOptions::in_place of the plan the order is for
   Bytes guard_bytes = 0;     // footprints as the plan counts them (PlanOptions::guard_bytes)
-  // Orders evaluated (each a pass over the step's lifetimes); deterministic, so the same step
-  // gets the same order on any machine. 0: kOrderSearchWork / (the step's ops), at least 8 and at
-  // most kDefaultOrderEvaluations.
+  // Candidate orders evaluated (each a pass over the step's accesses; each move kept costs one
+  // more, to list the next candidates); deterministic, so the same step gets the same order on
+  // any machine. 0: kOrderSearchWork / (the step's ops), at least 8 and at most
+  // kDefaultOrderEvaluations.
   std::int64_t max_evaluations = 0;
 };
 
@@ -32,8 +33,8 @@ struct OrderSearchResult {
   Schedule schedule;
   Bytes start_peak = 0;  // transient peak (live footprints) of the start order
   Bytes peak = 0;        // of the searched order: never above start_peak
-  std::int64_t evaluations = 0;
-  std::int64_t moves = 0;  // moves kept
+  std::int64_t evaluations = 0;  // candidate orders evaluated
+  std::int64_t moves = 0;        // moves kept
 };
 
 // Searches from `start`, which must be a valid order (check_schedule). What every order it tries
