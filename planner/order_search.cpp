@@ -15,39 +15,51 @@ using graph::Op;
 
 namespace {
 
-// The units the search moves: one op, or a fused pair (keep_next_adjacent) kept together.
+// The units the search moves: one op, or a fused pair (keep_next_adjacent) kept together; flat,
+// as a large step has a hundred thousand of them.
 struct Units {
-  std::vector<std::vector<int>> ops;  // per unit, in run order
-  std::vector<int> of_op;             // op -> unit
+  std::vector<int> flat;    // every op, unit after unit (the start order)
+  std::vector<int> begin;   // unit u's ops: flat[begin[u], begin[u + 1])
+  std::vector<int> of_op;   // op -> unit
+  std::size_t size() const { return begin.size() - 1; }
+  std::span<const int> ops(int u) const {
+    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(u)]);
+    const auto e = static_cast<std::size_t>(begin[static_cast<std::size_t>(u) + 1]);
+    return std::span<const int>(flat).subspan(b, e - b);
+  }
 };
 
 Units units_of(const Graph& graph, const Schedule& start) {
   Units units;
+  units.flat = start;
   units.of_op.assign(start.size(), -1);
   for (std::size_t pos = 0; pos < start.size(); ++pos) {
-    const int op = start[pos];
-    if (pos > 0 && keep_next_adjacent(graph, start[pos - 1], op)) {
-      units.ops.back().push_back(op);
-    } else {
-      units.ops.push_back({op});
-    }
-    units.of_op[static_cast<std::size_t>(op)] = static_cast<int>(units.ops.size()) - 1;
+    if (pos == 0 || !keep_next_adjacent(graph, start[pos - 1], start[pos])) units.begin.push_back(static_cast<int>(pos));
+    units.of_op[static_cast<std::size_t>(start[pos])] = static_cast<int>(units.begin.size()) - 1;
   }
+  units.begin.push_back(static_cast<int>(start.size()));
   return units;
 }
 
-// Per unit, the units that must run before it and after it (module comment in the header).
+// Per unit, the units that must run before it and after it (module comment in the header), as
+// adjacency lists in one array each.
 struct Constraints {
-  std::vector<std::vector<int>> before, after;
+  std::vector<int> before, before_begin;  // unit u: before[before_begin[u], before_begin[u + 1])
+  std::vector<int> after, after_begin;
+  std::span<const int> runs_before(int u) const { return slice(before, before_begin, u); }
+  std::span<const int> runs_after(int u) const { return slice(after, after_begin, u); }
+  static std::span<const int> slice(const std::vector<int>& v, const std::vector<int>& begin, int u) {
+    const auto b = static_cast<std::size_t>(begin[static_cast<std::size_t>(u)]);
+    return std::span<const int>(v).subspan(b, static_cast<std::size_t>(begin[static_cast<std::size_t>(u) + 1]) - b);
+  }
 };
 
 Constraints constraints_of(const Graph& graph, const Schedule& start, const Units& units) {
-  const auto n_units = units.ops.size();
-  Constraints c{std::vector<std::vector<int>>(n_units), std::vector<std::vector<int>>(n_units)};
+  std::vector<std::pair<int, int>> edges;  // (first unit, then unit), in the order found
   auto order = [&](int first_op, int then_op) {
     const int a = units.of_op[static_cast<std::size_t>(first_op)];
     const int b = units.of_op[static_cast<std::size_t>(then_op)];
-    if (a != b) c.before[static_cast<std::size_t>(b)].push_back(a);
+    if (a != b) edges.emplace_back(a, b);
   };
   const auto n_tensors = static_cast<std::size_t>(graph.num_tensors());
   std::vector<int> last_writer(n_tensors, -1);
@@ -91,11 +103,26 @@ Constraints constraints_of(const Graph& graph, const Schedule& start, const Unit
       last_collective = i;
     }
   }
+  // Repeated pairs (an op reading a tensor twice) are kept: they bound a move the same way.
+  const std::size_t n_units = units.size();
+  Constraints c;
+  c.after_begin.assign(n_units + 1, 0);
+  c.before_begin.assign(n_units + 1, 0);
+  for (const auto& [a, b] : edges) {
+    ++c.after_begin[static_cast<std::size_t>(a) + 1];
+    ++c.before_begin[static_cast<std::size_t>(b) + 1];
+  }
   for (std::size_t u = 0; u < n_units; ++u) {
-    auto& list = c.before[u];
-    std::sort(list.begin(), list.end());
-    list.erase(std::unique(list.begin(), list.end()), list.end());
-    for (const int p : list) c.after[static_cast<std::size_t>(p)].push_back(static_cast<int>(u));
+    c.after_begin[u + 1] += c.after_begin[u];
+    c.before_begin[u + 1] += c.before_begin[u];
+  }
+  c.after.resize(edges.size());
+  c.before.resize(edges.size());
+  std::vector<int> after_next(c.after_begin.begin(), c.after_begin.end() - 1);
+  std::vector<int> before_next(c.before_begin.begin(), c.before_begin.end() - 1);
+  for (const auto& [a, b] : edges) {
+    c.after[static_cast<std::size_t>(after_next[static_cast<std::size_t>(a)]++)] = b;
+    c.before[static_cast<std::size_t>(before_next[static_cast<std::size_t>(b)]++)] = a;
   }
   return c;
 }
@@ -141,20 +168,26 @@ class ProfileEvaluator {
     for (TensorId t : {graph.loss, graph.output}) {
       if (t != kNoTensor) result_[static_cast<std::size_t>(graph.storage_root(t))] = true;
     }
-    ops_.resize(static_cast<std::size_t>(graph.num_ops()));
-    for (int i = 0; i < graph.num_ops(); ++i) {
-      const Op& op = graph.ops()[static_cast<std::size_t>(i)];
-      OpAccesses& a = ops_[static_cast<std::size_t>(i)];
+    const auto n_ops = static_cast<std::size_t>(graph.num_ops());
+    roots_begin_.reserve(n_ops + 1);
+    in_place_begin_.reserve(n_ops + 1);
+    output_.assign(n_ops, kNoTensor);
+    for (std::size_t i = 0; i < n_ops; ++i) {
+      const Op& op = graph.ops()[i];
+      roots_begin_.push_back(static_cast<int>(roots_.size()));
+      in_place_begin_.push_back(static_cast<int>(in_place_.size()));
       for (const auto* list : {&op.inputs, &op.outputs, &op.updates}) {
-        for (TensorId t : *list) a.roots.push_back(graph.storage_root(t));
+        for (TensorId t : *list) roots_.push_back(graph.storage_root(t));
       }
       if (options.in_place && op.outputs.size() == 1 && !graph.tensor(op.outputs[0]).is_view()) {
-        a.output = op.outputs[0];
+        output_[i] = op.outputs[0];
         for (int k = 0; k < static_cast<int>(op.inputs.size()); ++k) {
-          if (graph::op_info(op.kind).may_run_in_place(k)) a.in_place.push_back(graph.storage_root(op.inputs[static_cast<std::size_t>(k)]));
+          if (graph::op_info(op.kind).may_run_in_place(k)) in_place_.push_back(graph.storage_root(op.inputs[static_cast<std::size_t>(k)]));
         }
       }
     }
+    roots_begin_.push_back(static_cast<int>(roots_.size()));
+    in_place_begin_.push_back(static_cast<int>(in_place_.size()));
     last_use_.resize(n_tensors);
     parent_.resize(n_tensors);
     merged_last_.resize(n_tensors);
@@ -168,27 +201,28 @@ class ProfileEvaluator {
     const OpIndex end = std::max<OpIndex>(0, n - 1);
     std::fill(last_use_.begin(), last_use_.end(), -1);
     for (OpIndex pos = 0; pos < n; ++pos) {
-      for (const TensorId r : at(schedule, pos).roots) last_use_[static_cast<std::size_t>(r)] = pos;
+      for (const TensorId r : roots_at(schedule, pos)) last_use_[static_cast<std::size_t>(r)] = pos;
     }
     std::iota(parent_.begin(), parent_.end(), TensorId{0});
     merged_last_ = last_use_;
     merged_result_ = result_;
     for (OpIndex pos = 0; pos < n; ++pos) {
-      const OpAccesses& a = at(schedule, pos);
-      for (const TensorId in : a.in_place) {
+      const auto op = static_cast<std::size_t>(schedule[static_cast<std::size_t>(pos)]);
+      const TensorId out = output_[op];
+      for (const TensorId in : slice(in_place_, in_place_begin_, op)) {
         const auto m = static_cast<std::size_t>(find(in));
         if (kind_[m] == RootKind::persistent || merged_result_[m] || merged_last_[m] != pos) continue;
-        if (size_[m] != size_[static_cast<std::size_t>(a.output)]) continue;
-        parent_[static_cast<std::size_t>(a.output)] = static_cast<TensorId>(m);
-        merged_last_[m] = last_use_[static_cast<std::size_t>(a.output)];
-        merged_result_[m] = result_[static_cast<std::size_t>(a.output)];
+        if (size_[m] != size_[static_cast<std::size_t>(out)]) continue;
+        parent_[static_cast<std::size_t>(out)] = static_cast<TensorId>(m);
+        merged_last_[m] = last_use_[static_cast<std::size_t>(out)];
+        merged_result_[m] = result_[static_cast<std::size_t>(out)];
         break;
       }
     }
     std::fill(first_.begin(), first_.end(), -1);
     buffers_.clear();
     for (OpIndex pos = 0; pos < n; ++pos) {
-      for (const TensorId r : at(schedule, pos).roots) {
+      for (const TensorId r : roots_at(schedule, pos)) {
         if (kind_[static_cast<std::size_t>(r)] == RootKind::elsewhere) continue;
         const auto m = static_cast<std::size_t>(find(r));
         if (kind_[m] == RootKind::persistent) continue;
@@ -241,13 +275,12 @@ class ProfileEvaluator {
 
  private:
   enum class RootKind : std::uint8_t { transient, input, persistent, elsewhere };  // elsewhere: external or host
-  struct OpAccesses {
-    std::vector<TensorId> roots;     // storage roots of its inputs, outputs and updates
-    TensorId output = kNoTensor;     // its one output when it may share an input's storage
-    std::vector<TensorId> in_place;  // storage roots of the inputs it may write over, in input order
-  };
-  const OpAccesses& at(const Schedule& schedule, OpIndex pos) const {
-    return ops_[static_cast<std::size_t>(schedule[static_cast<std::size_t>(pos)])];
+  static std::span<const TensorId> slice(const std::vector<TensorId>& v, const std::vector<int>& begin, std::size_t op) {
+    const auto b = static_cast<std::size_t>(begin[op]);
+    return std::span<const TensorId>(v).subspan(b, static_cast<std::size_t>(begin[op + 1]) - b);
+  }
+  std::span<const TensorId> roots_at(const Schedule& schedule, OpIndex pos) const {
+    return slice(roots_, roots_begin_, static_cast<std::size_t>(schedule[static_cast<std::size_t>(pos)]));
   }
   TensorId find(TensorId t) {
     while (parent_[static_cast<std::size_t>(t)] != t) {
@@ -261,7 +294,11 @@ class ProfileEvaluator {
   std::vector<Bytes> footprint_, size_;  // per root
   std::vector<RootKind> kind_;
   std::vector<bool> result_;
-  std::vector<OpAccesses> ops_;
+  // Per op, flat: the storage roots of its inputs, outputs and updates; its one output where it
+  // may share an input's storage, and the storage roots of the inputs it may write over.
+  std::vector<TensorId> roots_, in_place_;
+  std::vector<int> roots_begin_, in_place_begin_;
+  std::vector<TensorId> output_;
   // Scratch, per tensor.
   std::vector<OpIndex> last_use_, merged_last_, first_, last_;
   std::vector<TensorId> parent_;
@@ -290,7 +327,7 @@ class OrderSearch {
         constraints_(constraints_of(graph, start, units_)),
         evaluator_(std::move(evaluator)),
         start_profile_(start_profile) {
-    order_.resize(units_.ops.size());
+    order_.resize(units_.size());
     std::iota(order_.begin(), order_.end(), 0);
     where_ = order_;
   }
@@ -336,7 +373,7 @@ class OrderSearch {
     Schedule s;
     s.reserve(units_.of_op.size());
     for (const int u : order) {
-      for (const int op : units_.ops[static_cast<std::size_t>(u)]) s.push_back(op);
+      for (const int op : units_.ops(u)) s.push_back(op);
     }
     return s;
   }
@@ -346,12 +383,12 @@ class OrderSearch {
   // successor's index minus one; moving earlier, the last predecessor's plus one).
   int earliest(int u) const {
     int e = 0;
-    for (const int p : constraints_.before[static_cast<std::size_t>(u)]) e = std::max(e, where_[static_cast<std::size_t>(p)] + 1);
+    for (const int p : constraints_.runs_before(u)) e = std::max(e, where_[static_cast<std::size_t>(p)] + 1);
     return e;
   }
   int latest(int u) const {
     int l = static_cast<int>(order_.size()) - 1;
-    for (const int s : constraints_.after[static_cast<std::size_t>(u)]) l = std::min(l, where_[static_cast<std::size_t>(s)] - 1);
+    for (const int s : constraints_.runs_after(u)) l = std::min(l, where_[static_cast<std::size_t>(s)] - 1);
     return l;
   }
 
@@ -406,7 +443,7 @@ class OrderSearch {
     std::vector<std::pair<TensorId, int>> accesses;  // scratch: (buffer, accesses) of one unit
     auto change_at_peak = [&](int unit) {
       accesses.clear();
-      for (const int op_index : units_.ops[static_cast<std::size_t>(unit)]) {
+      for (const int op_index : units_.ops(unit)) {
         for_each_access(op_index, [&](TensorId b) { accesses.emplace_back(b, 1); });
       }
       std::sort(accesses.begin(), accesses.end());
