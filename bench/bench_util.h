@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -71,6 +72,17 @@ inline CliRun run_cli(const std::string& cli, const std::string& command_and_arg
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   });
   return r;
+}
+
+// `cli command --json`'s answer; a failed command or an answer that is not JSON ends the bench
+// `bench` (exit 1), naming the command.
+inline nlohmann::json cli_json_or_exit(const char* bench, const std::string& cli, const std::string& command) {
+  const CliRun r = run_cli(cli, command + " --json");
+  if (r.exit_code != 0 || !nlohmann::json::accept(r.output)) {
+    std::fprintf(stderr, "%s: '%s %s --json' failed (exit %d)\n", bench, cli.c_str(), command.c_str(), r.exit_code);
+    std::exit(1);
+  }
+  return nlohmann::json::parse(r.output);
 }
 
 inline void write_json(const std::string& path, const nlohmann::json& j) {

@@ -23,12 +23,7 @@ struct Case {
 };
 
 nlohmann::json json_or_die(const std::string& cli, const std::string& command) {
-  const CliRun r = run_cli(cli, command + " --json");
-  if (r.exit_code != 0 || !nlohmann::json::accept(r.output)) {
-    std::fprintf(stderr, "bench_order_search: '%s %s --json' failed (exit %d)\n", cli.c_str(), command.c_str(), r.exit_code);
-    std::exit(1);
-  }
-  return nlohmann::json::parse(r.output);
+  return cli_json_or_exit("bench_order_search", cli, command);
 }
 
 std::string mib(double bytes) { return fmt(bytes / double(1ull << 20), 1); }
