@@ -33,13 +33,19 @@ Bytes buffer_footprint(Bytes size_bytes, Bytes guard_bytes) {
 namespace {
 
 // The host region: each host root tensor some op touches, in tensor order, aligned like the arena.
-void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan& plan) {
+// Per tensor: whether it is the storage root of a tensor some op reads, writes or updates.
+std::vector<bool> touched_roots(const graph::Graph& graph) {
   std::vector<bool> touched(static_cast<std::size_t>(graph.num_tensors()), false);
   for (const graph::Op& op : graph.ops()) {
     for (const auto* list : {&op.inputs, &op.outputs, &op.updates}) {
       for (TensorId t : *list) touched[static_cast<std::size_t>(graph.storage_root(t))] = true;
     }
   }
+  return touched;
+}
+
+void place_host_buffers(const graph::Graph& graph, Bytes guard_bytes, MemoryPlan& plan) {
+  const std::vector<bool> touched = touched_roots(graph);
   Offset next = 0;
   for (TensorId t = 0; t < graph.num_tensors(); ++t) {
     const graph::TensorDesc& desc = graph.tensor(t);
@@ -243,12 +249,7 @@ Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind 
   if (kind == ScheduleKind::searched) {
     // The search measured the order's transient peak; the persistent footprints do not depend on
     // the order: each persistent storage root some op touches.
-    std::vector<bool> touched(static_cast<std::size_t>(graph.num_tensors()), false);
-    for (const graph::Op& op : graph.ops()) {
-      for (const auto* list : {&op.inputs, &op.outputs, &op.updates}) {
-        for (TensorId t : *list) touched[static_cast<std::size_t>(graph.storage_root(t))] = true;
-      }
-    }
+    const std::vector<bool> touched = touched_roots(graph);
     Bytes persistent = 0;
     bool representable = found.peak <= kLargest;
     for (TensorId t = 0; t < graph.num_tensors() && representable; ++t) {

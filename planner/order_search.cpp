@@ -350,11 +350,13 @@ class OrderSearch {
         if (evaluations >= budget) break;
         std::vector<int> trial = moved_order(m);
         Profile p = evaluator_.evaluate(expand(trial));
+        evaluator_holds_best_ = false;
         ++evaluations;
         if (p.better_than(best)) {
           order_ = std::move(trial);
           for (std::size_t k = 0; k < order_.size(); ++k) where_[static_cast<std::size_t>(order_[k])] = static_cast<int>(k);
           best = std::move(p);
+          evaluator_holds_best_ = true;  // the trial just evaluated
           ++result.moves;
           moved = true;
           break;
@@ -410,7 +412,8 @@ class OrderSearch {
   // tie, in the order found (larger buffers first).
   std::vector<Move> candidates(const Profile& profile) {
     const Schedule schedule = expand(order_);
-    evaluator_.evaluate(schedule);  // its buffers, as this order has them
+    if (!evaluator_holds_best_) evaluator_.evaluate(schedule);  // its buffers, as this order has them
+    evaluator_holds_best_ = true;
     const OpIndex p = profile.peak_position;
     const int peak_unit = units_.of_op[static_cast<std::size_t>(schedule[static_cast<std::size_t>(p)])];
     const int peak_index = where_[static_cast<std::size_t>(peak_unit)];
@@ -515,6 +518,7 @@ class OrderSearch {
   Units units_;
   Constraints constraints_;
   ProfileEvaluator evaluator_;
+  bool evaluator_holds_best_ = false;  // its last evaluate() was of order_
   Profile start_profile_;
   std::vector<int> order_;  // unit ids in run order
   std::vector<int> where_;  // unit id -> index in order_
