@@ -38,11 +38,22 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
     DeviceProfile p;
     p.name = "cuda";
     p.workspace_bytes = kCudaWorkspaceBytes;
-    // GEMMs on tensor cores, the embedding gather, the loss, the updates and the overflow check read 16 bits;
-    // the rest widen.
-    p.native_16bit_ops = {OpKind::matmul,           OpKind::batched_matmul,   OpKind::embedding,
-                          OpKind::grads_finite,     OpKind::softmax_cross_entropy, OpKind::sgd_update_mixed,
-                          OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed};
+    // GEMMs on tensor cores, fused attention, layer norm, softmax, the loss and its gradient, the
+    // elementwise ops, the embedding gather, the updates and the overflow check read 16 bits;
+    // the rest (convolutions, pooling, batch norm, the column sums of bias gradients, the rotary
+    // decoders' own ops) widen.
+    p.native_16bit_ops = {
+        OpKind::matmul,           OpKind::batched_matmul,   OpKind::embedding,        OpKind::grads_finite,
+        OpKind::softmax_cross_entropy, OpKind::softmax_cross_entropy_backward, OpKind::sgd_update_mixed,
+        OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed,
+        OpKind::attention_lse,    OpKind::attention,        OpKind::attention_backward_dot, OpKind::attention_backward,
+        OpKind::slice,            OpKind::layer_norm_stats, OpKind::layer_norm,       OpKind::layer_norm_backward,
+        OpKind::layer_norm_dgamma, OpKind::softmax,         OpKind::softmax_backward,
+        OpKind::bias_add,         OpKind::add,              OpKind::mul,              OpKind::scale,
+        OpKind::relu,             OpKind::relu_backward,    OpKind::gelu,             OpKind::gelu_backward,
+        OpKind::sigmoid,          OpKind::sigmoid_backward, OpKind::tanh,             OpKind::tanh_backward,
+        OpKind::silu,             OpKind::silu_backward,    OpKind::swiglu,           OpKind::clip,
+        OpKind::clip_backward,    OpKind::broadcast_scalar, OpKind::fill,             OpKind::dropout_mask};
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use
     // after a training step, less what the step's cudaMalloc took, was 603-607 MiB over four
     // models. These 610 MiB cover each with 0.3-3.6 MiB to spare.

@@ -4,7 +4,10 @@
 // saved log-sum-exp, so results are deterministic and need no atomics. For the head sizes of the
 // reference models and GPT-2 (16, 32, 64) the row lives in registers and the keys (queries) come
 // through shared memory a tile at a time, read by every thread of the block at once; other head
-// sizes take a plain per-row loop over global memory. Also `slice`, which hands the packed
+// sizes take a per-row loop over global memory, accumulating kChunk channels at a time in
+// registers. At bf16 and f16 the same kernels read and write 16-bit q, k, v, dy and outputs,
+// computing in f32 in registers and rounding each output once (the log-sum-exp and delta rows are
+// f32 at every dtype), so no f32 copy of a head is made. Also `slice`, which hands the packed
 // backward result to dq, dk and dv.
 #include <cmath>
 
@@ -23,9 +26,10 @@ struct Dims {
 
 Dims dims_of(const graph::Shape& q, const graph::Shape& k) { return {q[0], q[1], k[1], q[2], q[3], q[1] / k[1]}; }
 
-__device__ inline float dot_row(const float* a, const float* b, std::int64_t n) {
+template <typename T>
+__device__ inline float dot_row(const T* a, const T* b, std::int64_t n) {
   float s = 0.0f;
-  for (std::int64_t x = 0; x < n; ++x) s += a[x] * b[x];
+  for (std::int64_t x = 0; x < n; ++x) s += to_f32(a[x]) * to_f32(b[x]);
   return s;
 }
 
@@ -70,23 +74,23 @@ __device__ inline void axpy_shared(float (&acc)[D], float w, const float* b) {
   }
 }
 
-template <int D>
-__device__ inline void load_row(float (&r)[D], const float* src, bool active) {
+template <int D, typename T>
+__device__ inline void load_row(float (&r)[D], const T* src, bool active) {
 #pragma unroll
-  for (int x = 0; x < D; ++x) r[x] = active ? src[x] : 0.0f;
+  for (int x = 0; x < D; ++x) r[x] = active ? to_f32(src[x]) : 0.0f;
 }
 
-template <int D>
-__device__ inline void store_row(float* dst, const float (&r)[D]) {
+template <int D, typename T>
+__device__ inline void store_row(T* dst, const float (&r)[D]) {
 #pragma unroll
-  for (int x = 0; x < D; ++x) dst[x] = r[x];
+  for (int x = 0; x < D; ++x) dst[x] = from_f32<T>(r[x]);
 }
 
 // Rows [first, first + n) of a [T, D] head into shared memory (n <= kTile), by the whole block.
-template <int D>
-__device__ inline void stage(float* tile, const float* head, int first, int n) {
-  const float* src = head + std::int64_t(first) * D;
-  for (int e = threadIdx.x; e < n * D; e += blockDim.x) tile[e] = src[e];
+template <int D, typename T>
+__device__ inline void stage(float* tile, const T* head, int first, int n) {
+  const T* src = head + std::int64_t(first) * D;
+  for (int e = threadIdx.x; e < n * D; e += blockDim.x) tile[e] = to_f32(src[e]);
 }
 
 // A raw dot product's score: times alpha, soft-capped to cap * tanh(s / cap) when cap > 0
@@ -109,8 +113,8 @@ struct TiledArgs {
 };
 
 // Grid: x = b*H + h, y = block of kRows query rows.
-template <int D>
-__global__ void __launch_bounds__(kRows) attention_lse_tiled(const float* q, const float* k, float* lse, TiledArgs a) {
+template <typename T, int D>
+__global__ void __launch_bounds__(kRows) attention_lse_tiled(const T* q, const T* k, float* lse, TiledArgs a) {
   __shared__ __align__(16) float ks[kTile * D];
   const Dims d = a.d;
   const std::int64_t bh = blockIdx.x;
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(kRows) attention_lse_tiled(const float* q, con
   const std::int64_t row = bh * d.t + i;
   float qr[D];
   load_row(qr, q + row * D, active);
-  const float* kh = k + kv_base(d, bh);
+  const T* kh = k + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
   const int my_end = a.causal ? i + 1 : int(d.t);
   float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
@@ -139,9 +143,9 @@ __global__ void __launch_bounds__(kRows) attention_lse_tiled(const float* q, con
   if (active) lse[row] = m + logf(l);
 }
 
-template <int D>
-__global__ void __launch_bounds__(kRows) attention_tiled(const float* q, const float* k, const float* v, const float* lse,
-                                                          float* y, TiledArgs a) {
+template <typename T, int D>
+__global__ void __launch_bounds__(kRows) attention_tiled(const T* q, const T* k, const T* v, const float* lse, T* y,
+                                                          TiledArgs a) {
   __shared__ __align__(16) float ks[kTile * D];
   __shared__ __align__(16) float vs[kTile * D];
   const Dims d = a.d;
@@ -154,8 +158,8 @@ __global__ void __launch_bounds__(kRows) attention_tiled(const float* q, const f
 #pragma unroll
   for (int x = 0; x < D; ++x) acc[x] = 0.0f;
   const float li = active ? lse[row] : 0.0f;
-  const float* kh = k + kv_base(d, bh);
-  const float* vh = v + kv_base(d, bh);
+  const T* kh = k + kv_base(d, bh);
+  const T* vh = v + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
   const int my_end = a.causal ? i + 1 : int(d.t);
   for (int j0 = 0; j0 < block_end; j0 += kTile) {
@@ -175,10 +179,10 @@ __global__ void __launch_bounds__(kRows) attention_tiled(const float* q, const f
 }
 
 // dq by query rows: dq_i = sum_j ds_ij k_j, ds_ij = alpha p_ij (dy_i . v_j mask_ij - delta_i).
-template <int D>
-__global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const float* dy, const float* q, const float* k,
-                                                                      const float* v, const float* lse, const float* delta,
-                                                                      float* out, TiledArgs a) {
+template <typename T, int D>
+__global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const T* dy, const T* q, const T* k, const T* v,
+                                                                      const float* lse, const float* delta, T* out,
+                                                                      TiledArgs a) {
   __shared__ __align__(16) float ks[kTile * D];
   __shared__ __align__(16) float vs[kTile * D];
   const Dims d = a.d;
@@ -192,8 +196,8 @@ __global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const float
 #pragma unroll
   for (int x = 0; x < D; ++x) acc[x] = 0.0f;
   const float li = active ? lse[row] : 0.0f, di = active ? delta[row] : 0.0f;
-  const float* kh = k + kv_base(d, bh);
-  const float* vh = v + kv_base(d, bh);
+  const T* kh = k + kv_base(d, bh);
+  const T* vh = v + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
   const int my_end = a.causal ? i + 1 : int(d.t);
   for (int j0 = 0; j0 < block_end; j0 += kTile) {
@@ -218,10 +222,10 @@ __global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const float
 // dk or dv by key rows, summing over the query rows of every head in the key's group (heads, then
 // rows, in order): dv_j = sum_i p_ij mask_ij dy_i; dk_j = sum_i ds_ij q_i. Two launches, so each
 // thread keeps only the rows it needs in registers. Grid: x = b*KH + kv head, y = block of keys.
-template <int D, bool kWantDk>
-__global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const float* dy, const float* q, const float* k,
-                                                                        const float* v, const float* lse,
-                                                                        const float* delta, float* out, TiledArgs a) {
+template <typename T, int D, bool kWantDk>
+__global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const T* dy, const T* q, const T* k, const T* v,
+                                                                        const float* lse, const float* delta, T* out,
+                                                                        TiledArgs a) {
   __shared__ __align__(16) float qs[kTile * D];
   __shared__ __align__(16) float dys[kTile * D];
   __shared__ float lses[kTile], deltas[kTile];
@@ -239,8 +243,8 @@ __global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const flo
   const int first_tile = a.causal ? (j0b / kTile) * kTile : 0;
   for (std::int64_t g = 0; g < d.group; ++g) {
     const std::int64_t bh = b * d.heads + kvh * d.group + g;
-    const float* qh = q + bh * d.t * D;
-    const float* dyh = dy + bh * d.t * D;
+    const T* qh = q + bh * d.t * D;
+    const T* dyh = dy + bh * d.t * D;
     for (int i0 = first_tile; i0 < d.t; i0 += kTile) {
       const int n = min(kTile, int(d.t) - i0);
       __syncthreads();
@@ -278,36 +282,47 @@ dim3 tiled_grid(std::int64_t heads, std::int64_t t) {
   return dim3(static_cast<unsigned>(heads), static_cast<unsigned>((t + kRows - 1) / kRows));
 }
 
-template <int D>
+// An operand of the working dtype T (f32, bf16 or f16); the log-sum-exp and delta rows are f32.
+template <typename T>
+const T* typed(const TensorRef& r) {
+  return static_cast<const T*>(r.data);
+}
+template <typename T>
+T* typed_out(const TensorRef& r) {
+  return static_cast<T*>(r.data);
+}
+
+template <typename T, int D>
 void launch_tiled_lse(const KernelCall& c, const TiledArgs& a) {
-  attention_lse_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].f32(), c.outputs[0].f32(), a);
+  attention_lse_tiled<T, D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
+      typed<T>(c.inputs[0]), typed<T>(c.inputs[1]), c.outputs[0].f32(), a);
   check_launch("attention_lse");
 }
 
-template <int D>
+template <typename T, int D>
 void launch_tiled_forward(const KernelCall& c, const TiledArgs& a) {
-  attention_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].f32(), c.inputs[2].f32(), c.inputs[3].f32(), c.outputs[0].f32(), a);
+  attention_tiled<T, D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
+      typed<T>(c.inputs[0]), typed<T>(c.inputs[1]), typed<T>(c.inputs[2]), c.inputs[3].f32(), typed_out<T>(c.outputs[0]),
+      a);
   check_launch("attention");
 }
 
-template <int D>
+template <typename T, int D>
 void launch_tiled_backward(const KernelCall& c, const TiledArgs& a) {
-  const float* dy = c.inputs[0].f32();
-  const float* q = c.inputs[1].f32();
-  const float* k = c.inputs[2].f32();
-  const float* v = c.inputs[3].f32();
+  const T* dy = typed<T>(c.inputs[0]);
+  const T* q = typed<T>(c.inputs[1]);
+  const T* k = typed<T>(c.inputs[2]);
+  const T* v = typed<T>(c.inputs[3]);
   const float* lse = c.inputs[4].f32();
   const float* delta = c.inputs[5].f32();
-  float* out = c.outputs[0].f32();
-  attention_backward_dq_tiled<D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(dy, q, k, v, lse, delta,
-                                                                                                    out, a);
+  T* out = typed_out<T>(c.outputs[0]);
+  attention_backward_dq_tiled<T, D><<<tiled_grid(a.d.batch * a.d.heads, a.d.t), kRows, 0, stream()>>>(
+      dy, q, k, v, lse, delta, out, a);
   check_launch("attention_backward (dq)");
   const dim3 keys = tiled_grid(a.d.batch * a.d.kv_heads, a.d.t);
-  attention_backward_dkdv_tiled<D, true><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
+  attention_backward_dkdv_tiled<T, D, true><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
   check_launch("attention_backward (dk)");
-  attention_backward_dkdv_tiled<D, false><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
+  attention_backward_dkdv_tiled<T, D, false><<<keys, kRows, 0, stream()>>>(dy, q, k, v, lse, delta, out, a);
   check_launch("attention_backward (dv)");
 }
 
@@ -317,35 +332,38 @@ TiledArgs tiled_args(const KernelCall& c, const Dims& d) {
           dropout_stream(c.attrs->seed, c.step)};
 }
 
-// Runs launch<16|32|64>(c, args) for a tiled head size; false for any other.
-template <template <int> class Launch>
+// Runs Launch<T, 16|32|64>::run(c, args) for a tiled head size; false for any other.
+template <typename T, template <typename, int> class Launch>
 bool dispatch_tiled(const KernelCall& c, const Dims& d) {
   const TiledArgs a = tiled_args(c, d);
   switch (d.d) {
-    case 16: Launch<16>::run(c, a); return true;
-    case 32: Launch<32>::run(c, a); return true;
-    case 64: Launch<64>::run(c, a); return true;
+    case 16: Launch<T, 16>::run(c, a); return true;
+    case 32: Launch<T, 32>::run(c, a); return true;
+    case 64: Launch<T, 64>::run(c, a); return true;
     default: return false;
   }
 }
-template <int D> struct LseLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_lse<D>(c, a); } };
-template <int D> struct ForwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_forward<D>(c, a); } };
-template <int D> struct BackwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_backward<D>(c, a); } };
+template <typename T, int D> struct LseLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_lse<T, D>(c, a); } };
+template <typename T, int D> struct ForwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_forward<T, D>(c, a); } };
+template <typename T, int D> struct BackwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_backward<T, D>(c, a); } };
 
 // --- per-row kernels (any head size) ----------------------------------------------------------------
+// A thread owns a row and sums into kChunk channels of it in registers at a time, recomputing the
+// row's probabilities for each chunk: its output is written once, so a 16-bit output is rounded
+// once. Each channel's sum runs over the keys (queries) in index order, as the tiled kernels do.
+constexpr int kChunk = 32;
 
-void k_attention_lse(const KernelCall& c) {
-  const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
-  if (dispatch_tiled<LseLaunch>(c, d)) return;
-  const float* q = c.inputs[0].f32();
-  const float* k = c.inputs[1].f32();
+template <typename T>
+void attention_lse_rows(const KernelCall& c, const Dims& d) {
+  const T* q = typed<T>(c.inputs[0]);
+  const T* k = typed<T>(c.inputs[1]);
   float* lse = c.outputs[0].f32();
   const float alpha = c.attrs->alpha, cap = c.attrs->softcap;
   const bool causal = c.attrs->causal;
   for_each_index(c.outputs[0].numel(), "attention_lse", [=] __device__(std::int64_t row) {
     const std::int64_t i = row % d.t, bh = row / d.t;
-    const float* qi = q + row * d.d;
-    const float* kh = k + kv_base(d, bh);
+    const T* qi = q + row * d.d;
+    const T* kh = k + kv_base(d, bh);
     const std::int64_t end = causal ? i + 1 : d.t;
     float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
     for (std::int64_t j = 0; j < end; ++j) {
@@ -358,59 +376,47 @@ void k_attention_lse(const KernelCall& c) {
   });
 }
 
-void k_attention(const KernelCall& c) {
-  const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
-  if (dispatch_tiled<ForwardLaunch>(c, d)) return;
-  const float* q = c.inputs[0].f32();
-  const float* k = c.inputs[1].f32();
-  const float* v = c.inputs[2].f32();
+template <typename T>
+void attention_rows(const KernelCall& c, const Dims& d) {
+  const T* q = typed<T>(c.inputs[0]);
+  const T* k = typed<T>(c.inputs[1]);
+  const T* v = typed<T>(c.inputs[2]);
   const float* lse = c.inputs[3].f32();
-  float* y = c.outputs[0].f32();
+  T* y = typed_out<T>(c.outputs[0]);
   const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
   for_each_index(c.inputs[3].numel(), "attention", [=] __device__(std::int64_t row) {
     const std::int64_t i = row % d.t, bh = row / d.t;
-    const float* qi = q + row * d.d;
-    const float* kh = k + kv_base(d, bh);
-    const float* vh = v + kv_base(d, bh);
-    float* yi = y + row * d.d;
-    for (std::int64_t x = 0; x < d.d; ++x) yi[x] = 0.0f;
+    const T* qi = q + row * d.d;
+    const T* kh = k + kv_base(d, bh);
+    const T* vh = v + kv_base(d, bh);
     const std::int64_t end = causal ? i + 1 : d.t;
     const float keep = drop > 0.0f ? dropout_keep_scale(drop) : 1.0f;
-    for (std::int64_t j = 0; j < end; ++j) {
-      float p = expf(capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
-      if (drop > 0.0f) p *= dropout_mask_element(stream_id, row * d.t + j, drop, keep);
-      if (p == 0.0f) continue;
-      for (std::int64_t x = 0; x < d.d; ++x) yi[x] += p * vh[j * d.d + x];
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
+      for (std::int64_t j = 0; j < end; ++j) {
+        float p = expf(capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
+        if (drop > 0.0f) p *= dropout_mask_element(stream_id, row * d.t + j, drop, keep);
+        if (p == 0.0f) continue;
+        for (int x = 0; x < width; ++x) acc[x] += p * to_f32(vh[j * d.d + x0 + x]);
+      }
+      for (int x = 0; x < width; ++x) y[row * d.d + x0 + x] = from_f32<T>(acc[x]);
     }
   });
 }
 
-void k_attention_backward_dot(const KernelCall& c) {
-  const std::int64_t cols = c.inputs[0].shape->cols();
-  const float* dy = c.inputs[0].f32();
-  const float* y = c.inputs[1].f32();
-  float* delta = c.outputs[0].f32();
-  for_each_index(c.outputs[0].numel(), "attention_backward_dot", [=] __device__(std::int64_t r) {
-    double s = 0.0;
-    for (std::int64_t x = 0; x < cols; ++x) s += double(dy[r * cols + x]) * double(y[r * cols + x]);
-    delta[r] = float(s);
-  });
-}
-
-// Two passes over the packed output [B, H + 2KH, T, D]: dq by query rows, then dk and dv by key rows
-// (each summing over the query rows of every head in its group, heads then rows in order).
-void k_attention_backward(const KernelCall& c) {
-  const Dims d = dims_of(*c.inputs[1].shape, *c.inputs[2].shape);
-  if (dispatch_tiled<BackwardLaunch>(c, d)) return;
-  const float* dy = c.inputs[0].f32();
-  const float* q = c.inputs[1].f32();
-  const float* k = c.inputs[2].f32();
-  const float* v = c.inputs[3].f32();
+template <typename T>
+void attention_backward_rows(const KernelCall& c, const Dims& d) {
+  const T* dy = typed<T>(c.inputs[0]);
+  const T* q = typed<T>(c.inputs[1]);
+  const T* k = typed<T>(c.inputs[2]);
+  const T* v = typed<T>(c.inputs[3]);
   const float* lse = c.inputs[4].f32();
   const float* delta = c.inputs[5].f32();
-  float* out = c.outputs[0].f32();
+  T* out = typed_out<T>(c.outputs[0]);
   const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
   const bool causal = c.attrs->causal;
   const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
@@ -419,46 +425,113 @@ void k_attention_backward(const KernelCall& c) {
 
   for_each_index(c.inputs[4].numel(), "attention_backward (dq)", [=] __device__(std::int64_t row) {
     const std::int64_t i = row % d.t, bh = row / d.t, b = bh / d.heads, h = bh % d.heads;
-    const float* qi = q + row * d.d;
-    const float* dyi = dy + row * d.d;
-    const float* kh = k + kv_base(d, bh);
-    const float* vh = v + kv_base(d, bh);
-    float* dq = out + (b * out_heads + h) * head_size + i * d.d;
-    for (std::int64_t x = 0; x < d.d; ++x) dq[x] = 0.0f;
+    const T* qi = q + row * d.d;
+    const T* dyi = dy + row * d.d;
+    const T* kh = k + kv_base(d, bh);
+    const T* vh = v + kv_base(d, bh);
+    T* dq = out + (b * out_heads + h) * head_size + i * d.d;
     const std::int64_t end = causal ? i + 1 : d.t;
-    for (std::int64_t j = 0; j < end; ++j) {
-      const float raw = dot_row(qi, kh + j * d.d, d.d);
-      const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
-      const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-      const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
-      for (std::int64_t x = 0; x < d.d; ++x) dq[x] += ds * kh[j * d.d + x];
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
+      for (std::int64_t j = 0; j < end; ++j) {
+        const float raw = dot_row(qi, kh + j * d.d, d.d);
+        const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
+        const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
+        const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
+        for (int x = 0; x < width; ++x) acc[x] += ds * to_f32(kh[j * d.d + x0 + x]);
+      }
+      for (int x = 0; x < width; ++x) dq[x0 + x] = from_f32<T>(acc[x]);
     }
   });
 
   for_each_index(d.batch * d.kv_heads * d.t, "attention_backward (dk, dv)", [=] __device__(std::int64_t key_row) {
     const std::int64_t j = key_row % d.t, bk = key_row / d.t, b = bk / d.kv_heads, kvh = bk % d.kv_heads;
-    const float* kj = k + key_row * d.d;
-    const float* vj = v + key_row * d.d;
-    float* dk = out + (b * out_heads + d.heads + kvh) * head_size + j * d.d;
-    float* dv = out + (b * out_heads + d.heads + d.kv_heads + kvh) * head_size + j * d.d;
-    for (std::int64_t x = 0; x < d.d; ++x) dk[x] = dv[x] = 0.0f;
-    for (std::int64_t g = 0; g < d.group; ++g) {
-      const std::int64_t bh = b * d.heads + kvh * d.group + g;
-      for (std::int64_t i = causal ? j : 0; i < d.t; ++i) {
-        const std::int64_t row = bh * d.t + i;
-        const float* qi = q + row * d.d;
-        const float* dyi = dy + row * d.d;
-        const float raw = dot_row(qi, kj, d.d);
-        const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
-        const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-        const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
-        const float kept = p * mask;
-        for (std::int64_t x = 0; x < d.d; ++x) {
-          dv[x] += kept * dyi[x];
-          dk[x] += ds * qi[x];
+    const T* kj = k + key_row * d.d;
+    const T* vj = v + key_row * d.d;
+    T* dk = out + (b * out_heads + d.heads + kvh) * head_size + j * d.d;
+    T* dv = out + (b * out_heads + d.heads + d.kv_heads + kvh) * head_size + j * d.d;
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc_k[kChunk], acc_v[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc_k[x] = acc_v[x] = 0.0f;
+      for (std::int64_t g = 0; g < d.group; ++g) {
+        const std::int64_t bh = b * d.heads + kvh * d.group + g;
+        for (std::int64_t i = causal ? j : 0; i < d.t; ++i) {
+          const std::int64_t row = bh * d.t + i;
+          const T* qi = q + row * d.d;
+          const T* dyi = dy + row * d.d;
+          const float raw = dot_row(qi, kj, d.d);
+          const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
+          const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
+          const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
+          const float kept = p * mask;
+          for (int x = 0; x < width; ++x) {
+            acc_v[x] += kept * to_f32(dyi[x0 + x]);
+            acc_k[x] += ds * to_f32(qi[x0 + x]);
+          }
         }
       }
+      for (int x = 0; x < width; ++x) {
+        dk[x0 + x] = from_f32<T>(acc_k[x]);
+        dv[x0 + x] = from_f32<T>(acc_v[x]);
+      }
     }
+  });
+}
+
+// The kernels at the call's working dtype (q's): f32, bf16 or f16.
+template <typename T>
+void attention_lse_at(const KernelCall& c) {
+  const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
+  if (!dispatch_tiled<T, LseLaunch>(c, d)) attention_lse_rows<T>(c, d);
+}
+template <typename T>
+void attention_at(const KernelCall& c) {
+  const Dims d = dims_of(*c.inputs[0].shape, *c.inputs[1].shape);
+  if (!dispatch_tiled<T, ForwardLaunch>(c, d)) attention_rows<T>(c, d);
+}
+template <typename T>
+void attention_backward_at(const KernelCall& c) {
+  const Dims d = dims_of(*c.inputs[1].shape, *c.inputs[2].shape);
+  if (!dispatch_tiled<T, BackwardLaunch>(c, d)) attention_backward_rows<T>(c, d);
+}
+
+// Calls Run<T>::run(c) for the storage type of `working`'s dtype, which the first `operands`
+// inputs and the output share (the graph's rows give q, k, v, dy and the outputs one dtype).
+template <template <typename> class Run>
+void at_working_dtype(const KernelCall& c, const TensorRef& working, std::size_t operands) {
+  for (std::size_t i = 0; i < operands; ++i) {
+    MEMPLAN_CHECK(c.inputs[i].dtype == working.dtype, graph::op_name(c.kind) << ": operand " << i << " is "
+                                                                           << graph::dtype_name(c.inputs[i].dtype) << ", not "
+                                                                           << graph::dtype_name(working.dtype));
+  }
+  MEMPLAN_CHECK(c.kind == OpKind::attention_lse || c.outputs[0].dtype == working.dtype,
+                graph::op_name(c.kind) << ": the output is not " << graph::dtype_name(working.dtype));
+  switch (working.dtype) {
+    case graph::DType::bf16: return Run<__nv_bfloat16>::run(c);
+    case graph::DType::f16: return Run<__half>::run(c);
+    default: return Run<float>::run(c);
+  }
+}
+template <typename T> struct LseAt { static void run(const KernelCall& c) { attention_lse_at<T>(c); } };
+template <typename T> struct ForwardAt { static void run(const KernelCall& c) { attention_at<T>(c); } };
+template <typename T> struct BackwardAt { static void run(const KernelCall& c) { attention_backward_at<T>(c); } };
+
+void k_attention_lse(const KernelCall& c) { at_working_dtype<LseAt>(c, c.inputs[0], 2); }
+void k_attention(const KernelCall& c) { at_working_dtype<ForwardAt>(c, c.inputs[0], 3); }
+void k_attention_backward(const KernelCall& c) { at_working_dtype<BackwardAt>(c, c.inputs[1], 4); }
+
+void k_attention_backward_dot(const KernelCall& c) {
+  const std::int64_t cols = c.inputs[0].shape->cols();
+  const In dy = in(c.inputs[0]);
+  const In y = in(c.inputs[1]);
+  float* delta = c.outputs[0].f32();
+  for_each_index(c.outputs[0].numel(), "attention_backward_dot", [=] __device__(std::int64_t r) {
+    double s = 0.0;
+    for (std::int64_t x = 0; x < cols; ++x) s += double(dy[r * cols + x]) * double(y[r * cols + x]);
+    delta[r] = float(s);
   });
 }
 
@@ -468,11 +541,11 @@ void k_slice(const KernelCall& c) {
   std::int64_t inner = 1;
   for (int i = static_cast<int>(c.attrs->axis) + 1; i < s.rank(); ++i) inner *= s[i];
   const std::int64_t extent = s[static_cast<int>(c.attrs->axis)], start = c.attrs->start, length = c.attrs->length;
-  const float* x = c.inputs[0].f32();
-  float* y = c.outputs[0].f32();
+  const In x = in(c.inputs[0]);
+  const Out y = out(c.outputs[0]);
   for_each_index(c.outputs[0].numel(), "slice", [=] __device__(std::int64_t e) {
-    const std::int64_t in = e % inner, a = (e / inner) % length, o = e / (inner * length);
-    y[e] = x[(o * extent + start + a) * inner + in];
+    const std::int64_t within = e % inner, a = (e / inner) % length, o = e / (inner * length);
+    y.set(e, x[(o * extent + start + a) * inner + within]);
   });
 }
 
@@ -487,5 +560,8 @@ KernelEntries attention_kernel_entries() {
       {OpKind::slice, k_slice},
   };
 }
+
+// Every kernel here computes every dtype.
+KernelEntries attention_16bit_kernel_entries() { return at_16_bits(attention_kernel_entries()); }
 
 }  // namespace memplan::kernels::cuda

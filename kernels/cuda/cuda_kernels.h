@@ -14,11 +14,16 @@ namespace memplan::kernels::cuda {
 KernelEntries kernel_entries();
 KernelEntries elementwise_kernel_entries();  // elementwise.cu
 KernelEntries reduction_kernel_entries();    // reduce.cu
-KernelEntries reduction_16bit_kernel_entries();  // reduce.cu: the loss read from 16-bit logits
 KernelEntries nn_kernel_entries();           // nn.cu
 KernelEntries blas_kernel_entries();         // blas.cu
 KernelEntries blas_16bit_kernel_entries();   // blas.cu: bf16/f16 GEMMs on tensor cores
 KernelEntries attention_kernel_entries();    // attention.cu (fused attention, slice)
+// The same kernels at bf16 and f16 where one body computes every dtype (reading 16 bits into f32
+// registers and rounding each output once), and the loss read from 16-bit logits.
+KernelEntries elementwise_16bit_kernel_entries();
+KernelEntries reduction_16bit_kernel_entries();
+KernelEntries nn_16bit_kernel_entries();
+KernelEntries attention_16bit_kernel_entries();
 KernelEntries decode_kernel_entries();       // decode.cu
 KernelEntries fused_loss_kernel_entries();   // fused_loss.cu (the fused projection and cross-entropy)
 // mixed_precision.cu: the 16-bit kernels (the GEMMs' from blas.cu among them) and the adapter

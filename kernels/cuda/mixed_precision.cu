@@ -1,5 +1,7 @@
 // Mixed precision on CUDA. Natively at 16 bits: the GEMMs (blas.cu: tensor cores, f32
-// accumulation), the embedding gather (a copy), the optimizer updates (16-bit gradient and working copy, f32 master copy and
+// accumulation), fused attention, layer norm, softmax, the losses' gradient and the elementwise
+// ops (16-bit loads into f32 registers, each output rounded once: the *_16bit_kernel_entries of
+// their files), the embedding gather (a copy), the optimizer updates (16-bit gradient and working copy, f32 master copy and
 // state: the master is updated in f32 and rounded once, to nearest even, into the working copy)
 // and fp16's overflow check. Every other op with an f32 kernel runs at bf16 and f16 through the
 // widening adapter (kernels/shared/widened_call.h): f32 copies of its 16-bit operands made on the
@@ -20,15 +22,6 @@ namespace {
 
 using graph::DType;
 using graph::OpKind;
-
-__device__ inline float to_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
-__device__ inline float to_f32(__half h) { return __half2float(h); }
-template <typename T>
-__device__ inline T from_f32(float f);
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float f) { return __float2bfloat16_rn(f); }
-template <>
-__device__ inline __half from_f32<__half>(float f) { return __float2half_rn(f); }
 
 template <typename T>
 void widen(const void* src, float* dst, std::int64_t n) {
@@ -168,7 +161,10 @@ void k_widened(const KernelCall& c) {
 
 KernelEntries native_16bit_kernel_entries() {
   KernelEntries entries = blas_16bit_kernel_entries();
-  for (const KernelEntry& e : reduction_16bit_kernel_entries()) entries.push_back(e);
+  for (const KernelEntries& part : {elementwise_16bit_kernel_entries(), reduction_16bit_kernel_entries(),
+                                    nn_16bit_kernel_entries(), attention_16bit_kernel_entries()}) {
+    entries.insert(entries.end(), part.begin(), part.end());
+  }
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::bf16});
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::f16});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f32});

@@ -254,14 +254,14 @@ void k_batch_norm_backward(const KernelCall& c) {
 
 void k_layer_norm(const KernelCall& c) {
   const std::int64_t cols = c.inputs[0].shape->cols();
-  const float* x = c.inputs[0].f32();
+  const In x = in(c.inputs[0]);
   const float* stats = c.inputs[1].f32();
-  const float* gamma = c.inputs[2].f32();
-  const float* beta = c.inputs[3].f32();
-  float* y = c.outputs[0].f32();
+  const In gamma = in(c.inputs[2]);
+  const In beta = in(c.inputs[3]);
+  const Out y = out(c.outputs[0]);
   for_each_index(c.outputs[0].numel(), "layer_norm", [=] __device__(std::int64_t i) {
     const std::int64_t r = i / cols, j = i % cols;
-    y[i] = (x[i] - stats[2 * r]) * stats[2 * r + 1] * gamma[j] + beta[j];
+    y.set(i, (x[i] - stats[2 * r]) * stats[2 * r + 1] * gamma[j] + beta[j]);
   });
 }
 
@@ -355,6 +355,8 @@ void k_permute(const KernelCall& c) {
 }
 
 }  // namespace
+
+KernelEntries nn_16bit_kernel_entries() { return at_16_bits({{OpKind::layer_norm, k_layer_norm}}); }
 
 KernelEntries nn_kernel_entries() {
   return {

@@ -39,7 +39,7 @@ void k_mean(const KernelCall& c) {
 constexpr int kColTile = 32, kRowLanes = 32;
 
 template <typename F>
-__global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, float* y, bool accumulate, F term) {
+__global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, Out y, bool accumulate, F term) {
   __shared__ float partial[kRowLanes][kColTile + 1];
   const std::int64_t j = blockIdx.x * std::int64_t(kColTile) + threadIdx.x;
   float s = 0.0f;
@@ -51,12 +51,12 @@ __global__ void column_sum_kernel(std::int64_t rows, std::int64_t cols, float* y
   if (threadIdx.y == 0 && j < cols) {
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
-    y[j] = accumulate ? y[j] + total : total;
+    y.set(j, accumulate ? In{y.p, y.t}[j] + total : total);
   }
 }
 
 template <typename F>
-void column_sum(std::int64_t rows, std::int64_t cols, float* y, const char* op, F term, bool accumulate = false) {
+void column_sum(std::int64_t rows, std::int64_t cols, Out y, const char* op, F term, bool accumulate = false) {
   const unsigned grid = static_cast<unsigned>((cols + kColTile - 1) / kColTile);
   column_sum_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream()>>>(rows, cols, y, accumulate, term);
   check_launch(op);
@@ -65,16 +65,16 @@ void column_sum(std::int64_t rows, std::int64_t cols, float* y, const char* op, 
 void k_reduce_rows(const KernelCall& c) {
   const float* x = c.inputs[0].f32();
   const std::int64_t cols = c.inputs[0].shape->cols();
-  column_sum(c.inputs[0].shape->rows(), cols, c.outputs[0].f32(), "reduce_rows",
+  column_sum(c.inputs[0].shape->rows(), cols, out(c.outputs[0]), "reduce_rows",
              [=] __device__(std::int64_t r, std::int64_t j) { return x[r * cols + j]; }, c.accumulate);
 }
 
 void k_layer_norm_dgamma(const KernelCall& c) {
-  const float* dy = c.inputs[0].f32();
-  const float* x = c.inputs[1].f32();
+  const In dy = in(c.inputs[0]);
+  const In x = in(c.inputs[1]);
   const float* stats = c.inputs[2].f32();
   const std::int64_t cols = c.inputs[1].shape->cols();
-  column_sum(c.inputs[1].shape->rows(), cols, c.outputs[0].f32(), "layer_norm_dgamma",
+  column_sum(c.inputs[1].shape->rows(), cols, out(c.outputs[0]), "layer_norm_dgamma",
              [=] __device__(std::int64_t r, std::int64_t j) {
                return dy[r * cols + j] * ((x[r * cols + j] - stats[2 * r]) * stats[2 * r + 1]);
              });
@@ -84,21 +84,18 @@ void k_layer_norm_dgamma(const KernelCall& c) {
 
 // Per row of logits: loss_i = log(sum exp(x - max)) + max - x[label] (in double, as the CPU).
 // 16-bit logits are widened as they are read (no f32 copy of a vocabulary-wide row block).
-__device__ inline float logit_f32(float v) { return v; }
-__device__ inline float logit_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float logit_f32(__half v) { return __half2float(v); }
 
 template <typename T>
 __global__ void cross_entropy_rows_kernel(const T* logits, const std::int32_t* labels, std::int64_t classes,
                                           double* row_loss) {
   const T* row = logits + blockIdx.x * classes;
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, logit_f32(row[j]));
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
   m = block_max(m);
   double z = 0.0;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += exp(double(logit_f32(row[j]) - m));
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += exp(double(to_f32(row[j]) - m));
   z = block_sum(z);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = log(z) + double(m) - double(logit_f32(row[labels[blockIdx.x]]));
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = log(z) + double(m) - double(to_f32(row[labels[blockIdx.x]]));
 }
 
 __global__ void mean_of_doubles_kernel(const double* v, std::int64_t n, float* out) {
@@ -119,80 +116,80 @@ void k_softmax_cross_entropy(const KernelCall& c) {
   check_launch("softmax_cross_entropy");
 }
 
-__global__ void cross_entropy_backward_kernel(const float* dloss, const float* logits, const std::int32_t* labels,
-                                              std::int64_t batch, std::int64_t classes, float* dlogits) {
-  const float* row = logits + blockIdx.x * classes;
-  float* out = dlogits + blockIdx.x * classes;
+__global__ void cross_entropy_backward_kernel(const float* dloss, In logits, const std::int32_t* labels,
+                                              std::int64_t batch, std::int64_t classes, Out dlogits) {
+  const std::int64_t base = blockIdx.x * classes;
+  const auto row = [&](std::int64_t j) { return logits[base + j]; };
   const float scale = dloss[0] / static_cast<float>(batch);
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, row[j]);
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, row(j));
   m = block_max(m);
   float z = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += expf(row[j] - m);
+  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) z += expf(row(j) - m);
   z = block_sum(z);
   const float inv = 1.0f / z;
   const std::int32_t label = labels[blockIdx.x];
   for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
-    const float p = expf(row[j] - m) * inv * scale;
-    out[j] = j == label ? p - scale : p;
+    const float p = expf(row(j) - m) * inv * scale;
+    dlogits.set(base + j, j == label ? p - scale : p);
   }
 }
 
 void k_softmax_cross_entropy_backward(const KernelCall& c) {
   const std::int64_t batch = (*c.inputs[1].shape)[0], classes = (*c.inputs[1].shape)[1];
   cross_entropy_backward_kernel<<<static_cast<unsigned>(batch), kReduceThreads, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].f32(), c.inputs[2].i32(), batch, classes, c.outputs[0].f32());
+      c.inputs[0].f32(), in(c.inputs[1]), c.inputs[2].i32(), batch, classes, out(c.outputs[0]));
   check_launch("softmax_cross_entropy_backward");
 }
 
 // Rows of `cols`; causal: row r of each [T, T] block sees columns j <= r % T, the rest are 0.
-__global__ void softmax_kernel(const float* x, std::int64_t cols, std::int64_t t, bool causal, float* y) {
-  const std::int64_t r = blockIdx.x;
-  const float* xr = x + r * cols;
-  float* yr = y + r * cols;
+__global__ void softmax_kernel(In x, std::int64_t cols, std::int64_t t, bool causal, Out y) {
+  const std::int64_t r = blockIdx.x, base = r * cols;
+  const auto xr = [&](std::int64_t j) { return x[base + j]; };
   const std::int64_t valid = causal ? r % t + 1 : cols;
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, xr[j]);
+  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, xr(j));
   m = block_max(m);
   float z = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) z += expf(xr[j] - m);
+  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) z += expf(xr(j) - m);
   z = block_sum(z);
   const float inv = 1.0f / z;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = j < valid ? expf(xr[j] - m) * inv : 0.0f;
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) y.set(base + j, j < valid ? expf(xr(j) - m) * inv : 0.0f);
 }
 
 void k_softmax(const KernelCall& c) {
   const graph::Shape& s = *c.inputs[0].shape;
   const bool causal = c.attrs->causal;
   const std::int64_t t = causal ? s[s.rank() - 2] : 1;
-  softmax_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(c.inputs[0].f32(), s.cols(), t, causal,
-                                                                              c.outputs[0].f32());
+  softmax_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(in(c.inputs[0]), s.cols(), t, causal,
+                                                                              out(c.outputs[0]));
   check_launch("softmax");
 }
 
-__global__ void softmax_backward_kernel(const float* dy, const float* y, std::int64_t cols, float* dx) {
+__global__ void softmax_backward_kernel(In dy, In y, std::int64_t cols, Out dx) {
   const std::int64_t base = blockIdx.x * cols;
   float dot = 0.0f;
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) dot += dy[base + j] * y[base + j];
   dot = block_sum(dot);
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) dx[base + j] = y[base + j] * (dy[base + j] - dot);
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) dx.set(base + j, y[base + j] * (dy[base + j] - dot));
 }
 
 void k_softmax_backward(const KernelCall& c) {
   const graph::Shape& s = *c.inputs[1].shape;
   softmax_backward_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].f32(), s.cols(), c.outputs[0].f32());
+      in(c.inputs[0]), in(c.inputs[1]), s.cols(), out(c.outputs[0]));
   check_launch("softmax_backward");
 }
 
 // stats[r] = (mean, 1/sqrt(var + eps)), two passes over the row.
-__global__ void layer_norm_stats_kernel(const float* x, std::int64_t cols, float eps, float* stats) {
-  const float* row = x + blockIdx.x * cols;
+__global__ void layer_norm_stats_kernel(In x, std::int64_t cols, float eps, float* stats) {
+  const std::int64_t base = blockIdx.x * cols;
+  const auto row = [&](std::int64_t j) { return x[base + j]; };
   float s = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += row[j];
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += row(j);
   const float mean = block_sum(s) / static_cast<float>(cols);
   float sq = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) sq += (row[j] - mean) * (row[j] - mean);
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) sq += (row(j) - mean) * (row(j) - mean);
   const float var = block_sum(sq) / static_cast<float>(cols);
   if (threadIdx.x == 0) {
     stats[2 * blockIdx.x] = mean;
@@ -203,13 +200,12 @@ __global__ void layer_norm_stats_kernel(const float* x, std::int64_t cols, float
 void k_layer_norm_stats(const KernelCall& c) {
   const graph::Shape& s = *c.inputs[0].shape;
   layer_norm_stats_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(
-      c.inputs[0].f32(), s.cols(), c.attrs->norm_eps, c.outputs[0].f32());
+      in(c.inputs[0]), s.cols(), c.attrs->norm_eps, c.outputs[0].f32());
   check_launch("layer_norm_stats");
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gamma * dy.
-__global__ void layer_norm_backward_kernel(const float* dy, const float* x, const float* stats, const float* gamma,
-                                           std::int64_t cols, float* dx) {
+__global__ void layer_norm_backward_kernel(In dy, In x, const float* stats, In gamma, std::int64_t cols, Out dx) {
   const std::int64_t base = blockIdx.x * cols;
   const float mean = stats[2 * blockIdx.x], rstd = stats[2 * blockIdx.x + 1];
   float sg = 0.0f, sgx = 0.0f;
@@ -222,14 +218,14 @@ __global__ void layer_norm_backward_kernel(const float* dy, const float* x, cons
   const float mgx = block_sum(sgx) / static_cast<float>(cols);
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     const float xhat = (x[base + j] - mean) * rstd;
-    dx[base + j] = rstd * (gamma[j] * dy[base + j] - mg - xhat * mgx);
+    dx.set(base + j, rstd * (gamma[j] * dy[base + j] - mg - xhat * mgx));
   }
 }
 
 void k_layer_norm_backward(const KernelCall& c) {
   const graph::Shape& s = *c.inputs[1].shape;
   layer_norm_backward_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(
-      c.inputs[0].f32(), c.inputs[1].f32(), c.inputs[2].f32(), c.inputs[3].f32(), s.cols(), c.outputs[0].f32());
+      in(c.inputs[0]), in(c.inputs[1]), c.inputs[2].f32(), in(c.inputs[3]), s.cols(), out(c.outputs[0]));
   check_launch("layer_norm_backward");
 }
 
@@ -341,8 +337,17 @@ void k_global_avg_pool(const KernelCall& c) {
 }  // namespace
 
 KernelEntries reduction_16bit_kernel_entries() {
-  return {{OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__nv_bfloat16>, graph::DType::bf16},
-          {OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__half>, graph::DType::f16}};
+  KernelEntries entries = at_16_bits({
+      {OpKind::layer_norm_stats, k_layer_norm_stats},
+      {OpKind::layer_norm_backward, k_layer_norm_backward},
+      {OpKind::layer_norm_dgamma, k_layer_norm_dgamma},
+      {OpKind::softmax, k_softmax},
+      {OpKind::softmax_backward, k_softmax_backward},
+      {OpKind::softmax_cross_entropy_backward, k_softmax_cross_entropy_backward},
+  });
+  entries.push_back({OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__nv_bfloat16>, graph::DType::bf16});
+  entries.push_back({OpKind::softmax_cross_entropy, k_softmax_cross_entropy<__half>, graph::DType::f16});
+  return entries;
 }
 
 KernelEntries reduction_kernel_entries() {
