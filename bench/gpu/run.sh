@@ -1,10 +1,11 @@
 #!/bin/bash
-# The GPU check, one call (< 8 minutes on an H200 with 16 cores): build memplan with CUDA, run
+# The GPU check, one call (< 9 minutes on an H200 with 16 cores): build memplan with CUDA, run
 # the GPU tests (every op CUDA vs CPU in fp32, bf16 and fp16, short trainings CPU vs GPU,
 # planned/naive/dynamic bits), train on the GPU from the command line (mixed precision and GPT-2
 # 124M in bf16 included), profile one step of each model per op, then
 # benchmark against PyTorch eager on the same models and batches and write
-# bench/results/gpu.json + bench/results/gpu.md. Nothing is downloaded.
+# bench/results/gpu.json + bench/results/gpu.md, and record PyTorch memory snapshots for replay.
+# Nothing is downloaded.
 # Usage: bench/gpu/run.sh [--quick]   (--quick leaves GPT-2 124M out)
 # Environment:
 #   MEMPLAN_GPU_BUILD=DIR      build folder (default build-gpu)
@@ -14,6 +15,8 @@
 #                              need, put on LD_LIBRARY_PATH for them alone (not for PyTorch)
 #   MEMPLAN_FMNIST_DIR=DIR     Fashion-MNIST for the command-line training stage (default: Debian's)
 #   MEMPLAN_GPU_LOGS=DIR       also copy each stage's full output there
+#   MEMPLAN_GPU_SNAPSHOTS=DIR  where PyTorch's memory snapshots recorded here go (default
+#                              bench/results/gpu_snapshots): replay fixtures to commit
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 QUICK=${1:-}
@@ -49,7 +52,7 @@ if [ "${MEMPLAN_GPU_PREBUILT:-0}" != 1 ]; then
   command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEMPLAN_CUDA=ON -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON \
     -DMEMPLAN_NATIVE=ON "${LAUNCHER[@]}" >/dev/null || exit 1
-  cmake --build "$BUILD" -j"$JOBS" --target memplan memplan_tests bench_gpu_step || exit 1
+  cmake --build "$BUILD" -j"$JOBS" --target memplan memplan_tests bench_gpu_step bench_replay_snapshots || exit 1
 fi
 MEMPLAN="$BUILD/tools/memplan"
 MP=(env "LD_LIBRARY_PATH=${MEMPLAN_GPU_LIBS:+$MEMPLAN_GPU_LIBS:}${LD_LIBRARY_PATH:-}")
@@ -102,6 +105,16 @@ if [ -z "$PY" ]; then
 elif [ -f bench/results/gpu_memplan.json ]; then
   stage "PyTorch eager on the GPU" 200 "$PY" bench/gpu/torch_step.py --memplan bench/results/gpu_memplan.json \
     --out bench/results/gpu_torch.json
+fi
+
+# Real PyTorch memory snapshots of varied runs on this GPU (bench/gpu/record_snapshots.py: a GPT
+# step with and without expandable segments, a ResNet, two streams, a run recorded mid-training,
+# an out-of-memory), then memplan's replay of each, whole and cut at ten points.
+if [ -n "$PY" ]; then
+  SNAPS=${MEMPLAN_GPU_SNAPSHOTS:-bench/results/gpu_snapshots}
+  stage "record PyTorch snapshots" 150 "$PY" bench/gpu/record_snapshots.py --out "$SNAPS"
+  stage "replay the snapshots" 120 "${MP[@]}" "$BUILD"/bench/bench_replay_snapshots --dir "$SNAPS" --cuts 10 \
+    --json-out "$SNAPS/replay.json"
 fi
 
 if [ -f bench/results/gpu_memplan.json ]; then
