@@ -451,6 +451,9 @@ class CheckpointBitwise : public ::testing::TestWithParam<StrategyCase> {};
 
 TEST_P(CheckpointBitwise, SameParametersWithAndWithoutCheckpointing) {
   const auto& [m, strategy] = GetParam();
+  if (testing::kSanitized && std::string(m.name) == "cnn" && strategy == CheckpointStrategy::kOptimal) {
+    GTEST_SKIP() << "under the sanitizers the CNN's optimal search (40 s there) is left to the normal build; its sqrt case runs";
+  }
   const graph::Graph g = training_step(m);
   const auto outcome = planner::apply_checkpointing(g, {strategy, std::nullopt}, fast());
   ASSERT_TRUE(outcome.ok()) << outcome.error().message;

@@ -201,7 +201,8 @@ TEST(DataParallelOffload, ShardedStateInHostMemoryGivesTheSameBits) {
 TEST(DataParallelCheckpointing, EveryStageAndStrategyEndsWithTheSameParametersInTheArenaFitPlans) {
   // Sequences long enough for activations, not the optimizer's state, to set the peak.
   const Model gpt{"gpt", "--model gpt --batch 8 --seq 64 --vocab 96", "--steps 2", true};
-  // Under the sanitizers (every run several times slower) the GPT alone, at stages 0 and 3.
+  // Under the sanitizers (every run several times slower) the GPT alone, at stage 0 with optimal
+  // and stage 3 with sqrt.
   const std::vector<Model> models = testing::kSanitized ? std::vector<Model>{gpt} : std::vector<Model>{gpt, kCnn};
   const std::vector<int> stages = testing::kSanitized ? std::vector<int>{0, 3} : std::vector<int>{0, 2, 3};
   for (const Model& m : models) {
@@ -209,6 +210,7 @@ TEST(DataParallelCheckpointing, EveryStageAndStrategyEndsWithTheSameParametersIn
       const std::string dp = std::string(m.shape) + " --zero " + std::to_string(zero);
       const nlohmann::json plain = train_json(mpirun(2), dp + " " + m.flags + data_flag(m));
       for (const char* strategy : {"sqrt", "optimal"}) {
+        if (testing::kSanitized && (std::string(strategy) == "sqrt") != (zero == 3)) continue;
         SCOPED_TRACE(std::string(m.name) + " zero " + std::to_string(zero) + " --checkpoint " + strategy);
         const std::string args = dp + " --checkpoint " + strategy;
         const nlohmann::json out = train_json(mpirun(2), args + " " + m.flags + data_flag(m));
