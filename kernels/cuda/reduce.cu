@@ -116,7 +116,7 @@ void k_softmax_cross_entropy(const KernelCall& c) {
   check_launch("softmax_cross_entropy");
 }
 
-__global__ void cross_entropy_backward_kernel(const float* dloss, In logits, const std::int32_t* labels,
+__global__ void cross_entropy_backward_kernel(In dloss, In logits, const std::int32_t* labels,
                                               std::int64_t batch, std::int64_t classes, Out dlogits) {
   const std::int64_t base = blockIdx.x * classes;
   const auto row = [&](std::int64_t j) { return logits[base + j]; };
@@ -138,7 +138,7 @@ __global__ void cross_entropy_backward_kernel(const float* dloss, In logits, con
 void k_softmax_cross_entropy_backward(const KernelCall& c) {
   const std::int64_t batch = (*c.inputs[1].shape)[0], classes = (*c.inputs[1].shape)[1];
   cross_entropy_backward_kernel<<<static_cast<unsigned>(batch), kReduceThreads, 0, stream()>>>(
-      c.inputs[0].f32(), in(c.inputs[1]), c.inputs[2].i32(), batch, classes, out(c.outputs[0]));
+      in(c.inputs[0]), in(c.inputs[1]), c.inputs[2].i32(), batch, classes, out(c.outputs[0]));
   check_launch("softmax_cross_entropy_backward");
 }
 
