@@ -307,6 +307,8 @@ TEST(Fit, AnyFittingProbesAnswerAsTheLeastRecomputationDoes) {
     // Either side of both boundaries (none's and this strategy's) and between them.
     for (std::int64_t batch : {none_max, none_max + 1, (none_max + r.max_batch) / 2, r.max_batch - 1, r.max_batch,
                                r.max_batch + 1, r.max_batch + 2}) {
+      // Under the sanitizers the three batches at the boundaries (each probe plans twice, seconds there).
+      if (testing::kSanitized && batch != none_max + 1 && batch != r.max_batch && batch != r.max_batch + 1) continue;
       const planner::PlannedStep any = plan_at(batch, true);
       EXPECT_EQ(any.fits, plan_at(batch, false).fits) << "batch " << batch;
       if (any.fits) {
