@@ -3,6 +3,7 @@
 // (map_elements), so every element is written exactly once and the arithmetic order per element
 // is the CPU kernel's.
 #include <cmath>
+#include <initializer_list>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -191,35 +192,8 @@ void k_adamw_update(const KernelCall& c) {
   });
 }
 
-}  // namespace
-
 // The kernels above the running statistics read In and write Out: every dtype from one body.
-KernelEntries elementwise_16bit_kernel_entries() {
-  return at_16_bits({
-      {OpKind::bias_add, k_bias_add},
-      {OpKind::add, k_add},
-      {OpKind::mul, k_mul},
-      {OpKind::scale, k_scale},
-      {OpKind::relu, k_relu},
-      {OpKind::gelu, k_gelu},
-      {OpKind::relu_backward, k_relu_backward},
-      {OpKind::gelu_backward, k_gelu_backward},
-      {OpKind::sigmoid, k_sigmoid},
-      {OpKind::swiglu, k_swiglu},
-      {OpKind::silu, k_silu},
-      {OpKind::silu_backward, k_silu_backward},
-      {OpKind::sigmoid_backward, k_sigmoid_backward},
-      {OpKind::tanh, k_tanh},
-      {OpKind::tanh_backward, k_tanh_backward},
-      {OpKind::clip, k_clip},
-      {OpKind::clip_backward, k_clip_backward},
-      {OpKind::broadcast_scalar, k_broadcast_scalar},
-      {OpKind::fill, k_fill},
-      {OpKind::dropout_mask, k_dropout_mask},
-  });
-}
-
-KernelEntries elementwise_kernel_entries() {
+KernelEntries any_dtype_entries() {
   return {
       {OpKind::bias_add, k_bias_add},
       {OpKind::add, k_add},
@@ -227,8 +201,6 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::scale, k_scale},
       {OpKind::relu, k_relu},
       {OpKind::gelu, k_gelu},
-      {OpKind::reshape, k_reshape},
-      {OpKind::tp_copy, k_reshape},  // a view too
       {OpKind::relu_backward, k_relu_backward},
       {OpKind::gelu_backward, k_gelu_backward},
       {OpKind::sigmoid, k_sigmoid},
@@ -243,11 +215,26 @@ KernelEntries elementwise_kernel_entries() {
       {OpKind::broadcast_scalar, k_broadcast_scalar},
       {OpKind::fill, k_fill},
       {OpKind::dropout_mask, k_dropout_mask},
-      {OpKind::running_stats_update, k_running_stats_update},
-      {OpKind::sgd_update, k_sgd_update},
-      {OpKind::sgd_momentum_update, k_sgd_momentum_update},
-      {OpKind::adamw_update, k_adamw_update},
   };
+}
+
+}  // namespace
+
+KernelEntries elementwise_16bit_kernel_entries() { return at_16_bits(any_dtype_entries()); }
+
+KernelEntries elementwise_kernel_entries() {
+  KernelEntries entries = any_dtype_entries();
+  for (const KernelEntry& e : std::initializer_list<KernelEntry>{
+           {OpKind::reshape, k_reshape},
+           {OpKind::tp_copy, k_reshape},  // a view too
+           {OpKind::running_stats_update, k_running_stats_update},
+           {OpKind::sgd_update, k_sgd_update},
+           {OpKind::sgd_momentum_update, k_sgd_momentum_update},
+           {OpKind::adamw_update, k_adamw_update},
+       }) {
+    entries.push_back(e);
+  }
+  return entries;
 }
 
 }  // namespace memplan::kernels::cuda
