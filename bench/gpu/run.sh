@@ -57,7 +57,7 @@ fi
 MEMPLAN="$BUILD/tools/memplan"
 MP=(env "LD_LIBRARY_PATH=${MEMPLAN_GPU_LIBS:+$MEMPLAN_GPU_LIBS:}${LD_LIBRARY_PATH:-}")
 
-stage "GPU tests" 150 "${MP[@]}" "$BUILD"/tests/memplan_tests \
+stage "GPU tests" 200 "${MP[@]}" "$BUILD"/tests/memplan_tests \
   --gtest_filter='Cuda*:*CudaTraining*:*CudaMixedTraining*:KernelDispatch.*:DecodeStep.Cuda*:NcclCommunicator.*:StepProfile.*'
 
 stage "train on the GPU" 150 "${MP[@]}" bash -c "
