@@ -10,6 +10,7 @@
 // f32 at every dtype), so no f32 copy of a head is made. Also `slice`, which hands the packed
 // backward result to dq, dk and dv.
 #include <cmath>
+#include <type_traits>
 
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
@@ -348,10 +349,143 @@ template <typename T, int D> struct ForwardLaunch { static void run(const Kernel
 template <typename T, int D> struct BackwardLaunch { static void run(const KernelCall& c, const TiledArgs& a) { launch_tiled_backward<T, D>(c, a); } };
 
 // --- per-row kernels (any head size) ----------------------------------------------------------------
-// A thread owns a row and sums into kChunk channels of it in registers at a time, recomputing the
-// row's probabilities for each chunk: its output is written once, so a 16-bit output is rounded
-// once. Each channel's sum runs over the keys (queries) in index order, as the tiled kernels do.
+// A thread owns a row (a query row forward and for dq, a key row for dk and dv) and walks the keys
+// (queries) in index order, recomputing each probability from the saved log-sum-exp. At f32 it
+// sums into its output row in place; at 16 bits into kChunk channels at a time in registers,
+// recomputing the row's probabilities for each chunk, so each 16-bit output is rounded once.
+// Either way each channel's sum runs in the same order.
 constexpr int kChunk = 32;
+
+template <typename T>
+__device__ void forward_row(const TiledArgs& a, const T* q, const T* k, const T* v, const float* lse, T* y,
+                            std::int64_t row) {
+  const Dims& d = a.d;
+  const std::int64_t i = row % d.t, bh = row / d.t;
+  const T* qi = q + row * d.d;
+  const T* kh = k + kv_base(d, bh);
+  const T* vh = v + kv_base(d, bh);
+  T* yi = y + row * d.d;
+  const std::int64_t end = a.causal ? i + 1 : d.t;
+  const auto prob = [&](std::int64_t j) {
+    float p = expf(capped_score(a.alpha, a.cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
+    if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep);
+    return p;
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    for (std::int64_t x = 0; x < d.d; ++x) yi[x] = 0.0f;
+    for (std::int64_t j = 0; j < end; ++j) {
+      const float p = prob(j);
+      if (p == 0.0f) continue;
+      for (std::int64_t x = 0; x < d.d; ++x) yi[x] += p * vh[j * d.d + x];
+    }
+  } else {
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
+      for (std::int64_t j = 0; j < end; ++j) {
+        const float p = prob(j);
+        if (p == 0.0f) continue;
+        for (int x = 0; x < width; ++x) acc[x] += p * to_f32(vh[j * d.d + x0 + x]);
+      }
+      for (int x = 0; x < width; ++x) yi[x0 + x] = from_f32<T>(acc[x]);
+    }
+  }
+}
+
+// dq_i = sum_j ds_ij k_j into the packed output's query head.
+template <typename T>
+__device__ void dq_row(const TiledArgs& a, const T* dy, const T* q, const T* k, const T* v, const float* lse,
+                       const float* delta, T* out, std::int64_t row) {
+  const Dims& d = a.d;
+  const std::int64_t i = row % d.t, bh = row / d.t, b = bh / d.heads, h = bh % d.heads;
+  const std::int64_t out_heads = d.heads + 2 * d.kv_heads;
+  const T* qi = q + row * d.d;
+  const T* dyi = dy + row * d.d;
+  const T* kh = k + kv_base(d, bh);
+  const T* vh = v + kv_base(d, bh);
+  T* dq = out + (b * out_heads + h) * d.t * d.d + i * d.d;
+  const std::int64_t end = a.causal ? i + 1 : d.t;
+  const auto ds_at = [&](std::int64_t j) {
+    const float raw = dot_row(qi, kh + j * d.d, d.d);
+    const float p = expf(capped_score(a.alpha, a.cap, raw) - lse[row]);
+    const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
+    return score_slope(a.alpha, a.cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    for (std::int64_t x = 0; x < d.d; ++x) dq[x] = 0.0f;
+    for (std::int64_t j = 0; j < end; ++j) {
+      const float ds = ds_at(j);
+      for (std::int64_t x = 0; x < d.d; ++x) dq[x] += ds * kh[j * d.d + x];
+    }
+  } else {
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
+      for (std::int64_t j = 0; j < end; ++j) {
+        const float ds = ds_at(j);
+        for (int x = 0; x < width; ++x) acc[x] += ds * to_f32(kh[j * d.d + x0 + x]);
+      }
+      for (int x = 0; x < width; ++x) dq[x0 + x] = from_f32<T>(acc[x]);
+    }
+  }
+}
+
+// dk_j = sum_i ds_ij q_i and dv_j = sum_i p_ij mask_ij dy_i over the query rows of every head in
+// the key's group (heads, then rows, in order), into the packed output's key and value heads.
+template <typename T>
+__device__ void dkdv_row(const TiledArgs& a, const T* dy, const T* q, const T* k, const T* v, const float* lse,
+                         const float* delta, T* out, std::int64_t key_row) {
+  const Dims& d = a.d;
+  const std::int64_t j = key_row % d.t, bk = key_row / d.t, b = bk / d.kv_heads, kvh = bk % d.kv_heads;
+  const std::int64_t out_heads = d.heads + 2 * d.kv_heads, head_size = d.t * d.d;
+  const T* kj = k + key_row * d.d;
+  const T* vj = v + key_row * d.d;
+  T* dk = out + (b * out_heads + d.heads + kvh) * head_size + j * d.d;
+  T* dv = out + (b * out_heads + d.heads + d.kv_heads + kvh) * head_size + j * d.d;
+  // Calls f(q_i, dy_i, ds_ij, p_ij mask_ij) for every query row i that sees key j, in order.
+  const auto each_query = [&](auto&& f) {
+    for (std::int64_t g = 0; g < d.group; ++g) {
+      const std::int64_t bh = b * d.heads + kvh * d.group + g;
+      for (std::int64_t i = a.causal ? j : 0; i < d.t; ++i) {
+        const std::int64_t row = bh * d.t + i;
+        const T* qi = q + row * d.d;
+        const T* dyi = dy + row * d.d;
+        const float raw = dot_row(qi, kj, d.d);
+        const float p = expf(capped_score(a.alpha, a.cap, raw) - lse[row]);
+        const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
+        const float ds = score_slope(a.alpha, a.cap, raw) * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
+        f(qi, dyi, ds, p * mask);
+      }
+    }
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    for (std::int64_t x = 0; x < d.d; ++x) dk[x] = dv[x] = 0.0f;
+    each_query([&](const float* qi, const float* dyi, float ds, float kept) {
+      for (std::int64_t x = 0; x < d.d; ++x) {
+        dv[x] += kept * dyi[x];
+        dk[x] += ds * qi[x];
+      }
+    });
+  } else {
+    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
+      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
+      float acc_k[kChunk], acc_v[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc_k[x] = acc_v[x] = 0.0f;
+      each_query([&](const T* qi, const T* dyi, float ds, float kept) {
+        for (int x = 0; x < width; ++x) {
+          acc_v[x] += kept * to_f32(dyi[x0 + x]);
+          acc_k[x] += ds * to_f32(qi[x0 + x]);
+        }
+      });
+      for (int x = 0; x < width; ++x) {
+        dk[x0 + x] = from_f32<T>(acc_k[x]);
+        dv[x0 + x] = from_f32<T>(acc_v[x]);
+      }
+    }
+  }
+}
 
 template <typename T>
 void attention_lse_rows(const KernelCall& c, const Dims& d) {
@@ -378,38 +512,18 @@ void attention_lse_rows(const KernelCall& c, const Dims& d) {
 
 template <typename T>
 void attention_rows(const KernelCall& c, const Dims& d) {
+  const TiledArgs a = tiled_args(c, d);
   const T* q = typed<T>(c.inputs[0]);
   const T* k = typed<T>(c.inputs[1]);
   const T* v = typed<T>(c.inputs[2]);
   const float* lse = c.inputs[3].f32();
   T* y = typed_out<T>(c.outputs[0]);
-  const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
-  const bool causal = c.attrs->causal;
-  const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
-  for_each_index(c.inputs[3].numel(), "attention", [=] __device__(std::int64_t row) {
-    const std::int64_t i = row % d.t, bh = row / d.t;
-    const T* qi = q + row * d.d;
-    const T* kh = k + kv_base(d, bh);
-    const T* vh = v + kv_base(d, bh);
-    const std::int64_t end = causal ? i + 1 : d.t;
-    const float keep = drop > 0.0f ? dropout_keep_scale(drop) : 1.0f;
-    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
-      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
-      float acc[kChunk];
-      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
-      for (std::int64_t j = 0; j < end; ++j) {
-        float p = expf(capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
-        if (drop > 0.0f) p *= dropout_mask_element(stream_id, row * d.t + j, drop, keep);
-        if (p == 0.0f) continue;
-        for (int x = 0; x < width; ++x) acc[x] += p * to_f32(vh[j * d.d + x0 + x]);
-      }
-      for (int x = 0; x < width; ++x) y[row * d.d + x0 + x] = from_f32<T>(acc[x]);
-    }
-  });
+  for_each_index(c.inputs[3].numel(), "attention", [=] __device__(std::int64_t row) { forward_row<T>(a, q, k, v, lse, y, row); });
 }
 
 template <typename T>
 void attention_backward_rows(const KernelCall& c, const Dims& d) {
+  const TiledArgs a = tiled_args(c, d);
   const T* dy = typed<T>(c.inputs[0]);
   const T* q = typed<T>(c.inputs[1]);
   const T* k = typed<T>(c.inputs[2]);
@@ -417,68 +531,10 @@ void attention_backward_rows(const KernelCall& c, const Dims& d) {
   const float* lse = c.inputs[4].f32();
   const float* delta = c.inputs[5].f32();
   T* out = typed_out<T>(c.outputs[0]);
-  const float alpha = c.attrs->alpha, cap = c.attrs->softcap, drop = c.attrs->dropout;
-  const bool causal = c.attrs->causal;
-  const std::uint64_t stream_id = dropout_stream(c.attrs->seed, c.step);
-  const float keep = drop > 0.0f ? dropout_keep_scale(drop) : 1.0f;
-  const std::int64_t out_heads = d.heads + 2 * d.kv_heads, head_size = d.t * d.d;
-
-  for_each_index(c.inputs[4].numel(), "attention_backward (dq)", [=] __device__(std::int64_t row) {
-    const std::int64_t i = row % d.t, bh = row / d.t, b = bh / d.heads, h = bh % d.heads;
-    const T* qi = q + row * d.d;
-    const T* dyi = dy + row * d.d;
-    const T* kh = k + kv_base(d, bh);
-    const T* vh = v + kv_base(d, bh);
-    T* dq = out + (b * out_heads + h) * head_size + i * d.d;
-    const std::int64_t end = causal ? i + 1 : d.t;
-    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
-      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
-      float acc[kChunk];
-      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
-      for (std::int64_t j = 0; j < end; ++j) {
-        const float raw = dot_row(qi, kh + j * d.d, d.d);
-        const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
-        const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-        const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
-        for (int x = 0; x < width; ++x) acc[x] += ds * to_f32(kh[j * d.d + x0 + x]);
-      }
-      for (int x = 0; x < width; ++x) dq[x0 + x] = from_f32<T>(acc[x]);
-    }
-  });
-
-  for_each_index(d.batch * d.kv_heads * d.t, "attention_backward (dk, dv)", [=] __device__(std::int64_t key_row) {
-    const std::int64_t j = key_row % d.t, bk = key_row / d.t, b = bk / d.kv_heads, kvh = bk % d.kv_heads;
-    const T* kj = k + key_row * d.d;
-    const T* vj = v + key_row * d.d;
-    T* dk = out + (b * out_heads + d.heads + kvh) * head_size + j * d.d;
-    T* dv = out + (b * out_heads + d.heads + d.kv_heads + kvh) * head_size + j * d.d;
-    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
-      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
-      float acc_k[kChunk], acc_v[kChunk];
-      for (int x = 0; x < kChunk; ++x) acc_k[x] = acc_v[x] = 0.0f;
-      for (std::int64_t g = 0; g < d.group; ++g) {
-        const std::int64_t bh = b * d.heads + kvh * d.group + g;
-        for (std::int64_t i = causal ? j : 0; i < d.t; ++i) {
-          const std::int64_t row = bh * d.t + i;
-          const T* qi = q + row * d.d;
-          const T* dyi = dy + row * d.d;
-          const float raw = dot_row(qi, kj, d.d);
-          const float p = expf(capped_score(alpha, cap, raw) - lse[row]);
-          const float mask = drop > 0.0f ? dropout_mask_element(stream_id, row * d.t + j, drop, keep) : 1.0f;
-          const float ds = score_slope(alpha, cap, raw) * p * (dot_row(dyi, vj, d.d) * mask - delta[row]);
-          const float kept = p * mask;
-          for (int x = 0; x < width; ++x) {
-            acc_v[x] += kept * to_f32(dyi[x0 + x]);
-            acc_k[x] += ds * to_f32(qi[x0 + x]);
-          }
-        }
-      }
-      for (int x = 0; x < width; ++x) {
-        dk[x0 + x] = from_f32<T>(acc_k[x]);
-        dv[x0 + x] = from_f32<T>(acc_v[x]);
-      }
-    }
-  });
+  for_each_index(c.inputs[4].numel(), "attention_backward (dq)",
+                 [=] __device__(std::int64_t row) { dq_row<T>(a, dy, q, k, v, lse, delta, out, row); });
+  for_each_index(d.batch * d.kv_heads * d.t, "attention_backward (dk, dv)",
+                 [=] __device__(std::int64_t key_row) { dkdv_row<T>(a, dy, q, k, v, lse, delta, out, key_row); });
 }
 
 // The kernels at the call's working dtype (q's): f32, bf16 or f16.
