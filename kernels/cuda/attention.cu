@@ -356,6 +356,34 @@ template <typename T, int D> struct BackwardLaunch { static void run(const Kerne
 // Either way each channel's sum runs in the same order.
 constexpr int kChunk = 32;
 
+// out[x] = sum over j < end, in order, of w(j) * rows[j * width + x], for x < width; a zero
+// weight is skipped when `skip_zero`. At f32 the sums are made in `out` itself, one pass over j;
+// at 16 bits kChunk channels at a time in registers (w recomputed for each chunk), each output
+// rounded once.
+template <typename T, typename W>
+__device__ void weighted_row_sum(T* out, const T* rows, std::int64_t width, std::int64_t end, bool skip_zero, const W& w) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (std::int64_t x = 0; x < width; ++x) out[x] = 0.0f;
+    for (std::int64_t j = 0; j < end; ++j) {
+      const float wj = w(j);
+      if (skip_zero && wj == 0.0f) continue;
+      for (std::int64_t x = 0; x < width; ++x) out[x] += wj * rows[j * width + x];
+    }
+  } else {
+    for (std::int64_t x0 = 0; x0 < width; x0 += kChunk) {
+      const int n = static_cast<int>(min(std::int64_t(kChunk), width - x0));
+      float acc[kChunk];
+      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
+      for (std::int64_t j = 0; j < end; ++j) {
+        const float wj = w(j);
+        if (skip_zero && wj == 0.0f) continue;
+        for (int x = 0; x < n; ++x) acc[x] += wj * to_f32(rows[j * width + x0 + x]);
+      }
+      for (int x = 0; x < n; ++x) out[x0 + x] = from_f32<T>(acc[x]);
+    }
+  }
+}
+
 template <typename T>
 __device__ void forward_row(const TiledArgs& a, const T* q, const T* k, const T* v, const float* lse, T* y,
                             std::int64_t row) {
@@ -371,26 +399,7 @@ __device__ void forward_row(const TiledArgs& a, const T* q, const T* k, const T*
     if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep);
     return p;
   };
-  if constexpr (std::is_same_v<T, float>) {
-    for (std::int64_t x = 0; x < d.d; ++x) yi[x] = 0.0f;
-    for (std::int64_t j = 0; j < end; ++j) {
-      const float p = prob(j);
-      if (p == 0.0f) continue;
-      for (std::int64_t x = 0; x < d.d; ++x) yi[x] += p * vh[j * d.d + x];
-    }
-  } else {
-    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
-      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
-      float acc[kChunk];
-      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
-      for (std::int64_t j = 0; j < end; ++j) {
-        const float p = prob(j);
-        if (p == 0.0f) continue;
-        for (int x = 0; x < width; ++x) acc[x] += p * to_f32(vh[j * d.d + x0 + x]);
-      }
-      for (int x = 0; x < width; ++x) yi[x0 + x] = from_f32<T>(acc[x]);
-    }
-  }
+  weighted_row_sum(yi, vh, d.d, end, /*skip_zero=*/true, prob);
 }
 
 // dq_i = sum_j ds_ij k_j into the packed output's query head.
@@ -412,24 +421,7 @@ __device__ void dq_row(const TiledArgs& a, const T* dy, const T* q, const T* k, 
     const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
     return score_slope(a.alpha, a.cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
   };
-  if constexpr (std::is_same_v<T, float>) {
-    for (std::int64_t x = 0; x < d.d; ++x) dq[x] = 0.0f;
-    for (std::int64_t j = 0; j < end; ++j) {
-      const float ds = ds_at(j);
-      for (std::int64_t x = 0; x < d.d; ++x) dq[x] += ds * kh[j * d.d + x];
-    }
-  } else {
-    for (std::int64_t x0 = 0; x0 < d.d; x0 += kChunk) {
-      const int width = static_cast<int>(min(std::int64_t(kChunk), d.d - x0));
-      float acc[kChunk];
-      for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
-      for (std::int64_t j = 0; j < end; ++j) {
-        const float ds = ds_at(j);
-        for (int x = 0; x < width; ++x) acc[x] += ds * to_f32(kh[j * d.d + x0 + x]);
-      }
-      for (int x = 0; x < width; ++x) dq[x0 + x] = from_f32<T>(acc[x]);
-    }
-  }
+  weighted_row_sum(dq, kh, d.d, end, /*skip_zero=*/false, ds_at);
 }
 
 // dk_j = sum_i ds_ij q_i and dv_j = sum_i p_ij mask_ij dy_i over the query rows of every head in
