@@ -529,13 +529,22 @@ TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsAt16BitsMatchesTheCpuWithinItsToler
 // --- the op harness's cases (tests/op_cases.h) ----------------------------------------------------
 
 // Each case's graph at each of its shapes, f32: forward, and backward where the op has a gradient rule.
-std::vector<std::pair<std::string, graph::Graph>> case_graphs() {
+// At bf16 and f16 (`sixteen_bits`): each case whose row accepts the dtype, at every shape (the
+// attention cases reach the tiled kernels at 16, 32 and 64 channels and the per-row ones at others).
+std::vector<std::pair<std::string, graph::Graph>> case_graphs(bool sixteen_bits = false) {
   std::vector<std::pair<std::string, graph::Graph>> graphs;
-  for (const testing::OpCase& c : testing::op_cases()) {
-    for (const testing::Dims& dims : c.dim_sets) {
-      graph::Graph g;
-      testing::build_case_graph(c, dims, graph::DType::f32, graph::has_gradient_rule(c.kind), g);
-      graphs.emplace_back(::testing::PrintToString(dims).insert(0, std::string(c.name) + " "), std::move(g));
+  const std::vector<graph::DType> dtypes =
+      sixteen_bits ? std::vector<graph::DType>{graph::DType::bf16, graph::DType::f16} : std::vector<graph::DType>{graph::DType::f32};
+  for (graph::DType dtype : dtypes) {
+    for (const testing::OpCase& c : testing::op_cases()) {
+      if (sixteen_bits && !graph::op_info(c.kind).accepts.contains(dtype)) continue;
+      for (const testing::Dims& dims : c.dim_sets) {
+        graph::Graph g;
+        testing::build_case_graph(c, dims, dtype, graph::has_gradient_rule(c.kind), g);
+        std::string name = std::string(c.name) + " " + ::testing::PrintToString(dims);
+        if (sixteen_bits) name += " " + std::string(graph::dtype_name(dtype));
+        graphs.emplace_back(std::move(name), std::move(g));
+      }
     }
   }
   return graphs;
@@ -587,31 +596,13 @@ TEST_F(CudaVsCpu, EveryOpOfEveryOpHarnessCaseMatchesTheCpuWithinItsTolerance) {
   }
 }
 
-// Each case's graph at bf16 and f16 where its row accepts the dtype, at every shape (the
-// attention cases reach the tiled kernels at 16, 32 and 64 channels and the per-row ones at others).
-std::vector<std::pair<std::string, graph::Graph>> sixteen_bit_case_graphs() {
-  std::vector<std::pair<std::string, graph::Graph>> graphs;
-  for (graph::DType dtype : {graph::DType::bf16, graph::DType::f16}) {
-    for (const testing::OpCase& c : testing::op_cases()) {
-      if (!graph::op_info(c.kind).accepts.contains(dtype)) continue;
-      for (const testing::Dims& dims : c.dim_sets) {
-        graph::Graph g;
-        testing::build_case_graph(c, dims, dtype, graph::has_gradient_rule(c.kind), g);
-        graphs.emplace_back(std::string(c.name) + " " + ::testing::PrintToString(dims) + " " + std::string(graph::dtype_name(dtype)),
-                            std::move(g));
-      }
-    }
-  }
-  return graphs;
-}
-
 // Every kernel CUDA runs at 16 bits natively (kernels::native_16bit_ops) is reached by the GPU
 // comparisons at 16 bits: the op-harness cases or the reference steps (runs wherever memplan was
 // built with CUDA, so a new native kernel without a comparison fails here, GPU or not).
 TEST(CudaKernels, EveryNative16BitKernelIsComparedWithTheCpuOnAGpu) {
   if (!kernels::built_with_cuda()) GTEST_SKIP() << "memplan was built without CUDA (no nvcc found)";
   std::set<OpKind> reached;
-  for (const auto& [name, g] : sixteen_bit_case_graphs()) {
+  for (const auto& [name, g] : case_graphs(/*sixteen_bits=*/true)) {
     for (const graph::Op& op : g.ops()) {
       if (graph::is_16bit_float(graph::op_dtype(g, op))) reached.insert(op.kind);
     }
@@ -633,7 +624,7 @@ TEST(CudaKernels, EveryNative16BitKernelIsComparedWithTheCpuOnAGpu) {
 TEST_F(CudaVsCpu, EveryOpOfEveryOpHarnessCaseAt16BitsMatchesTheCpuWithinItsTolerance) {
   std::uint64_t seed = 5000;
   int compared = 0;
-  for (const auto& [name, g] : sixteen_bit_case_graphs()) {
+  for (const auto& [name, g] : case_graphs(/*sixteen_bits=*/true)) {
     SCOPED_TRACE("case " + name);
     for (const graph::Op& op : g.ops()) {
       if (graph::op_info(op.kind).output_is_view) continue;
