@@ -11,9 +11,10 @@ MEMPLAN_PACKAGES=(
   libonnx-dev libprotobuf-dev
   python3-dev pybind11-dev
 )
-# Only the test suite needs these: a browser to check the HTML reports, and PyTorch for the tests
-# of the Python package's PyTorch bridge (memplan.torch).
-MEMPLAN_TEST_PACKAGES=(chromium python3-torch python3-torchvision)
+# Only the test suite needs these: a browser to check the HTML reports, PyTorch for the tests
+# of the Python package's PyTorch bridge (memplan.torch), and MkDocs to build the documentation
+# site (mkdocs.yml, docs/).
+MEMPLAN_TEST_PACKAGES=(chromium python3-torch python3-torchvision mkdocs mkdocs-material)
 # Only scripts/fuzz.sh needs these: clang with libFuzzer and its sanitizer runtimes.
 MEMPLAN_FUZZ_PACKAGES=(clang libclang-rt-dev)
 

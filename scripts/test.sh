@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install what memplan needs, build (CUDA code included when the toolkit is
-# at /usr/local/cuda), run every test; compile the libraries once more file by file; then rebuild
-# the tests with AddressSanitizer + UndefinedBehaviorSanitizer and run them again. Warnings are
-# errors in every build.
+# at /usr/local/cuda), run every test; build the documentation site; compile the libraries once
+# more file by file; then rebuild the tests with AddressSanitizer + UndefinedBehaviorSanitizer and
+# run them again. Warnings are errors in every build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/deps.sh
@@ -17,6 +17,18 @@ memplan_build build -DMEMPLAN_BUILD_TESTS=ON -DMEMPLAN_BUILD_BENCH=ON -DMEMPLAN_
 export OMP_NUM_THREADS=1
 stage "tests"
 ctest --test-dir build --output-on-failure -j "$(memplan_jobs)"
+
+stage "docs site (mkdocs build --strict)"
+# Every page in the nav, every link between pages: a broken one fails the build. The site is
+# built outside the repository. The README stays short and links into the site.
+site="$(mktemp -d)"
+mkdocs build --strict --quiet --site-dir "$site"
+rm -rf "$site"
+readme_lines=$(wc -l < README.md)
+if ((readme_lines > 250)); then
+  echo "README.md has $readme_lines lines; keep it at 250 or fewer and move the detail into docs/ (the site)" >&2
+  exit 1
+fi
 
 stage "libraries without unity build"
 # The unity builds compile sources eight to a translation unit, where one file's includes cover
