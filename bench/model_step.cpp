@@ -25,8 +25,7 @@
 #include "memplan/common/rng.h"
 #include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/models/model_source.h"
-#include "memplan/models/registry.h"
+#include "memplan/models/model_ref.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 
@@ -59,10 +58,17 @@ struct Options {
   std::string python = "/usr/bin/python3";
 };
 
-models::ModelOptions model_options(const std::string& name) {
-  models::ModelOptions m;
-  m.name = name;  // mlp: 784-256-256-10; cnn: widths 16/32/64 on 28x28; gpt: 2 x 128, T 64, V 96
-  return m;
+// The model as a user names it (memplan train --model NAME): mlp 784-256-256-10; cnn widths
+// 16/32/64 on 28x28; gpt 2 x 128, T 64, its vocabulary fixed at 96 (the PyTorch side's) rather
+// than read from the fortunes.
+planner::StepDescription model_step(const ModelCase& mc, const graph::OptimizerConfig& opt) {
+  models::ModelRef ref;
+  ref.name = mc.name;
+  ref.batch = mc.batch;
+  if (mc.name == "gpt") ref.vocab = 96;
+  auto resolved = models::resolve_model(ref, opt);
+  if (!resolved) throw std::runtime_error(mc.name + ": " + resolved.error().message);
+  return std::move(resolved.value().step);
 }
 
 int scaled(int steps, const Options& o) { return std::max(2, static_cast<int>(std::lround(steps * o.steps_scale))); }
@@ -78,7 +84,7 @@ StepTimes ours_times(const ModelCase& mc, int threads, const Options& o) {
   graph::OptimizerConfig opt;  // AdamW, lr 1e-3, as the PyTorch side
   runtime::CpuDevice device;
   const planner::PlannedStep planned =
-      runtime::plan_step_for(planner::StepDescription::of_source(models::registry_source(model_options(mc.name)), mc.batch, opt), device).value();
+      runtime::plan_step_for(model_step(mc, opt), device).value();
   const graph::Graph& g = planned.graph;
   runtime::Executor exec(planned, device);
   if (!exec.setup().ok()) throw std::runtime_error("setup failed");

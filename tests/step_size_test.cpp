@@ -77,7 +77,7 @@ TEST(StepSize, EachDimensionIsNamedAsAQuantityAndByToolsAsItsFlag) {
     EXPECT_EQ(s.error().message.find("--"), std::string::npos) << "no flag in the planner's words: " << s.error().message;
     const std::int64_t largest = largest_in(s.error().message);
     EXPECT_GT(largest, 0) << s.error().message;
-    const Status flagged = tools::check_step_size_flags(step);
+    const Status flagged = models::check_step_size_named(step);
     ASSERT_FALSE(flagged.ok());
     EXPECT_EQ(flagged.error().message.rfind(c.flag + " ", 0), 0u) << flagged.error().message;
     EXPECT_NE(flagged.error().message.find("with the other flags as given is " + std::to_string(largest)), std::string::npos)
@@ -91,10 +91,10 @@ TEST(StepSize, LayerCountsAreRefusedBeforeTheGraphIsBuilt) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message.rfind("the layer count 1000000000: ", 0), 0u) << s.error().message;
   EXPECT_NE(s.error().message.find(std::to_string(kMaxStepOps)), std::string::npos) << s.error().message;
-  const Status flagged = tools::check_step_size_flags(step);
+  const Status flagged = models::check_step_size_named(step);
   ASSERT_FALSE(flagged.ok());
   EXPECT_EQ(flagged.error().message.rfind("--layers 1000000000: ", 0), 0u) << flagged.error().message;
-  const Status widths = tools::check_step_size_flags(model_step("mlp", 4, [](models::ModelOptions& m) {
+  const Status widths = models::check_step_size_named(model_step("mlp", 4, [](models::ModelOptions& m) {
     m.mlp.hidden.assign(200000, 1);  // about 2M ops
   }));
   ASSERT_FALSE(widths.ok());

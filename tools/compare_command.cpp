@@ -12,7 +12,6 @@
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/byte_size.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/models/registry.h"
 #include "memplan/planner/device_profile.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
@@ -158,7 +157,7 @@ Result<Comparison> compare(const CompareFlags& flags) {
 nlohmann::json compare_json(const CompareFlags& flags, const Comparison& c) {
   const planner::MemoryPlan& plan = c.planned.plan;
   nlohmann::json j;
-  j["model"] = flags.model.display_name();
+  j["model"] = flags.model.label();
   j["batch"] = c.batch;
   j["optimizer"] = graph::optimizer_name(flags.model.optimizer);
   j["dtype"] = graph::dtype_name(flags.model.dtype);
@@ -220,7 +219,7 @@ bool write_compare_files(const CompareFlags& flags, const Comparison& c, const n
     for (const Variant& v : c.variants) {
       if (!v.result.out_of_memory) panels.push_back(dynamic_panel(v.name, plan, v.result));
     }
-    if (!write_output(flags.svg, render_layout_svg(flags.model.display_name() + ", batch " + std::to_string(c.batch) +
+    if (!write_output(flags.svg, render_layout_svg(flags.model.label() + ", batch " + std::to_string(c.batch) +
                                                         ": the same step, three allocators (last step shown)",
                                                     panels))) {
       return false;
@@ -263,7 +262,7 @@ void print_replay_row(const std::string& name, const runtime::ReplayResult& r) {
 void print_compare(const CompareFlags& flags, const Comparison& c) {
   const planner::MemoryPlan& plan = c.planned.plan;
   print_out("%s, batch %lld, %s, %s: the same %zu-op step and tensor lifetimes, %d steps, %s\n\n",
-              flags.model.display_name().c_str(), static_cast<long long>(c.batch),
+              flags.model.label().c_str(), static_cast<long long>(c.batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               plan.schedule.size(), flags.steps,
               flags.device_memory.empty() ? "no device memory limit" : ("device memory " + format_bytes(c.capacity)).c_str());

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/kernels/kernel.h"
-#include "memplan/models/registry.h"
 #include "memplan/planner/memory_plan.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/planner/schedule.h"
@@ -80,7 +79,7 @@ int run_plan(const PlanFlags& flags) {
   const planner::MemoryPlan& plan = planned.value().plan;
   const std::optional<planner::CheckpointOutcome>& checkpoint = planned.value().checkpoint;
   nlohmann::json j = plan_json(graph, plan, true);
-  j["model"] = flags.model.display_name();
+  j["model"] = flags.model.label();
   j["batch"] = step.value().batch;
   if (flags.model.tensor_parallel > 1) j["tensor_parallel"] = flags.model.tensor_parallel;  // the plan is one rank's
   if (flags.model.sequence_parallel) j["sequence_parallel"] = true;
@@ -107,7 +106,7 @@ int run_plan(const PlanFlags& flags) {
     }
   }
   if (!flags.svg.empty()) {
-    const std::string title = flags.model.display_name() + ", batch " + std::to_string(step.value().batch) + ": the planned arena";
+    const std::string title = flags.model.label() + ", batch " + std::to_string(step.value().batch) + ": the planned arena";
     if (!write_report_file("plan", flags.svg, render_layout_svg(title, {planned_layout_panel(plan)}))) return kExitFailure;
   }
   if (flags.json) {
@@ -117,7 +116,7 @@ int run_plan(const PlanFlags& flags) {
                                                                      std::to_string(flags.model.tensor_parallel) +
                                                                      (flags.model.sequence_parallel ? " --sequence-parallel" : "")
                                                                : "";
-    print_out("%s, batch %lld, %s%s: %d ops, %zu buffers\n\n", flags.model.display_name().c_str(),
+    print_out("%s, batch %lld, %s%s: %d ops, %zu buffers\n\n", flags.model.label().c_str(),
                 static_cast<long long>(step.value().batch), std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
                 slice.c_str(), graph.num_ops(), plan.buffers.size());
     std::cout << buffer_table(plan);

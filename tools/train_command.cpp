@@ -341,7 +341,7 @@ int run_train(const TrainFlags& flags) {
     detail << "loss " << r.loss << "  " << format_rate(double(samples_per_step) * 1000.0 / recent_ms, text_model);
     progress->update(r.step, detail.str());
   };
-  auto report = train::run_training(spec.value(), nullptr, events, flag_naming());
+  auto report = train::run_training(spec.value(), nullptr, events, models::ref_size_naming());
   if (!report) {
     const train::TrainError& e = report.error();
     if (progress) std::cerr << "\n";
@@ -573,11 +573,15 @@ Status refuse_onnx_options(const TrainOptions& o) {
 // A --config read, and what it fixes: the model's sizes (only --seq for decoders and --attention
 // apply), and the defaults of the reference model trained on the same data.
 Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags& resolved) {
-  auto parsed = models::read_hf_config(given.config);
-  if (!parsed) return Error{"--config " + parsed.error().message};
+  models::ModelRef ref;
+  ref.config = given.config;
+  ref.moe_capacity_factor = given.moe_capacity_factor;
+  ref.list_unread_config_keys = given.verbose;
+  std::vector<std::string> notes;
+  auto parsed = models::read_ref_config(ref, notes);
+  if (!parsed) return parsed.error();
+  print_notes(notes);
   resolved.hf = std::move(parsed).value();
-  if (Status s = apply_moe_capacity(*resolved.hf, given.config, given.moe_capacity_factor); !s) return s;
-  if (given.verbose) note_unread_config_keys(given.config, *resolved.hf);
   resolved.model = resolved.hf->vision() ? "cnn" : "gpt";
   if (o.hidden->count() > 0) return Error{"--hidden sets the MLP's widths; a --config fixes the model"};
   const CLI::Option* seq = o.gpt_options.front();
@@ -595,7 +599,7 @@ Status resolve_config(const TrainFlags& given, const TrainOptions& o, TrainFlags
   }
   const std::optional<models::AttentionKind> asked =
       attention->count() > 0 ? std::optional(given.gpt.attention) : std::nullopt;
-  if (Status s = check_encoder_decoder_attention(resolved.hf->encoder_decoder(), asked, given.config); !s) return s;
+  if (Status s = models::check_encoder_decoder_attention(resolved.hf->encoder_decoder(), asked, given.config); !s) return s;
   return refuse_onnx_options(o);
 }
 

@@ -1,0 +1,126 @@
+#include "tools/model_flags.h"
+
+#include <iostream>
+
+#include "memplan/models/registry.h"
+#include "tools/cli_util.h"
+
+namespace memplan::tools {
+
+void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bool shapes) {
+  CLI::Option* model = app.add_option("--model", flags.name,
+                 trainable_only ? "Model: one of the trainable reference models"
+                                : "Model: a trainable reference model or a zoo configuration (planning only)")
+      ->check(CLI::IsMember(trainable_only ? models::trainable_model_names() : models::model_names()))
+      ->capture_default_str();
+  app.add_option("--batch", flags.batch, "Samples per step (default: the model's)")->check(positive_integer());
+  add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames,
+                  "sgd, momentum or adamw (decides the optimizer state)");
+  app.add_option("--hidden", flags.hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
+  app.add_option("--onnx", flags.onnx,
+                 "An ONNX model file (torch.onnx.export, opset 13-17) instead of --model: its forward graph, its "
+                 "initializers as parameters, --batch as the first dimension of its inputs")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name an ONNX file") : std::string(); }, "FILE"))
+      ->excludes(model);
+  add_enum_option(app, "--loss", flags.loss, import::kLossKindNames,
+                  "With --onnx: cross_entropy (logits [..., classes] against class labels) or mse on the output");
+  app.add_option("--output", flags.output, "With --onnx: the graph output the loss reads (default: the first)");
+  if (!shapes) return;
+  app.add_option("--config", flags.config,
+                 "A Hugging Face config.json (model_type " + models::supported_model_types() +
+                     ") to plan instead of --model; the shipped ones are in models/configs")
+      ->excludes("--model")
+      ->check(CLI::Validator([](std::string& path) { return path.empty() ? std::string("a file path is required") : std::string(); },
+                             "PATH"));
+  app.add_flag("--verbose", flags.list_unread_config_keys,
+               "With --config: list the config's keys memplan does not read (for its model_type none changes what "
+               "memplan plans; a key that would and is not modelled is refused)");
+  add_moe_capacity_option(app, flags.moe_capacity_factor);
+  app.add_option("--seq", flags.seq, "Tokens per sequence (language models; default: the model's)")->check(positive_integer());
+  app.add_option("--target-seq", flags.target_seq,
+                 "Decoder tokens per sequence of an encoder-decoder --config (t5; default: --seq)")
+      ->check(positive_integer());
+  app.add_option("--vocab", flags.vocab,
+                 "Vocabulary size of a text model (gpt, decoder configs; default: gpt's is its default text's, "
+                 "as train builds it, a config's its own)")
+      ->check(positive_integer());
+  app.add_option("--image-size", flags.image_size, "Pixels per side (vision models; default: the model's)")
+      ->check(positive_integer());
+  add_enum_option(app, "--dtype", flags.dtype, graph::float_dtype_names(),
+                  "fp32, or bf16/fp16 mixed precision: 16-bit weights, activations and gradients, fp32 master "
+                  "weights and optimizer state (what train --dtype runs)");
+  app.add_flag("--offload-optimizer", flags.offload_optimizer,
+               "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there "
+               "from gradients copied out (planned as copies); the arena keeps weights, activations and gradients, and "
+               "the host region is reported beside it");
+  app.add_option("--tensor-parallel", flags.tensor_parallel,
+                 "Tensor parallelism (Megatron-LM) over this many ranks: each holds 1/T of every attention and MLP "
+                 "weight (heads, K/V heads and the MLP's hidden width split; row-parallel outputs summed by an "
+                 "all-reduce planned in the arena) and 1/T of the vocabulary (embedding and loss). The step planned "
+                 "is one rank's; decoders only (gpt, the zoo's and configs' decoders)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_flag("--sequence-parallel", flags.sequence_parallel,
+               "With --tensor-parallel: sequence parallelism (Korthikanti et al.): the norms, dropouts and residual "
+               "adds between the parallel layers run on 1/T of the token rows of each rank, the all-reduces become "
+               "an all-gather before each column-parallel layer and a reduce-scatter after each row-parallel one "
+               "(the same bytes moved); batch x sequence must divide by T");
+  add_enum_option(app, "--attention", flags.attention, models::kAttentionKindNames,
+                  "Transformers: fused (one attention op keeping the output and a log-sum-exp per row, as "
+                  "PyTorch's scaled_dot_product_attention) or materialized ([B, heads, T, T] scores, softmax and "
+                  "dropout stored); auto (the default) is fused",
+                  "auto");
+  add_fused_loss_option(app, flags.fused_loss);
+}
+
+void add_schedule_option(CLI::App& app, std::optional<planner::ScheduleKind>& schedule) {
+  add_enum_option(app, "--schedule", schedule, planner::kScheduleNames,
+                  "Op order: program (the order the step was built in: every update after the backward pass), "
+                  "memory_aware (each update as soon as its gradient is final), searched (ops moved across the "
+                  "peak of the lower of those two while that lowers it; the same results, bit for bit), or auto "
+                  "(the default): all three planned, the lowest arena kept",
+                  "auto");
+}
+
+void apply_schedule_flag(std::optional<planner::ScheduleKind> schedule, planner::PlanRequest& request) {
+  request.choose_best_schedule = !schedule.has_value();
+  if (schedule) request.schedule = *schedule;
+}
+
+void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode) {
+  add_enum_option(app, "--fused-loss", mode, graph::kFusedLossNames,
+                  "Training steps whose loss is a cross-entropy of logits h w^T (language models' heads): on computes "
+                  "the product and the loss together a chunk of rows at a time, recomputing the chunks in the backward "
+                  "pass, so the [tokens, vocabulary] logits and their gradient are never stored (Liger's, Cut "
+                  "Cross-Entropy's idea; one more product of the head's size); off stores them; auto (the default) "
+                  "fuses where that lowers the arena");
+}
+
+
+void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor) {
+  app.add_option("--moe-capacity-factor", factor,
+                 "With a mixture-of-experts --config (mixtral, qwen2_moe, qwen3_moe): slots per expert as a multiple of "
+                 "its balanced share (tokens x experts per token / experts). Tokens routed beyond an expert's slots are "
+                 "dropped for it, as GShard and Switch do; 0 gives every expert a slot for every token (nothing dropped). "
+                 "Default 1: a balanced load")
+      ->check(finite_in_range(0.0, 1e6));
+}
+
+
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& note : notes) std::cerr << note << "\n";
+}
+
+Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+  graph::OptimizerConfig optimizer;
+  optimizer.kind = flags.optimizer;
+  auto resolved = models::resolve_model(flags, optimizer);
+  if (!resolved) return resolved.error();
+  print_notes(resolved.value().notes);
+  planner::StepDescription step = std::move(resolved.value().step);
+  step.offload_optimizer = flags.offload_optimizer;
+  step.fused_loss = flags.fused_loss;
+  return step;
+}
+
+}  // namespace memplan::tools
