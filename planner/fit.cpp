@@ -153,6 +153,21 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
     }
     answer.max_batch.push_back(row);
   }
+  // The asked strategy's largest batch, planned as a run at it would be (the search's probes
+  // answer only whether a batch fits, with any plan that does).
+  for (const StrategyMaxBatch& row : answer.max_batch) {
+    if (row.strategy != request.checkpoint || row.max_batch <= 0) continue;
+    StepDescription step = question.step;
+    step.batch = row.max_batch;
+    PlanRequest at = request;
+    at.find_minimum_arena = false;
+    auto p = plan_step(step, at);
+    if (!p) return p.error();
+    ++answer.steps_planned;
+    const Bytes arena = p.value().plan.arena_bytes;
+    answer.max_batch_plan = MaxBatchPlan{row.max_batch, row.strategy, arena, device.total_bytes(arena),
+                                         question.device_memory - device.total_bytes(arena)};
+  }
   if (answer.fits) return answer;
 
   // Not fitting: for each searched strategy, the largest micro-batch that fits and divides the

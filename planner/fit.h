@@ -73,6 +73,17 @@ struct StrategyMaxBatch {
   std::int64_t steps_planned = 0;  // probes of the search
 };
 
+// The plan at the largest batch that fits under the strategy asked (the question's
+// request.checkpoint), as `FitAnswer::planned` is the plan at the batch asked: what a run at that
+// batch allocates.
+struct MaxBatchPlan {
+  std::int64_t batch = 0;
+  CheckpointStrategy strategy = CheckpointStrategy::kNone;
+  Bytes arena_bytes = 0;
+  Bytes total_bytes = 0;     // the arena plus the runtime's overheads
+  Bytes headroom_bytes = 0;  // device_memory - total_bytes
+};
+
 struct FitSuggestion {
   std::int64_t micro_batch = 0;  // 0: nothing fits; `note` says why
   std::int64_t accumulation_steps = 0;
@@ -93,6 +104,8 @@ struct FitAnswer {
   PlannedStep planned;                  // the batch asked about
   std::optional<MinimumArena> minimum;  // when it does not fit: the least arena any strategy reaches
   std::vector<StrategyMaxBatch> max_batch;
+  // With max_batch_strategies including the strategy asked and a batch that fits under it.
+  std::optional<MaxBatchPlan> max_batch_plan;
   std::optional<FitSuggestion> suggestion;  // when it does not fit
   std::int64_t steps_planned = 0;          // every step planned for this answer
 };

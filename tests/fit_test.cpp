@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "memplan/common/byte_size.h"
 #include "memplan/graph/mixed_precision.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/model_source.h"
@@ -260,9 +261,37 @@ TEST(Fit, MaxBatchFitsAndOneMoreDoesNot) {
     ASSERT_GT(max_batch, 0) << c.model << " " << c.budget;
     const std::int64_t overhead = j["breakdown"]["runtime_overhead"].get<std::int64_t>();
     const std::int64_t budget = j["device_memory_bytes"].get<std::int64_t>();
-    EXPECT_LE(arena_at(c.model, max_batch, c.device) + overhead, budget) << c.model << " " << c.budget;
+    const std::int64_t arena = arena_at(c.model, max_batch, c.device);
+    EXPECT_LE(arena + overhead, budget) << c.model << " " << c.budget;
     EXPECT_GT(arena_at(c.model, max_batch + 1, c.device) + overhead, budget) << c.model << " " << c.budget;
+    // Both plans are named: the top-level figures are the batch asked's, max_batch_plan the largest's.
+    const std::int64_t batch = j["batch"].get<std::int64_t>();
+    EXPECT_EQ(j["described_plan"].get<std::string>().rfind("batch " + std::to_string(batch) + ", the batch asked", 0), 0u)
+        << j["described_plan"];
+    ASSERT_TRUE(j.contains("max_batch_plan")) << r.output;
+    EXPECT_EQ(j["max_batch_plan"]["batch"].get<std::int64_t>(), max_batch);
+    EXPECT_EQ(j["max_batch_plan"]["checkpoint_strategy"].get<std::string>(), "none");
+    EXPECT_EQ(j["max_batch_plan"]["arena_bytes"].get<std::int64_t>(), arena) << c.model << " " << c.budget;
+    EXPECT_EQ(j["max_batch_plan"]["total_bytes"].get<std::int64_t>(), arena + overhead);
+    EXPECT_EQ(j["max_batch_plan"]["headroom_bytes"].get<std::int64_t>(), budget - arena - overhead);
   }
+}
+
+TEST(Fit, MaxBatchTextNamesThePlanItsFiguresDescribe) {
+  const auto r = run_cli("fit --model mlp --batch 8 --budget 20MiB --device cpu --max-batch", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(run_cli("fit --model mlp --batch 8 --budget 20MiB --device cpu --max-batch --json", false).output);
+  const std::int64_t max_batch = j["max_batch"].get<std::int64_t>();
+  EXPECT_NE(r.output.find("plan at batch 8, the batch asked:\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("largest batch " + std::to_string(max_batch) + " (--checkpoint none), its plan: arena " +
+                          format_bytes(j["max_batch_plan"]["arena_bytes"].get<std::int64_t>())),
+            std::string::npos)
+      << r.output;
+  // Without --max-batch there is one plan, and nothing to tell apart.
+  const auto single = run_cli("fit --model mlp --batch 8 --budget 20MiB --device cpu --json", false);
+  const auto one = nlohmann::json::parse(single.output);
+  EXPECT_FALSE(one.contains("max_batch_plan"));
+  EXPECT_FALSE(one.contains("described_plan"));
 }
 
 // The batch search asks optimal and auto only whether some frontier point fits (any_fitting,

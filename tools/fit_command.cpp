@@ -10,8 +10,7 @@
 
 #include "memplan/common/byte_size.h"
 #include "memplan/kernels/kernel.h"
-#include "memplan/models/hf_config.h"
-#include "memplan/models/registry.h"
+#include "memplan/models/model_ref.h"
 #include "memplan/planner/fit.h"
 #include "memplan/planner/levers.h"
 #include "memplan/serve/serve_plan.h"
@@ -99,50 +98,13 @@ int run_fit_serve(const FitFlags& flags) {
     std::cerr << "memplan fit --serve: " << message << "\n";
     return kExitUsage;
   };
+  auto decoder = models::served_decoder(flags.model);
+  if (!decoder) return fail(decoder.error().message);
+  print_notes(decoder.value().notes);
   serve::ServeQuestion q;
-  if (flags.model.model == "gpt") {
-    auto model = model_options(flags.model);
-    if (!model) return fail(model.error().message);
-    q.model = model.value().gpt;
-    q.model.dropout = 0.0f;
-  } else if (!flags.model.config.empty()) {
-    auto config = models::read_hf_config(flags.model.config);
-    if (!config) return fail("--config " + config.error().message);
-    if (Status s = apply_moe_capacity(config.value(), flags.model.config, flags.model.moe_capacity_factor); !s) {
-      return fail(s.error().message);
-    }
-    const models::HfConfig& c = config.value();
-    if (flags.model.verbose) note_unread_config_keys(flags.model.config, c);
-    const std::int64_t seq = flags.model.seq > 0 ? flags.model.seq : c.positions;
-    if (c.family == models::HfFamily::llama) {
-      q.llama = c.llama;
-      q.llama->context = seq;
-      q.llama->dtype = flags.model.dtype;
-    } else if (c.family == models::HfFamily::gpt2) {
-      q.model = c.gpt;
-      q.model.context = seq;
-      q.model.dtype = flags.model.dtype;
-      q.model.dropout = 0.0f;
-    } else {
-      return fail("--serve plans decoder models; " + flags.model.config + " is a " + c.model_type);
-    }
-    q.seq = seq;
-  } else {
-    models::ZooOptions zoo;
-    zoo.dtype = flags.model.dtype;
-    zoo.seq = flags.model.seq;
-    if (auto llama = models::zoo_llama_config(flags.model.model, zoo)) {
-      q.llama = llama.value();
-    } else {
-      auto config = models::zoo_gpt_config(flags.model.model, zoo);
-      if (!config) {
-        return fail("--serve plans the decoder models: gpt and the zoo's GPT-2 and LLaMA-family models (" +
-                    llama.error().message + "; " + config.error().message + ")");
-      }
-      q.model = config.value();
-    }
-    q.seq = flags.model.seq;
-  }
+  q.model = decoder.value().gpt;
+  q.llama = decoder.value().llama;
+  q.seq = decoder.value().seq;
   q.kv_dtype = flags.kv_dtype.value_or(flags.model.dtype);
   q.block_size = flags.block_size;
   auto memory = parse_byte_size(flags.device_memory);
@@ -155,7 +117,7 @@ int run_fit_serve(const FitFlags& flags) {
   if (!answered) return fail(answered.error().message);
   const serve::ServeAnswer& a = answered.value();
   if (flags.json) {
-    nlohmann::json j{{"model", flags.model.model}, {"seq", a.seq}, {"dtype", graph::dtype_name(flags.model.dtype)},
+    nlohmann::json j{{"model", flags.model.label()}, {"seq", a.seq}, {"dtype", graph::dtype_name(flags.model.dtype)},
                      {"kv_dtype", graph::dtype_name(q.kv_dtype)}, {"block_size", q.block_size},
                      {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", q.device_memory},
                      {"max_sequences", a.max_sequences}, {"kv_blocks", a.kv_blocks}, {"paged_sequences", a.paged_sequences},
@@ -172,7 +134,7 @@ int run_fit_serve(const FitFlags& flags) {
     return kExitOk;
   }
   print_out("%s serving sequences of %lld positions, weights %s, KV cache %s, on %s with %s of memory\n\n",
-              flags.model.model.c_str(), static_cast<long long>(a.seq), std::string(graph::dtype_name(flags.model.dtype)).c_str(),
+              flags.model.label().c_str(), static_cast<long long>(a.seq), std::string(graph::dtype_name(flags.model.dtype)).c_str(),
               std::string(graph::dtype_name(q.kv_dtype)).c_str(), std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(q.device_memory).c_str());
   auto row = [](const std::string& label, Bytes bytes) {
@@ -235,7 +197,7 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
     question.step.parallel.zero = flags.zero;
     question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
     question.step.parallel.prefetch = flags.prefetch;
-    if (auto problem = planner::global_batch_problem(question.step)) return Error{planner::describe(*problem, flag_naming())};
+    if (auto problem = planner::global_batch_problem(question.step)) return Error{planner::describe(*problem, models::ref_size_naming())};
   }
   question.device_memory = memory.value();
   if (!flags.host_memory.empty()) {
@@ -265,7 +227,7 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                         const std::string& suggestion) {
   const planner::FitBreakdown& b = a.breakdown;
   const std::int64_t batch = question.step.batch;
-  nlohmann::json j{{"model", flags.model.display_name()}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
+  nlohmann::json j{{"model", flags.model.label()}, {"batch", batch}, {"optimizer", graph::optimizer_name(flags.model.optimizer)},
                    {"dtype", graph::dtype_name(flags.model.dtype)}, {"checkpoint_strategy", strategy_name(flags.checkpoint.strategy)},
                    {"parameter_count", a.planned.parameter_count()},
                    {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", a.device_memory}, {"fits", a.fits},
@@ -313,6 +275,15 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
       if (row.strategy == question.request.checkpoint) j["max_batch"] = row.max_batch;
     }
     j["max_batch_by_checkpoint"] = per;
+    // Two plans are described: say which figures are whose.
+    j["described_plan"] = "batch " + std::to_string(batch) +
+                          ", the batch asked: arena_bytes, total_bytes, headroom_bytes and breakdown are its";
+  }
+  if (a.max_batch_plan) {
+    const planner::MaxBatchPlan& m = *a.max_batch_plan;
+    j["max_batch_plan"] = {{"batch", m.batch}, {"checkpoint_strategy", strategy_name(m.strategy)},
+                           {"arena_bytes", m.arena_bytes}, {"total_bytes", m.total_bytes},
+                           {"headroom_bytes", m.headroom_bytes}};
   }
   j["plans_made"] = a.steps_planned;
   if (a.minimum) {
@@ -342,7 +313,7 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
                const std::string& suggestion) {
   const planner::FitBreakdown& b = a.breakdown;
   const std::int64_t batch = question.step.batch;
-  print_out("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.display_name().c_str(),
+  print_out("%s (%lld parameters), batch %lld, %s, %s, on %s with %s of memory: %s\n\n", flags.model.label().c_str(),
               static_cast<long long>(a.planned.parameter_count()), static_cast<long long>(batch),
               std::string(graph::dtype_name(flags.model.dtype)).c_str(),
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
@@ -361,6 +332,8 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   auto row = [](const char* label, Bytes bytes) {
     print_out("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
   };
+  // --max-batch describes a second plan below: name this one.
+  if (!a.max_batch.empty()) print_out("plan at batch %lld, the batch asked:\n", static_cast<long long>(batch));
   row("parameters", b.parameters);
   row("gradients (at the peak)", b.gradients_at_peak);
   if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);
@@ -403,6 +376,12 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
     print_out("\n  %-12s", "plans made");
     for (const auto& r : a.max_batch) print_out(" %10lld", static_cast<long long>(r.steps_planned));
     print_out("\n");
+    if (a.max_batch_plan) {
+      const planner::MaxBatchPlan& m = *a.max_batch_plan;
+      print_out("  largest batch %lld (--checkpoint %s), its plan: arena %s, total %s, headroom %s\n",
+                static_cast<long long>(m.batch), strategy_name(m.strategy).c_str(), format_bytes(m.arena_bytes).c_str(),
+                format_bytes(m.total_bytes).c_str(), format_bytes(m.headroom_bytes).c_str());
+    }
   }
   if (a.planned.checkpoint && question.request.checkpoint != planner::CheckpointStrategy::kNone) {
     print_out("%s\n", checkpoint_line(*a.planned.checkpoint).c_str());
@@ -441,7 +420,7 @@ planner::StepWithLevers step_with_levers(const FitFlags& flags) {
       step.parallel.zero = levers.zero;
       step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
       step.parallel.prefetch = flags.prefetch;
-      if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, flag_naming())};
+      if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, models::ref_size_naming())};
     }
     return step;
   };
@@ -573,7 +552,7 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
   if (flags.json) {
     nlohmann::json candidates = nlohmann::json::array();
     for (const planner::LeverCandidate& c : a.candidates) candidates.push_back(candidate_json(c, flags.model.sequence_parallel));
-    nlohmann::json j{{"model", flags.model.display_name()}, {"batch", q.batch}, {"devices", q.devices},
+    nlohmann::json j{{"model", flags.model.label()}, {"batch", q.batch}, {"devices", q.devices},
                      {"device_memory_bytes", q.device_memory}, {"fits", a.best.has_value()}, {"candidates", candidates},
                      {"steps_planned", a.steps_planned},
                      {"cost_model", {{"flops_per_s", m.flops_per_s}, {"nvlink_bytes_per_s", m.nvlink_bytes_per_s},
@@ -585,7 +564,7 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
     return kExitOk;
   }
   print_out("%s, global batch %lld on %d device(s) of %s: the levers that fit, each combination planned (%lld plans)\n",
-            flags.model.display_name().c_str(), static_cast<long long>(q.batch), q.devices,
+            flags.model.label().c_str(), static_cast<long long>(q.batch), q.devices,
             format_bytes(q.device_memory).c_str(), static_cast<long long>(a.steps_planned));
   print_out("ranked by an estimated step time per rank: FLOPs at %.0f TFLOP/s, tensor-parallel traffic at %.0f GB/s "
             "(NVLink), the replicas' at %.0f GB/s (%s), host copies at %.0f GB/s (effective rates of H100 nodes of %d GPUs)\n\n",
