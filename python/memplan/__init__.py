@@ -11,7 +11,8 @@ One call per command of the ``memplan`` CLI, with keyword arguments named as its
 
 - ``fit``, ``plan``, ``compare``: a model from ``model=`` (the zoo's names, ``gpt``, ``mlp``,
   ``cnn``), ``config=`` (a Hugging Face config.json path, or the dict itself) or ``onnx=`` (a
-  path, or the file's bytes). ``memplan.torch`` plans a ``torch.nn.Module`` directly.
+  path, or the file's bytes). ``memplan.torch`` plans a ``torch.nn.Module`` directly; it is
+  loaded on first use (``import memplan`` does not import PyTorch).
 - ``replay``: a PyTorch memory snapshot, as a path or as the dict
   ``torch.cuda.memory._snapshot()`` returns (nothing is written to disk).
 - ``solve``: buffers (id, lower, upper, size) packed into one arena, as ``memplan solve`` does.
@@ -403,3 +404,12 @@ def help(command):  # noqa: A001 (the CLI's word)
     if r["exit_code"] != 0:
         raise ValueError(_message(r["err"]))
     return r["out"]
+
+
+def __getattr__(name):
+    """``memplan.torch`` on first use, so that ``import memplan`` never imports PyTorch."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)  # also sets the package's attribute
+    raise AttributeError(f"module 'memplan' has no attribute '{name}'")

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -99,6 +100,23 @@ class TorchBridge(unittest.TestCase):
         expected.pop("model")
         self.assertEqual(got, expected)
         return answer
+
+    def test_memplan_torch_without_its_own_import(self):
+        """`import memplan; memplan.torch.fit(...)` in a fresh interpreter: the package loads its
+        torch module on first use, and not before (import memplan alone imports no torch)."""
+        script = (
+            "import sys, memplan\n"
+            "assert 'torch' not in sys.modules, 'import memplan imported torch'\n"
+            "import torch\n"
+            "answer = memplan.torch.fit(torch.nn.Linear(8, 4), torch.randn(2, 8), device_memory='1GiB')\n"
+            "assert answer.fits and answer.to_dict()['parameter_count'] == 36, answer.to_dict()\n"
+            "print('ok')\n")
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=os.environ.copy())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "ok")
+        with self.assertRaises(AttributeError) as caught:
+            memplan.no_such_thing  # noqa: B018
+        self.assertIn("no attribute 'no_such_thing'", str(caught.exception))
 
     def test_a_small_cnn(self):
         torch.manual_seed(0)
