@@ -3,7 +3,9 @@
 // keep their own rectangle and label.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "tools/layout_svg.h"
 
@@ -57,6 +59,38 @@ TEST(LayoutSvg, SmallGraphsAreDrawnTensorByTensor) {
   const std::string svg = tools::render_layout_svg("t", {panel});
   for (int i = 0; i < 20; ++i) EXPECT_NE(svg.find("<title>t" + std::to_string(i) + "</title>"), std::string::npos) << i;
   EXPECT_EQ(svg.find("under a pixel tall"), std::string::npos);
+}
+
+// Reference lines (arena, lower bound, reserved peak): equal ones drawn once with both names,
+// near ones with their labels a text line apart, never printed over each other.
+TEST(LayoutSvg, LineLabelsNeverOverlap) {
+  tools::LayoutPanel panel;
+  panel.t_max = 10;
+  panel.rects.push_back({0, 10, 0, 1000, "t", 1});
+  panel.lines.push_back({1000, "arena 1000 B"});
+  panel.lines.push_back({1000, "lower bound 1000 B"});
+  panel.lines.push_back({995, "reserved peak 995 B"});
+  const std::string svg = tools::render_layout_svg("t", {panel});
+  EXPECT_EQ(count_of(svg, "<line "), 2u) << svg;
+  EXPECT_NE(svg.find(">arena 1000 B = lower bound 1000 B</text>"), std::string::npos) << svg;
+  std::vector<double> ys;
+  const std::string open = "class=\"line-label\" x=\"";
+  for (std::size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const std::size_t y = svg.find("y=\"", at) + 3;
+    ys.push_back(std::stod(svg.substr(y, svg.find('"', y) - y)));
+  }
+  ASSERT_EQ(ys.size(), 2u) << svg;
+  EXPECT_GE(std::abs(ys[1] - ys[0]), 14.0) << ys[0] << " " << ys[1];
+}
+
+// The picture scales to its container: a viewBox and a width of at most 100%.
+TEST(LayoutSvg, ThePictureScalesToTheWidthItIsGiven) {
+  tools::LayoutPanel panel;
+  panel.t_max = 10;
+  panel.rects.push_back({0, 10, 0, 1000, "t", 1});
+  const std::string svg = tools::render_layout_svg("t", {panel, panel, panel});
+  EXPECT_NE(svg.find("viewBox=\"0 0 "), std::string::npos);
+  EXPECT_NE(svg.find("style=\"max-width:100%;height:auto\""), std::string::npos);
 }
 
 }  // namespace

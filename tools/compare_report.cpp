@@ -49,11 +49,12 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& full_series, 
   auto x_of = [&](std::size_t i) { return kL + double(i) / double(std::max<std::size_t>(1, points - 1)) * kW; };
   auto y_of = [&](Bytes b) { return kT + kH - double(b) / double(y_max) * kH; };
   std::ostringstream svg;
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" width=\"%.0f\" height=\"%.0f\" "
-                "font-family=\"sans-serif\" font-size=\"12\">\n",
-                kL + kW + 20, kT + kH + kB);
+                "viewBox=\"0 0 %.0f %.0f\" style=\"max-width:100%%;height:auto\" font-family=\"sans-serif\" "
+                "font-size=\"12\">\n",
+                kL + kW + 20, kT + kH + kB, kL + kW + 20, kT + kH + kB);
   svg << buf;
   std::snprintf(buf, sizeof(buf), "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n",
                 kL, kT, kW, kH);
@@ -92,21 +93,27 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& full_series, 
   return svg.str();
 }
 
+std::string report_page_head(const std::string& title, const std::string& extra_css) {
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" + xml_escape(title) +
+         "</title>\n<style>body{font-family:sans-serif;margin:16px;overflow-wrap:anywhere}table{border-collapse:collapse}"
+         "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
+         ".wide{overflow-x:auto;max-width:100%}svg{display:block;max-width:100%;height:auto}"
+         "pre{white-space:pre-wrap;overflow-wrap:anywhere}" + extra_css + "</style></head><body>\n";
+}
+
 std::string render_compare_html(const nlohmann::json& c, const std::string& layout_svg, const std::string& timeline_svg) {
   std::ostringstream html;
   const std::string title = "memplan compare: " + c["model"].get<std::string>() + ", batch " +
                             std::to_string(c["batch"].get<std::int64_t>());
-  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title)
-       << "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
-          "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
-          ".oom{color:#c00;font-weight:bold}</style></head><body>\n";
+  html << report_page_head(title, ".oom{color:#c00;font-weight:bold}");
   html << "<h1>" << xml_escape(title) << "</h1>\n";
   html << "<p>The same training step (same op order, same tensor lifetimes) under three memory managers, replayed for "
        << c["steps"].get<int>() << " steps on a simulated device"
        << (c["budget_bytes"].is_null() ? std::string(" with no budget")
                                        : " of " + format_bytes(c["budget_bytes"].get<Bytes>()))
        << ".</p>\n";
-  html << "<table id=\"summary\"><tr><th></th><th>reserved peak</th><th>allocated at that moment</th>"
+  html << "<div class=\"wide\"><table id=\"summary\"><tr><th></th><th>reserved peak</th><th>allocated at that moment</th>"
           "<th>fragmentation</th><th>inactive split</th><th>device allocations per step</th></tr>\n";
   html << "<tr><td>lower bound</td><td>" << format_bytes(c["lower_bound_bytes"].get<Bytes>())
        << "</td><td></td><td></td><td></td><td></td></tr>\n";
@@ -127,7 +134,7 @@ std::string render_compare_html(const nlohmann::json& c, const std::string& layo
          << format_bytes(d["inactive_split_bytes"].get<Bytes>()) << "</td><td>"
          << d["device_allocs_per_step"].get<std::int64_t>() << "</td></tr>\n";
   }
-  html << "</table>\n<h2>Layouts</h2>\n<p>Address (up) against op index (right) in the last replayed step; every "
+  html << "</table></div>\n<h2>Layouts</h2>\n<p>Address (up) against op index (right) in the last replayed step; every "
           "tensor is a rectangle coloured by role. Grey is memory the caching allocator holds but no live tensor "
           "uses.</p>\n"
        << layout_svg << "<h2>Allocated vs reserved over time</h2>\n<p>After every allocation and free, all steps.</p>\n"

@@ -29,6 +29,11 @@ TimelineSeries timeline_series(const std::string& name, const runtime::ReplayRes
 // maximum of the samples it covers, so no peak disappears.
 std::string render_timeline_svg(const std::vector<TimelineSeries>& series, Bytes planned_arena_bytes);
 
+// The opening of a report page up to <body>: a page that fits its window (1,280 px, a notebook
+// cell's 800): pictures scale to the width, keeping every rectangle; wide tables scroll inside
+// their own box (class "wide"); the JSON wraps.
+std::string report_page_head(const std::string& title, const std::string& extra_css = "");
+
 // `comparison` is the compare command's JSON; the SVGs are embedded as they are.
 std::string render_compare_html(const nlohmann::json& comparison, const std::string& layout_svg,
                                 const std::string& timeline_svg);

@@ -20,6 +20,7 @@ constexpr double kPanelW = 520, kPanelH = 560, kMarginL = 70, kMarginT = 60, kGa
 // once, as opaque as the share of it they cover, in the colour covering most of it, and its
 // tooltip counts them. Larger tensors are drawn one by one.
 constexpr double kCellW = 4, kCellH = 2;
+constexpr double kLabelLineH = 14;  // a 12 px label's line, for keeping labels apart
 constexpr int kCols = static_cast<int>(kPanelW / kCellW), kRows = static_cast<int>(kPanelH / kCellH);
 
 // Bytes upwards, shared by every panel.
@@ -130,13 +131,23 @@ void draw_panel(std::ostringstream& svg, const LayoutPanel& p, double x0, const 
     svg << buf << pooled << " of " << p.rects.size() << " rectangles under a pixel tall, pooled into "
         << kCellW << "x" << kCellH << " px cells (opacity: the share they cover)</text>\n";
   }
-  for (const LayoutLine& l : p.lines) {
-    const double y = axis.y_of(l.at);
+  // Lines at the same height are drawn once with their labels joined ("arena 4.1 MiB = lower
+  // bound 4.1 MiB"); labels closer than a text line are moved apart, downwards.
+  std::vector<LayoutLine> lines = p.lines;
+  std::stable_sort(lines.begin(), lines.end(), [](const LayoutLine& a, const LayoutLine& b) { return a.at > b.at; });
+  double last_label_y = -1e9;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string label = lines[i].label;
+    while (i + 1 < lines.size() && lines[i + 1].at == lines[i].at) label += " = " + lines[++i].label;
+    const double y = axis.y_of(lines[i].at);
+    double label_y = y - 4 < kMarginT + 14 ? y + 14 : y - 4;  // stay inside the panel
+    label_y = std::max(label_y, last_label_y + kLabelLineH);
+    last_label_y = label_y;
     std::snprintf(buf, sizeof(buf),
                   "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/>\n"
-                  "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\">",
-                  x0, x0 + kPanelW, y, y, x0 + 4, y - 4 < kMarginT + 14 ? y + 14 : y - 4);  // stay inside the panel
-    svg << buf << xml_escape(l.label) << "</text>\n";
+                  "<text class=\"line-label\" x=\"%.1f\" y=\"%.1f\" fill=\"#c00\">",
+                  x0, x0 + kPanelW, y, y, x0 + 4, label_y);
+    svg << buf << xml_escape(label) << "</text>\n";
   }
   std::snprintf(buf, sizeof(buf), "<text x=\"%.1f\" y=\"%.1f\">time (ops) →</text>\n", x0 + kPanelW / 2 - 40,
                 kMarginT + kPanelH + 20);
@@ -194,9 +205,10 @@ std::string render_layout_svg(const std::string& title, const std::vector<Layout
   std::ostringstream svg;
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"layout\" width=\"%.0f\" height=\"%.0f\" "
+                "viewBox=\"0 0 %.0f %.0f\" style=\"max-width:100%%;height:auto\" font-family=\"sans-serif\" "
                 "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                width, height);
+                width, height, width, height);
   svg << buf;
   svg << "<text x=\"" << kMarginL << "\" y=\"24\" font-size=\"16\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
   for (std::size_t i = 0; i < panels.size(); ++i) draw_panel(svg, panels[i], kMarginL + double(i) * (kPanelW + kGap), axis);

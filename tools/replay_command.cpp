@@ -176,7 +176,8 @@ void print_table(const std::string& input, const trace::SnapshotReplay& r) {
 }
 
 // Panels over event time: the static plan's offsets and the recorded addresses (segments stacked
-// in address order). Allocations too thin to be a pixel are left out and counted in the title.
+// in address order). Every allocation is drawn: those under a pixel tall are pooled into cells
+// (layout_svg.h), as compare's are.
 std::vector<LayoutPanel> replay_panels(const trace::SnapshotReplay& r) {
   const double t_max = double(std::max<std::int64_t>(1, r.events));
   Bytes recorded_height = 0;
@@ -185,20 +186,14 @@ std::vector<LayoutPanel> replay_panels(const trace::SnapshotReplay& r) {
     stacked[seg.address] = recorded_height;
     recorded_height += seg.size;
   }
-  const Bytes min_visible = std::max(r.planned_arena_bytes, recorded_height) / 1500;
   LayoutPanel plan, recorded;
   plan.t_max = recorded.t_max = t_max;
-  std::int64_t hidden = 0;
   for (const auto& seg : r.recorded_segments) {
     const Bytes y = stacked[seg.address];
     recorded.rects.push_back({0, t_max, y, y + seg.size, "segment " + format_bytes(seg.size), 4});
   }
   for (std::size_t i = 0; i < r.problem.buffers.size(); ++i) {
     const auto& b = r.problem.buffers[i];
-    if (b.size_bytes < min_visible) {
-      ++hidden;
-      continue;
-    }
     const std::string label = b.id + " (" + format_bytes(b.size_bytes) + ")";
     const int color = b.first_op == 0 ? 0 : 1;
     if (i < r.plan_offsets.size()) {
@@ -211,9 +206,7 @@ std::vector<LayoutPanel> replay_panels(const trace::SnapshotReplay& r) {
     const Bytes y = seg->second + static_cast<Bytes>(address - seg->first);
     recorded.rects.push_back({double(b.first_op), double(b.end_op), y, y + b.size_bytes, label, color});
   }
-  const std::string hidden_note = hidden > 0 ? " (" + std::to_string(hidden) + " allocations under " +
-                                                   format_bytes(min_visible) + " not drawn)" : "";
-  plan.title = "memplan static plan of the same allocations" + hidden_note;
+  plan.title = "memplan static plan of the same allocations";
   recorded.title = "recorded by PyTorch (segments stacked)";
   plan.lines.push_back({r.planned_arena_bytes, "arena " + format_bytes(r.planned_arena_bytes)});
   plan.lines.push_back({r.live_peak_bytes, "lower bound " + format_bytes(r.live_peak_bytes)});
@@ -223,15 +216,11 @@ std::vector<LayoutPanel> replay_panels(const trace::SnapshotReplay& r) {
 
 std::string replay_html(const std::string& input, const nlohmann::json& j, const trace::SnapshotReplay& r,
                         const std::string& layout_svg, const std::string& timeline_svg) {
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memplan replay: " +
-                     xml_escape(input) +
-                     "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
-                     "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
-                     "</style></head><body>\n<h1>memplan replay: " + xml_escape(input) + "</h1>\n";
+  std::string html = report_page_head("memplan replay: " + input) + "<h1>memplan replay: " + xml_escape(input) + "</h1>\n";
   html += "<p>" + std::to_string(r.events) + " events (" + std::to_string(r.allocs) + " allocations) recorded by PyTorch on device " +
           std::to_string(r.device) + ", replayed through memplan's caching allocator with the recorded settings, with "
           "expandable segments, and planned ahead as one arena.</p>\n";
-  html += "<table id=\"summary\"><tr><th></th><th>reserved peak</th><th>allocated at that moment</th><th>fragmentation</th>"
+  html += "<div class=\"wide\"><table id=\"summary\"><tr><th></th><th>reserved peak</th><th>allocated at that moment</th><th>fragmentation</th>"
           "<th>segment allocations</th></tr>\n";
   html += "<tr><td>lower bound (peak of live bytes)</td><td>" + format_bytes(r.live_peak_bytes) + "</td><td></td><td></td><td></td></tr>\n";
   html += "<tr><td>memplan static plan</td><td>" + format_bytes(r.planned_arena_bytes) + "</td><td>-</td><td>0 B</td><td>1</td></tr>\n";
@@ -245,7 +234,7 @@ std::string replay_html(const std::string& input, const nlohmann::json& j, const
   row("simulated caching allocator", r.simulated);
   row("simulated, expandable segments", r.expandable);
   if (r.alloc_conf) row("simulated, " + r.alloc_conf->name.substr(2), *r.alloc_conf);
-  html += "</table>\n<h2>Fidelity</h2>\n<p id=\"fidelity\">Segment allocations: " +
+  html += "</table></div>\n<h2>Fidelity</h2>\n<p id=\"fidelity\">Segment allocations: " +
           std::string(r.fidelity.segment_sizes_match ? "the same sizes in the same order" : "they differ") + "; " +
           std::to_string(r.fidelity.placements_matched) + " of " + std::to_string(r.fidelity.placements_compared) +
           " allocations at the recorded segment and offset (" + percent(r.fidelity.placement_match_ratio) + ").";
@@ -256,13 +245,13 @@ std::string replay_html(const std::string& input, const nlohmann::json& j, const
   }
   html += "</p>\n";
   if (!r.top_sites.empty()) {
-    html += "<h2>Where the memory went at the simulated reserved peak</h2>\n<table id=\"sites\"><tr><th>site</th><th>live</th>"
+    html += "<h2>Where the memory went at the simulated reserved peak</h2>\n<div class=\"wide\"><table id=\"sites\"><tr><th>site</th><th>live</th>"
             "<th>stranded beside</th><th>blocks</th></tr>\n";
     for (const auto& s : r.top_sites) {
       html += "<tr><td>" + xml_escape(s.site) + "</td><td>" + format_bytes(s.live_bytes) + "</td><td>" +
               format_bytes(s.stranded_bytes) + "</td><td>" + std::to_string(s.blocks) + "</td></tr>\n";
     }
-    html += "</table>\n";
+    html += "</table></div>\n";
   }
   html += "<h2>Layouts</h2>\n<p>Address (up) against event index (right): every allocation is a rectangle over its "
           "lifetime. Left: the static plan; right: where PyTorch put it, segments stacked in address order (grey: "
