@@ -96,7 +96,7 @@ std::string render_timeline_svg(const std::vector<TimelineSeries>& full_series, 
 std::string report_page_head(const std::string& title, const std::string& extra_css) {
   return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" + xml_escape(title) +
-         "</title>\n<style>body{font-family:sans-serif;margin:16px;overflow-wrap:anywhere}table{border-collapse:collapse}"
+         "</title>\n<style>body{font-family:sans-serif;margin:16px}h1,h2,p{overflow-wrap:anywhere}table{border-collapse:collapse}"
          "td,th{border:1px solid #bbb;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
          ".wide{overflow-x:auto;max-width:100%}svg{display:block;max-width:100%;height:auto}"
          "pre{white-space:pre-wrap;overflow-wrap:anywhere}" + extra_css + "</style></head><body>\n";
