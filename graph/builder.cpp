@@ -292,6 +292,13 @@ TensorId Builder::permute(TensorId x, std::vector<std::int64_t> perm, const std:
   return unary(OpKind::permute, x, name, std::move(attrs));
 }
 
+TensorId Builder::cast(TensorId x, DType dtype, const std::string& name) {
+  if (graph_.tensor(x).dtype == dtype) return x;
+  OpAttrs attrs;
+  attrs.dtype = dtype;
+  return graph_.add_op(OpKind::cast, {x}, std::move(attrs), name, Role::activation, phase_);
+}
+
 TensorId Builder::dropout(TensorId x, float p, const std::string& name) {
   if (p == 0.0f) return x;
   OpAttrs attrs;

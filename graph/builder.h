@@ -31,6 +31,8 @@ class Builder {
   TensorId add(TensorId a, TensorId b, const std::string& name);
   TensorId mul(TensorId a, TensorId b, const std::string& name);
   TensorId scale(TensorId x, float alpha, const std::string& name);
+  // x at another floating dtype (f32 <-> bf16/f16); x itself when it has that dtype already.
+  TensorId cast(TensorId x, DType dtype, const std::string& name);
   TensorId relu(TensorId x, const std::string& name);
   TensorId gelu(TensorId x, const std::string& name);
   TensorId reshape(TensorId x, Shape shape, const std::string& name);

@@ -78,6 +78,8 @@ enum class OpKind : std::uint8_t {
   sigmoid,                // y = 1 / (1 + exp(-x))
   tanh,                   // y = tanh(x)
   clip,                   // y = min(max(x, clip_min), clip_max)  (ReLU6: 0, 6)
+  cast,                   // y = x converted to attrs.dtype (f32 <-> bf16/f16, rounded to nearest even; a copy
+                          // at the same dtype): LoRA adapters kept in f32 beside a 16-bit model, as PEFT keeps them
   grouped_conv2d,         // y[N, Cout, OH, OW]  inputs: x[N, C, H, W], w[Cout, C/groups, K, K]; output channel
                           // co reads the input channels of its group (groups = C: depthwise)
   channel_scale,          // y[n, c, ...] = x[n, c, ...] * g[n, c]   inputs: x[N, C, ...], g[N, C] or [N, C, 1, ..., 1]

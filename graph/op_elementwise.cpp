@@ -34,6 +34,19 @@ OutputSpec infer_unary(Inputs in, const OpAttrs&) {
   return {in[0]->shape, in[0]->dtype};
 }
 
+// f32 to or from a 16-bit dtype, or a copy at the same dtype (bf16 <-> f16 is two roundings:
+// the caller writes it through f32).
+OutputSpec infer_cast(Inputs in, const OpAttrs& attrs) {
+  expect_float("cast", *in[0]);
+  const DType from = in[0]->dtype, to = attrs.dtype;
+  if (!is_floating(to)) fail("cast", "to " + std::string(dtype_name(to)) + ": a floating dtype is required");
+  if (is_16bit_float(from) && is_16bit_float(to) && from != to) {
+    fail("cast", "'" + in[0]->name + "' from " + std::string(dtype_name(from)) + " to " + std::string(dtype_name(to)) +
+                     ": cast between 16-bit dtypes through f32");
+  }
+  return {in[0]->shape, to};
+}
+
 OutputSpec infer_broadcast_scalar(Inputs in, const OpAttrs& attrs) {
   if (in[0]->shape.numel() != 1) fail("broadcast_scalar", "input must hold one element");
   return {shape_from_attrs("broadcast_scalar", attrs), attrs.dtype};
@@ -101,6 +114,15 @@ void grad_scale(GradContext& c, const Op& op, TensorId dy) {
   OpAttrs attrs;
   attrs.alpha = op.attrs.alpha;
   c.accumulate(op.inputs[0], c.emit(OpKind::scale, {dy}, attrs, c.gname(op.inputs[0])));
+}
+
+// The gradient comes back at the input's dtype.
+void grad_cast(GradContext& c, const Op& op, TensorId dy) {
+  const TensorId x = op.inputs[0];
+  if (c.tensor(dy).dtype == c.tensor(x).dtype) return c.accumulate(x, dy);
+  OpAttrs attrs;
+  attrs.dtype = c.tensor(x).dtype;
+  c.accumulate(x, c.emit(OpKind::cast, {dy}, attrs, c.gname(x)));
 }
 
 void grad_relu(GradContext& c, const Op& op, TensorId dy) {
@@ -193,6 +215,8 @@ constexpr OpInfo kElementwiseRows[] = {
     .infer = infer_unary, .flops = flops_4_per_output, .in_place_inputs = 0b1, .grad = grad_tanh, .split_rows = true, .row_inputs = 0b1},
   {.kind = OpKind::clip, .name = "clip", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
     .infer = infer_clip, .flops = flops_per_output, .in_place_inputs = 0b1, .grad = grad_clip, .split_rows = true, .row_inputs = 0b1},
+  {.kind = OpKind::cast, .name = "cast", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_cast, .flops = flops_zero, .grad = grad_cast, .split_rows = true, .row_inputs = 0b1},
   {.kind = OpKind::channel_scale, .name = "channel_scale", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,
     .infer = infer_channel_scale, .flops = flops_per_output, .in_place_inputs = 0b1, .grad = grad_channel_scale, .split_rows = true, .row_inputs = 0b01},
   {.kind = OpKind::swiglu, .name = "swiglu", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,

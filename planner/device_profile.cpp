@@ -31,7 +31,8 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
   if (kind == "cpu") {
     DeviceProfile p;
     p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding,  OpKind::softmax_cross_entropy,
-                          OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into, OpKind::to_host};
+                          OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into, OpKind::to_host,
+                          OpKind::cast};
     return p;
   }
   if (kind == "cuda") {
@@ -53,7 +54,8 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
         OpKind::relu,             OpKind::relu_backward,    OpKind::gelu,             OpKind::gelu_backward,
         OpKind::sigmoid,          OpKind::sigmoid_backward, OpKind::tanh,             OpKind::tanh_backward,
         OpKind::silu,             OpKind::silu_backward,    OpKind::swiglu,           OpKind::clip,
-        OpKind::clip_backward,    OpKind::broadcast_scalar, OpKind::fill,             OpKind::dropout_mask};
+        OpKind::clip_backward,    OpKind::broadcast_scalar, OpKind::fill,             OpKind::dropout_mask,
+        OpKind::cast};
     // Measured on an H200 (driver 580.159, CUDA 13.0; bench/gpu/run.sh): the device memory in use
     // after a training step, less what the step's cudaMalloc took, was 603-607 MiB over four
     // models. These 610 MiB cover each with 0.3-3.6 MiB to spare.

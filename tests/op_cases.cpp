@@ -23,6 +23,12 @@ TensorId with_attrs(Builder& b, OpKind kind, std::vector<TensorId> inputs, graph
 TensorId with_attrs(Builder& b, OpKind kind, TensorId x, graph::OpAttrs attrs) {
   return with_attrs(b, kind, std::vector<TensorId>{x}, std::move(attrs));
 }
+// A cast op even where the dtype does not change (a copy), which Builder::cast leaves out.
+TensorId cast_op(Builder& b, TensorId x, DType dtype, const std::string& name) {
+  graph::OpAttrs attrs;
+  attrs.dtype = dtype;
+  return b.graph().add_op(OpKind::cast, {x}, std::move(attrs), name, graph::Role::activation, graph::Phase::forward);
+}
 // The attributes of a collective over `world` tensor-parallel ranks.
 graph::OpAttrs tensor_group(std::int64_t world) {
   graph::OpAttrs a;
@@ -318,6 +324,15 @@ const std::vector<OpCase>& op_cases() {
       {"swiglu", OpKind::swiglu,
        [](Builder& b, const Dims& d, DType t) {
          return b.swiglu(b.parameter("gate", Shape(d), {}, t), b.parameter("up", Shape(d), {}, t), "y");
+       },
+       {{7}, {3, 4}}},
+      // cast: to f32 (a widening at 16 bits, a copy at f32), and back (a rounding at 16 bits).
+      {"cast_to_f32", OpKind::cast,
+       [](Builder& b, const Dims& d, DType t) { return cast_op(b, b.parameter("x", Shape(d), {}, t), DType::f32, "y"); },
+       {{7}, {3, 4}}},
+      {"cast_round_trip", OpKind::cast,
+       [](Builder& b, const Dims& d, DType t) {
+         return cast_op(b, cast_op(b, b.parameter("x", Shape(d), {}, t), DType::f32, "wide"), t, "y");
        },
        {{7}, {3, 4}}},
       {"swiglu_same_operand_twice", OpKind::swiglu,
@@ -1176,6 +1191,7 @@ const ReferenceEntry kReferences[] = {
        return unary(o, [](double x, const graph::OpAttrs& a) { return std::min(std::max(x, double(a.clip_min)), double(a.clip_max)); });
      }},
     {OpKind::swiglu, [](const RefOperands& o) { return binary(o, [](double g, double u) { return g * sigmoid(g) * u; }); }},
+    {OpKind::cast, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs&) { return x; }); }},
     {OpKind::reshape, ref_reshape},
     {OpKind::tp_copy, ref_reshape},  // the identity
     // Over one rank (the cases' world): a sum of one is alpha x; a gather of one is a copy.

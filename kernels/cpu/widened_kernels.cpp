@@ -117,6 +117,20 @@ void k_widened(const KernelCall& c) {
   run_widened(c, compute, c.workspace, Convert{});
 }
 
+// cast: f32 to or from 16 bits, each element rounded once (a copy at the same dtype).
+void k_cast(const KernelCall& c) {
+  const TensorRef& x = c.inputs[0];
+  const TensorRef& y = c.outputs[0];
+  const std::int64_t n = x.numel();
+  if (x.dtype == y.dtype) {
+    std::memcpy(y.data, x.data, static_cast<std::size_t>(n) * graph::dtype_size(x.dtype));
+  } else if (x.dtype == graph::DType::f32) {
+    narrow_from_f32(y.dtype, x.f32(), y.data, n);
+  } else {
+    widen_to_f32(x.dtype, x.data, y.f32(), n);
+  }
+}
+
 }  // namespace
 
 KernelEntries native_16bit_kernel_entries() {
@@ -125,6 +139,7 @@ KernelEntries native_16bit_kernel_entries() {
     entries.insert(entries.end(), more.begin(), more.end());
   }
   for (graph::DType d : {graph::DType::f32, graph::DType::bf16, graph::DType::f16}) {
+    entries.push_back({OpKind::cast, k_cast, d});
     entries.push_back({OpKind::grads_finite, k_grads_finite, d});
     entries.push_back({OpKind::to_host, k_to_host, d});
   }

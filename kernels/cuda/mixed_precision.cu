@@ -49,6 +49,17 @@ struct StreamConvert {
   }
 };
 
+// cast: f32 to or from 16 bits on the stream, each element rounded once as the CPU rounds it (a
+// copy at the same dtype).
+void k_cast(const KernelCall& c) {
+  const TensorRef& x = c.inputs[0];
+  const TensorRef& y = c.outputs[0];
+  if (x.dtype == DType::f32) return StreamConvert{}.narrow(y.dtype, x.f32(), y.data, x.numel());
+  if (y.dtype == DType::f32) return StreamConvert{}.widen(x.dtype, x.data, y.f32(), x.numel());
+  MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(y.data, x.data, static_cast<std::size_t>(x.numel()) * graph::dtype_size(x.dtype),
+                                     cudaMemcpyDeviceToDevice, stream()));
+}
+
 // --- the mixed optimizer updates -----------------------------------------------------------------
 
 // 1 / loss scale: exact for the powers of two fp16 loss scaling uses.
@@ -167,6 +178,7 @@ KernelEntries native_16bit_kernel_entries() {
   }
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::bf16});
   entries.push_back({OpKind::embedding, k_embedding_16bit, DType::f16});
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) entries.push_back({OpKind::cast, k_cast, d});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f32});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::bf16});
   entries.push_back({OpKind::grads_finite, k_grads_finite, DType::f16});
