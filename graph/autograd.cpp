@@ -20,10 +20,10 @@ void append_backward(Graph& graph, TensorId loss) {
   }
   const int forward_ops = graph.num_ops();
 
-  // A tensor needs a gradient if a parameter reaches it and it reaches the loss.
+  // A tensor needs a gradient if a parameter that trains reaches it and it reaches the loss.
   std::vector<bool> from_param(static_cast<std::size_t>(graph.num_tensors()), false);
   for (TensorId id = 0; id < graph.num_tensors(); ++id) {
-    from_param[static_cast<std::size_t>(id)] = graph.tensor(id).role == Role::parameter;
+    from_param[static_cast<std::size_t>(id)] = graph.tensor(id).role == Role::parameter && !graph.tensor(id).frozen;
   }
   for (const Op& op : graph.ops()) {
     bool any = false;
@@ -43,7 +43,7 @@ void append_backward(Graph& graph, TensorId loss) {
   std::vector<bool> needs(from_param.size());
   for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = from_param[i] && to_loss[i];
   if (!needs[static_cast<std::size_t>(loss)]) {
-    throw GraphError("the loss '" + loss_desc.name + "' does not depend on any parameter");
+    throw GraphError("the loss '" + loss_desc.name + "' does not depend on any parameter that trains");
   }
 
   GradContext ctx(graph, std::move(needs));

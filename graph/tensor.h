@@ -105,6 +105,10 @@ struct TensorDesc {
   TensorId view_of = kNoTensor;
   InitSpec init;             // parameters and optimizer state only
   TensorId grad = kNoTensor; // parameters: their gradient, once autograd has run
+  // A parameter that does not train (fine-tuning: a frozen base under LoRA adapters, --freeze):
+  // autograd gives it no gradient, so it has no optimizer state or master copy, and the backward
+  // pass keeps nothing only its gradient would read.
+  bool frozen = false;
   // Persistent storage outside the arena that the caller binds (Executor::bind_external): a KV
   // cache pool, whose size changes with serving load, not with the step. The planner gives it no
   // buffer.

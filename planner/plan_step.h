@@ -13,6 +13,7 @@
 #include "memplan/graph/data_parallel.h"
 #include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/lora.h"
 #include "memplan/graph/model_source.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/planner/checkpoint.h"
@@ -47,6 +48,9 @@ struct StepDescription {
   // layout copies the backward reads are copied again there (graph::recompute_layout_copies):
   // the same bits, less stored. false: the step as an eager framework runs it.
   bool rewrite_step = true;
+  // Fine-tuning (graph/lora.h): LoRA adapters on the linear layers it names, everything else
+  // frozen, and parameters frozen by pattern; applied to a source's forward graph at `dtype`.
+  graph::LoraConfig lora;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 
@@ -96,6 +100,7 @@ struct StepRewrites {
   LossFusionReport loss_fusion;
   graph::SwigluFusion swiglu;   // the pairs fuse_swiglu fused (none: nothing to fuse, or not asked)
   graph::CopyRecompute copies;  // the layout copies recompute_layout_copies made again
+  graph::LoraReport lora;       // the adapters added and the parameters frozen (none unless asked)
 };
 
 struct PlannedStep {

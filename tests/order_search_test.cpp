@@ -27,6 +27,7 @@ namespace memplan::planner {
 namespace {
 
 using graph::Builder;
+using testing::run_cli;
 using graph::Graph;
 
 // Two branches from x, each a large product reduced to a scalar, added into the loss. Built

@@ -250,6 +250,11 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                     {"activations", b.activations_at_peak},
                     {"communication", b.communication_at_peak},
                     {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
+  if (a.planned.rewrites.lora.frozen_params > 0) {
+    j["breakdown"]["frozen_parameters"] = a.planned.rewrites.lora.frozen_bytes;
+    j["breakdown"]["trained_parameters"] = b.parameters - a.planned.rewrites.lora.frozen_bytes;
+    j["breakdown"]["lora_adapters"] = a.planned.rewrites.lora.adapter_bytes;
+  }
   j["host_snapshot_bytes"] = b.host_snapshot;  // train --save-dir's copy of the state, in host memory
   if (flags.model.offload_optimizer) {
     j["offload_optimizer"] = true;
@@ -335,6 +340,12 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   // --max-batch describes a second plan below: name this one.
   if (!a.max_batch.empty()) print_out("plan at batch %lld, the batch asked:\n", static_cast<long long>(batch));
   row("parameters", b.parameters);
+  const graph::LoraReport& lora = a.planned.rewrites.lora;
+  if (lora.frozen_params > 0) {
+    print_out("    %-40s %14s\n", "frozen (no gradient or optimizer state)", format_bytes(lora.frozen_bytes).c_str());
+    if (lora.adapted_layers > 0) print_out("    %-40s %14s\n", "LoRA adapters (trained)", format_bytes(lora.adapter_bytes).c_str());
+    print_out("    %-40s %14s\n", "trained", format_bytes(b.parameters - lora.frozen_bytes).c_str());
+  }
   row("gradients (at the peak)", b.gradients_at_peak);
   if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);
   row("optimizer state", b.optimizer_state);

@@ -1,5 +1,10 @@
 #include "tools/model_flags.h"
 
+#include <cctype>
+#include <charconv>
+#include <utility>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "memplan/models/registry.h"
@@ -71,6 +76,7 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                   "dropout stored); auto (the default) is fused",
                   "auto");
   add_fused_loss_option(app, flags.fused_loss);
+  add_lora_options(app, flags.lora);
 }
 
 void add_schedule_option(CLI::App& app, std::optional<planner::ScheduleKind>& schedule) {
@@ -107,6 +113,101 @@ void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor) {
 }
 
 
+namespace {
+
+// "RANK" or "RANK:ALPHA" as (rank, alpha); an Error says what would work.
+Result<std::pair<int, float>> parse_lora_spec(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  const std::string rank_text = text.substr(0, colon);
+  std::int64_t rank = 0;
+  const auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+  if (rank_text.empty() || ec != std::errc() || end != rank_text.data() + rank_text.size()) {
+    if (!rank_text.empty() && rank_text[0] == '-' && ec == std::errc()) return Error{"the rank must be at least 1"};
+    return Error{"give RANK or RANK:ALPHA, e.g. --lora 8 or --lora 16:32"};
+  }
+  if (rank < 1) return Error{"the rank must be at least 1"};
+  if (rank > (std::int64_t{1} << 20)) return Error{"a rank above 1048576 is wider than any layer"};
+  float alpha = graph::LoraConfig{}.alpha;
+  if (colon != std::string::npos) {
+    const std::string alpha_text = text.substr(colon + 1);
+    char* stop = nullptr;
+    const double a = std::strtod(alpha_text.c_str(), &stop);
+    if (alpha_text.empty() || *stop != '\0' || !std::isfinite(a) || a <= 0.0 || a > 1e30) {
+      return Error{"ALPHA must be a number > 0, e.g. --lora 16:32"};
+    }
+    alpha = static_cast<float>(a);
+  }
+  return std::pair<int, float>{static_cast<int>(rank), alpha};
+}
+
+// Module names and freeze patterns: letters, digits and _ . - (and * in patterns).
+CLI::Validator name_list_item(bool glob) {
+  return CLI::Validator(
+      [glob](std::string& value) -> std::string {
+        if (value.empty()) return "an empty name";
+        for (char c : value) {
+          const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || (glob && c == '*');
+          if (!ok) return "'" + value + "' holds a character a " + std::string(glob ? "parameter pattern" : "module name") + " does not";
+        }
+        if (value[0] == '-') return "'" + value + "' is not a name";
+        return {};
+      },
+      glob ? "PATTERN" : "NAME");
+}
+
+}  // namespace
+
+void add_lora_options(CLI::App& app, LoraFlags& flags) {
+  app.add_option("--lora", flags.lora,
+                 "LoRA fine-tuning: adapters of rank RANK (scaled by ALPHA / RANK; ALPHA 8 by default, as PEFT's) on "
+                 "the --lora-targets layers, every other parameter frozen (no gradient, optimizer state or master copy)")
+      ->type_name("RANK[:ALPHA]")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            auto spec = parse_lora_spec(value);
+            return spec ? std::string() : "'" + value + "': " + spec.error().message;
+          },
+          "RANK[:ALPHA]"));
+  app.add_option("--lora-targets", flags.targets,
+                 "With --lora: the linear layers to adapt, by module name as PEFT names them (q,k,v,o,gate,up,down for "
+                 "q_proj...down_proj; a GPT's q,k,v,attn.proj,mlp.fc,mlp.proj), or all-linear (every linear layer but "
+                 "the output head); default q,v")
+      ->delimiter(',')
+      ->check(name_list_item(false));
+  app.add_option("--lora-dropout", flags.dropout, "With --lora: dropout on the adapters' input (PEFT's lora_dropout)")
+      ->check(finite_in_range(0.0, 0.999))
+      ->capture_default_str();
+  app.add_option("--lora-dtype", flags.dtype,
+                 "With --lora: the adapters' dtype, fp32 (as PEFT keeps them; a 16-bit step casts their input up and "
+                 "their output down) or working (the step's --dtype)")
+      ->check(CLI::IsMember({"fp32", "working"}))
+      ->capture_default_str();
+  app.add_option("--freeze", flags.freeze,
+                 "Freeze the parameters whose names match PATTERN ('*' matches any text; several comma-separated): "
+                 "partial fine-tuning, with or without --lora")
+      ->delimiter(',')
+      ->check(name_list_item(true))
+      ->type_name("PATTERN");
+}
+
+Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working) {
+  graph::LoraConfig config;
+  config.freeze = flags.freeze;
+  if (flags.lora.empty()) {
+    if (!flags.targets.empty()) return Error{"--lora-targets applies with --lora RANK"};
+    if (flags.dropout != 0.0) return Error{"--lora-dropout applies with --lora RANK"};
+    return config;
+  }
+  auto spec = parse_lora_spec(flags.lora);
+  if (!spec) return Error{"--lora " + flags.lora + ": " + spec.error().message};
+  config.rank = spec.value().first;
+  config.alpha = spec.value().second;
+  if (!flags.targets.empty()) config.targets = flags.targets;
+  config.dropout = static_cast<float>(flags.dropout);
+  if (flags.dtype == "working") config.dtype = working;
+  return config;
+}
+
 void print_notes(const std::vector<std::string>& notes) {
   for (const std::string& note : notes) std::cerr << note << "\n";
 }
@@ -120,6 +221,12 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   planner::StepDescription step = std::move(resolved.value().step);
   step.offload_optimizer = flags.offload_optimizer;
   step.fused_loss = flags.fused_loss;
+  auto lora = lora_config(flags.lora, flags.dtype);
+  if (!lora) return lora.error();
+  if (lora.value().active() && flags.tensor_parallel > 1) {
+    return Error{"--lora and --freeze do not combine with --tensor-parallel yet: plan one rank's fine-tuning without it"};
+  }
+  step.lora = std::move(lora).value();
   return step;
 }
 

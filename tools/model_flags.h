@@ -8,15 +8,30 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/fusions.h"
+#include "memplan/graph/lora.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/models/model_ref.h"
 #include "memplan/planner/plan_step.h"
 
 namespace memplan::tools {
 
+// Fine-tuning (graph/lora.h): --lora RANK[:ALPHA], --lora-targets, --lora-dropout, --lora-dtype,
+// --freeze; shared by plan, fit, compare and train.
+struct LoraFlags {
+  std::string lora;  // "RANK" or "RANK:ALPHA"; empty: no adapters
+  std::vector<std::string> targets;
+  double dropout = 0.0;
+  std::string dtype = "fp32";  // fp32 (PEFT's) or working (the step's --dtype)
+  std::vector<std::string> freeze;
+};
+void add_lora_options(CLI::App& app, LoraFlags& flags);
+// The flags as a LoraConfig for a step at `working` dtype; an Error names the flag.
+Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working);
+
 // The model reference (--model, --config, --onnx, sizes, --dtype, ...) and the step's choices
 // beside it.
 struct ModelFlags : models::ModelRef {
+  LoraFlags lora;
   graph::OptimizerKind optimizer = graph::OptimizerKind::adamw;
   bool offload_optimizer = false;  // --offload-optimizer (graph::offload_optimizer)
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;  // --fused-loss (graph/fusions.h)

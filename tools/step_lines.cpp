@@ -1,6 +1,9 @@
 #include "tools/step_lines.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "memplan/common/byte_size.h"
 
@@ -124,9 +127,36 @@ nlohmann::json order_json(const planner::MemoryPlan& plan) {
   return j;
 }
 
+std::string lora_line(const graph::LoraReport& lora) {
+  if (lora.adapted_layers == 0 && lora.frozen_params == 0) return {};
+  std::string line = "fine-tuning: ";
+  if (lora.adapted_layers > 0) {
+    std::string names;
+    std::vector<std::string> seen;
+    for (const std::string& m : lora.modules) {
+      const std::string last = m.substr(m.rfind('.') + 1);
+      if (std::find(seen.begin(), seen.end(), last) != seen.end()) continue;
+      seen.push_back(last);
+      names += (names.empty() ? "" : ", ") + last;
+    }
+    line += "LoRA adapters on " + std::to_string(lora.adapted_layers) + " linear layers (" + names + "), " +
+            std::to_string(lora.adapter_params) + " parameters (" + format_bytes(lora.adapter_bytes) + "); ";
+  }
+  line += std::to_string(lora.trainable_params) + " parameters train, " + std::to_string(lora.frozen_params) +
+          " are frozen (" + format_bytes(lora.frozen_bytes) + ": no gradients, optimizer state or master copies)";
+  return line;
+}
+
+nlohmann::json lora_json(const graph::LoraReport& lora) {
+  if (lora.adapted_layers == 0 && lora.frozen_params == 0) return nullptr;
+  return {{"adapted_layers", lora.adapted_layers}, {"adapter_parameters", lora.adapter_params},
+          {"adapter_bytes", lora.adapter_bytes}, {"trainable_parameters", lora.trainable_params},
+          {"frozen_parameters", lora.frozen_params}, {"frozen_bytes", lora.frozen_bytes}, {"modules", lora.modules}};
+}
+
 std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
   std::string out;
-  for (const std::string& line : {loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies),
+  for (const std::string& line : {lora_line(step.lora), loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies),
                                   plan != nullptr ? order_line(*plan) : std::string()}) {
     if (!line.empty()) out += line + "\n";
   }
@@ -134,6 +164,7 @@ std::string rewrite_lines(const planner::StepRewrites& step, const planner::Memo
 }
 
 void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
+  j["fine_tuning"] = lora_json(step.lora);
   j["fused_loss"] = loss_fusion_json(step.loss_fusion);
   j["swiglu"] = swiglu_json(step.swiglu);
   j["copies_recomputed"] = copies_json(step.copies);

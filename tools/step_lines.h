@@ -29,7 +29,11 @@ nlohmann::json copies_json(const graph::CopyRecompute& copies);
 // arena: "" where the plan has no arenas to compare (an order named by --schedule).
 std::string order_line(const planner::MemoryPlan& plan);
 nlohmann::json order_json(const planner::MemoryPlan& plan);
-// Every rewrite line of a planned step (fused loss, swiglu, layout copies) and, given its plan, its
+// "fine-tuning: LoRA adapters on 64 linear layers (q_proj, v_proj), 4194304 parameters (16.00 MiB); ..."; empty
+// without --lora or --freeze.
+std::string lora_line(const graph::LoraReport& lora);
+nlohmann::json lora_json(const graph::LoraReport& lora);
+// Every rewrite line of a planned step (fine-tuning, fused loss, swiglu, layout copies) and, given its plan, its
 // op order, each ending in a newline.
 std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan = nullptr);
 // "fused_loss", "swiglu", "copies_recomputed" and, given the plan, "op_order" into a command's JSON.

@@ -36,6 +36,7 @@ struct TrainFlags {
   bool tf32 = false;
   bool offload_optimizer = false;
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
+  LoraFlags lora;  // --lora, --lora-targets, --lora-dropout, --lora-dtype, --freeze
   std::string data;  // default per model: Fashion-MNIST or the fortunes
   std::vector<std::int64_t> hidden = {256, 256};
   models::GptConfig gpt;  // vocab comes from the text
@@ -136,6 +137,12 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.tf32 = flags.tf32;
   spec.offload_optimizer = flags.offload_optimizer;
   spec.fused_loss = flags.fused_loss;
+  auto lora = lora_config(flags.lora, flags.dtype);
+  if (!lora) return lora.error();
+  if (lora.value().active() && flags.tensor_parallel > 1) {
+    return Error{"--lora and --freeze do not combine with --tensor-parallel yet"};
+  }
+  spec.lora = std::move(lora).value();
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -205,6 +212,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
                           {"saved", saved}};
   }
   out["epochs"] = r.epochs;
+  if (!s.losses.empty()) out["first_loss"] = s.losses.front();  // this run's first step
   out["final_loss"] = s.final_loss;
   if (r.test) {
     out["test_accuracy"] = r.test->accuracy;
@@ -473,6 +481,7 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
       ->capture_default_str();
   app.add_flag("--offload-optimizer", flags.offload_optimizer, "Optimizer offload (ZeRO-Offload): optimizer state and fp32 master weights in host memory, updated there from gradients copied out; the device keeps weights, activations and gradients. Same bits as without it; trains on the CPU device (fit and plan answer for CUDA)");
   add_fused_loss_option(app, flags.fused_loss);
+  add_lora_options(app, flags.lora);
 }
 
 // Where and how the step runs, what it saves, and the ranks under mpirun.

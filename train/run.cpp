@@ -173,6 +173,7 @@ SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist:
   options.dtype = spec.dtype;
   options.offload_optimizer = spec.offload_optimizer;
   options.fused_loss = spec.fused_loss;
+  options.lora = spec.lora;
   options.executor.mode = spec.mode;
   options.executor.debug = spec.debug;
   options.executor.communicator = comm;
@@ -392,6 +393,20 @@ RunIdentity run_identity(const TrainSpec& spec, int world) {
       id.emplace_back("--dropout", number(g.dropout));
       id.emplace_back("--attention", std::string(models::attention_kind_name(g.attention)));
     }
+  }
+  if (spec.lora.active()) {  // fine-tuning changes which parameters exist and which train
+    auto joined = [](const std::vector<std::string>& items) {
+      std::string text;
+      for (const std::string& item : items) text += (text.empty() ? "" : ",") + item;
+      return text;
+    };
+    id.emplace_back("--lora", spec.lora.rank > 0 ? std::to_string(spec.lora.rank) + ":" + number(spec.lora.alpha) : "(none)");
+    if (spec.lora.rank > 0) {
+      id.emplace_back("--lora-targets", joined(spec.lora.targets));
+      id.emplace_back("--lora-dropout", number(spec.lora.dropout));
+      id.emplace_back("--lora-dtype", spec.lora.dtype ? std::string(graph::dtype_name(*spec.lora.dtype)) : "fp32");
+    }
+    id.emplace_back("--freeze", joined(spec.lora.freeze));
   }
   id.emplace_back("--data", spec.data.empty() ? "(default)" : spec.data);
   id.emplace_back("--vocab", spec.vocab > 0 ? std::to_string(spec.vocab) : "(the text's)");

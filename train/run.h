@@ -16,6 +16,7 @@
 #include "memplan/dist/communicator.h"
 #include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/lora.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
@@ -61,6 +62,7 @@ struct TrainSpec {
   bool offload_optimizer = false;
   // The output projection and cross-entropy computed fused, chunk by chunk (graph/fusions.h).
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
+  graph::LoraConfig lora;  // --lora, --freeze: fine-tuning (graph/lora.h)
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   runtime::DebugOptions debug;

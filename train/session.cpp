@@ -211,6 +211,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   s->step_.dtype = options.dtype;
   s->step_.offload_optimizer = options.offload_optimizer;
   s->step_.fused_loss = options.fused_loss;
+  s->step_.lora = options.lora;
   if (options.offload_optimizer && device.kind() != kernels::DeviceKind::cpu) {
     return Error{"--offload-optimizer keeps optimizer state in host memory and updates it there, which memplan trains "
                  "on the CPU device only: add --device cpu (fit and plan answer for " + device.name() + ")"};

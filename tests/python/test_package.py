@@ -64,6 +64,10 @@ class Commands(unittest.TestCase):
               "512", "--device-memory", "24GiB"]),
             (dict(model="gpt", batch=16, device_memory="16MiB", device="cpu", suggest=True),
              ["--model", "gpt", "--batch", "16", "--device-memory", "16MiB", "--device", "cpu", "--suggest"]),
+            (dict(model="gpt", batch=4, device="cpu", device_memory="1GiB", lora="8:16", lora_targets=["q", "v"],
+                  freeze=["wpe.*"]),
+             ["--model", "gpt", "--batch", "4", "--device", "cpu", "--device-memory", "1GiB", "--lora", "8:16",
+              "--lora-targets", "q,v", "--freeze", "wpe.*"]),
         ]
         for kwargs, flags in cases:
             with self.subTest(flags=" ".join(flags)):

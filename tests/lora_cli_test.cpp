@@ -1,0 +1,100 @@
+// LoRA and --freeze as a user meets them: fit counts adapters, their gradients and optimizer state
+// to the byte and gives the frozen base none; train fine-tunes the GPT on the CPU with the arena
+// fit planned, allocating nothing during steps, the same bits in planned and naive mode; bad
+// flags exit 2 naming the flag and what would work.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+namespace memplan {
+namespace {
+
+using testing::run_cli;
+
+nlohmann::json json_of(const std::string& args) {
+  const auto r = run_cli(args, false);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  return nlohmann::json::parse(r.output);
+}
+
+// The reference GPT: 2 layers of width 128 (q, v each [128, 128]).
+constexpr std::int64_t kQvAdapterParams = 2 * 2 * 8 * (128 + 128);
+
+TEST(LoraCli, FitCountsAdaptersTheirGradientsAndStateAndNothingForTheFrozenBase) {
+  const auto full = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --json");
+  const auto lora = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --lora 8 --json");
+  const auto& ft = lora["fine_tuning"];
+  ASSERT_FALSE(ft.is_null()) << lora.dump();
+  EXPECT_EQ(ft["adapted_layers"], 4);
+  EXPECT_EQ(ft["adapter_parameters"], kQvAdapterParams);
+  EXPECT_EQ(ft["trainable_parameters"], kQvAdapterParams);
+  EXPECT_EQ(ft["adapter_bytes"], kQvAdapterParams * 4);
+  const std::int64_t base = full["breakdown"]["parameters"];
+  EXPECT_EQ(ft["frozen_bytes"], base) << "every base parameter is frozen";
+  EXPECT_EQ(lora["breakdown"]["parameters"], base + kQvAdapterParams * 4);
+  EXPECT_EQ(lora["breakdown"]["frozen_parameters"], base);
+  EXPECT_EQ(lora["breakdown"]["trained_parameters"], kQvAdapterParams * 4);
+  // AdamW keeps m and v for the adapters only.
+  EXPECT_EQ(lora["breakdown"]["optimizer_state"], 2 * kQvAdapterParams * 4);
+  EXPECT_EQ(full["breakdown"]["optimizer_state"], 2 * base);
+  EXPECT_LT(lora["arena_bytes"].get<std::int64_t>(), full["arena_bytes"].get<std::int64_t>());
+  // The text names the frozen base and the adapters.
+  const auto text = run_cli("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --lora 8", false);
+  EXPECT_NE(text.output.find("frozen (no gradient or optimizer state)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("fine-tuning: LoRA adapters on 4 linear layers (q, v), 8192 parameters"), std::string::npos)
+      << text.output;
+}
+
+TEST(LoraCli, FreezeWithoutAdaptersTrainsTheRest) {
+  const auto full = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --json");
+  const auto part = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --freeze 'h.0.*,wte.*' --json");
+  const auto& ft = part["fine_tuning"];
+  EXPECT_EQ(ft["adapted_layers"], 0);
+  EXPECT_GT(ft["frozen_parameters"].get<std::int64_t>(), 0);
+  EXPECT_EQ(part["breakdown"]["optimizer_state"].get<std::int64_t>(),
+            2 * (full["breakdown"]["parameters"].get<std::int64_t>() - ft["frozen_bytes"].get<std::int64_t>()));
+}
+
+TEST(LoraCli, TrainFineTunesWithFitsArenaNoAllocationsAndTheSameBitsInEveryMode) {
+  const std::string run = "train --model gpt --lora 8 --steps 40 --batch 8 --eval-samples 64 --seed 3 --threads 1 --json";
+  const auto planned = json_of(run);
+  EXPECT_EQ(planned["fine_tuning"]["trainable_parameters"], kQvAdapterParams);
+  EXPECT_EQ(planned["device_allocations_during_steps"], 0);
+  EXPECT_LT(planned["final_loss"].get<double>(), planned["first_loss"].get<double>()) << "the adapters learn";
+  const auto fit = json_of("fit --model gpt --lora 8 --batch 8 --device cpu --device-memory 1GiB --json");
+  EXPECT_EQ(planned["arena_bytes"], fit["arena_bytes"]) << "fit plans the arena train allocates";
+  const auto naive = json_of(run + " --mode naive");
+  EXPECT_EQ(naive["params_sha256"], planned["params_sha256"]) << "planned and naive give the same bits";
+  // The frozen base stays as initialised: a run of the base model alone has other parameters.
+  const auto base = json_of("train --model gpt --steps 40 --batch 8 --eval-samples 64 --seed 3 --threads 1 --json");
+  EXPECT_NE(base["params_sha256"], planned["params_sha256"]);
+}
+
+TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
+  struct Case {
+    const char* flags;
+    const char* message;
+  } cases[] = {
+      {"--lora 0", "--lora: '0': the rank must be at least 1"},
+      {"--lora -4", "--lora: '-4': the rank must be at least 1"},
+      {"--lora eight", "--lora: 'eight': give RANK or RANK:ALPHA"},
+      {"--lora 8:0", "--lora: '8:0': ALPHA must be a number > 0"},
+      {"--lora-targets q", "--lora-targets applies with --lora RANK"},
+      {"--lora 8 --lora-targets q,gate", "LoRA target 'gate' names no linear layer of this model; its linear layers are fc, k, proj, q, v (or all-linear)"},
+      {"--lora 512", "LoRA rank 512 exceeds the width of 'h.0.attn.q' [128, 128]: give a rank of at most 128"},
+      {"--freeze 'nope*'", "--freeze pattern 'nope*' matches no parameter"},
+      {"--lora 8 --lora-dtype bf16", "--lora-dtype: bf16 not in {fp32,working}"},
+  };
+  for (const Case& c : cases) {
+    for (const char* command : {"fit --device-memory 1GiB", "plan", "train --steps 1"}) {
+      const auto r = run_cli(std::string(command) + " --model gpt " + c.flags, true);
+      EXPECT_EQ(r.exit_code, 2) << command << " " << c.flags << "\n" << r.output;
+      EXPECT_NE(r.output.find(c.message), std::string::npos) << command << " " << c.flags << "\n" << r.output;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace memplan
