@@ -32,7 +32,7 @@ const std::array<OpInfo, kOpKindCount>& table() {
     const std::span<const OpInfo> families[] = {elementwise_rows(),    layout_rows(),         losses_rows(),
                                                 normalization_rows(),  matmul_attention_rows(), conv_pool_rows(),
                                                 optimizer_updates_rows(), collectives_rows(), decode_rows(),
-                                                moe_rows(),            tensor_parallel_rows()};
+                                                moe_rows(),            tensor_parallel_rows(), quant_rows()};
     return assemble_op_table(families);
   }();
   return instance;

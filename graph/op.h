@@ -32,6 +32,10 @@ enum class OpKind : std::uint8_t {
   // never stored whole, only `chunk_rows` rows of them at a time in the op's scratch (0: all rows)
   linear_cross_entropy_lse,  // lse[N] (f32) = log sum_v exp(h_n . w_v)   inputs: h[N, C], w[V, C]
   linear_cross_entropy,      // loss (f32) = mean_n(lse[n] - h_n . w_{label n})   inputs: h, w, labels[N] i32, lse
+  // A frozen linear layer whose weight is stored quantized (graph/quantize.h): trans_b: y[N, out] =
+  // x[N, in] deq(W)^T, else y[N, in] = x[N, out] deq(W); W dequantized a tile of rows at a time in
+  // the op's scratch. inputs: x, then the weight's storage tensors in its layout's order
+  quant_matmul,
   // convolutional nets (NCHW; square kernels; `kernel`, `stride`, `padding`, `dilation` in attrs)
   im2col,                 // cols[N, C*K*K, OH*OW] from x[N, C, H, W]; tap (kh, kw) reads x at
                           // (oh*S + kh*D - P, ow*S + kw*D - P)
@@ -193,6 +197,14 @@ std::string_view phase_name(Phase phase);
 enum class RankGroup : std::uint8_t { data, tensor };
 std::string_view rank_group_name(RankGroup group);
 
+// How a quantized weight is stored (graph/quantize.h gives each layout).
+enum class QuantFormat : std::uint8_t { none, nf4, fp4, int8, fp8, gptq, awq };
+// The names --quant takes.
+inline constexpr EnumName<QuantFormat> kQuantFormatNames[] = {
+    {"none", QuantFormat::none}, {"nf4", QuantFormat::nf4},   {"fp4", QuantFormat::fp4}, {"int8", QuantFormat::int8},
+    {"fp8", QuantFormat::fp8},   {"gptq", QuantFormat::gptq}, {"awq", QuantFormat::awq}};
+
+
 struct OpAttrs {
   bool trans_a = false;
   bool trans_b = false;
@@ -228,6 +240,12 @@ struct OpAttrs {
   std::int64_t length = 0;         // slice
   std::int64_t repeats = 1;        // repeat_heads*
   std::int64_t chunk_rows = 0;     // linear_cross_entropy*: logits rows computed at a time (0: all)
+  // quant_matmul: the weight's storage, whether its block scales are quantized again (nf4, fp4),
+  // and its group size (gptq, awq); `shape` holds the weight's [out, in] and trans_b whether the
+  // product is x W^T (forward) or dy W (the input's gradient).
+  QuantFormat quant = QuantFormat::none;
+  bool double_quant = false;
+  std::int64_t group_size = 0;
   std::int64_t world = 1;          // pack, collectives: the number of ranks
   // collectives: the ranks they run over: the data-parallel group (every rank without tensor
   // parallelism) or the tensor-parallel group (graph/tensor_parallel.h)

@@ -24,6 +24,7 @@ std::span<const OpInfo> collectives_rows();
 std::span<const OpInfo> decode_rows();
 std::span<const OpInfo> moe_rows();
 std::span<const OpInfo> tensor_parallel_rows();
+std::span<const OpInfo> quant_rows();
 // The table indexed by kind from the families' rows; a kind with two rows or none, or a row
 // without its shape or FLOP rule, fails (MEMPLAN_CHECK) naming it.
 std::array<OpInfo, kOpKindCount> assemble_op_table(std::span<const std::span<const OpInfo>> families);

@@ -12,6 +12,7 @@ Bytes dtype_size(DType dtype) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i32: return 4;
+    case DType::u8: return 1;
     case DType::i64: return 8;
   }
   MEMPLAN_CHECK(false, "unknown dtype");

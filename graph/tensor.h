@@ -18,12 +18,12 @@ namespace memplan::graph {
 
 // f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels
 // and token ids).
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };  // i64 last: kernels/kernel.h sizes its table by it
+enum class DType : std::uint8_t { f32, f16, bf16, i32, u8, i64 };  // i64 last: kernels/kernel.h sizes its table by it
 
 // Every dtype's name (the first row of a value) and the aliases the CLI also takes (--dtype f32).
 inline constexpr EnumName<DType> kDTypeNames[] = {
     {"fp32", DType::f32}, {"f32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16},
-    {"f16", DType::f16},  {"i32", DType::i32}, {"i64", DType::i64}};
+    {"f16", DType::f16},  {"i32", DType::i32}, {"u8", DType::u8}, {"i64", DType::i64}};
 
 Bytes dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);

@@ -57,7 +57,8 @@ std::int64_t PlannedStep::parameter_count() const {
 namespace {
 
 // The forward graph of a source step at the step's dtype, its SwiGLU pairs fused where asked.
-Result<graph::Graph> build_forward(const StepDescription& step, graph::SwigluFusion& swiglu, graph::LoraReport& lora) {
+Result<graph::Graph> build_forward(const StepDescription& step, graph::SwigluFusion& swiglu, graph::LoraReport& lora,
+                                   graph::QuantReport& quant) {
   const graph::ModelSource& source = *step.source;
   if (step.batch <= 0) return Error{"the batch size must be positive, got " + std::to_string(step.batch)};
   const graph::DataParallelConfig& dp = step.parallel;
@@ -69,10 +70,8 @@ Result<graph::Graph> build_forward(const StepDescription& step, graph::SwigluFus
   try {
     graph::Graph g = source.forward(rank_batch);
     if (step.dtype != graph::DType::f32) g = graph::with_working_dtype(g, step.dtype);
-    if (step.lora.active()) {
-      if (!source.training) return Error{"LoRA and --freeze apply to training steps"};
-      lora = graph::apply_lora(g, step.lora);
-    }
+    if (step.lora.active()) lora = graph::apply_lora(g, step.lora);  // an evaluation graph keeps the adapters too
+    if (step.quant.active()) quant = graph::quantize_frozen_linears(g, step.quant);
     if (source.training && step.rewrite_step) swiglu = graph::fuse_swiglu(g);
     return g;
   } catch (const graph::GraphError& e) {
@@ -99,15 +98,17 @@ Status make_step(const StepDescription& step, graph::Graph& g, graph::CopyRecomp
 // The step to plan, with the fused loss where the description asks for it (auto: where the
 // fused step's arena lower bound is the lower).
 Result<graph::Graph> build_step(const StepDescription& step, const PlanOptions& options, LossFusionReport& report,
-                                graph::SwigluFusion& swiglu, graph::CopyRecompute& copies, graph::LoraReport& lora) {
+                                graph::SwigluFusion& swiglu, graph::CopyRecompute& copies, graph::LoraReport& lora,
+                                graph::QuantReport& quant) {
   report = LossFusionReport{};
   lora = graph::LoraReport{};
+  quant = graph::QuantReport{};
   report.mode = step.fused_loss;
   swiglu = graph::SwigluFusion{};
   copies = graph::CopyRecompute{};
   if (step.graph) return *step.graph;
   if (!step.source) return Error{"the step has neither a model source nor a graph"};
-  auto forward = build_forward(step, swiglu, lora);
+  auto forward = build_forward(step, swiglu, lora, quant);
   if (!forward) return forward.error();
   graph::Graph unfused = std::move(forward).value();
   if (step.source->training && step.fused_loss != graph::FusedLoss::off) {
@@ -150,12 +151,13 @@ Result<PlannedStep> plan_step(const StepDescription& step, const PlanRequest& re
   graph::SwigluFusion swiglu;
   graph::CopyRecompute copies;
   graph::LoraReport lora;
-  auto built = build_step(step, options, fusion, swiglu, copies, lora);
+  graph::QuantReport quant;
+  auto built = build_step(step, options, fusion, swiglu, copies, lora, quant);
   if (!built) return built.error();
   // A probe answers only "fits or not": the exact search runs where it can change that answer.
   if (request.answer_only && request.budget) options.decide_against = request.budget;
   PlannedStep out;
-  out.rewrites = {std::move(fusion), swiglu, copies, std::move(lora)};
+  out.rewrites = {std::move(fusion), swiglu, copies, std::move(lora), quant, step.quant.format};
   out.budget = request.budget;
   if (request.checkpoint == CheckpointStrategy::kNone && request.budget && request.answer_only) {
     // No recomputation to choose: when even the arena's lower bound exceeds the budget, the

@@ -14,6 +14,7 @@
 #include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/lora.h"
+#include "memplan/graph/quantize.h"
 #include "memplan/graph/model_source.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/planner/checkpoint.h"
@@ -51,6 +52,9 @@ struct StepDescription {
   // Fine-tuning (graph/lora.h): LoRA adapters on the linear layers it names, everything else
   // frozen, and parameters frozen by pattern; applied to a source's forward graph at `dtype`.
   graph::LoraConfig lora;
+  // Quantized frozen weights (graph/quantize.h): the frozen linear layers' weights stored as the
+  // format lays them out, dequantized a tile at a time inside their products.
+  graph::QuantConfig quant;
   // A graph built elsewhere (a test's, a decoder's), planned as it is; replaces `source`.
   std::optional<graph::Graph> graph;
 
@@ -101,6 +105,8 @@ struct StepRewrites {
   graph::SwigluFusion swiglu;   // the pairs fuse_swiglu fused (none: nothing to fuse, or not asked)
   graph::CopyRecompute copies;  // the layout copies recompute_layout_copies made again
   graph::LoraReport lora;       // the adapters added and the parameters frozen (none unless asked)
+  graph::QuantReport quant;     // the frozen linear weights stored quantized (none unless asked)
+  graph::QuantFormat quant_format = graph::QuantFormat::none;
 };
 
 struct PlannedStep {

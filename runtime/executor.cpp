@@ -309,6 +309,16 @@ void Executor::write_values(void* device_dst, const TensorDesc& desc, const floa
     device_.copy_from_host(device_dst, ints.data(), desc.size_bytes());
     return;
   }
+  if (desc.dtype == graph::DType::u8) {
+    // Quantized storage (graph/quantize.h): each value's integer part, modulo 256, so a uniform
+    // initialisation over [-128, 128) draws every code.
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(desc.shape.numel()));
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(std::floor(values[i])) & 0xFF);
+    }
+    device_.copy_from_host(device_dst, bytes.data(), desc.size_bytes());
+    return;
+  }
   MEMPLAN_CHECK(graph::is_16bit_float(desc.dtype), "'" << desc.name << "' is " << graph::dtype_name(desc.dtype)
                                                        << ", not a floating tensor to write f32 values into");
   std::vector<std::uint16_t> narrow(static_cast<std::size_t>(desc.shape.numel()));

@@ -18,7 +18,8 @@ Result<graph::DType> parse_dtype(const std::string& name) {
   if (name == "BF16") return graph::DType::bf16;
   if (name == "I32") return graph::DType::i32;
   if (name == "I64") return graph::DType::i64;
-  return Error{"dtype '" + name + "' is not one memplan uses (F32, F16, BF16, I32, I64)"};
+  if (name == "U8") return graph::DType::u8;
+  return Error{"dtype '" + name + "' is not one memplan uses (F32, F16, BF16, I32, I64, U8)"};
 }
 
 }  // namespace
@@ -29,6 +30,7 @@ std::string_view safetensors_dtype_name(graph::DType dtype) {
     case graph::DType::f16: return "F16";
     case graph::DType::bf16: return "BF16";
     case graph::DType::i32: return "I32";
+    case graph::DType::u8: return "U8";
     case graph::DType::i64: return "I64";
   }
   return "?";

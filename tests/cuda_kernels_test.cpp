@@ -384,6 +384,8 @@ void compare_op(runtime::Device& gpu, std::span<std::byte> workspace, const grap
     if (d.dtype == graph::DType::i32) {
       auto* p = reinterpret_cast<std::int32_t*>(t.bytes.data());
       for (std::int64_t i = 0; i < d.shape.numel(); ++i) p[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(id_bound(g, op))));
+    } else if (d.dtype == graph::DType::u8) {  // quantized codes: every byte value
+      for (std::byte& b : t.bytes) b = static_cast<std::byte>(rng.below(256));
     } else {
       std::vector<float> v(static_cast<std::size_t>(d.shape.numel()));
       for (float& x : v) x = non_negative ? std::fabs(rng.normal()) : rng.normal();

@@ -8,6 +8,7 @@
 #include "memplan/common/check.h"
 #include "memplan/common/splitmix64.h"
 #include "memplan/graph/autograd.h"
+#include "memplan/graph/quantize.h"
 
 namespace memplan::testing {
 namespace {
@@ -22,6 +23,12 @@ TensorId with_attrs(Builder& b, OpKind kind, std::vector<TensorId> inputs, graph
 }
 TensorId with_attrs(Builder& b, OpKind kind, TensorId x, graph::OpAttrs attrs) {
   return with_attrs(b, kind, std::vector<TensorId>{x}, std::move(attrs));
+}
+// y = x deq(W)^T with W [d[1], d[2]] stored as `config` lays it out.
+TensorId quant_case(Builder& b, const Dims& d, DType t, const graph::QuantConfig& config) {
+  const TensorId x = b.parameter("x", {d[0], d[2]}, {}, t);
+  const auto storage = graph::add_quantized_weight(b.graph(), "fc.weight", d[1], d[2], config);
+  return graph::add_quant_matmul(b.graph(), x, storage, d[1], d[2], config, "y");
 }
 // A cast op even where the dtype does not change (a copy), which Builder::cast leaves out.
 TensorId cast_op(Builder& b, TensorId x, DType dtype, const std::string& name) {
@@ -326,6 +333,20 @@ const std::vector<OpCase>& op_cases() {
          return b.swiglu(b.parameter("gate", Shape(d), {}, t), b.parameter("up", Shape(d), {}, t), "y");
        },
        {{7}, {3, 4}}},
+      // quant_matmul: x [N, in] times a quantized [out, in] weight; d = {N, out, in}. The weight's
+      // storage is frozen (no gradient to check); x's gradient is dy deq(W).
+      {"quant_matmul_nf4", OpKind::quant_matmul,
+       [](Builder& b, const Dims& d, DType t) { return quant_case(b, d, t, {graph::QuantFormat::nf4, false, 0}); },
+       {{3, 4, 32}, {2, 3, 80}}},
+      {"quant_matmul_nf4_double_quant", OpKind::quant_matmul,
+       [](Builder& b, const Dims& d, DType t) { return quant_case(b, d, t, {graph::QuantFormat::nf4, true, 0}); },
+       {{2, 5, 64}}},
+      {"quant_matmul_fp4", OpKind::quant_matmul,
+       [](Builder& b, const Dims& d, DType t) { return quant_case(b, d, t, {graph::QuantFormat::fp4, false, 0}); },
+       {{3, 4, 32}}},
+      {"quant_matmul_int8", OpKind::quant_matmul,
+       [](Builder& b, const Dims& d, DType t) { return quant_case(b, d, t, {graph::QuantFormat::int8, false, 0}); },
+       {{3, 4, 6}}},
       // cast: to f32 (a widening at 16 bits, a copy at f32), and back (a rounding at 16 bits).
       {"cast_to_f32", OpKind::cast,
        [](Builder& b, const Dims& d, DType t) { return cast_op(b, b.parameter("x", Shape(d), {}, t), DType::f32, "y"); },
@@ -614,6 +635,53 @@ V ref_matmul(const RefOperands& o) {
   const auto& at_ = o.op.attrs;
   const std::int64_t m = o.out[0], n = o.out[1], k = at_.trans_a ? o.shape[0][0] : o.shape[0][1];
   return matmul_of(o.in[0], o.in[1], 1, m, k, n, at_.trans_a, at_.trans_b);
+}
+// quant_matmul from its layouts' definitions (graph/quantize.h), in double: the weight rebuilt
+// element by element, then multiplied. The tables are the published ones, written out here.
+const double kNf4Table[16] = {-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                              -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                              0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+                              0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0};
+const double kFp4Table[16] = {0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3};  // divided by 12
+// bitsandbytes' create_dynamic_map(signed=True) as its Python builds it: per decade i = 0..6 the
+// midpoints of linspace(0.1, 1, 2^i + 1) times +-10^(i-6), then 0 and 1, sorted.
+std::vector<double> dynamic_map() {
+  std::vector<double> data;
+  for (int i = 0; i < 7; ++i) {
+    const int points = (1 << i) + 1;
+    for (int j = 0; j + 1 < points; ++j) {
+      const double a = 0.1 + 0.9 * j / (points - 1), b = 0.1 + 0.9 * (j + 1) / (points - 1);
+      data.push_back(std::pow(10.0, i - 6) * (a + b) / 2);
+      data.push_back(-std::pow(10.0, i - 6) * (a + b) / 2);
+    }
+  }
+  data.push_back(0);
+  data.push_back(1);
+  std::sort(data.begin(), data.end());
+  return data;
+}
+V ref_quant_matmul(const RefOperands& o) {
+  const auto& a = o.op.attrs;
+  const std::int64_t out = a.shape[0], in = a.shape[1];
+  V w(static_cast<std::size_t>(out * in));
+  const std::vector<double> dyn = dynamic_map();
+  for (std::int64_t i = 0; i < out * in; ++i) {
+    double v = 0;
+    if (a.quant == graph::QuantFormat::int8) {
+      const double code = o.in[1][static_cast<std::size_t>(i)];
+      v = (code >= 128 ? code - 256 : code) * o.in[2][static_cast<std::size_t>(i / in)] / 127.0;
+    } else {
+      const auto byte = static_cast<int>(o.in[1][static_cast<std::size_t>(i / 2)]);
+      const int code = i % 2 == 0 ? byte >> 4 : byte & 15;
+      const std::size_t block = static_cast<std::size_t>(i / 64);
+      const double absmax = a.double_quant ? dyn[static_cast<std::size_t>(o.in[2][block])] * o.in[3][block / 256] + o.in[4][0]
+                                           : o.in[2][block];
+      v = (a.quant == graph::QuantFormat::nf4 ? kNf4Table[code] : kFp4Table[code] / 12.0) * absmax;
+    }
+    w[static_cast<std::size_t>(i)] = v;
+  }
+  const std::int64_t n = o.shape[0][0];
+  return a.trans_b ? matmul_of(o.in[0], w, 1, n, in, out, false, true) : matmul_of(o.in[0], w, 1, n, out, in, false, false);
 }
 V ref_batched_matmul(const RefOperands& o) {
   const int r = o.out.rank();
@@ -1191,6 +1259,7 @@ const ReferenceEntry kReferences[] = {
        return unary(o, [](double x, const graph::OpAttrs& a) { return std::min(std::max(x, double(a.clip_min)), double(a.clip_max)); });
      }},
     {OpKind::swiglu, [](const RefOperands& o) { return binary(o, [](double g, double u) { return g * sigmoid(g) * u; }); }},
+    {OpKind::quant_matmul, ref_quant_matmul},
     {OpKind::cast, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs&) { return x; }); }},
     {OpKind::reshape, ref_reshape},
     {OpKind::tp_copy, ref_reshape},  // the identity
@@ -1259,7 +1328,9 @@ TensorId build_case_graph(const OpCase& c, const Dims& dims, DType dtype, bool b
   g.retained.push_back(y);
   if (backward) {
     graph::append_backward(g, g.loss);
-    for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);
+    for (TensorId p : g.parameters()) {
+      if (!g.tensor(p).frozen) g.retained.push_back(g.tensor(p).grad);  // frozen storage has none
+    }
   }
   return y;
 }

@@ -53,6 +53,11 @@ std::optional<Bytes> flags_host_memory(const FitFlags& flags) {
   return bytes ? std::optional<Bytes>(bytes.value()) : std::nullopt;
 }
 
+// The frozen parameters' bytes as stored: quantized weights at their layout's size.
+Bytes frozen_bytes(const planner::StepRewrites& r) {
+  return r.lora.frozen_bytes - r.quant.full_bytes + r.quant.data_bytes + r.quant.constant_bytes;
+}
+
 std::string strategy_name(planner::CheckpointStrategy s) { return std::string(planner::checkpoint_strategy_name(s)); }
 
 std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, std::int64_t batch) {
@@ -251,8 +256,13 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
                     {"communication", b.communication_at_peak},
                     {"workspace", b.workspace}, {"runtime_overhead", b.runtime_overhead}, {"arena", b.arena}};
   if (a.planned.rewrites.lora.frozen_params > 0) {
-    j["breakdown"]["frozen_parameters"] = a.planned.rewrites.lora.frozen_bytes;
-    j["breakdown"]["trained_parameters"] = b.parameters - a.planned.rewrites.lora.frozen_bytes;
+    const Bytes frozen = frozen_bytes(a.planned.rewrites);
+    j["breakdown"]["frozen_parameters"] = frozen;
+    j["breakdown"]["trained_parameters"] = b.parameters - frozen;
+    if (a.planned.rewrites.quant.quantized_layers > 0) {
+      j["breakdown"]["quantized_weights"] = a.planned.rewrites.quant.data_bytes;
+      j["breakdown"]["quantization_constants"] = a.planned.rewrites.quant.constant_bytes;
+    }
     j["breakdown"]["lora_adapters"] = a.planned.rewrites.lora.adapter_bytes;
   }
   j["host_snapshot_bytes"] = b.host_snapshot;  // train --save-dir's copy of the state, in host memory
@@ -341,10 +351,17 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   if (!a.max_batch.empty()) print_out("plan at batch %lld, the batch asked:\n", static_cast<long long>(batch));
   row("parameters", b.parameters);
   const graph::LoraReport& lora = a.planned.rewrites.lora;
+  const graph::QuantReport& quant = a.planned.rewrites.quant;
+  const Bytes frozen = frozen_bytes(a.planned.rewrites);
   if (lora.frozen_params > 0) {
-    print_out("    %-40s %14s\n", "frozen (no gradient or optimizer state)", format_bytes(lora.frozen_bytes).c_str());
+    print_out("    %-40s %14s\n", "frozen (no gradient or optimizer state)", format_bytes(frozen).c_str());
+    if (quant.quantized_layers > 0) {
+      const std::string label = "  quantized weights (" + std::string(enum_name(graph::kQuantFormatNames, a.planned.rewrites.quant_format)) + ")";
+      print_out("    %-40s %14s\n", label.c_str(), format_bytes(quant.data_bytes).c_str());
+      print_out("    %-40s %14s\n", "  their scales and constants", format_bytes(quant.constant_bytes).c_str());
+    }
     if (lora.adapted_layers > 0) print_out("    %-40s %14s\n", "LoRA adapters (trained)", format_bytes(lora.adapter_bytes).c_str());
-    print_out("    %-40s %14s\n", "trained", format_bytes(b.parameters - lora.frozen_bytes).c_str());
+    print_out("    %-40s %14s\n", "trained", format_bytes(b.parameters - frozen).c_str());
   }
   row("gradients (at the peak)", b.gradients_at_peak);
   if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);

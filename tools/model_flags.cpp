@@ -157,7 +157,7 @@ CLI::Validator name_list_item(bool glob) {
 
 }  // namespace
 
-void add_lora_options(CLI::App& app, LoraFlags& flags) {
+void add_lora_options(CLI::App& app, LoraFlags& flags, bool with_quant) {
   app.add_option("--lora", flags.lora,
                  "LoRA fine-tuning: adapters of rank RANK (scaled by ALPHA / RANK; ALPHA 8 by default, as PEFT's) on "
                  "the --lora-targets layers, every other parameter frozen (no gradient, optimizer state or master copy)")
@@ -188,6 +188,31 @@ void add_lora_options(CLI::App& app, LoraFlags& flags) {
       ->delimiter(',')
       ->check(name_list_item(true))
       ->type_name("PATTERN");
+  if (!with_quant) return;
+  add_enum_option(app, "--quant", flags.quant, graph::kQuantFormatNames,
+                  "Store the frozen linear layers' weights quantized, as the libraries lay them out (QLoRA with --lora): "
+                  "nf4 or fp4 (bitsandbytes: 4-bit codes, an f32 scale per 64), int8 (LLM.int8: f32 row scales), fp8 "
+                  "(e4m3, one scale), gptq or awq (packed int4, fp16 scales and packed zeros per --group-size input "
+                  "channels; gptq adds g_idx). Each product dequantizes a tile of rows at a time in planned scratch; "
+                  "embeddings, the output head and norms stay at --dtype");
+  app.add_flag("--double-quant", flags.double_quant,
+               "With --quant nf4 or fp4: the block scales quantized again (u8 codes, an f32 scale per 256 of them and an "
+               "offset), as QLoRA's double quantization");
+  app.add_option("--group-size", flags.group_size, "With --quant gptq or awq: input channels per scale and zero (default 128)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+}
+
+Result<graph::QuantConfig> quant_config(const LoraFlags& flags) {
+  graph::QuantConfig config;
+  config.format = flags.quant;
+  config.double_quant = flags.double_quant;
+  const bool grouped = flags.quant == graph::QuantFormat::gptq || flags.quant == graph::QuantFormat::awq;
+  if (flags.double_quant && flags.quant != graph::QuantFormat::nf4 && flags.quant != graph::QuantFormat::fp4) {
+    return Error{"--double-quant applies to --quant nf4 and fp4"};
+  }
+  if (flags.group_size > 0 && !grouped) return Error{"--group-size applies to --quant gptq and awq"};
+  config.group_size = flags.group_size > 0 ? flags.group_size : 128;
+  return config;
 }
 
 Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working) {
@@ -227,6 +252,9 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
     return Error{"--lora and --freeze do not combine with --tensor-parallel yet: plan one rank's fine-tuning without it"};
   }
   step.lora = std::move(lora).value();
+  auto quant = quant_config(flags.lora);
+  if (!quant) return quant.error();
+  step.quant = quant.value();
   return step;
 }
 

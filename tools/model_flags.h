@@ -23,10 +23,17 @@ struct LoraFlags {
   double dropout = 0.0;
   std::string dtype = "fp32";  // fp32 (PEFT's) or working (the step's --dtype)
   std::vector<std::string> freeze;
+  // --quant, --double-quant, --group-size: the frozen linear weights stored quantized
+  // (graph/quantize.h); train refuses them (fit, plan and compare plan them).
+  graph::QuantFormat quant = graph::QuantFormat::none;
+  bool double_quant = false;
+  std::int64_t group_size = 0;  // 0: not given (128 for gptq and awq)
 };
-void add_lora_options(CLI::App& app, LoraFlags& flags);
+// `with_quant`: also --quant, --double-quant and --group-size.
+void add_lora_options(CLI::App& app, LoraFlags& flags, bool with_quant = true);
 // The flags as a LoraConfig for a step at `working` dtype; an Error names the flag.
 Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working);
+Result<graph::QuantConfig> quant_config(const LoraFlags& flags);
 
 // The model reference (--model, --config, --onnx, sizes, --dtype, ...) and the step's choices
 // beside it.

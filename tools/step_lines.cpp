@@ -127,7 +127,7 @@ nlohmann::json order_json(const planner::MemoryPlan& plan) {
   return j;
 }
 
-std::string lora_line(const graph::LoraReport& lora) {
+std::string lora_line(const graph::LoraReport& lora, const graph::QuantReport& quant) {
   if (lora.adapted_layers == 0 && lora.frozen_params == 0) return {};
   std::string line = "fine-tuning: ";
   if (lora.adapted_layers > 0) {
@@ -142,8 +142,10 @@ std::string lora_line(const graph::LoraReport& lora) {
     line += "LoRA adapters on " + std::to_string(lora.adapted_layers) + " linear layers (" + names + "), " +
             std::to_string(lora.adapter_params) + " parameters (" + format_bytes(lora.adapter_bytes) + "); ";
   }
+  const Bytes stored = lora.frozen_bytes - quant.full_bytes + quant.data_bytes + quant.constant_bytes;
   line += std::to_string(lora.trainable_params) + " parameters train, " + std::to_string(lora.frozen_params) +
-          " are frozen (" + format_bytes(lora.frozen_bytes) + ": no gradients, optimizer state or master copies)";
+          " are frozen (" + format_bytes(stored) + (quant.quantized_layers > 0 ? " as stored" : "") +
+          ": no gradients, optimizer state or master copies)";
   return line;
 }
 
@@ -154,9 +156,24 @@ nlohmann::json lora_json(const graph::LoraReport& lora) {
           {"frozen_parameters", lora.frozen_params}, {"frozen_bytes", lora.frozen_bytes}, {"modules", lora.modules}};
 }
 
+std::string quant_line(const graph::QuantReport& quant, graph::QuantFormat format) {
+  if (quant.quantized_layers == 0) return {};
+  return "quantized: " + std::to_string(quant.quantized_layers) + " frozen linear weights in " +
+         std::string(enum_name(graph::kQuantFormatNames, format)) + ", " + format_bytes(quant.full_bytes) + " -> " +
+         format_bytes(quant.data_bytes + quant.constant_bytes) + " (" + format_bytes(quant.data_bytes) + " of values, " +
+         format_bytes(quant.constant_bytes) + " of scales and constants); each product dequantizes a tile of rows in scratch";
+}
+
+nlohmann::json quant_json(const graph::QuantReport& quant) {
+  if (quant.quantized_layers == 0) return nullptr;
+  return {{"quantized_layers", quant.quantized_layers}, {"quantized_parameters", quant.quantized_params},
+          {"full_precision_bytes", quant.full_bytes}, {"data_bytes", quant.data_bytes},
+          {"constant_bytes", quant.constant_bytes}, {"bytes", quant.data_bytes + quant.constant_bytes}};
+}
+
 std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
   std::string out;
-  for (const std::string& line : {lora_line(step.lora), loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies),
+  for (const std::string& line : {lora_line(step.lora, step.quant), quant_line(step.quant, step.quant_format), loss_fusion_line(step.loss_fusion), swiglu_line(step.swiglu), copies_line(step.copies),
                                   plan != nullptr ? order_line(*plan) : std::string()}) {
     if (!line.empty()) out += line + "\n";
   }
@@ -165,6 +182,7 @@ std::string rewrite_lines(const planner::StepRewrites& step, const planner::Memo
 
 void add_rewrites_json(nlohmann::json& j, const planner::StepRewrites& step, const planner::MemoryPlan* plan) {
   j["fine_tuning"] = lora_json(step.lora);
+  j["quantized"] = quant_json(step.quant);
   j["fused_loss"] = loss_fusion_json(step.loss_fusion);
   j["swiglu"] = swiglu_json(step.swiglu);
   j["copies_recomputed"] = copies_json(step.copies);

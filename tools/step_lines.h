@@ -31,8 +31,11 @@ std::string order_line(const planner::MemoryPlan& plan);
 nlohmann::json order_json(const planner::MemoryPlan& plan);
 // "fine-tuning: LoRA adapters on 64 linear layers (q_proj, v_proj), 4194304 parameters (16.00 MiB); ..."; empty
 // without --lora or --freeze.
-std::string lora_line(const graph::LoraReport& lora);
+std::string lora_line(const graph::LoraReport& lora, const graph::QuantReport& quant = {});
 nlohmann::json lora_json(const graph::LoraReport& lora);
+// "quantized: 224 frozen linear weights in nf4, 12.06 GiB -> 3.39 GiB (...)"; empty without --quant.
+std::string quant_line(const graph::QuantReport& quant, graph::QuantFormat format);
+nlohmann::json quant_json(const graph::QuantReport& quant);
 // Every rewrite line of a planned step (fine-tuning, fused loss, swiglu, layout copies) and, given its plan, its
 // op order, each ending in a newline.
 std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan = nullptr);

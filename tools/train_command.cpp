@@ -143,6 +143,14 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     return Error{"--lora and --freeze do not combine with --tensor-parallel yet"};
   }
   spec.lora = std::move(lora).value();
+  auto quant = quant_config(flags.lora);
+  if (!quant) return quant.error();
+  const graph::QuantFormat format = quant.value().format;
+  if (format == graph::QuantFormat::fp8 || format == graph::QuantFormat::gptq || format == graph::QuantFormat::awq) {
+    return Error{"--quant " + std::string(enum_name(graph::kQuantFormatNames, format)) +
+                 ": train runs nf4, fp4 and int8 weights; fp8, gptq and awq are planned by fit, plan and compare only"};
+  }
+  spec.quant = quant.value();
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();

@@ -129,11 +129,18 @@ Status evaluate_range(const std::function<planner::StepDescription(std::int64_t)
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
                                        const models::ImageDataset& data, runtime::Device& device,
-                                       std::int64_t max_images) {
+                                       std::int64_t max_images,
+                                       const graph::LoraConfig& lora, const graph::QuantConfig& quant) {
   models::ModelOptions eval_model = model;
   eval_model.training = false;  // running statistics, no dropout
   return evaluate_classifier(
-      [&eval_model](std::int64_t batch) { return planner::StepDescription::of_source(models::registry_source(eval_model), batch); }, ClassifierIo{},
+      [&eval_model, &lora, &quant](std::int64_t batch) {
+        planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(eval_model), batch);
+        step.lora = lora;
+        step.lora.dropout = 0.0f;  // evaluation: no dropout
+        step.quant = quant;
+        return step;
+      }, ClassifierIo{},
       trained, data, device, max_images);
 }
 

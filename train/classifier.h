@@ -79,10 +79,12 @@ graph::DType working_dtype(const graph::Graph& graph);
 
 // Runs the model's forward graph over the dataset's first `max_images` images (all of them by
 // default) with the parameters of `trained`.
+// A fine-tuned model (`lora`, `quant`) is evaluated with its adapters and quantized weights.
 Result<Evaluation> evaluate_classifier(const models::ModelOptions& model,
                                        const runtime::Executor& trained,
                                        const models::ImageDataset& data, runtime::Device& device,
-                                       std::int64_t max_images = std::numeric_limits<std::int64_t>::max());
+                                       std::int64_t max_images = std::numeric_limits<std::int64_t>::max(),
+                                       const graph::LoraConfig& lora = {}, const graph::QuantConfig& quant = {});
 
 // The same for any classifier graph: `eval_step(batch)` describes its forward graph at that batch
 // in evaluation form (not a training step), `io` names its input and labels. Persistent tensors

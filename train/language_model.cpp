@@ -94,7 +94,8 @@ Status bind_trained_weights(runtime::Executor& exec, const runtime::Executor& tr
 
 Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model, const runtime::Executor& trained,
                                                const std::vector<std::int32_t>& tokens, runtime::Device& device,
-                                               std::int64_t max_windows) {
+                                               std::int64_t max_windows, const graph::LoraConfig& lora,
+                                               const graph::QuantConfig& quant) {
   // A window: T tokens and their successors, or an encoder-decoder's source and target
   // (split_source_target), whose successors are the target.
   const std::int64_t target = text_target(model);
@@ -110,6 +111,9 @@ Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model
   eval_model.training = false;
   planner::StepDescription step = planner::StepDescription::of_source(models::registry_source(eval_model), batch);
   step.dtype = working_dtype(trained.graph());  // the trained tensors' dtype, read in place
+  step.lora = lora;
+  step.lora.dropout = 0.0f;  // evaluation: no dropout
+  step.quant = quant;
   auto planned = runtime::plan_step_for(step, device);
   if (!planned) return planned.error();
   const graph::Graph& g = planned.value().graph;

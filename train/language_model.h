@@ -66,9 +66,11 @@ struct TextEvaluation {
 
 // Mean next-character cross-entropy over up to `max_windows` evenly spaced, non-overlapping
 // windows of `tokens`, with the parameters of `trained` (evaluation graph: no dropout).
+// A fine-tuned model (`lora`, `quant`) is evaluated with its adapters and quantized weights.
 Result<TextEvaluation> evaluate_language_model(const models::ModelOptions& model, const runtime::Executor& trained,
                                                const std::vector<std::int32_t>& tokens, runtime::Device& device,
-                                               std::int64_t max_windows);
+                                               std::int64_t max_windows, const graph::LoraConfig& lora = {},
+                                               const graph::QuantConfig& quant = {});
 
 struct SampleOptions {
   std::int64_t tokens = 200;

@@ -174,6 +174,7 @@ SessionOptions session_options(const TrainSpec& spec, int world, int rank, dist:
   options.offload_optimizer = spec.offload_optimizer;
   options.fused_loss = spec.fused_loss;
   options.lora = spec.lora;
+  options.quant = spec.quant;
   options.executor.mode = spec.mode;
   options.executor.debug = spec.debug;
   options.executor.communicator = comm;
@@ -407,6 +408,10 @@ RunIdentity run_identity(const TrainSpec& spec, int world) {
       id.emplace_back("--lora-dtype", spec.lora.dtype ? std::string(graph::dtype_name(*spec.lora.dtype)) : "fp32");
     }
     id.emplace_back("--freeze", joined(spec.lora.freeze));
+    if (spec.quant.active()) {
+      id.emplace_back("--quant", std::string(enum_name(graph::kQuantFormatNames, spec.quant.format)));
+      id.emplace_back("--double-quant", spec.quant.double_quant ? "yes" : "no");
+    }
   }
   id.emplace_back("--data", spec.data.empty() ? "(default)" : spec.data);
   id.emplace_back("--vocab", spec.vocab > 0 ? std::to_string(spec.vocab) : "(the text's)");

@@ -17,6 +17,7 @@
 #include "memplan/graph/fusions.h"
 #include "memplan/graph/graph.h"
 #include "memplan/graph/lora.h"
+#include "memplan/graph/quantize.h"
 #include "memplan/import/onnx_import.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/registry.h"
@@ -63,6 +64,7 @@ struct TrainSpec {
   // The output projection and cross-entropy computed fused, chunk by chunk (graph/fusions.h).
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;
   graph::LoraConfig lora;  // --lora, --freeze: fine-tuning (graph/lora.h)
+  graph::QuantConfig quant;  // --quant: the frozen linear weights stored quantized (graph/quantize.h)
   int threads = 0;               // CPU threads; 0: all cores
   runtime::ExecutionMode mode = runtime::ExecutionMode::planned;
   runtime::DebugOptions debug;

@@ -212,6 +212,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::plan(RunData data, con
   s->step_.offload_optimizer = options.offload_optimizer;
   s->step_.fused_loss = options.fused_loss;
   s->step_.lora = options.lora;
+  s->step_.quant = options.quant;
   if (options.offload_optimizer && device.kind() != kernels::DeviceKind::cpu) {
     return Error{"--offload-optimizer keeps optimizer state in host memory and updates it there, which memplan trains "
                  "on the CPU device only: add --device cpu (fit and plan answer for " + device.name() + ")"};
@@ -343,7 +344,7 @@ Result<SessionEvaluation> TrainingSession::evaluate(std::optional<std::int64_t> 
   SessionEvaluation out;
   if (data_.text) {
     auto r = evaluate_language_model(data_.model, *executor_, data_.text->val, eval_device,
-                                     max_samples.value_or(kDefaultEvalSequences));
+                                     max_samples.value_or(kDefaultEvalSequences), step_.lora, step_.quant);
     if (!r) return r.error();
     out.text = r.value();
   } else {
@@ -355,7 +356,8 @@ Result<SessionEvaluation> TrainingSession::evaluate(std::optional<std::int64_t> 
                                 return planner::StepDescription::of_source(import::onnx_source(run->model, eval), batch);
                               },
                               data_.onnx->io, *executor_, *data_.test_images, eval_device, max_images)
-                        : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device, max_images);
+                        : evaluate_classifier(data_.model, *executor_, *data_.test_images, eval_device, max_images,
+                                              step_.lora, step_.quant);
     if (!r) return r.error();
     out.classifier = r.value();
   }

@@ -88,6 +88,7 @@ struct SessionOptions {
   bool offload_optimizer = false;
   graph::FusedLoss fused_loss = graph::FusedLoss::auto_;  // planner::StepDescription::fused_loss
   graph::LoraConfig lora;  // planner::StepDescription::lora
+  graph::QuantConfig quant;  // planner::StepDescription::quant
   // executor.communicator: the ranks of a data-parallel run; executor.tensor_communicator: those
   // of a tensor-parallel one (graph/tensor_parallel.h), the model's slice set in the data's model.
   runtime::ExecutorOptions executor;

@@ -316,6 +316,8 @@ KernelEntries f32_kernel_entries() {
   entries.insert(entries.end(), tensor_parallel.begin(), tensor_parallel.end());
   const auto fused_loss = fused_loss_kernel_entries();
   entries.insert(entries.end(), fused_loss.begin(), fused_loss.end());
+  const auto quant = quant_kernel_entries();
+  entries.insert(entries.end(), quant.begin(), quant.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

@@ -48,6 +48,7 @@ KernelEntries decode_kernel_entries();
 KernelEntries moe_kernel_entries();
 // The fused projection and cross-entropy, chunk by chunk (fused_loss_kernels.cpp).
 KernelEntries fused_loss_kernel_entries();
+KernelEntries quant_kernel_entries();  // quant_kernels.cpp: products with quantized frozen weights
 // The vocabulary-parallel cross-entropy's statistics, loss and gradient (tensor_parallel_kernels.cpp).
 KernelEntries tensor_parallel_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).

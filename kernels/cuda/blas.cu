@@ -5,6 +5,7 @@
 
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/quant.h"
 
 namespace memplan::kernels::cuda {
 namespace {
@@ -54,6 +55,50 @@ void k_batched_matmul(const KernelCall& c) {
   const std::int64_t batch = out.numel() / (m * n);
   gemm_batched(c.attrs->trans_a, c.attrs->trans_b, m, n, k, c.inputs[0].f32(), m * k, c.inputs[1].f32(), k * n,
                c.outputs[0].f32(), m * n, batch, 0.0f);
+}
+
+// quant_matmul (graph/quantize.h): the weight dequantized 64 rows at a time into the op's scratch
+// with the arithmetic the CPU uses (kernels/shared/quant.h), each tile multiplied in by cuBLAS.
+// trans_b: y[N, out] = x[N, in] W^T (each tile writes its own columns); else y[N, in] = x[N, out] W
+// (the tiles' products summed in order).
+void k_quant_matmul(const KernelCall& c) {
+  const graph::OpAttrs& a = *c.attrs;
+  QuantView q;
+  q.format = a.quant;
+  q.double_quant = a.double_quant;
+  q.out = a.shape[0];
+  q.in = a.shape[1];
+  q.group_size = a.group_size;
+  q.data = static_cast<const std::uint8_t*>(c.inputs[1].data);
+  q.scales = c.inputs[2].data;
+  if (q.double_quant) {
+    q.absmax2 = static_cast<const float*>(c.inputs[3].data);
+    q.offset = static_cast<const float*>(c.inputs[4].data);
+  }
+  MEMPLAN_CHECK(q.format == graph::QuantFormat::nf4 || q.format == graph::QuantFormat::fp4 || q.format == graph::QuantFormat::int8,
+                "no CUDA kernel computes " << enum_name(graph::kQuantFormatNames, q.format) << " weights");
+  const std::int64_t n = (*c.inputs[0].shape)[0];
+  const std::int64_t tile_rows = std::min<std::int64_t>(64, q.out);
+  MEMPLAN_CHECK(static_cast<std::int64_t>(c.workspace.size()) >= tile_rows * q.in * 4, "quant_matmul: the scratch was not planned");
+  float* tile = reinterpret_cast<float*>(c.workspace.data());
+  const float* x = c.inputs[0].f32();
+  float* y = c.outputs[0].f32();
+  const float one = 1.0f;
+  cublasHandle_t h = context().cublas;
+  for (std::int64_t r0 = 0; r0 < q.out; r0 += tile_rows) {
+    const std::int64_t rows = std::min(tile_rows, q.out - r0);
+    const std::int64_t first = r0 * q.in;
+    for_each_index(rows * q.in, "dequantize a weight tile", [=] __device__(std::int64_t i) { tile[i] = dequantize_element(q, first + i); });
+    if (a.trans_b) {  // y[:, r0:r0+rows] = x tile^T
+      const float zero = 0.0f;
+      MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(q.in), &one, tile, int(q.in), x,
+                                              int(q.in), &zero, y + r0, int(q.out)));
+    } else {  // y += x[:, r0:r0+rows] tile
+      const float beta = r0 == 0 ? 0.0f : 1.0f;
+      MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(q.in), int(n), int(rows), &one, tile, int(q.in),
+                                              x + r0, int(q.out), &beta, y, int(q.in)));
+    }
+  }
 }
 
 // y[n] [Cout, P] = w [Cout, CKK] cols[n] [CKK, P]: one strided-batched GEMM, w shared.
@@ -179,6 +224,7 @@ KernelEntries blas_kernel_entries() {
       {OpKind::conv2d, k_conv2d},
       {OpKind::conv2d_backward_cols, k_conv2d_backward_cols},
       {OpKind::conv2d_backward_weight, k_conv2d_backward_weight},
+      {OpKind::quant_matmul, k_quant_matmul},
   };
 }
 
