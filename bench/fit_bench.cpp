@@ -80,6 +80,9 @@ int main() {
       // on the per-rank step (issue: a positive largest batch under checkpointing in under 10 s).
       {"llama2-70b --max-batch bf16 64 ranks zero3 s4096 80GiB (3 strategies)",
        "--model llama2-70b --dtype bf16 --devices 64 --zero 3 --seq 4096 --device-memory 80GiB --max-batch", 10000},
+      // QLoRA at 70B: the frozen base in NF4, adapters on q and v (issue: under 10 s).
+      {"llama2-70b --max-batch bf16 LoRA r8 NF4 s2048 80GiB (3 strategies)",
+       "--model llama2-70b --dtype bf16 --lora 8 --quant nf4 --seq 2048 --device-memory 80GiB --max-batch", 10000},
       // The encoder-decoder: Flan-T5-XL at the T5 paper's 512 source and 114 target tokens.
       {"flan-t5-xl --max-batch bf16 s512 t114 80GiB (3 strategies)",
        "--model flan-t5-xl --dtype bf16 --seq 512 --target-seq 114 --budget 80GiB --max-batch", 10000},

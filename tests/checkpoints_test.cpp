@@ -223,6 +223,13 @@ TEST(Checkpoints, ADamagedNewestCheckpointIsSkippedForThePreviousOne) {
          write_file(shard_of(newest), bad);
        }, "corrupted"},
       {"manifest gone", [&] { fs::remove(newest / train::kManifestName); }, "manifest"},
+      // A manifest naming a file outside its folder is refused as such, before it is opened.
+      {"shard outside the folder", [&] {
+         const std::string shard = shard_of(newest).filename().string();
+         std::string bad = manifest;
+         bad.replace(bad.find("\"" + shard + "\""), shard.size() + 2, "\"../../../etc/passwd\"");
+         write_file(newest / train::kManifestName, bad);
+       }, "the manifest names shard '../../../etc/passwd', which is not a file of the checkpoint's folder"},
   };
   for (const Damage& d : damages) {
     SCOPED_TRACE(d.what);

@@ -103,6 +103,14 @@ Result<Manifest> read_manifest(const fs::path& folder) {
     return Error{"the manifest does not parse: " + std::string(e.what())};
   }
   if (m.world < 1 || static_cast<int>(m.shards.size()) != m.world) return Error{"the manifest lists the wrong number of shards"};
+  // A shard is a file of the checkpoint's own folder: a name with a directory in it (or . or ..)
+  // would open something else, so it is refused before anything is read.
+  for (const auto& [file, digest] : m.shards) {
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\\') != std::string::npos || file.find('\0') != std::string::npos) {
+      return Error{"the manifest names shard '" + file + "', which is not a file of the checkpoint's folder"};
+    }
+  }
   return m;
 }
 
