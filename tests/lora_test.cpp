@@ -8,10 +8,13 @@
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/lora.h"
+#include "memplan/graph/autograd.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/gpt.h"
 #include "memplan/models/model_source.h"
 #include "memplan/planner/plan_step.h"
+#include "golden_util.h"
+#include "test_util.h"
 
 namespace memplan::graph {
 namespace {
@@ -126,6 +129,51 @@ TEST(Lora, Sixteen_bitStepsCastToF32AdaptersAndBack) {
   EXPECT_GE(casts, 4 * 2) << "each adapter's input up and its output down";
   EXPECT_EQ(masters, 0) << "f32 adapters need no master copy, and the frozen base has none";
   EXPECT_EQ(planned.value().rewrites.lora.adapted_layers, 4);
+}
+
+// One LoRA linear against PyTorch computing it as PEFT does (tests/golden/make_lora_linear.py):
+// the graph apply_lora makes, run on the CPU, gives y = x W^T + (alpha / r) x A^T B^T and the
+// adapters' gradients; the frozen W gets none.
+TEST(Lora, ALoraLinearMatchesPyTorch) {
+  const nlohmann::json golden = testing::load_golden("lora_linear_golden.json");
+  const std::int64_t n = golden["n"], in = golden["in"], out = golden["out"];
+  Graph g;
+  Builder b(g);
+  const TensorId x = b.input("x", {n, in});
+  const TensorId w = b.parameter("fc.weight", {out, in}, {});
+  const TensorId weights = b.input("weights", {n, out});
+  // The weighted product is the output, so fc is not the output head (which targets leave out).
+  g.output = b.mul(b.matmul(x, w, false, true, "fc"), weights, "yR");
+  g.loss = b.sum(g.output, "loss");
+  LoraConfig config;
+  config.rank = golden["rank"];
+  config.alpha = golden["alpha"];
+  config.targets = {"fc"};
+  apply_lora(g, config);
+  append_backward(g, g.loss);
+  const TensorId a = g.find("fc.lora_A.weight"), bw = g.find("fc.lora_B.weight");
+  ASSERT_NE(a, kNoTensor);
+  EXPECT_EQ(g.tensor(w).grad, kNoTensor);
+  const TensorId y = g.find("fc.lora.sum");
+  ASSERT_NE(y, kNoTensor);
+  g.retained = {y, g.tensor(a).grad, g.tensor(bw).grad};
+  testing::CpuRun run(g);
+  auto floats = [](const nlohmann::json& v) { return v.get<std::vector<float>>(); };
+  run.executor.initialize_persistent(0);
+  run.executor.write_tensor(w, floats(golden["w"]).data());
+  run.executor.write_tensor(a, floats(golden["a"]).data());
+  run.executor.write_tensor(bw, floats(golden["b"]).data());
+  run.executor.set_input_values(x, floats(golden["x"]));
+  run.executor.set_input_values(weights, floats(golden["weights"]));
+  ASSERT_TRUE(run.executor.run_step().ok());
+  auto read = [&](TensorId t) {
+    std::vector<float> v(static_cast<std::size_t>(g.tensor(t).shape.numel()));
+    run.executor.read_tensor(t, v.data());
+    return v;
+  };
+  testing::expect_close(read(y), floats(golden["y"]), "y", 1e-5f, 1e-5f);
+  testing::expect_close(read(g.tensor(a).grad), floats(golden["grad_a"]), "grad A", 1e-5f, 1e-5f);
+  testing::expect_close(read(g.tensor(bw).grad), floats(golden["grad_b"]), "grad B", 1e-5f, 1e-5f);
 }
 
 TEST(Lora, BadTargetsRanksAndPatternsAreRefusedByName) {
