@@ -96,6 +96,33 @@ TEST(LoraCli, QloraTrainsOnTheCpuWithFitsArena) {
   EXPECT_NE(gptq.output.find("--quant gptq: train runs nf4, fp4 and int8 weights"), std::string::npos) << gptq.output;
 }
 
+// fit --suggest --allow lora,quant: when the job may fine-tune instead, each recipe is planned with
+// the levers that fit it and says what it saves.
+TEST(LoraCli, SuggestPlansTheFineTuningRecipesTheUserAllows) {
+  const auto j = json_of("fit --model gpt2 --batch 4 --seq 256 --device-memory 2GiB --suggest --allow lora,quant --json");
+  ASSERT_TRUE(j.contains("fine_tuning_recipes")) << j.dump();
+  const auto& recipes = j["fine_tuning_recipes"];
+  ASSERT_EQ(recipes.size(), 2u);
+  EXPECT_EQ(recipes[0]["recipe"], "--lora 8 --lora-targets q,v");
+  EXPECT_EQ(recipes[1]["recipe"], "--lora 8 --lora-targets q,v --quant nf4 --double-quant");
+  for (const auto& r : recipes) ASSERT_TRUE(r["fits"].get<bool>()) << r.dump();
+  // Each recipe's figure is fit's for its flags with the levers it names (none needed here).
+  const auto lora = json_of("fit --model gpt2 --batch 4 --seq 256 --device-memory 2GiB --lora 8 --json");
+  const auto qlora = json_of("fit --model gpt2 --batch 4 --seq 256 --device-memory 2GiB --lora 8 --quant nf4 --double-quant --json");
+  EXPECT_EQ(recipes[0]["best"]["total_bytes"], lora["total_bytes"]);
+  EXPECT_EQ(recipes[1]["best"]["total_bytes"], qlora["total_bytes"]);
+  EXPECT_LT(qlora["total_bytes"].get<std::int64_t>(), lora["total_bytes"].get<std::int64_t>());
+  if (j["fits"].get<bool>()) {
+    EXPECT_EQ(recipes[1]["saved_bytes"].get<std::int64_t>(), j["best"]["total_bytes"].get<std::int64_t>() - qlora["total_bytes"].get<std::int64_t>());
+  }
+  const auto alone = run_cli("fit --model gpt2 --device-memory 2GiB --allow lora", true);
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.output.find("--allow names the recipes --suggest may propose: add --suggest"), std::string::npos) << alone.output;
+  const auto bogus = run_cli("fit --model gpt2 --device-memory 2GiB --suggest --allow magic", true);
+  EXPECT_EQ(bogus.exit_code, 2);
+  EXPECT_NE(bogus.output.find("--allow"), std::string::npos) << bogus.output;
+}
+
 TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
   struct Case {
     const char* flags;

@@ -39,6 +39,8 @@ struct FitFlags {
   std::int64_t block_size = 16;
   // --suggest: the cheapest combination of levers that fits (planner/levers.h)
   bool suggest = false;
+  // --allow lora,quant: --suggest also plans the fine-tuning recipes the user accepts
+  std::vector<std::string> allow;
   // Data parallel: one rank's step of --devices ranks (graph/data_parallel.h)
   int devices = 1;
   int zero = 0;
@@ -551,15 +553,57 @@ std::vector<int> suggested_degrees(int devices) {
   return out;
 }
 
-int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
+// A fine-tuning recipe --allow accepts, as its flags, and the levers that fit it.
+struct Recipe {
+  std::string flags;
+  planner::SuggestAnswer answer;
+  std::string why_not;  // the recipe cannot be planned for this model (no linear layers, ...)
+};
+
+planner::SuggestQuestion suggest_question(const FitFlags& flags, const planner::FitQuestion& asked, std::int64_t batch) {
   planner::SuggestQuestion q;
   q.step = step_with_levers(flags);
-  q.batch = asked.step.batch;
+  q.batch = batch;
   q.devices = flags.devices;
   q.tensor_parallel_degrees = suggested_degrees(flags.devices);
   q.device_memory = asked.device_memory;
   q.host_memory = asked.host_memory;
   q.request = asked.request;
+  return q;
+}
+
+// The recipes --allow names that the flags do not already ask for: LoRA (rank 8 on q and v) and
+// QLoRA (the same with the base in NF4 and double quantization), each searched as --suggest does.
+Result<std::vector<Recipe>> fine_tuning_recipes(const FitFlags& flags, const planner::FitQuestion& asked, std::int64_t batch) {
+  std::vector<Recipe> out;
+  const bool lora = std::find(flags.allow.begin(), flags.allow.end(), "lora") != flags.allow.end();
+  const bool quant = std::find(flags.allow.begin(), flags.allow.end(), "quant") != flags.allow.end();
+  const bool has_lora = !flags.model.lora.lora.empty();
+  for (int r = 0; r < 2; ++r) {
+    const bool with_quant = r == 1;
+    if ((with_quant && !quant) || (!with_quant && !lora)) continue;
+    if (has_lora && (!with_quant || flags.model.lora.quant != graph::QuantFormat::none)) continue;  // asked already
+    FitFlags recipe = flags;
+    if (!has_lora) recipe.model.lora.lora = "8";
+    std::string text = has_lora ? "" : "--lora 8 --lora-targets q,v";
+    if (with_quant) {
+      recipe.model.lora.quant = graph::QuantFormat::nf4;
+      recipe.model.lora.double_quant = true;
+      text += std::string(text.empty() ? "" : " ") + "--quant nf4 --double-quant";
+    }
+    if (auto s = step_description(recipe.model); !s) {
+      out.push_back({text, {}, s.error().message});
+      continue;
+    }
+    auto answered = planner::suggest_levers(suggest_question(recipe, asked, batch));
+    if (!answered) return answered.error();
+    out.push_back({text, std::move(answered).value()});
+  }
+  return out;
+}
+
+int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
+  planner::SuggestQuestion q = suggest_question(flags, asked, asked.step.batch);
   if (!flags.json) q.progress = [](const std::string& line) { std::cerr << "fit --suggest: " << line << "\n"; };
   auto answered = planner::suggest_levers(q);
   if (!answered) {
@@ -576,8 +620,25 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
     }
     savings = std::move(s).value();
   }
+  auto recipes = fine_tuning_recipes(flags, asked, q.batch);
+  if (!recipes) {
+    std::cerr << "memplan fit: " << recipes.error().message << "\n";
+    return kExitUsage;
+  }
+  const bool asked_fits = a.best.has_value();
+  const Bytes asked_bytes = asked_fits ? a.best->total_bytes : 0;
   const planner::CostModel& m = q.costs;
   if (flags.json) {
+    nlohmann::json recipe_rows = nlohmann::json::array();
+    for (const Recipe& r : recipes.value()) {
+      nlohmann::json row{{"recipe", r.flags}, {"fits", r.answer.best.has_value()}};
+      if (!r.why_not.empty()) row["not_planned"] = r.why_not;
+      if (r.answer.best) {
+        row["best"] = candidate_json(*r.answer.best, flags.model.sequence_parallel);
+        if (asked_fits) row["saved_bytes"] = asked_bytes - r.answer.best->total_bytes;
+      }
+      recipe_rows.push_back(row);
+    }
     nlohmann::json candidates = nlohmann::json::array();
     for (const planner::LeverCandidate& c : a.candidates) candidates.push_back(candidate_json(c, flags.model.sequence_parallel));
     nlohmann::json j{{"model", flags.model.label()}, {"batch", q.batch}, {"devices", q.devices},
@@ -588,6 +649,7 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
                                      {"gpus_per_node", m.gpus_per_node}}}};
     if (a.best) j["best"] = candidate_json(*a.best, flags.model.sequence_parallel);
     j["lever_savings"] = savings_json(savings);
+    if (!flags.allow.empty()) j["fine_tuning_recipes"] = recipe_rows;
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
@@ -612,12 +674,29 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
               c.why_not.empty() ? "" : ("  (" + c.why_not + ")").c_str());
   }
   if (!a.best) {
-    print_out("\nno combination fits: more devices (--devices), a smaller --batch or --seq, or a device with more memory\n");
-    return kExitOk;
+    print_out("\nno combination fits: more devices (--devices), a smaller --batch or --seq, or a device with more memory%s\n",
+              flags.allow.empty() ? "; or, if the job may fine-tune instead, --allow lora,quant" : "");
+  } else {
+    print_out("\nbest: %s (per rank %s, est. %s a step)\n", levers_text(*a.best, flags.model.sequence_parallel).c_str(),
+              format_bytes(a.best->total_bytes).c_str(), fmt_seconds(a.best->seconds).c_str());
+    print_savings(savings);
   }
-  print_out("\nbest: %s (per rank %s, est. %s a step)\n", levers_text(*a.best, flags.model.sequence_parallel).c_str(),
-            format_bytes(a.best->total_bytes).c_str(), fmt_seconds(a.best->seconds).c_str());
-  print_savings(savings);
+  if (!recipes.value().empty()) print_out("\nfine-tuning recipes (--allow), each with its best levers:\n");
+  for (const Recipe& r : recipes.value()) {
+    if (!r.why_not.empty()) {
+      print_out("  %-56s not planned: %s\n", r.flags.c_str(), r.why_not.c_str());
+      continue;
+    }
+    if (!r.answer.best) {
+      print_out("  %-56s does not fit with any combination\n", r.flags.c_str());
+      continue;
+    }
+    const Bytes total = r.answer.best->total_bytes;
+    const std::string saved = asked_fits ? (", saves " + format_bytes(asked_bytes - total) + " against the step as asked")
+                                          : ", where the step as asked does not fit";
+    print_out("  %-56s fits: %s (per rank %s%s)\n", r.flags.c_str(), levers_text(*r.answer.best, flags.model.sequence_parallel).c_str(),
+              format_bytes(total).c_str(), saved.c_str());
+  }
   return kExitOk;
 }
 
@@ -635,6 +714,10 @@ int run_fit(const FitFlags& asked) {
   auto question = fit_question(flags);
   if (!question) {
     std::cerr << "memplan fit: " << question.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!flags.allow.empty() && !flags.suggest) {
+    std::cerr << "memplan fit: --allow names the recipes --suggest may propose: add --suggest\n";
     return kExitUsage;
   }
   if (flags.suggest) return run_suggest(flags, question.value());
@@ -710,6 +793,12 @@ Command add_fit_command(CLI::App& root) {
                 "micro-batch with gradient accumulation. Each combination is planned; the fitting ones are ranked by "
                 "an estimated step time (FLOPs, collective and host bytes at an H100 node's rates), and the best's "
                 "levers are each released once to show what it saves");
+  app->add_option("--allow", flags->allow,
+                  "With --suggest: fine-tuning recipes the job may change to, each planned with the same levers: lora "
+                  "(LoRA rank 8 on q and v, the base frozen), quant (QLoRA: lora with the base in NF4 with double "
+                  "quantization); each line says what it saves against the step as asked")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"lora", "quant"}));
   app->add_option("--devices", flags->devices,
                   "Devices (ranks): plan one rank's step, --batch being the global batch; data-parallel replicas of "
                   "--tensor-parallel devices each (default: --tensor-parallel)")
