@@ -27,6 +27,14 @@ Result<Planned> plan_decode(const ServeQuestion& q, std::int64_t slots) {
   } catch (const graph::GraphError& e) {
     return Error{e.what()};
   }
+  if (q.weights_quant.active()) {
+    for (TensorId p : g.parameters()) g.mutable_tensor(p).frozen = true;  // serving trains nothing
+    try {
+      graph::quantize_frozen_linears(g, q.weights_quant);
+    } catch (const graph::GraphError& e) {
+      return Error{e.what()};
+    }
+  }
   Bytes weights = 0;
   for (TensorId p : g.parameters()) weights += g.tensor(p).size_bytes();
   planner::PlanRequest request;
@@ -53,7 +61,10 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   // attention caches NKV heads, not NH).
   const std::int64_t layers = q.llama ? q.llama->layers : q.model.layers;
   const std::int64_t kv_width = q.llama ? q.llama->kv_heads * q.llama->head_size() : q.model.width;
-  const Bytes layer_position_bytes = 2 * kv_width * graph::dtype_size(q.kv_dtype);
+  const std::int64_t kv_heads = q.llama ? q.llama->kv_heads : q.model.heads;
+  Bytes layer_position_bytes = 2 * kv_width * graph::dtype_size(q.kv_dtype);
+  if (q.kv_quant == KvQuant::int8) layer_position_bytes += 2 * kv_heads * 4;  // a scale per head for K and V
+  if (q.kv_quant == KvQuant::fp8) a.kv_scale_bytes = layers * 2 * 4;          // k_scale and v_scale per layer
   a.kv_bytes_per_token = layers * layer_position_bytes;
   a.kv_block_bytes = a.kv_bytes_per_token * q.block_size;
   // A windowed layer keeps the window's last positions only (the rest is never read again); paged,
@@ -73,7 +84,9 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   }
   if (a.windowed_layers > 0) a.sliding_window = q.llama->sliding_window;
   a.runtime_overhead_bytes = q.device.overhead_bytes();
-  auto total = [&](std::int64_t n, const Planned& p) { return q.device.total_bytes(p.arena) + n * a.kv_bytes_per_sequence; };
+  auto total = [&](std::int64_t n, const Planned& p) {
+    return q.device.total_bytes(p.arena) + a.kv_scale_bytes + n * a.kv_bytes_per_sequence;
+  };
   // The largest n with total(n) <= memory, by the planner's batch search (total grows with n);
   // n * KV alone exceeding the memory bounds it. `best` keeps the decode step of the largest n
   // that fit, or of one slot (the search's first probe) when none does.
@@ -94,8 +107,8 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
   a.weights_bytes = best.weights;
   a.decode_arena_bytes = best.arena;
   a.kv_bytes = a.max_sequences * a.kv_bytes_per_sequence;
-  a.total_bytes = q.device.total_bytes(best.arena) + a.kv_bytes;
-  const Bytes room = q.device_memory - q.device.total_bytes(best.arena);
+  a.total_bytes = q.device.total_bytes(best.arena) + a.kv_scale_bytes + a.kv_bytes;
+  const Bytes room = q.device_memory - q.device.total_bytes(best.arena) - a.kv_scale_bytes;
   a.kv_blocks = room > 0 ? room / a.kv_block_bytes : 0;
   a.paged_sequences = a.kv_blocks * layers / layer_blocks_per_sequence;
   return a;

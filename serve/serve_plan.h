@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "memplan/common/result.h"
+#include "memplan/graph/quantize.h"
 #include "memplan/graph/tensor.h"
 #include <optional>
 
@@ -17,12 +18,22 @@
 
 namespace memplan::serve {
 
+// An 8-bit KV cache and the scales it keeps beside its values: fp8 (e4m3) with one f32 scale for
+// the keys and one for the values of each layer (vLLM's kv_cache_dtype fp8 with k_scale and
+// v_scale), int8 with an f32 scale per position, K/V head and layer for the keys and again for
+// the values (per-token, per-head quantization). none: kv_dtype as it is.
+enum class KvQuant : std::uint8_t { none, fp8, int8 };
+
 struct ServeQuestion {
   // The decoder: a GPT description, or a LLaMA-style one when `llama` is set (the weights at its dtype).
   models::GptConfig model;
   std::optional<models::LlamaConfig> llama;
   std::int64_t seq = 0;      // positions per sequence, prompt and output (<= the context; 0: the context)
-  graph::DType kv_dtype = graph::DType::f32;
+  graph::DType kv_dtype = graph::DType::f32;  // with kv_quant: u8 (one byte a value)
+  KvQuant kv_quant = KvQuant::none;
+  // The weights' linear layers stored quantized (graph/quantize.h): serving trains nothing, so every
+  // linear layer but the output head is quantized.
+  graph::QuantConfig weights_quant;
   std::int64_t block_size = 16;
   Bytes device_memory = 0;
   planner::DeviceProfile device;
@@ -30,7 +41,8 @@ struct ServeQuestion {
 
 struct ServeAnswer {
   std::int64_t seq = 0;
-  Bytes kv_bytes_per_token = 0;     // keys and values of one position, every layer, at kv_dtype
+  Bytes kv_bytes_per_token = 0;     // keys and values of one position, every layer, at kv_dtype (with per-position scales)
+  Bytes kv_scale_bytes = 0;         // per-layer scales of an fp8 cache (a fixed amount, beside the arena)
   Bytes kv_bytes_per_sequence = 0;  // seq positions (contiguous), a windowed layer's capped at its window
   // Sliding windows (LlamaConfig::sliding_window) shorter than seq: the layers that keep only the
   // window's last positions, and the window (0 and 0 when every layer keeps every position).

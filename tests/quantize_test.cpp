@@ -154,5 +154,40 @@ TEST(Quantize, Llama2SevenBQloraBasesAreTheLayoutFormula) {
   EXPECT_LT(nf4["total_bytes"].get<Bytes>(), lora["total_bytes"].get<Bytes>());
 }
 
+// fit --serve with quantized weights and an 8-bit KV cache: "how many sequences of Llama-3.1-8B
+// in int4 on a 24 GB card". The weights are the bf16 model with each linear layer at its layout's
+// size; the KV cache one byte a value, plus int8's per-position scales or fp8's per-layer ones.
+TEST(Quantize, ServingCountsQuantizedWeightsAndEightBitCaches) {
+  const std::string serve = "fit --config " + std::string(MEMPLAN_CONFIG_DIR) +
+                            "/llama-3.1-8b.json --serve --seq 4096 --dtype bf16 --device-memory 24GiB --json";
+  auto run = [&](const std::string& extra) {
+    const auto r = testing::run_cli(serve + extra, false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const auto bf16 = run(""), gptq = run(" --quant gptq --kv-dtype int8"), awq_fp8 = run(" --quant awq --kv-dtype fp8");
+  Bytes linear_bf16 = 0, linear_gptq = 0, linear_awq = 0;
+  for (int layer = 0; layer < 32; ++layer) {
+    for (auto [out, in] : {std::pair{4096, 4096}, {1024, 4096}, {1024, 4096}, {4096, 4096}, {14336, 4096}, {14336, 4096}, {4096, 14336}}) {
+      linear_bf16 += std::int64_t{out} * in * 2;
+      linear_gptq += expected_bytes(QuantFormat::gptq, false, 128, out, in);
+      linear_awq += expected_bytes(QuantFormat::awq, false, 128, out, in);
+    }
+  }
+  const Bytes weights = bf16["breakdown"]["weights"];
+  EXPECT_EQ(gptq["breakdown"]["weights"].get<Bytes>(), weights - linear_bf16 + linear_gptq);
+  EXPECT_EQ(awq_fp8["breakdown"]["weights"].get<Bytes>(), weights - linear_bf16 + linear_awq);
+  // Keys and values of a position: 32 layers x 8 K/V heads x 128 channels, twice.
+  EXPECT_EQ(bf16["kv_bytes_per_token"], 32 * 2 * 8 * 128 * 2);
+  EXPECT_EQ(gptq["kv_bytes_per_token"], 32 * (2 * 8 * 128 + 2 * 8 * 4));  // int8 values and an f32 scale a head
+  EXPECT_EQ(awq_fp8["kv_bytes_per_token"], 32 * 2 * 8 * 128);
+  EXPECT_EQ(awq_fp8["breakdown"]["kv_scales"], 32 * 2 * 4);  // k_scale and v_scale a layer
+  EXPECT_GT(gptq["max_sequences"].get<std::int64_t>(), 2 * bf16["max_sequences"].get<std::int64_t>());
+  // Adapters describe training: refused with --serve.
+  const auto lora = testing::run_cli(serve + " --lora 8", true);
+  EXPECT_EQ(lora.exit_code, 2);
+  EXPECT_NE(lora.output.find("--serve plans the model as it serves"), std::string::npos) << lora.output;
+}
+
 }  // namespace
 }  // namespace memplan::graph

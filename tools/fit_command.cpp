@@ -35,7 +35,7 @@ struct FitFlags {
   bool checkpoint_given = false;  // --checkpoint on the command line: --max-batch searches it alone
   // --serve: how many sequences generation serves beside the weights (serve/serve_plan.h)
   bool serve = false;
-  std::optional<graph::DType> kv_dtype;  // default: --dtype
+  std::string kv_dtype = "same";  // --kv-dtype: same (--dtype), fp32, bf16, fp16, fp8 or int8
   std::int64_t block_size = 16;
   // --suggest: the cheapest combination of levers that fits (planner/levers.h)
   bool suggest = false;
@@ -112,7 +112,21 @@ int run_fit_serve(const FitFlags& flags) {
   q.model = decoder.value().gpt;
   q.llama = decoder.value().llama;
   q.seq = decoder.value().seq;
-  q.kv_dtype = flags.kv_dtype.value_or(flags.model.dtype);
+  if (flags.kv_dtype == "fp8" || flags.kv_dtype == "int8") {
+    q.kv_dtype = graph::DType::u8;
+    q.kv_quant = flags.kv_dtype == "fp8" ? serve::KvQuant::fp8 : serve::KvQuant::int8;
+  } else if (flags.kv_dtype == "same") {
+    q.kv_dtype = flags.model.dtype;
+  } else {
+    q.kv_dtype = parse_enum(graph::float_dtype_names(), flags.kv_dtype, "dtype").value();
+  }
+  if (!flags.model.lora.lora.empty() || !flags.model.lora.freeze.empty()) {
+    return fail("--lora and --freeze describe training; --serve plans the model as it serves (merge adapters into the "
+                "weights, or plan them with fit)");
+  }
+  auto weights_quant = quant_config(flags.model.lora);
+  if (!weights_quant) return fail(weights_quant.error().message);
+  q.weights_quant = weights_quant.value();
   q.block_size = flags.block_size;
   auto memory = parse_byte_size(flags.device_memory);
   if (!memory) return fail("--device-memory: " + memory.error().message);
@@ -123,9 +137,16 @@ int run_fit_serve(const FitFlags& flags) {
   auto answered = serve::answer_serve(q);
   if (!answered) return fail(answered.error().message);
   const serve::ServeAnswer& a = answered.value();
+  const std::string kv_name = q.kv_quant == serve::KvQuant::none ? std::string(graph::dtype_name(q.kv_dtype)) : flags.kv_dtype;
+  const std::string weights_name = q.weights_quant.active()
+                                       ? std::string(enum_name(graph::kQuantFormatNames, q.weights_quant.format)) + " (linear layers; the rest " +
+                                             std::string(graph::dtype_name(flags.model.dtype)) + ")"
+                                       : std::string(graph::dtype_name(flags.model.dtype));
   if (flags.json) {
     nlohmann::json j{{"model", flags.model.label()}, {"seq", a.seq}, {"dtype", graph::dtype_name(flags.model.dtype)},
-                     {"kv_dtype", graph::dtype_name(q.kv_dtype)}, {"block_size", q.block_size},
+                     {"kv_dtype", kv_name}, {"block_size", q.block_size},
+                     {"weights_quant", std::string(enum_name(graph::kQuantFormatNames, q.weights_quant.format))},
+                     {"kv_scale_bytes", a.kv_scale_bytes},
                      {"device", kernels::device_kind_name(flags.device)}, {"device_memory_bytes", q.device_memory},
                      {"max_sequences", a.max_sequences}, {"kv_blocks", a.kv_blocks}, {"paged_sequences", a.paged_sequences},
                      {"kv_bytes_per_token", a.kv_bytes_per_token}, {"kv_bytes_per_sequence", a.kv_bytes_per_sequence},
@@ -135,14 +156,15 @@ int run_fit_serve(const FitFlags& flags) {
                       {"decode_arena", a.decode_arena_bytes},
                       {"decode_activations_and_workspace", a.decode_arena_bytes - a.weights_bytes},
                       {"kv_cache", a.kv_bytes},
+                      {"kv_scales", a.kv_scale_bytes},
                       {"runtime_overhead", a.runtime_overhead_bytes},
                       {"total", a.total_bytes}};
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
   print_out("%s serving sequences of %lld positions, weights %s, KV cache %s, on %s with %s of memory\n\n",
-              flags.model.label().c_str(), static_cast<long long>(a.seq), std::string(graph::dtype_name(flags.model.dtype)).c_str(),
-              std::string(graph::dtype_name(q.kv_dtype)).c_str(), std::string(kernels::device_kind_name(flags.device)).c_str(),
+              flags.model.label().c_str(), static_cast<long long>(a.seq), weights_name.c_str(),
+              kv_name.c_str(), std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(q.device_memory).c_str());
   auto row = [](const std::string& label, Bytes bytes) {
     print_out("  %-40s %14s  %16lld B\n", label.c_str(), format_bytes(bytes).c_str(), static_cast<long long>(bytes));
@@ -151,6 +173,7 @@ int run_fit_serve(const FitFlags& flags) {
   row("decode step activations + workspace", a.decode_arena_bytes - a.weights_bytes);
   row("decode arena (exact, " + std::to_string(a.slots) + " slots)", a.decode_arena_bytes);
   row("KV cache (" + std::to_string(a.max_sequences) + " x " + std::to_string(a.seq) + " positions)", a.kv_bytes);
+  if (a.kv_scale_bytes > 0) row("KV scales (fp8: k_scale, v_scale a layer)", a.kv_scale_bytes);
   row("runtime overhead", a.runtime_overhead_bytes);
   row("total", a.total_bytes);
   print_out("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
@@ -782,8 +805,12 @@ Command add_fit_command(CLI::App& root) {
   app->add_flag("--serve", flags->serve,
                 "Serving instead of training (the GPT and LLaMA decoders): weights, the decode step's arena and a KV cache of --seq "
                 "positions per sequence; the most concurrent sequences (contiguous) and KV blocks (paged) that fit");
-  add_enum_option(*app, "--kv-dtype", flags->kv_dtype, graph::float_dtype_names(), "--serve: the KV cache's dtype", "same")
-      ->default_str("same as --dtype");
+app->add_option("--kv-dtype", flags->kv_dtype,
+                  "--serve: the KV cache's dtype: same (--dtype), fp32, bf16, fp16, or 8 bits a value: fp8 (e4m3, an f32 "
+                  "scale for the keys and one for the values of each layer) or int8 (an f32 scale per position and K/V "
+                  "head, for keys and values)")
+      ->check(CLI::IsMember({"same", "fp32", "bf16", "fp16", "fp8", "int8"}))
+      ->capture_default_str();
   app->add_option("--block-size", flags->block_size, "--serve: positions per KV block (paged)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();
