@@ -103,7 +103,7 @@ const std::set<std::string> kFreeText = {
     "sample --load", "sample --prompt", "replay --html", "replay --svg", "generate --load", "generate --prompts-file",
     "generate --data", "plan --onnx", "fit --onnx", "compare --onnx", "plan --output", "fit --output", "compare --output",
     "fit --config", "plan --config", "compare --config", "train --output", "train --export-onnx",
-    "train --save-dir", "plan --svg",
+    "train --save-dir", "plan --svg", "train --save-adapter",
     // Module names and parameter patterns: any name parses (control characters, spaces and empty
     // names do not); the step refuses one that names no layer or parameter, listing those there are.
     "train --lora-targets", "fit --lora-targets", "plan --lora-targets", "compare --lora-targets",

@@ -42,6 +42,7 @@ struct TrainFlags {
   models::GptConfig gpt;  // vocab comes from the text
   std::int64_t vocab = 0;  // --vocab: a text model's vocabulary instead of the text's (at least the text's)
   std::string save, load;
+  std::string save_adapter, load_adapter;  // --save-adapter, --load-adapter: PEFT's adapter folders
   train::CheckpointOptions checkpoints;  // --save-dir, --save-every, --keep, --on-save-error
   std::string on_save_error = "stop";
   // An ONNX classifier instead of --model (train/session.h: load_onnx_run_data).
@@ -143,6 +144,12 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     return Error{"--lora and --freeze do not combine with --tensor-parallel yet"};
   }
   spec.lora = std::move(lora).value();
+  if ((!flags.save_adapter.empty() || !flags.load_adapter.empty()) && spec.lora.rank == 0) {
+    return Error{std::string(flags.save_adapter.empty() ? "--load-adapter" : "--save-adapter") +
+                 " reads or writes LoRA adapters: add --lora RANK"};
+  }
+  spec.save_adapter = flags.save_adapter;
+  spec.load_adapter = flags.load_adapter;
   auto quant = quant_config(flags.lora);
   if (!quant) return quant.error();
   const graph::QuantFormat format = quant.value().format;
@@ -500,6 +507,14 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--load", flags.load,
                   "Start from the weights in this safetensors file (saved by --save with the same model flags)")
       ->check(CLI::ExistingFile);
+  app.add_option("--save-adapter", flags.save_adapter,
+                 "With --lora: write the trained adapters to this folder as PEFT writes them (adapter_config.json, "
+                 "adapter_model.safetensors with base_model.model.<module>.lora_A.weight names)")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a folder") : std::string(); }, "DIR"));
+  app.add_option("--load-adapter", flags.load_adapter,
+                 "With --lora: start the adapters from this PEFT adapter folder (its r and lora_alpha must be --lora's, "
+                 "its target modules --lora-targets')")
+      ->check(CLI::ExistingDirectory);
   CLI::Option* save_dir =
       app.add_option("--save-dir", flags.checkpoints.dir,
                      "Checkpoint the whole run into this folder (created if missing) every --save-every steps and at the "

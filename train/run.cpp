@@ -1,5 +1,7 @@
 #include "memplan/train/run.h"
 
+#include "memplan/train/adapters.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
@@ -13,6 +15,15 @@
 
 namespace memplan::train {
 namespace {
+
+// PEFT's names for the run's modules: a Hugging Face rotary decoder's layers sit under "model.".
+AdapterNaming adapter_naming(const TrainSpec& spec) {
+  AdapterNaming naming;
+  naming.base_model = spec.label();
+  if (spec.model.config && spec.model.config->family == models::HfFamily::llama) naming.module_prefix = "model.";
+  return naming;
+}
+
 
 TrainError input_error(std::string message) { return {TrainError::Kind::input, std::move(message), {}}; }
 TrainError run_error(std::string message) { return {TrainError::Kind::run, std::move(message), {}}; }
@@ -248,6 +259,12 @@ Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession
   } else {
     note("no test evaluation under ZeRO-3 (parameters stay sharded across ranks)");
   }
+  if (!spec.save_adapter.empty()) {
+    if (Status saved = save_adapter(session.executor(), session.step().lora, adapter_naming(spec), spec.save_adapter); !saved) {
+      return run_error("cannot save the adapter: " + saved.error().message);
+    }
+    note("saved the LoRA adapter (PEFT's files) to " + spec.save_adapter);
+  }
   if (!spec.save.empty() && !sliced) {  // tensor parallel: saved by every rank together, before
     if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
     note("saved the weights to " + spec.save);
@@ -291,6 +308,11 @@ Result<std::unique_ptr<TrainingSession>, TrainError> start_session(const TrainSp
     note("loaded " + std::to_string(loaded.value().loaded) + " tensors from " + spec.load + ", resuming after step " +
          std::to_string(loaded.value().step) +
          (loaded.value().fresh_state.empty() ? "" : " (optimizer state starts fresh: not in the file)"));
+  }
+  if (!spec.load_adapter.empty()) {
+    auto loaded = load_adapter(session->executor(), session->step().lora, adapter_naming(spec), spec.load_adapter);
+    if (!loaded) return input_error("--load-adapter: " + loaded.error().message);
+    note("loaded " + std::to_string(loaded.value()) + " adapter tensors from " + spec.load_adapter);
   }
   return session;
 }

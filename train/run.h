@@ -79,6 +79,9 @@ struct TrainSpec {
   Bytes bucket_bytes = Bytes{25} << 20;
   int prefetch = 1;
   std::string load;  // a run saved by `save` to continue from
+  // LoRA adapters as PEFT writes them (train/adapters.h): read into the step before training,
+  // written after it.
+  std::string load_adapter, save_adapter;
   std::string save;  // where the weights and optimizer state go when training ends
   // Periodic checkpoints into checkpoints.dir (train/checkpoints.h), and resuming from the
   // newest complete one there: the same spec run again continues where it stopped and ends with

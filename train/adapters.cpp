@@ -1,0 +1,148 @@
+#include "memplan/train/adapters.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "memplan/common/atomic_file.h"
+#include "memplan/common/input_file.h"
+#include "memplan/runtime/safetensors.h"
+
+namespace memplan::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr Bytes kMaxAdapterConfigBytes = Bytes{1} << 20;
+constexpr Bytes kMaxAdapterBytes = Bytes{64} << 30;
+
+bool is_adapter(const std::string& name) {
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+}
+
+// "<module>.lora_A.weight" -> "<module>"
+std::string module_of(const std::string& name) { return name.substr(0, name.size() - std::string(".lora_A.weight").size()); }
+
+std::string peft_name(const AdapterNaming& naming, const std::string& name) { return "base_model.model." + naming.module_prefix + name; }
+
+// The step's adapters by PEFT name: the tensor and its description.
+std::map<std::string, TensorId> adapters_of(const graph::Graph& g, const AdapterNaming& naming) {
+  std::map<std::string, TensorId> out;
+  for (TensorId p : g.parameters()) {
+    if (is_adapter(g.tensor(p).name)) out[peft_name(naming, g.tensor(p).name)] = p;
+  }
+  return out;
+}
+
+// The modules' last names, as PEFT's target_modules lists them ("q_proj", "v_proj").
+std::vector<std::string> target_modules(const graph::Graph& g) {
+  std::set<std::string> names;
+  for (TensorId p : g.parameters()) {
+    const std::string& n = g.tensor(p).name;
+    if (!is_adapter(n)) continue;
+    const std::string m = module_of(n);
+    names.insert(m.substr(m.rfind('.') + 1));
+  }
+  return {names.begin(), names.end()};
+}
+
+}  // namespace
+
+Status save_adapter(const runtime::Executor& executor, const graph::LoraConfig& lora, const AdapterNaming& naming,
+                    const std::string& dir) {
+  const graph::Graph& g = executor.graph();
+  const std::map<std::string, TensorId> adapters = adapters_of(g, naming);
+  if (adapters.empty()) return Error{"--save-adapter: the step has no LoRA adapters (add --lora RANK)"};
+  std::vector<std::string> bytes;  // each tensor's data, kept alive for the entries' views
+  bytes.reserve(adapters.size());
+  std::vector<runtime::SafetensorsEntry> entries;
+  for (const auto& [name, id] : adapters) {
+    const graph::TensorDesc& d = g.tensor(id);
+    std::string data(static_cast<std::size_t>(d.size_bytes()), '\0');
+    executor.read_tensor(id, data.data());
+    bytes.push_back(std::move(data));
+    entries.push_back({name, d.dtype, d.shape.dims, bytes.back()});
+  }
+  auto file = runtime::encode_safetensors(entries, {{"format", "pt"}});
+  if (!file) return file.error();
+  nlohmann::json config{{"peft_type", "LORA"},
+                        {"task_type", "CAUSAL_LM"},
+                        {"base_model_name_or_path", naming.base_model},
+                        {"r", lora.rank},
+                        {"lora_alpha", lora.alpha},
+                        {"lora_dropout", lora.dropout},
+                        {"target_modules", target_modules(g)},
+                        {"bias", "none"},
+                        {"fan_in_fan_out", false},
+                        {"inference_mode", true},
+                        {"init_lora_weights", true},
+                        {"modules_to_save", nullptr}};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error{"--save-adapter: cannot create " + dir + ": " + ec.message()};
+  if (Status s = write_file_atomically((fs::path(dir) / kAdapterWeightsName).string(), file.value()); !s) return s;
+  return write_file_atomically((fs::path(dir) / kAdapterConfigName).string(), config.dump(2) + "\n");
+}
+
+Result<int> load_adapter(runtime::Executor& executor, const graph::LoraConfig& lora, const AdapterNaming& naming,
+                         const std::string& dir) {
+  const graph::Graph& g = executor.graph();
+  const std::string config_path = (fs::path(dir) / kAdapterConfigName).string();
+  auto config_text = read_regular_file(config_path, kMaxAdapterConfigBytes, "adapter config");
+  if (!config_text) return config_text.error();
+  const std::map<std::string, TensorId> adapters = adapters_of(g, naming);
+  const std::vector<std::string> modules = target_modules(g);
+  try {
+    const nlohmann::json c = nlohmann::json::parse(config_text.value());
+    if (c.value("peft_type", std::string()) != "LORA") return Error{config_path + ": peft_type is not LORA"};
+    const int r = c.at("r").get<int>();
+    if (r != lora.rank) {
+      return Error{config_path + ": r is " + std::to_string(r) + " and this run's --lora rank is " + std::to_string(lora.rank) +
+                   ": give --lora " + std::to_string(r)};
+    }
+    const double alpha = c.at("lora_alpha").get<double>();
+    if (static_cast<float>(alpha) != lora.alpha) {
+      return Error{config_path + ": lora_alpha is " + c.at("lora_alpha").dump() + ", not this run's " + std::to_string(lora.alpha) +
+                   ": give --lora " + std::to_string(r) + ":" + c.at("lora_alpha").dump()};
+    }
+    for (const auto& m : c.at("target_modules")) {
+      const std::string name = m.get<std::string>();
+      if (std::find(modules.begin(), modules.end(), name) == modules.end()) {
+        std::string list;
+        for (const std::string& s : modules) list += (list.empty() ? "" : ", ") + s;
+        return Error{config_path + ": target_modules names '" + name + "', which this run does not adapt (it adapts " + list +
+                     "; set --lora-targets to the adapter's)"};
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Error{config_path + ": not a PEFT adapter config: " + std::string(e.what())};
+  }
+  const std::string weights_path = (fs::path(dir) / kAdapterWeightsName).string();
+  auto bytes = read_regular_file(weights_path, kMaxAdapterBytes, "adapter weights");
+  if (!bytes) return bytes.error();
+  auto view = runtime::parse_safetensors(bytes.value(), weights_path);
+  if (!view) return view.error();
+  for (const runtime::SafetensorsEntry& t : view.value().tensors) {
+    if (!adapters.count(t.name)) return Error{weights_path + ": tensor '" + t.name + "' is not an adapter of this run"};
+  }
+  int loaded = 0;
+  for (const auto& [name, id] : adapters) {
+    const runtime::SafetensorsEntry* t = view.value().find(name);
+    if (t == nullptr) return Error{weights_path + ": has no '" + name + "', an adapter of this run"};
+    const graph::TensorDesc& d = g.tensor(id);
+    if (t->dtype != d.dtype || t->shape != d.shape.dims) {
+      return Error{weights_path + ": '" + name + "' is " + std::string(graph::dtype_name(t->dtype)) + " " +
+                   graph::Shape(t->shape).to_string() + ", this run's is " + std::string(graph::dtype_name(d.dtype)) + " " +
+                   d.shape.to_string()};
+    }
+    executor.write_tensor(id, t->data.data());
+    ++loaded;
+  }
+  return loaded;
+}
+
+}  // namespace memplan::train
