@@ -12,32 +12,13 @@ namespace memplan::kernels::cpu {
 namespace {
 
 using graph::OpKind;
-using graph::QuantFormat;
 
 constexpr std::int64_t kTileRows = 64;  // graph/quantize.cpp plans this many rows of scratch
 
-QuantView view_of(const KernelCall& c) {
-  const graph::OpAttrs& a = *c.attrs;
-  QuantView q;
-  q.format = a.quant;
-  q.double_quant = a.double_quant;
-  q.out = a.shape[0];
-  q.in = a.shape[1];
-  q.group_size = a.group_size;
-  q.data = static_cast<const std::uint8_t*>(c.inputs[1].data);
-  q.scales = c.inputs[2].data;
-  if (q.double_quant) {
-    q.absmax2 = static_cast<const float*>(c.inputs[3].data);
-    q.offset = static_cast<const float*>(c.inputs[4].data);
-  }
-  return q;
-}
-
 // trans_b: y[N, out] = x[N, in] W^T; else y[N, in] = x[N, out] W.
 void k_quant_matmul(const KernelCall& c) {
-  const QuantView q = view_of(c);
-  MEMPLAN_CHECK(q.format == QuantFormat::nf4 || q.format == QuantFormat::fp4 || q.format == QuantFormat::int8,
-                "no CPU kernel computes " << enum_name(graph::kQuantFormatNames, q.format) << " weights");
+  const QuantView q = quant_view(c);
+  MEMPLAN_CHECK(kernels_compute(q.format), "no CPU kernel computes " << enum_name(graph::kQuantFormatNames, q.format) << " weights");
   const bool forward = c.attrs->trans_b;
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();

@@ -62,21 +62,8 @@ void k_batched_matmul(const KernelCall& c) {
 // trans_b: y[N, out] = x[N, in] W^T (each tile writes its own columns); else y[N, in] = x[N, out] W
 // (the tiles' products summed in order).
 void k_quant_matmul(const KernelCall& c) {
-  const graph::OpAttrs& a = *c.attrs;
-  QuantView q;
-  q.format = a.quant;
-  q.double_quant = a.double_quant;
-  q.out = a.shape[0];
-  q.in = a.shape[1];
-  q.group_size = a.group_size;
-  q.data = static_cast<const std::uint8_t*>(c.inputs[1].data);
-  q.scales = c.inputs[2].data;
-  if (q.double_quant) {
-    q.absmax2 = static_cast<const float*>(c.inputs[3].data);
-    q.offset = static_cast<const float*>(c.inputs[4].data);
-  }
-  MEMPLAN_CHECK(q.format == graph::QuantFormat::nf4 || q.format == graph::QuantFormat::fp4 || q.format == graph::QuantFormat::int8,
-                "no CUDA kernel computes " << enum_name(graph::kQuantFormatNames, q.format) << " weights");
+  const QuantView q = quant_view(c);
+  MEMPLAN_CHECK(kernels_compute(q.format), "no CUDA kernel computes " << enum_name(graph::kQuantFormatNames, q.format) << " weights");
   const std::int64_t n = (*c.inputs[0].shape)[0];
   const std::int64_t tile_rows = std::min<std::int64_t>(64, q.out);
   MEMPLAN_CHECK(static_cast<std::int64_t>(c.workspace.size()) >= tile_rows * q.in * 4, "quant_matmul: the scratch was not planned");
@@ -89,7 +76,7 @@ void k_quant_matmul(const KernelCall& c) {
     const std::int64_t rows = std::min(tile_rows, q.out - r0);
     const std::int64_t first = r0 * q.in;
     for_each_index(rows * q.in, "dequantize a weight tile", [=] __device__(std::int64_t i) { tile[i] = dequantize_element(q, first + i); });
-    if (a.trans_b) {  // y[:, r0:r0+rows] = x tile^T
+    if (c.attrs->trans_b) {  // y[:, r0:r0+rows] = x tile^T
       const float zero = 0.0f;
       MEMPLAN_CUBLAS_CHECK(cublas_api().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(q.in), &one, tile, int(q.in), x,
                                               int(q.in), &zero, y + r0, int(q.out)));

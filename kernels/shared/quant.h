@@ -5,13 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "memplan/common/host_device.h"
 #include "memplan/graph/op.h"
-
-#ifdef __CUDACC__
-#define MEMPLAN_HD __host__ __device__
-#else
-#define MEMPLAN_HD
-#endif
+#include "memplan/kernels/kernel.h"
 
 namespace memplan::kernels {
 
@@ -78,6 +74,28 @@ struct QuantView {
   const std::uint8_t* zeros = nullptr;
   const std::int32_t* g_idx = nullptr;
 };
+
+// The storage a quant_matmul call reads: its operands after x, in the layout's order.
+inline QuantView quant_view(const KernelCall& c) {
+  const graph::OpAttrs& a = *c.attrs;
+  QuantView q;
+  q.format = a.quant;
+  q.double_quant = a.double_quant;
+  q.out = a.shape[0];
+  q.in = a.shape[1];
+  q.group_size = a.group_size;
+  q.data = static_cast<const std::uint8_t*>(c.inputs[1].data);
+  q.scales = c.inputs[2].data;
+  if (q.double_quant) {
+    q.absmax2 = static_cast<const float*>(c.inputs[3].data);
+    q.offset = static_cast<const float*>(c.inputs[4].data);
+  }
+  return q;
+}
+// Whether the kernels compute this format (fp8, gptq and awq are planned only).
+inline bool kernels_compute(graph::QuantFormat f) {
+  return f == graph::QuantFormat::nf4 || f == graph::QuantFormat::fp4 || f == graph::QuantFormat::int8;
+}
 
 // The 4-bit code of element `i` of a packed array: element 2k in byte k's high nibble, 2k + 1 in
 // its low one (bitsandbytes' order).
