@@ -99,6 +99,10 @@ Result<FitAnswer> answer_fit(const FitQuestion& question) {
   answer.planned = std::move(planned).value();
   const MemoryPlan& plan = answer.planned.plan;
   answer.breakdown = fit_breakdown(plan, device);
+  // train --save-dir's snapshot holds what trains: the frozen base (as stored) is left out.
+  const StepRewrites& rewrites = answer.planned.rewrites;
+  answer.breakdown.host_snapshot -= rewrites.lora.frozen_bytes - rewrites.quant.full_bytes + rewrites.quant.data_bytes +
+                                    rewrites.quant.constant_bytes;
   answer.host_fits = !question.host_memory || answer.breakdown.host_offload <= *question.host_memory;
   answer.fits = answer.planned.fits && device.fits(plan.arena_bytes, question.device_memory) && answer.host_fits;
   answer.headroom_bytes = question.device_memory - answer.breakdown.total;

@@ -94,13 +94,15 @@ WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string,
   return out;
 }
 
-void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& out) {
+void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& out,
+                      bool frozen) {
   const graph::Graph& g = executor.graph();
   out.tensors.clear();
   std::size_t total = 0;
   std::vector<TensorId> ids;
   for (TensorId id = 0; id < g.num_tensors(); ++id) {
     if (!saved_tensor(executor, id)) continue;
+    if (!frozen && g.tensor(id).frozen) continue;
     ids.push_back(id);
     const graph::TensorDesc& t = g.tensor(id);
     const auto bytes = static_cast<std::size_t>(t.size_bytes());
@@ -211,7 +213,8 @@ Result<WeightsFile> parse_weights_file(std::string bytes, const std::string& pat
   return file;
 }
 
-Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source) {
+Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source,
+                                bool frozen_from_seed) {
   const graph::Graph& g = executor.graph();
   std::vector<std::string> problems;
   LoadReport report;
@@ -230,6 +233,7 @@ Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, con
       }
     }
     if (entry == nullptr) {
+      if (frozen_from_seed && t.frozen) continue;  // the base as this run made it
       if (is_optimizer_state(g, id)) {
         report.fresh_state.push_back(t.name);
       } else {

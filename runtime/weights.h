@@ -45,7 +45,10 @@ struct WeightsSnapshot {
 WeightsSnapshot snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata);
 // The same into `into`, reusing its memory (a copy taken every N steps costs no allocation and
 // no page faults after the first).
-void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& into);
+// `frozen` false leaves out the frozen parameters (fine-tuning's base, graph/lora.h): a run's
+// checkpoint holds what trains, the base being the seed's (or --load's) again when it resumes.
+void snapshot_weights(const Executor& executor, std::map<std::string, std::string> metadata, WeightsSnapshot& into,
+                      bool frozen = true);
 // Writes `snapshot` to `path` as save_weights does (all or nothing): for a caller that changes the
 // snapshot first (a tensor-parallel run writes whole tensors gathered from its slices).
 Status write_weights(const WeightsSnapshot& snapshot, const std::string& path);
@@ -90,6 +93,9 @@ struct LoadReport {
 // graph must be in the file with the same shape and dtype, and the file may hold nothing the
 // graph lacks except optimizer state; otherwise an Error lists every mismatch by tensor name and
 // nothing is written.
-Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source);
+// `frozen_from_seed`: a frozen parameter missing from the file keeps the value the executor holds
+// (a checkpoint written without its base); otherwise a missing parameter is an error.
+Result<LoadReport> load_weights(Executor& executor, const WeightsFile& file, const std::string& source,
+                                bool frozen_from_seed = false);
 
 }  // namespace memplan::runtime

@@ -213,6 +213,29 @@ TEST(LoraCli, AdaptersAreSavedAndLoadedAsPeftWritesThem) {
   fs::remove_all(dir);
 }
 
+// A fine-tuning run's checkpoint holds what trains (adapters and their optimizer state), not the
+// frozen base, which the resumed run makes again from its seed: the resume ends with the same
+// bits as a run never stopped, and fit counts the snapshot's host memory to the byte.
+TEST(LoraCli, CheckpointsHoldWhatTrainsAndResumeExactly) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("memplan_lora_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string run = "train --model gpt --lora 8 --quant nf4 --batch 8 --eval-samples 16 --seed 3 --threads 1 --json";
+  const auto whole = json_of(run + " --steps 12");
+  const auto first = json_of(run + " --steps 6 --save-dir " + dir.string() + " --save-every 6");
+  ASSERT_EQ(first["checkpoints"]["saved"].size(), 1u) << first.dump();
+  const std::int64_t bytes = first["checkpoints"]["saved"][0]["bytes"];
+  // Adapters (8,192 f32) and AdamW's m and v for them, plus the header: no frozen base in it.
+  EXPECT_GT(bytes, 3 * kQvAdapterParams * 4);
+  EXPECT_LT(bytes, 3 * kQvAdapterParams * 4 + 16384) << "the checkpoint holds the frozen base";
+  const auto fit = json_of("fit --model gpt --lora 8 --quant nf4 --batch 8 --device cpu --device-memory 1GiB --json");
+  EXPECT_EQ(fit["host_snapshot_bytes"], first["checkpoints"]["snapshot_host_bytes"]);
+  const auto resumed = json_of(run + " --steps 12 --save-dir " + dir.string() + " --save-every 6");
+  EXPECT_EQ(resumed["checkpoints"]["resumed_at_step"], 6);
+  EXPECT_EQ(resumed["params_sha256"], whole["params_sha256"]) << "the resume continues as the run never stopped";
+  fs::remove_all(dir);
+}
+
 TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
   struct Case {
     const char* flags;

@@ -245,7 +245,9 @@ Status Checkpointer::start(const runtime::Executor& executor, std::int64_t step)
   const std::string folder = partial_dir(step);
   const std::string path = (fs::path(folder) / shard_name(comm_.rank(), comm_.world_size())).string();
   // The writer is done with the previous snapshot (settled), so its memory is taken again.
-  runtime::snapshot_weights(executor, {{"memplan.total_steps", std::to_string(total_steps_)}}, snapshot_);
+  // What trains only: frozen parameters are the seed's again when the run resumes (its identity
+  // records --seed and the fine-tuning flags), so a LoRA or QLoRA checkpoint is adapters and state.
+  runtime::snapshot_weights(executor, {{"memplan.total_steps", std::to_string(total_steps_)}}, snapshot_, /*frozen=*/false);
   current_ = SaveRecord{step, (fs::path(options_.dir) / checkpoint_name(step)).string(), 0, 0.0, 0.0};
   snapshot_bytes_ = std::max(snapshot_bytes_, static_cast<Bytes>(snapshot_.data.size()));
   current_.snapshot_seconds = seconds_since(t0);

@@ -280,7 +280,7 @@ Result<runtime::LoadReport> TrainingSession::resume(const std::string& path) {
 }
 
 Status TrainingSession::resume_checkpoint(const runtime::WeightsFile& shard, const std::string& source) {
-  auto loaded = runtime::load_weights(*executor_, shard, source);
+  auto loaded = runtime::load_weights(*executor_, shard, source, /*frozen_from_seed=*/true);
   if (!loaded) return loaded.error();
   if (!loaded.value().fresh_state.empty() || !loaded.value().converted.empty()) {
     return Error{source + ": does not hold this run's state as it is (" +
