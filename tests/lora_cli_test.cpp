@@ -236,6 +236,27 @@ TEST(LoraCli, CheckpointsHoldWhatTrainsAndResumeExactly) {
   fs::remove_all(dir);
 }
 
+// --merge-lora: --save's file holds W + (alpha / r) B A in place of each base weight and no
+// adapters, so the model without --lora loads it and scores what the adapted model scored.
+TEST(LoraCli, MergedWeightsLoadIntoTheModelWithoutAdapters) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("memplan_merged_" + std::to_string(::getpid()) + ".safetensors");
+  const auto adapted = json_of("train --model gpt --lora 8 --steps 20 --batch 8 --eval-samples 64 --seed 3 --threads 1 --json --save " +
+                               file.string() + " --merge-lora");
+  const std::string header = read_text(file);
+  EXPECT_EQ(header.find("lora_"), std::string::npos) << "no adapter left in the merged file";
+  const auto plain = json_of("train --model gpt --load " + file.string() +
+                             " --steps 1 --optimizer sgd --lr 1e-30 --batch 8 --eval-samples 64 --seed 9 --threads 1 --json");
+  EXPECT_NEAR(plain["val_loss"].get<double>(), adapted["val_loss"].get<double>(), 1e-4);
+  const auto quantized = run_cli("train --model gpt --lora 8 --quant nf4 --steps 1 --save " + file.string() + " --merge-lora", true);
+  EXPECT_EQ(quantized.exit_code, 2) << quantized.output;
+  EXPECT_NE(quantized.output.find("a --quant base cannot take merged adapters"), std::string::npos) << quantized.output;
+  const auto no_save = run_cli("train --model gpt --lora 8 --steps 1 --merge-lora", true);
+  EXPECT_EQ(no_save.exit_code, 2);
+  EXPECT_NE(no_save.output.find("--merge-lora writes --save's file"), std::string::npos) << no_save.output;
+  fs::remove(file);
+}
+
 TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
   struct Case {
     const char* flags;

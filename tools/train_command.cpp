@@ -43,6 +43,7 @@ struct TrainFlags {
   std::int64_t vocab = 0;  // --vocab: a text model's vocabulary instead of the text's (at least the text's)
   std::string save, load;
   std::string save_adapter, load_adapter;  // --save-adapter, --load-adapter: PEFT's adapter folders
+  bool merge_lora = false;                 // --merge-lora
   train::CheckpointOptions checkpoints;  // --save-dir, --save-every, --keep, --on-save-error
   std::string on_save_error = "stop";
   // An ONNX classifier instead of --model (train/session.h: load_onnx_run_data).
@@ -148,6 +149,10 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     return Error{std::string(flags.save_adapter.empty() ? "--load-adapter" : "--save-adapter") +
                  " reads or writes LoRA adapters: add --lora RANK"};
   }
+  if (flags.merge_lora && (spec.lora.rank == 0 || flags.save.empty())) {
+    return Error{"--merge-lora writes --save's file with the LoRA adapters merged into their weights: give --lora RANK and --save FILE"};
+  }
+  spec.merge_lora = flags.merge_lora;
   spec.save_adapter = flags.save_adapter;
   spec.load_adapter = flags.load_adapter;
   auto quant = quant_config(flags.lora);
@@ -158,6 +163,10 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
                  ": train runs nf4, fp4 and int8 weights; fp8, gptq and awq are planned by fit, plan and compare only"};
   }
   spec.quant = quant.value();
+  if (flags.merge_lora && spec.quant.active()) {
+    return Error{"--merge-lora: a --quant base cannot take merged adapters (the merged weight is not in its layout); save the "
+                 "adapters with --save-adapter instead"};
+  }
   spec.threads = flags.threads;
   spec.mode = flags.mode;
   spec.debug = runtime::DebugOptions::from_env();
@@ -511,6 +520,9 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
                  "With --lora: write the trained adapters to this folder as PEFT writes them (adapter_config.json, "
                  "adapter_model.safetensors with base_model.model.<module>.lora_A.weight names)")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a folder") : std::string(); }, "DIR"));
+  app.add_flag("--merge-lora", flags.merge_lora,
+               "With --lora and --save: the adapters merged into their base weights, W + (alpha / r) B A, so the file "
+               "loads into the model without --lora (train --load, sample); a quantized base cannot take them");
   app.add_option("--load-adapter", flags.load_adapter,
                  "With --lora: start the adapters from this PEFT adapter folder (its r and lora_alpha must be --lora's, "
                  "its target modules --lora-targets')")

@@ -10,6 +10,7 @@
 
 #include "memplan/common/atomic_file.h"
 #include "memplan/common/input_file.h"
+#include "memplan/kernels/half.h"
 #include "memplan/runtime/safetensors.h"
 
 namespace memplan::train {
@@ -50,7 +51,68 @@ std::vector<std::string> target_modules(const graph::Graph& g) {
   return {names.begin(), names.end()};
 }
 
+// A snapshot tensor's values as f32.
+std::vector<float> values_of(const runtime::WeightsSnapshot& s, const runtime::WeightsSnapshot::Tensor& t) {
+  std::int64_t n = 1;
+  for (std::int64_t d : t.shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  kernels::widen_to_f32(t.dtype, s.data.data() + t.offset, v.data(), n);
+  return v;
+}
+
 }  // namespace
+
+Status merge_adapters(runtime::WeightsSnapshot& snapshot, const graph::LoraConfig& lora) {
+  auto find = [&](const std::string& name) -> runtime::WeightsSnapshot::Tensor* {
+    for (auto& t : snapshot.tensors) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  std::set<std::string> dropped;  // adapters and their optimizer state
+  for (const auto& t : snapshot.tensors) {
+    if (!t.name.ends_with(".lora_A.weight")) continue;
+    const std::string module = module_of(t.name);
+    runtime::WeightsSnapshot::Tensor* w = find(module + ".weight");
+    const runtime::WeightsSnapshot::Tensor* b = find(module + ".lora_B.weight");
+    if (w == nullptr || b == nullptr || w->shape.size() != 2) {
+      return Error{"--merge-lora: '" + module + ".weight' is not in the saved state in full precision (a --quant base "
+                   "cannot take merged adapters); save the adapters with --save-adapter instead"};
+    }
+    const std::int64_t out = w->shape[0], in = w->shape[1], r = t.shape[0];
+    const std::vector<float> a = values_of(snapshot, t), bv = values_of(snapshot, *b);
+    std::vector<float> merged = values_of(snapshot, *w);
+    const float scale = lora.alpha / static_cast<float>(lora.rank);
+    for (std::int64_t i = 0; i < out; ++i) {
+      for (std::int64_t j = 0; j < in; ++j) {
+        float s = 0.0f;
+        for (std::int64_t k = 0; k < r; ++k) s += bv[static_cast<std::size_t>(i * r + k)] * a[static_cast<std::size_t>(k * in + j)];
+        merged[static_cast<std::size_t>(i * in + j)] += scale * s;
+      }
+    }
+    kernels::narrow_from_f32(w->dtype, merged.data(), snapshot.data.data() + w->offset, out * in);
+    dropped.insert(module + ".lora_A.weight");
+    dropped.insert(module + ".lora_B.weight");
+  }
+  if (dropped.empty()) return Error{"--merge-lora: the run has no LoRA adapters to merge (add --lora RANK)"};
+  auto is_dropped = [&](const std::string& name) {
+    for (const std::string& d : dropped) {
+      if (name == d || name.rfind(d + ".", 0) == 0) return true;  // an adapter or its state ("<adapter>.adam_m")
+    }
+    return false;
+  };
+  runtime::WeightsSnapshot kept;
+  kept.metadata = snapshot.metadata;
+  for (const auto& t : snapshot.tensors) {
+    if (is_dropped(t.name)) continue;
+    runtime::WeightsSnapshot::Tensor copy = t;
+    copy.offset = kept.data.size();
+    kept.data.append(snapshot.data, t.offset, t.bytes);
+    kept.tensors.push_back(copy);
+  }
+  snapshot = std::move(kept);
+  return Status::success();
+}
 
 Status save_adapter(const runtime::Executor& executor, const graph::LoraConfig& lora, const AdapterNaming& naming,
                     const std::string& dir) {

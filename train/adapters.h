@@ -10,6 +10,7 @@
 #include "memplan/common/result.h"
 #include "memplan/graph/lora.h"
 #include "memplan/runtime/executor.h"
+#include "memplan/runtime/weights.h"
 
 namespace memplan::train {
 
@@ -33,5 +34,11 @@ Status save_adapter(const runtime::Executor& executor, const graph::LoraConfig& 
 // (names, shapes, dtypes). Returns the tensors loaded. Errors name the file and what is wrong.
 Result<int> load_adapter(runtime::Executor& executor, const graph::LoraConfig& lora, const AdapterNaming& naming,
                          const std::string& dir);
+
+// Merges each adapter into its base weight, W + (alpha / r) B A (in f32, rounded once to W's
+// dtype), and drops the adapters and their optimizer state from `snapshot`: the file then loads
+// into the model without --lora. An Error when a base weight is not in the snapshot in full
+// precision (a quantized base).
+Status merge_adapters(runtime::WeightsSnapshot& snapshot, const graph::LoraConfig& lora);
 
 }  // namespace memplan::train

@@ -266,8 +266,10 @@ Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession
     note("saved the LoRA adapter (PEFT's files) to " + spec.save_adapter);
   }
   if (!spec.save.empty() && !sliced) {  // tensor parallel: saved by every rank together, before
-    if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
-    note("saved the weights to " + spec.save);
+    if (Status saved = spec.merge_lora ? session.save_merged(spec.save) : session.save(spec.save); !saved) {
+      return run_error("cannot save: " + saved.error().message);
+    }
+    note(std::string(spec.merge_lora ? "saved the weights, the adapters merged into them, to " : "saved the weights to ") + spec.save);
   }
   if (!spec.onnx.export_path.empty()) {
     if (Status exported = session.export_onnx(spec.onnx.export_path); !exported) {

@@ -82,6 +82,7 @@ struct TrainSpec {
   // LoRA adapters as PEFT writes them (train/adapters.h): read into the step before training,
   // written after it.
   std::string load_adapter, save_adapter;
+  bool merge_lora = false;  // --save writes the adapters merged into their base weights
   std::string save;  // where the weights and optimizer state go when training ends
   // Periodic checkpoints into checkpoints.dir (train/checkpoints.h), and resuming from the
   // newest complete one there: the same spec run again continues where it stopped and ends with

@@ -1,5 +1,7 @@
 #include "memplan/train/session.h"
 
+#include "memplan/train/adapters.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -416,6 +418,14 @@ std::string TrainingSession::params_sha256() const {
     hash.update(bytes);
   }
   return hash.finish_hex();
+}
+
+Status TrainingSession::save_merged(const std::string& path) const {
+  if (options_.executor.tensor_communicator != nullptr) return Error{"--merge-lora under --tensor-parallel is not supported"};
+  runtime::WeightsSnapshot snapshot = runtime::snapshot_weights(
+      *executor_, run_metadata(data_.model, graph::optimizer_name(options_.optimizer.kind), data_.text ? &*data_.text : nullptr));
+  if (Status s = merge_adapters(snapshot, step_.lora); !s) return s;
+  return runtime::write_weights(snapshot, path);
 }
 
 Status TrainingSession::save(const std::string& path) const {

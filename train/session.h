@@ -151,6 +151,8 @@ class TrainingSession {
   // Under tensor parallelism a collective (every rank calls it; the first writes): the file holds
   // the whole tensors, as one process's run would.
   Status save(const std::string& path) const;
+  // The same with the LoRA adapters merged into their base weights (train/adapters.h: merge_adapters).
+  Status save_merged(const std::string& path) const;
   // An ONNX run: a copy of the imported file with every initializer replaced by its trained
   // values (parameters and batch-norm statistics), written to `path` all or nothing.
   Status export_onnx(const std::string& path) const;
