@@ -85,14 +85,22 @@ LoraReport apply_lora(Graph& g, const LoraConfig& config) {
       const TensorId w = linear_weight(g, g.ops()[static_cast<std::size_t>(i)]);
       if (w == kNoTensor || heads.count(w)) continue;
       const std::string m = module_of(g.tensor(w));
-      bool take = false;
+      bool named = false, all = false;
       for (std::size_t t = 0; t < config.targets.size(); ++t) {
-        if (config.targets[t] == "all-linear" || names(config.targets[t], m)) {
+        const bool is_all = config.targets[t] == "all-linear";
+        if (is_all || names(config.targets[t], m)) {
           used[t] = true;
-          take = true;
+          (is_all ? all : named) = true;
         }
       }
-      if (take) adapted.push_back(i);
+      // all-linear leaves out a layer narrower than the rank (a mixture's shared-expert gate
+      // [1, C]); a layer named on its own is refused then (add_adapter says why).
+      const TensorDesc& wd = g.tensor(w);
+      if (!named && all && config.rank > std::min(wd.shape[0], wd.shape[1])) {
+        report.skipped_narrow.push_back(m);
+        continue;
+      }
+      if (named || all) adapted.push_back(i);
     }
     for (std::size_t t = 0; t < config.targets.size(); ++t) {
       if (used[t]) continue;
@@ -135,7 +143,13 @@ LoraReport apply_lora(Graph& g, const LoraConfig& config) {
     for (int j = i + 1; j < base_ops; ++j) {
       const Op& reader = g.ops()[static_cast<std::size_t>(j)];
       for (std::size_t slot = 0; slot < reader.inputs.size(); ++slot) {
-        if (reader.inputs[slot] == y) g.replace_input(j, static_cast<int>(slot), sum);
+        if (reader.inputs[slot] != y) continue;
+        g.replace_input(j, static_cast<int>(slot), sum);
+        // A view of the product (a reshape into heads) must view the sum: its storage is what
+        // its readers read, and replace_input changes the op, not the view's base.
+        if (op_info(reader.kind).output_is_view && slot == 0 && !reader.outputs.empty()) {
+          g.mutable_tensor(reader.outputs[0]).view_of = sum;
+        }
       }
     }
     if (g.output == y) g.output = sum;

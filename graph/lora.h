@@ -44,6 +44,7 @@ struct LoraReport {
   Bytes adapter_bytes = 0;
   Bytes frozen_bytes = 0;
   std::vector<std::string> modules;  // the adapted modules' names, in graph order
+  std::vector<std::string> skipped_narrow;  // all-linear: layers narrower than the rank, left out
 };
 
 // The module names a target may use in `forward`: every linear layer's weight path but the

@@ -184,6 +184,14 @@ QuantReport quantize_frozen_linears(Graph& g, const QuantConfig& config) {
     }
   }
   if (!any_linear) throw GraphError("--quant: this model has no linear layers to quantize");
+  for (const Op& op : g.ops()) {
+    if (op.kind != OpKind::batched_matmul || op.inputs.size() < 2) continue;
+    const TensorDesc& w = g.tensor(op.inputs[1]);
+    if (w.role == Role::parameter && w.frozen && w.shape.rank() == 3) {
+      ++report.expert_weights_left;
+      report.expert_bytes_left += w.size_bytes();
+    }
+  }
   if (std::none_of(quantize.begin(), quantize.end(), [](bool q) { return q; })) {
     throw GraphError("--quant quantizes frozen linear weights, and none is frozen: add --lora RANK (QLoRA) or --freeze PATTERN");
   }

@@ -61,6 +61,10 @@ struct QuantReport {
   Bytes full_bytes = 0;               // those weights at the working dtype
   Bytes data_bytes = 0;
   Bytes constant_bytes = 0;
+  // Mixtures of experts: the experts' weights ([E, out, in], products batched over the experts)
+  // stay at the working dtype: quant_matmul does not take them yet.
+  int expert_weights_left = 0;
+  Bytes expert_bytes_left = 0;
 };
 
 // Replaces every frozen linear weight of `forward` (not the output head) by its quantized storage

@@ -190,6 +190,10 @@ TEST(LoraCli, AdaptersAreSavedAndLoadedAsPeftWritesThem) {
        "target_modules names 'o_proj', which this run does not adapt (it adapts q, v"},
       {"another rank", [&] { write_text(dir / "adapter_config.json", std::regex_replace(good_config, std::regex("\"r\": 8"), "\"r\": 4")); },
        "r is 4 and this run's --lora rank is 8: give --lora 4"},
+      {"rsLoRA's scaling", [&] { write_text(dir / "adapter_config.json", std::regex_replace(good_config, std::regex("\"bias\": \"none\""), "\"bias\": \"none\", \"use_rslora\": true")); },
+       "use_rslora is true (updates scaled by alpha / sqrt(r)); memplan's scale by alpha / r"},
+      {"trained biases", [&] { write_text(dir / "adapter_config.json", std::regex_replace(good_config, std::regex("\"bias\": \"none\""), "\"bias\": \"lora_only\"")); },
+       "bias is \"lora_only\"; memplan's adapters train no biases"},
       {"a header that lies about sizes", [&] {
          std::string bad = file;
          const std::size_t at = bad.find("[8,128]");
@@ -255,6 +259,21 @@ TEST(LoraCli, MergedWeightsLoadIntoTheModelWithoutAdapters) {
   EXPECT_EQ(no_save.exit_code, 2);
   EXPECT_NE(no_save.output.find("--merge-lora writes --save's file"), std::string::npos) << no_save.output;
   fs::remove(file);
+}
+
+// A rotary decoder's q, k and v have no bias: their products go straight into a reshape into
+// heads, which must read the adapted sum. The adapters then change what the model computes, in
+// training and in the evaluation (which scored the frozen base when the reshape read the product).
+TEST(LoraCli, AdaptersOfBiasFreeProjectionsChangeTheEvaluation) {
+  namespace fs = std::filesystem;
+  const fs::path config = fs::temp_directory_path() / ("memplan_tiny_llama_" + std::to_string(::getpid()) + ".json");
+  write_text(config, R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 256, "max_position_embeddings": 32})");
+  const auto j = json_of("train --config " + config.string() +
+                         " --seq 32 --batch 4 --steps 30 --eval-samples 32 --seed 3 --threads 1 --lora 4 --lora-targets q,v --json");
+  EXPECT_LT(j["final_loss"].get<double>(), j["first_loss"].get<double>() - 0.05);
+  EXPECT_LT(j["val_loss"].get<double>(), j["first_loss"].get<double>() - 0.05) << "the evaluation runs the adapters";
+  fs::remove(config);
 }
 
 TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {

@@ -11,6 +11,7 @@
 #include "memplan/graph/autograd.h"
 #include "memplan/graph/training_step.h"
 #include "memplan/models/gpt.h"
+#include "memplan/models/llama.h"
 #include "memplan/models/model_source.h"
 #include "memplan/planner/plan_step.h"
 #include "golden_util.h"
@@ -174,6 +175,62 @@ TEST(Lora, ALoraLinearMatchesPyTorch) {
   testing::expect_close(read(y), floats(golden["y"]), "y", 1e-5f, 1e-5f);
   testing::expect_close(read(g.tensor(a).grad), floats(golden["grad_a"]), "grad A", 1e-5f, 1e-5f);
   testing::expect_close(read(g.tensor(bw).grad), floats(golden["grad_b"]), "grad B", 1e-5f, 1e-5f);
+}
+
+// Every view op's output views what the op reads: where an adapted product feeds a reshape (the
+// bias-free q, k and v of the rotary decoders, split into heads), the reshape must view the
+// adapted sum, or the model reads the base product and the adapters do nothing.
+TEST(Lora, ViewsOfAnAdaptedProductViewTheAdaptedSum) {
+  models::LlamaConfig c;
+  c.vocab = 32;
+  c.context = 8;
+  c.layers = 2;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 64;
+  Graph g = models::build_llama(c, 2);
+  LoraConfig config;
+  config.rank = 4;
+  config.targets = {"all-linear"};
+  const LoraReport report = apply_lora(g, config);
+  EXPECT_EQ(report.adapted_layers, 2 * 7);
+  int views = 0;
+  for (const Op& op : g.ops()) {
+    if (!op_info(op.kind).output_is_view || op.outputs.empty()) continue;
+    ++views;
+    EXPECT_EQ(g.tensor(op.outputs[0]).view_of, op.inputs[0]) << op.name;
+  }
+  EXPECT_GT(views, 0);
+  // The q product's readers read the adapted sum only.
+  const TensorId q = g.find("layers.0.self_attn.q_proj.lora.sum");
+  ASSERT_NE(q, kNoTensor);
+  bool read = false;
+  for (const Op& op : g.ops()) read = read || std::find(op.inputs.begin(), op.inputs.end(), q) != op.inputs.end();
+  EXPECT_TRUE(read);
+}
+
+// all-linear leaves out a layer narrower than the rank (a shared-expert gate [1, C]), and says so;
+// naming that layer is refused.
+TEST(Lora, AllLinearLeavesOutLayersNarrowerThanTheRank) {
+  Graph g;
+  Builder b(g);
+  const TensorId x = b.input("x", {4, 16});
+  const TensorId gate = b.matmul(x, b.parameter("gate.weight", {1, 16}, {InitSpec::Kind::normal, 0.1f}), false, true, "gate");
+  const TensorId fc = b.matmul(x, b.parameter("fc.weight", {16, 16}, {InitSpec::Kind::normal, 0.1f}), false, true, "fc");
+  const TensorId scaled = b.mul(fc, b.reshape(b.matmul(gate, b.parameter("ones.weight", {16, 1}, {}), false, true, "spread"), {4, 16}, "g"), "y");
+  g.output = b.mul(scaled, b.input("w", {4, 16}), "out");
+  g.loss = b.sum(g.output, "loss");
+  LoraConfig config;
+  config.rank = 8;
+  config.targets = {"all-linear"};
+  Graph all = g;
+  const LoraReport report = apply_lora(all, config);
+  EXPECT_EQ(report.skipped_narrow, (std::vector<std::string>{"gate", "ones"}));
+  EXPECT_EQ(report.modules, (std::vector<std::string>{"fc"}));
+  config.targets = {"gate"};
+  Graph named = g;
+  EXPECT_THROW(apply_lora(named, config), GraphError);
 }
 
 TEST(Lora, BadTargetsRanksAndPatternsAreRefusedByName) {

@@ -143,6 +143,11 @@ std::string lora_line(const graph::LoraReport& lora, const graph::QuantReport& q
             std::to_string(lora.adapter_params) + " parameters (" + format_bytes(lora.adapter_bytes) + "); ";
   }
   const Bytes stored = lora.frozen_bytes - quant.full_bytes + quant.data_bytes + quant.constant_bytes;
+  if (!lora.skipped_narrow.empty()) {
+    line += "all-linear leaves out " + std::to_string(lora.skipped_narrow.size()) + " layer" +
+            (lora.skipped_narrow.size() == 1 ? "" : "s") + " narrower than the rank (" + lora.skipped_narrow.front() +
+            (lora.skipped_narrow.size() > 1 ? ", ..." : "") + "); ";
+  }
   line += std::to_string(lora.trainable_params) + " parameters train, " + std::to_string(lora.frozen_params) +
           " are frozen (" + format_bytes(stored) + (quant.quantized_layers > 0 ? " as stored" : "") +
           ": no gradients, optimizer state or master copies)";
@@ -161,14 +166,18 @@ std::string quant_line(const graph::QuantReport& quant, graph::QuantFormat forma
   return "quantized: " + std::to_string(quant.quantized_layers) + " frozen linear weights in " +
          std::string(enum_name(graph::kQuantFormatNames, format)) + ", " + format_bytes(quant.full_bytes) + " -> " +
          format_bytes(quant.data_bytes + quant.constant_bytes) + " (" + format_bytes(quant.data_bytes) + " of values, " +
-         format_bytes(quant.constant_bytes) + " of scales and constants); each product dequantizes a tile of rows in scratch";
+         format_bytes(quant.constant_bytes) + " of scales and constants); each product dequantizes a tile of rows in scratch" +
+         (quant.expert_weights_left > 0 ? "; the mixture of experts' " + std::to_string(quant.expert_weights_left) + " expert weight tensors (" +
+                                              format_bytes(quant.expert_bytes_left) + ") stay at --dtype: memplan does not quantize them yet"
+                                        : "");
 }
 
 nlohmann::json quant_json(const graph::QuantReport& quant) {
   if (quant.quantized_layers == 0) return nullptr;
   return {{"quantized_layers", quant.quantized_layers}, {"quantized_parameters", quant.quantized_params},
           {"full_precision_bytes", quant.full_bytes}, {"data_bytes", quant.data_bytes},
-          {"constant_bytes", quant.constant_bytes}, {"bytes", quant.data_bytes + quant.constant_bytes}};
+          {"constant_bytes", quant.constant_bytes}, {"bytes", quant.data_bytes + quant.constant_bytes},
+          {"expert_weights_not_quantized", quant.expert_weights_left}, {"expert_bytes_not_quantized", quant.expert_bytes_left}};
 }
 
 std::string rewrite_lines(const planner::StepRewrites& step, const planner::MemoryPlan* plan) {

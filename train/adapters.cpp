@@ -39,17 +39,34 @@ std::map<std::string, TensorId> adapters_of(const graph::Graph& g, const Adapter
   return out;
 }
 
-// The modules' last names, as PEFT's target_modules lists them ("q_proj", "v_proj").
+// The adapted modules' names, as PEFT's target_modules lists them: each one's last name ("q_proj"),
+// or its last two where a linear layer left without an adapter ends the same way (attn.proj
+// beside mlp.proj), since PEFT takes every module whose name ends with a target.
 std::vector<std::string> target_modules(const graph::Graph& g) {
-  std::set<std::string> names;
+  std::set<std::string> adapted;
   for (TensorId p : g.parameters()) {
-    const std::string& n = g.tensor(p).name;
-    if (!is_adapter(n)) continue;
-    const std::string m = module_of(n);
-    names.insert(m.substr(m.rfind('.') + 1));
+    if (is_adapter(g.tensor(p).name)) adapted.insert(module_of(g.tensor(p).name));
+  }
+  std::vector<std::string> others;
+  for (const std::string& m : graph::linear_modules(g)) {
+    if (m.find(".lora_") == std::string::npos && !adapted.count(m)) others.push_back(m);
+  }
+  auto tail = [](const std::string& m, int parts) {
+    std::size_t at = m.size();
+    for (int i = 0; i < parts && at != std::string::npos && at > 0; ++i) at = m.rfind('.', at - 1);
+    return at == std::string::npos ? m : m.substr(at + 1);
+  };
+  std::set<std::string> names;
+  for (const std::string& m : adapted) {
+    std::string t = tail(m, 1);
+    const bool ambiguous = std::any_of(others.begin(), others.end(), [&](const std::string& o) { return o == t || o.ends_with("." + t); });
+    names.insert(ambiguous ? tail(m, 2) : t);
   }
   return {names.begin(), names.end()};
 }
+
+// Whether PEFT's target `t` takes module `m` (its name is t or ends with "." t).
+bool takes(const std::string& t, const std::string& m) { return m == t || m.ends_with("." + t); }
 
 // A snapshot tensor's values as f32.
 std::vector<float> values_of(const runtime::WeightsSnapshot& s, const runtime::WeightsSnapshot::Tensor& t) {
@@ -171,9 +188,23 @@ Result<int> load_adapter(runtime::Executor& executor, const graph::LoraConfig& l
       return Error{config_path + ": lora_alpha is " + c.at("lora_alpha").dump() + ", not this run's " + std::to_string(lora.alpha) +
                    ": give --lora " + std::to_string(r) + ":" + c.at("lora_alpha").dump()};
     }
+    // Keys that change the arithmetic memplan's adapters do not do are refused by name.
+    auto flag = [&](const char* key) { return c.contains(key) && c[key].is_boolean() && c[key].get<bool>(); };
+    auto nonempty = [&](const char* key) { return c.contains(key) && c[key].is_object() && !c[key].empty(); };
+    if (flag("use_rslora")) return Error{config_path + ": use_rslora is true (updates scaled by alpha / sqrt(r)); memplan's scale by alpha / r"};
+    if (flag("use_dora")) return Error{config_path + ": use_dora is true (DoRA's magnitude vectors); memplan trains plain LoRA"};
+    if (flag("fan_in_fan_out")) return Error{config_path + ": fan_in_fan_out is true (Conv1D weights [in, out]); memplan's are [out, in]"};
+    if (nonempty("alpha_pattern") || nonempty("rank_pattern")) {
+      return Error{config_path + ": alpha_pattern or rank_pattern gives modules their own lora_alpha or r; memplan's adapters share one"};
+    }
+    if (c.contains("bias") && c["bias"] != "none") {
+      return Error{config_path + ": bias is " + c["bias"].dump() + "; memplan's adapters train no biases (bias \"none\")"};
+    }
+    std::vector<std::string> adapted;
+    for (const auto& [peft, id] : adapters) adapted.push_back(module_of(g.tensor(id).name));
     for (const auto& m : c.at("target_modules")) {
       const std::string name = m.get<std::string>();
-      if (std::find(modules.begin(), modules.end(), name) == modules.end()) {
+      if (std::none_of(adapted.begin(), adapted.end(), [&](const std::string& a) { return takes(name, a); })) {
         std::string list;
         for (const std::string& s : modules) list += (list.empty() ? "" : ", ") + s;
         return Error{config_path + ": target_modules names '" + name + "', which this run does not adapt (it adapts " + list +
