@@ -56,6 +56,17 @@ TEST(LoraCli, FitCountsAdaptersTheirGradientsAndStateAndNothingForTheFrozenBase)
       << text.output;
 }
 
+// plan and compare take the same flags and plan the same step: the arena fit states.
+TEST(LoraCli, PlanAndCompareTakeTheSameStep) {
+  const auto fit = json_of("fit --model gpt --lora 8 --batch 4 --device cpu --device-memory 1GiB --json");
+  const auto plan = json_of("plan --model gpt --lora 8 --batch 4 --json");
+  const auto compare = json_of("compare --model gpt --lora 8 --batch 4 --json");
+  EXPECT_EQ(plan["fine_tuning"]["trainable_parameters"], kQvAdapterParams);
+  EXPECT_EQ(compare["fine_tuning"]["trainable_parameters"], kQvAdapterParams);
+  EXPECT_EQ(plan["arena_bytes"], fit["arena_bytes"]);
+  EXPECT_EQ(compare["planned_arena_bytes"], fit["arena_bytes"]);
+}
+
 TEST(LoraCli, FreezeWithoutAdaptersTrainsTheRest) {
   const auto full = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --json");
   const auto part = json_of("fit --model gpt --batch 4 --device cpu --device-memory 1GiB --freeze 'h.0.*,wte.*' --json");
