@@ -304,6 +304,7 @@ TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
       {"--quant nf4", "--quant quantizes frozen linear weights, and none is frozen: add --lora RANK (QLoRA) or --freeze PATTERN"},
       {"--lora 8 --quant int8 --double-quant", "--double-quant applies to --quant nf4 and fp4"},
       {"--lora 8 --quant nf4 --group-size 64", "--group-size applies to --quant gptq and awq"},
+      {"--lora 8 --tensor-parallel 2", "--lora and --freeze do not combine with --tensor-parallel yet"},
   };
   for (const Case& c : cases) {
     for (const char* command : {"fit --device-memory 1GiB", "plan", "train --steps 1"}) {

@@ -215,7 +215,10 @@ Result<graph::QuantConfig> quant_config(const LoraFlags& flags) {
   return config;
 }
 
-Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working) {
+Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working, int tensor_parallel) {
+  if ((!flags.lora.empty() || !flags.freeze.empty()) && tensor_parallel > 1) {
+    return Error{"--lora and --freeze do not combine with --tensor-parallel yet: plan one rank's fine-tuning without it"};
+  }
   graph::LoraConfig config;
   config.freeze = flags.freeze;
   if (flags.lora.empty()) {
@@ -246,11 +249,8 @@ Result<planner::StepDescription> step_description(const ModelFlags& flags) {
   planner::StepDescription step = std::move(resolved.value().step);
   step.offload_optimizer = flags.offload_optimizer;
   step.fused_loss = flags.fused_loss;
-  auto lora = lora_config(flags.lora, flags.dtype);
+  auto lora = lora_config(flags.lora, flags.dtype, flags.tensor_parallel);
   if (!lora) return lora.error();
-  if (lora.value().active() && flags.tensor_parallel > 1) {
-    return Error{"--lora and --freeze do not combine with --tensor-parallel yet: plan one rank's fine-tuning without it"};
-  }
   step.lora = std::move(lora).value();
   auto quant = quant_config(flags.lora);
   if (!quant) return quant.error();

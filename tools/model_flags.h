@@ -31,8 +31,9 @@ struct LoraFlags {
 };
 // `with_quant`: also --quant, --double-quant and --group-size.
 void add_lora_options(CLI::App& app, LoraFlags& flags, bool with_quant = true);
-// The flags as a LoraConfig for a step at `working` dtype; an Error names the flag.
-Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working);
+// The flags as a LoraConfig for a step at `working` dtype split over `tensor_parallel` ranks; an
+// Error names the flag.
+Result<graph::LoraConfig> lora_config(const LoraFlags& flags, graph::DType working, int tensor_parallel);
 Result<graph::QuantConfig> quant_config(const LoraFlags& flags);
 
 // The model reference (--model, --config, --onnx, sizes, --dtype, ...) and the step's choices

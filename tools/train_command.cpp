@@ -139,11 +139,8 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.tf32 = flags.tf32;
   spec.offload_optimizer = flags.offload_optimizer;
   spec.fused_loss = flags.fused_loss;
-  auto lora = lora_config(flags.lora, flags.dtype);
+  auto lora = lora_config(flags.lora, flags.dtype, flags.tensor_parallel);
   if (!lora) return lora.error();
-  if (lora.value().active() && flags.tensor_parallel > 1) {
-    return Error{"--lora and --freeze do not combine with --tensor-parallel yet"};
-  }
   spec.lora = std::move(lora).value();
   if ((!flags.save_adapter.empty() || !flags.load_adapter.empty()) && spec.lora.rank == 0) {
     return Error{std::string(flags.save_adapter.empty() ? "--load-adapter" : "--save-adapter") +
