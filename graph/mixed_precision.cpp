@@ -55,7 +55,7 @@ void add_loss_scaling(Graph& step) {
   std::vector<TensorId> grads;
   for (const Op& op : step.ops()) {
     if (op.kind != OpKind::sgd_update_mixed && op.kind != OpKind::sgd_momentum_update_mixed &&
-        op.kind != OpKind::adamw_update_mixed) {
+        op.kind != OpKind::adamw_update_mixed && op.kind != OpKind::adamw8bit_update_mixed) {
       continue;
     }
     if (op.attrs.shard_count >= 0 || step.tensor(op.updates[0]).shard_of != kNoTensor) {

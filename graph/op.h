@@ -151,10 +151,14 @@ enum class OpKind : std::uint8_t {
   sgd_momentum_update,  // updates: param, momentum buffer;  inputs: grad
   adamw_update,  // updates: param, m, v;             inputs: grad
   // mixed precision: a 16-bit param and grad, an f32 master copy the update applies to (then
-  // rounded into the param); planned only (no kernel on any device)
+  // rounded into the param)
   sgd_update_mixed,           // updates: param, master;                  inputs: grad
   sgd_momentum_update_mixed,  // updates: param, master, momentum buffer; inputs: grad
   adamw_update_mixed,         // updates: param, master, m, v;            inputs: grad
+  // 8-bit AdamW (bitsandbytes' block-wise states, graph/optimizer.h): m and v as u8 codes of the
+  // signed and unsigned dynamic maps, each block of 256 scaled by its f32 absmax
+  adamw8bit_update,        // updates: param, m codes, v codes, m absmax, v absmax;          inputs: grad
+  adamw8bit_update_mixed,  // updates: param, master, m codes, v codes, m absmax, v absmax;  inputs: grad
   // fp16 loss scaling: y = 1 when every input (the gradients the updates read) is finite, else
   // 0; the executor skips the step's updates on 0 (graph/mixed_precision.h: add_loss_scaling)
   grads_finite,

@@ -15,6 +15,10 @@ double flops_sgd(Inputs in, const TensorDesc*) { return 4.0 * numel_of(in[0]); }
 
 double flops_adamw(Inputs in, const TensorDesc*) { return 14.0 * numel_of(in[0]); }
 
+// 8-bit AdamW also dequantizes both moments, finds each block's new absmax and searches the
+// 256-value maps (8 comparisons) for each moment's new code.
+double flops_adamw8bit(Inputs in, const TensorDesc*) { return 36.0 * numel_of(in[0]); }
+
 // Mixed updates also round the master copy into the 16-bit parameter.
 double flops_sgd_mixed(Inputs in, const TensorDesc*) { return 5.0 * numel_of(in[0]); }
 
@@ -45,6 +49,10 @@ constexpr OpInfo kOptimizerUpdatesRows[] = {
     .infer = infer_update, .flops = flops_sgd_mixed, .accepts = k16Bit},
   {.kind = OpKind::adamw_update_mixed, .name = "adamw_update_mixed", .num_inputs = 1, .num_updates = 4, .num_outputs = 0,
     .infer = infer_update, .flops = flops_adamw_mixed, .accepts = k16Bit},
+  {.kind = OpKind::adamw8bit_update, .name = "adamw8bit_update", .num_inputs = 1, .num_updates = 5, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_adamw8bit, .accepts = kF32Only},
+  {.kind = OpKind::adamw8bit_update_mixed, .name = "adamw8bit_update_mixed", .num_inputs = 1, .num_updates = 6, .num_outputs = 0,
+    .infer = infer_update, .flops = flops_adamw8bit, .accepts = k16Bit},
   {.kind = OpKind::grads_finite, .name = "grads_finite", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
     .infer = infer_grads_finite, .flops = flops_grads_finite, .gates_updates = true},
 };

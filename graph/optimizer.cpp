@@ -40,6 +40,26 @@ TensorId add_master(Graph& graph, TensorId param, const Shape& shape, const OpAt
   return master;
 }
 
+// 8-bit AdamW's four states after the parameter (and master): the u8 codes of m and v, their
+// absmax per block. Paged: the codes of a large parameter in host-visible memory.
+std::vector<TensorId> add_8bit_states(Graph& graph, TensorId param, const Shape& shape, bool paged) {
+  const std::int64_t n = shape.numel();
+  const Shape blocks{(n + kAdam8bitBlock - 1) / kAdam8bitBlock};
+  const bool host = paged && graph.tensor(param).shape.numel() >= kPagedStateMinElements;
+  std::vector<TensorId> out;
+  for (const char* suffix : {"adam_m8", "adam_v8"}) {
+    const TensorId codes = add_state(graph, param, shape, suffix);
+    TensorDesc& desc = graph.mutable_tensor(codes);
+    desc.dtype = DType::u8;
+    desc.host = host;
+    out.push_back(codes);
+  }
+  for (const char* suffix : {"adam_m8_absmax", "adam_v8_absmax"}) {
+    out.push_back(add_state(graph, param, blocks, suffix));
+  }
+  return out;
+}
+
 }  // namespace
 
 void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& config, const Shape& state_shape,
@@ -53,10 +73,14 @@ void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& 
   attrs.weight_decay = config.weight_decay;
   const Shape shape = state_shape.dims.empty() ? graph.tensor(p).shape : state_shape;
   const std::string name = "update(" + graph.tensor(p).name + ")";
+  OptimizerKind kind = config.kind;
+  // bnb keeps f32 states for a parameter under min_8bit_size: AdamW's update.
+  if (is_8bit_adam(kind) && graph.tensor(p).shape.numel() < kAdam8bitMinElements) kind = OptimizerKind::adamw;
+  const bool paged = kind == OptimizerKind::paged_adamw8bit;
   if (graph.tensor(p).dtype != DType::f32) {
     // Mixed precision: the update runs on the f32 master copy and rounds it into the parameter.
     const TensorId master = add_master(graph, p, shape, attrs);
-    switch (config.kind) {
+    switch (kind) {
       case OptimizerKind::sgd:
         graph.add_op(OpKind::sgd_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer, {p, master});
         break;
@@ -73,10 +97,17 @@ void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& 
                      {p, master, m, v});
         break;
       }
+      case OptimizerKind::adamw8bit:
+      case OptimizerKind::paged_adamw8bit: {
+        std::vector<TensorId> updates{p, master};
+        for (TensorId s : add_8bit_states(graph, p, shape, paged)) updates.push_back(s);
+        graph.add_op(OpKind::adamw8bit_update_mixed, {g}, attrs, name, Role::temporary, Phase::optimizer, updates);
+        break;
+      }
     }
     return;
   }
-  switch (config.kind) {
+  switch (kind) {
     case OptimizerKind::sgd:
       graph.add_op(OpKind::sgd_update, {g}, attrs, name, Role::temporary, Phase::optimizer, {p});
       break;
@@ -91,7 +122,39 @@ void append_update(Graph& graph, TensorId p, TensorId g, const OptimizerConfig& 
       graph.add_op(OpKind::adamw_update, {g}, attrs, name, Role::temporary, Phase::optimizer, {p, m, v});
       break;
     }
+    case OptimizerKind::adamw8bit:
+    case OptimizerKind::paged_adamw8bit: {
+      std::vector<TensorId> updates{p};
+      for (TensorId s : add_8bit_states(graph, p, shape, paged)) updates.push_back(s);
+      graph.add_op(OpKind::adamw8bit_update, {g}, attrs, name, Role::temporary, Phase::optimizer, updates);
+      break;
+    }
   }
+}
+
+EightBitStates eight_bit_states(const Graph& graph) {
+  EightBitStates out;
+  for (const Op& op : graph.ops()) {
+    const bool mixed = op.kind == OpKind::adamw8bit_update_mixed;
+    if (op.kind == OpKind::adamw8bit_update || mixed) {
+      ++out.quantized_updates;
+      const std::size_t first = mixed ? 2 : 1;
+      for (std::size_t u = first; u < op.updates.size(); ++u) {
+        const TensorDesc& s = graph.tensor(op.updates[u]);
+        if (s.dtype == DType::u8) {
+          out.code_bytes += s.size_bytes();
+          if (s.host) out.paged_bytes += s.size_bytes();
+        } else {
+          out.absmax_bytes += s.size_bytes();
+        }
+      }
+    } else if (op.kind == OpKind::adamw_update || op.kind == OpKind::adamw_update_mixed) {
+      ++out.f32_updates;
+      const std::size_t first = op.kind == OpKind::adamw_update_mixed ? 2 : 1;
+      for (std::size_t u = first; u < op.updates.size(); ++u) out.f32_state_bytes += graph.tensor(op.updates[u]).size_bytes();
+    }
+  }
+  return out;
 }
 
 int offload_optimizer(Graph& graph) {
@@ -103,6 +166,8 @@ int offload_optimizer(Graph& graph) {
       case OpKind::sgd_update_mixed:
       case OpKind::sgd_momentum_update_mixed:
       case OpKind::adamw_update_mixed:
+      case OpKind::adamw8bit_update:
+      case OpKind::adamw8bit_update_mixed:
         return true;
       default:
         return false;

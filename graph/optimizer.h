@@ -2,6 +2,7 @@
 // parameter and its optimizer state in place (phase optimizer). State tensors are persistent.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "memplan/common/enum_names.h"
@@ -10,19 +11,38 @@
 
 namespace memplan::graph {
 
-enum class OptimizerKind { sgd, momentum, adamw };
+// adamw8bit: AdamW with bitsandbytes' block-wise 8-bit states (Dettmers et al. 2022,
+// "8-bit Optimizers via Block-wise Quantization"; bnb.optim.AdamW8bit). Each moment is a u8 code
+// per element, into the signed dynamic map for m and the unsigned one for v
+// (kernels/shared/optimizers.h), scaled by an f32 absmax per block of 256 elements: 2 bytes an
+// element plus 8 bytes a block, against AdamW's 8 bytes an element. A parameter of fewer than
+// 4,096 elements keeps f32 states (bnb's min_8bit_size). paged_adamw8bit: the same, with the u8
+// states of parameters of 100,000 elements or more in host-visible memory (bnb's paged
+// optimizers page them out of the device; the absmax stays on the device): counted as host bytes.
+enum class OptimizerKind { sgd, momentum, adamw, adamw8bit, paged_adamw8bit };
 
 // The names --optimizer takes and reports print (common/enum_names.h).
-inline constexpr EnumName<OptimizerKind> kOptimizerNames[] = {
-    {"sgd", OptimizerKind::sgd}, {"momentum", OptimizerKind::momentum}, {"adamw", OptimizerKind::adamw}};
+inline constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{"sgd", OptimizerKind::sgd},
+                                                              {"momentum", OptimizerKind::momentum},
+                                                              {"adamw", OptimizerKind::adamw},
+                                                              {"adamw8bit", OptimizerKind::adamw8bit},
+                                                              {"paged_adamw8bit", OptimizerKind::paged_adamw8bit}};
+
+inline constexpr std::int64_t kAdam8bitBlock = 256;             // elements a block's absmax scales
+inline constexpr std::int64_t kAdam8bitMinElements = 4096;      // smaller parameters keep f32 states
+inline constexpr std::int64_t kPagedStateMinElements = 100000;  // smaller parameters' states are not paged
+
+inline bool is_8bit_adam(OptimizerKind kind) {
+  return kind == OptimizerKind::adamw8bit || kind == OptimizerKind::paged_adamw8bit;
+}
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adamw;
   float lr = 1e-3f;
   float momentum = 0.9f;      // momentum only
-  float beta1 = 0.9f;         // adamw
-  float beta2 = 0.999f;       // adamw
-  float eps = 1e-8f;          // adamw
+  float beta1 = 0.9f;         // adamw, adamw8bit
+  float beta2 = 0.999f;       // adamw, adamw8bit
+  float eps = 1e-8f;          // adamw, adamw8bit
   float weight_decay = 0.0f;  // decoupled for adamw, L2 for sgd/momentum (as PyTorch)
 };
 
@@ -41,6 +61,19 @@ void append_optimizer(Graph& graph, const OptimizerConfig& config);
 // the host holds 12 bytes a parameter of AdamW state plus the gradient copies. Returns the number
 // of updates moved; a step with none is left alone.
 int offload_optimizer(Graph& graph);
+
+// The 8-bit AdamW states of a step, for fit's breakdown: the u8 codes and the f32 absmax of the
+// updates that quantize, and the f32 moments of the AdamW updates, which in a step built with an
+// 8-bit optimizer are the parameters too small to quantize (bnb's min_8bit_size).
+struct EightBitStates {
+  int quantized_updates = 0;
+  int f32_updates = 0;      // parameters under kAdam8bitMinElements, with AdamW's f32 moments
+  Bytes code_bytes = 0;     // the u8 m and v (device and host)
+  Bytes paged_bytes = 0;    // of which in host-visible memory (paged_adamw8bit)
+  Bytes absmax_bytes = 0;   // an f32 for each block of 256, each moment
+  Bytes f32_state_bytes = 0;
+};
+EightBitStates eight_bit_states(const Graph& graph);
 
 // One parameter's update as append_optimizer makes it, from gradient `grad`. `state_shape`: the
 // shape of its optimizer state (and master copy), the parameter's when empty; `attrs_base`

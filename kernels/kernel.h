@@ -35,6 +35,7 @@ struct TensorRef {
 
   float* f32() const { return static_cast<float*>(data); }
   std::int32_t* i32() const { return static_cast<std::int32_t*>(data); }
+  std::uint8_t* u8() const { return static_cast<std::uint8_t*>(data); }
   std::int64_t numel() const { return shape->numel(); }
 };
 

@@ -46,7 +46,7 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
     p.native_16bit_ops = {
         OpKind::matmul,           OpKind::batched_matmul,   OpKind::embedding,        OpKind::grads_finite,
         OpKind::softmax_cross_entropy, OpKind::softmax_cross_entropy_backward, OpKind::sgd_update_mixed,
-        OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed,
+        OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed, OpKind::adamw8bit_update_mixed,
         OpKind::attention_lse,    OpKind::attention,        OpKind::attention_backward_dot, OpKind::attention_backward,
         OpKind::slice,            OpKind::layer_norm_stats, OpKind::layer_norm,       OpKind::layer_norm_backward,
         OpKind::layer_norm_dgamma, OpKind::softmax,         OpKind::softmax_backward,

@@ -135,6 +135,13 @@ Status Executor::setup_host_region() {
   if (plan_.host_buffers.empty()) return Status::success();
   // The update of offloaded state runs where the state is: kernels of this device read it.
   if (device_.kind() != kernels::DeviceKind::cpu) {
+    bool offloaded = false;
+    for (const Op& op : graph_.ops()) offloaded = offloaded || op.kind == graph::OpKind::to_host;
+    if (!offloaded) {
+      return Error{"paged_adamw8bit keeps the 8-bit states of large parameters in host-visible memory, which this "
+                   "executor runs on the CPU device only: train with --optimizer adamw8bit (the same update, states on "
+                   "the device) or --device cpu (fit and plan answer for " + device_.name() + ")"};
+    }
     return Error{"optimizer offload keeps optimizer state in host memory and updates it there, which this executor "
                  "runs on the CPU device only: train with --device cpu (fit and plan answer for " + device_.name() + ")"};
   }

@@ -129,9 +129,9 @@ models::ModelOptions small(const std::string& name, bool training) {
   return o;
 }
 
-graph::Graph training_step(const std::string& model, std::int64_t batch, graph::OptimizerKind optimizer,
+graph::Graph training_step(const models::ModelOptions& model, std::int64_t batch, graph::OptimizerKind optimizer,
                            graph::DType dtype = graph::DType::f32) {
-  graph::Graph g = models::build_forward(small(model, true), batch).value();
+  graph::Graph g = models::build_forward(model, batch).value();
   if (dtype != graph::DType::f32) g = graph::with_working_dtype(g, dtype);
   graph::OptimizerConfig opt;
   opt.kind = optimizer;
@@ -140,6 +140,19 @@ graph::Graph training_step(const std::string& model, std::int64_t batch, graph::
   graph::make_training_step(g, opt);
   if (dtype == graph::DType::f16) graph::add_loss_scaling(g);  // as plan_step adds it
   return g;
+}
+
+graph::Graph training_step(const std::string& model, std::int64_t batch, graph::OptimizerKind optimizer,
+                           graph::DType dtype = graph::DType::f32) {
+  return training_step(small(model, true), batch, optimizer, dtype);
+}
+
+// 8-bit AdamW quantizes the states of parameters of 4,096 elements or more: an MLP whose first
+// layer [64, 96] has 6,144 (its others keep f32 states).
+graph::Graph eight_bit_adam_step(graph::DType dtype = graph::DType::f32) {
+  models::ModelOptions o = small("mlp", true);
+  o.mlp = {64, {96, 32}, 10};
+  return training_step(o, 8, graph::OptimizerKind::adamw8bit, dtype);
 }
 
 // Ops the reference models do not use: pooling (through cuDNN on the GPU) with overlapping,
@@ -330,7 +343,8 @@ double tolerance(OpKind kind) {
 // Ops whose f32 operands must be non-negative (variances, Adam's second moment).
 bool wants_non_negative(OpKind kind) {
   return kind == OpKind::batch_norm || kind == OpKind::batch_norm_inference || kind == OpKind::batch_norm_backward ||
-         kind == OpKind::batch_norm_dgamma || kind == OpKind::running_stats_update || kind == OpKind::adamw_update;
+         kind == OpKind::batch_norm_dgamma || kind == OpKind::running_stats_update || kind == OpKind::adamw_update ||
+         kind == OpKind::adamw8bit_update || kind == OpKind::adamw8bit_update_mixed;
 }
 
 // The exclusive upper bound of an op's i32 operand (token ids, class labels).
@@ -508,7 +522,22 @@ TEST_F(CudaVsCpu, EveryOpOfTheReferenceModelsMatchesTheCpuWithinItsTolerance) {
 // The reference models' steps at bf16 and f16 (fp16 with its overflow check).
 std::vector<graph::Graph> sixteen_bit_reference_steps(graph::DType dtype) {
   return {training_step("mlp", 16, graph::OptimizerKind::adamw, dtype), training_step("mlp", 8, graph::OptimizerKind::sgd, dtype),
-          training_step("cnn", 4, graph::OptimizerKind::momentum, dtype), training_step("gpt", 2, graph::OptimizerKind::adamw, dtype)};
+          training_step("cnn", 4, graph::OptimizerKind::momentum, dtype), training_step("gpt", 2, graph::OptimizerKind::adamw, dtype),
+          eight_bit_adam_step(dtype)};
+}
+
+// 8-bit AdamW's updates at f32, CUDA against the CPU: parameters within the update's tolerance,
+// the absmax likewise, the u8 codes equal.
+TEST_F(CudaVsCpu, EightBitAdamUpdatesMatchTheCpu) {
+  const graph::Graph g = eight_bit_adam_step();
+  int compared = 0;
+  std::uint64_t seed = 900;
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind != OpKind::adamw8bit_update) continue;
+    compare_op(*device_, workspace(), g, op, seed++);
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
 }
 
 // Every op of those steps, the natively 16-bit ones and the widened ones, against the CPU's.

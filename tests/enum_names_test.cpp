@@ -58,9 +58,11 @@ void check_table(const Table& table, const std::vector<E>& values, const std::fu
 TEST(EnumNames, OptimizerKind) {
   using graph::OptimizerKind;
   check_table<decltype(graph::kOptimizerNames), OptimizerKind>(
-      graph::kOptimizerNames, {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adamw}, graph::optimizer_name,
+      graph::kOptimizerNames,
+      {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adamw, OptimizerKind::adamw8bit, OptimizerKind::paged_adamw8bit},
+      graph::optimizer_name,
       graph::parse_optimizer_kind);
-  EXPECT_EQ(graph::parse_optimizer_kind("adam").error().message, "unknown optimizer 'adam' (expected sgd, momentum or adamw)");
+  EXPECT_EQ(graph::parse_optimizer_kind("adam").error().message, "unknown optimizer 'adam' (expected sgd, momentum, adamw, adamw8bit or paged_adamw8bit)");
 }
 
 TEST(EnumNames, FloatDTypesWithAliases) {

@@ -58,9 +58,11 @@ TEST(KernelDispatch, TheCpuLacksOnlyTheUpdatesOfTheOtherPrecision) {
     return out;
   };
   EXPECT_EQ(names(missing_kernels(DeviceKind::cpu)),
-            (std::vector<std::string>{"sgd_update_mixed", "sgd_momentum_update_mixed", "adamw_update_mixed"}));
+            (std::vector<std::string>{"sgd_update_mixed", "sgd_momentum_update_mixed", "adamw_update_mixed",
+                                      "adamw8bit_update_mixed"}));
   for (DType d : {DType::bf16, DType::f16}) {
-    EXPECT_EQ(names(missing_kernels(DeviceKind::cpu, d)), (std::vector<std::string>{"sgd_update", "sgd_momentum_update", "adamw_update"}))
+    EXPECT_EQ(names(missing_kernels(DeviceKind::cpu, d)),
+              (std::vector<std::string>{"sgd_update", "sgd_momentum_update", "adamw_update", "adamw8bit_update"}))
         << graph::dtype_name(d);
   }
   EXPECT_NE(find_kernel(OpKind::matmul, DeviceKind::cpu), nullptr);
@@ -100,7 +102,8 @@ TEST(KernelDispatch, CudaRunsAt16BitsEveryOpItRunsAtF32) {
       EXPECT_NE(find_kernel(kind, DeviceKind::cuda, d), nullptr) << graph::op_name(kind) << " at " << graph::dtype_name(d);
     }
   }
-  for (OpKind mixed : {OpKind::sgd_update_mixed, OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed}) {
+  for (OpKind mixed : {OpKind::sgd_update_mixed, OpKind::sgd_momentum_update_mixed, OpKind::adamw_update_mixed,
+                       OpKind::adamw8bit_update_mixed}) {
     EXPECT_NE(find_kernel(mixed, DeviceKind::cuda, DType::bf16), nullptr) << graph::op_name(mixed);
     EXPECT_NE(find_kernel(mixed, DeviceKind::cuda, DType::f16), nullptr) << graph::op_name(mixed);
   }

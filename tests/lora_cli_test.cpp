@@ -17,7 +17,7 @@
 
 #include "cli_util.h"
 
-namespace memplan {
+namespace memplan::lora_cli_test {
 namespace {
 
 using testing::run_cli;
@@ -316,4 +316,4 @@ TEST(LoraCli, BadFlagsExitTwoNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace memplan
+}  // namespace memplan::lora_cli_test

@@ -334,6 +334,9 @@ const std::map<OpKind, const char*>& exemptions() {
                                  "tests/mixed_precision_test.cpp (master copies, loss scaling)"},
       {OpKind::sgd_momentum_update_mixed, "tests/mixed_precision_cli_test.cpp, tests/mixed_precision_test.cpp"},
       {OpKind::adamw_update_mixed, "tests/mixed_precision_cli_test.cpp, tests/mixed_precision_test.cpp"},
+      {OpKind::adamw8bit_update, "tests/adam8bit_test.cpp (block-wise steps against the published algorithm) and "
+                                 "tests/cuda_kernels_test.cpp (CUDA against the CPU)"},
+      {OpKind::adamw8bit_update_mixed, "tests/adam8bit_test.cpp (bf16 training, planned = naive)"},
       {OpKind::grads_finite, "tests/mixed_precision_test.cpp (LossScaling: an overflowed step changes no weight)"},
       {OpKind::to_host, "tests/optimizer_offload_test.cpp (training with offload gives the bits of training without)"},
       {OpKind::pack, "tests/data_parallel_test.cpp (Collectives.PackLaysShardsOutRankMajorWithZeroPadding)"},

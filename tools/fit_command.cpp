@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
+#include "memplan/graph/optimizer.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/model_ref.h"
 #include "memplan/planner/fit.h"
@@ -82,7 +83,9 @@ std::string suggestion_text(const planner::FitAnswer& a, const FitFlags& flags, 
   if (s.persistent_state_too_big) {
     return "not even batch 1 fits: the parameters and optimizer state (" + format_bytes(a.planned.plan.persistent_bytes) +
            ") and the runtime overhead alone exceed " + format_bytes(a.device_memory) +
-           (flags.model.optimizer == graph::OptimizerKind::adamw ? "; --optimizer sgd keeps no optimizer state" : "") +
+           (flags.model.optimizer == graph::OptimizerKind::adamw
+                ? "; --optimizer adamw8bit keeps about a quarter of AdamW's state, sgd none"
+                : "") +
            "; otherwise shard the optimizer state across devices or pick a smaller model";
   }
   return "not even batch 1 fits with --checkpoint " + strategy_name(flags.checkpoint.strategy) +
@@ -290,6 +293,13 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
     }
     j["breakdown"]["lora_adapters"] = a.planned.rewrites.lora.adapter_bytes;
   }
+  if (graph::is_8bit_adam(flags.model.optimizer)) {
+    const graph::EightBitStates e = graph::eight_bit_states(a.planned.graph);
+    j["breakdown"]["optimizer_8bit"] = {{"quantized_tensors", e.quantized_updates}, {"code_bytes", e.code_bytes},
+                                        {"paged_host_bytes", e.paged_bytes}, {"absmax_bytes", e.absmax_bytes},
+                                        {"f32_tensors", e.f32_updates}, {"f32_state_bytes", e.f32_state_bytes}};
+    if (e.paged_bytes > 0) j["host_bytes"] = b.host_offload;  // the paged states (and any offloaded state)
+  }
   j["host_snapshot_bytes"] = b.host_snapshot;  // train --save-dir's copy of the state, in host memory
   if (flags.model.offload_optimizer) {
     j["offload_optimizer"] = true;
@@ -391,6 +401,17 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("gradients (at the peak)", b.gradients_at_peak);
   if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);
   row("optimizer state", b.optimizer_state);
+  if (graph::is_8bit_adam(flags.model.optimizer)) {
+    const graph::EightBitStates e = graph::eight_bit_states(a.planned.graph);
+    const std::string where = e.paged_bytes > 0 ? " on the device" : "";
+    print_out("    %-40s %14s\n", ("8-bit moments" + where + " (u8, " + std::to_string(e.quantized_updates) + " tensors)").c_str(),
+              format_bytes(e.code_bytes - e.paged_bytes).c_str());
+    print_out("    %-40s %14s\n", "  block absmax (f32 per 256)", format_bytes(e.absmax_bytes).c_str());
+    if (e.f32_updates > 0) {
+      print_out("    %-40s %14s\n", ("f32 moments (" + std::to_string(e.f32_updates) + " tensors under 4,096)").c_str(),
+                format_bytes(e.f32_state_bytes).c_str());
+    }
+  }
   row("activations (at the peak)", b.activations_at_peak);
   for (const planner::NamedBytes& g : top_activation_groups(a)) {
     print_out("    %-40s %14s  x%d\n", g.name.c_str(), format_bytes(g.bytes).c_str(), g.count);
@@ -414,6 +435,12 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
               !host ? "" : a.host_fits ? (" (fits --host-memory " + format_bytes(*host) + ")").c_str()
                                        : (" (over --host-memory " + format_bytes(*host) + ")").c_str());
     print_out("    (optimizer state, fp32 master weights and the gradients copied out for the CPU's update)\n");
+  }
+  if (flags.model.optimizer == graph::OptimizerKind::paged_adamw8bit && !flags.model.offload_optimizer) {
+    const graph::EightBitStates e = graph::eight_bit_states(a.planned.graph);
+    print_out("  %-28s %14s  %16lld B%s\n", "host: paged 8-bit states", format_bytes(e.paged_bytes).c_str(),
+              static_cast<long long>(e.paged_bytes), flags.devices > 1 ? " per rank" : "");
+    print_out("    (the u8 moments of parameters of 100,000 elements or more, in host-visible memory)\n");
   }
   print_out("  host memory for train --save-dir: %s%s (the state's copy, written while training goes on)\n",
               format_bytes(b.host_snapshot).c_str(), flags.devices > 1 ? " per rank" : "");
@@ -595,13 +622,22 @@ planner::SuggestQuestion suggest_question(const FitFlags& flags, const planner::
   return q;
 }
 
-// The recipes --allow names that the flags do not already ask for: LoRA (rank 8 on q and v) and
-// QLoRA (the same with the base in NF4 and double quantization), each searched as --suggest does.
+// The recipes --allow names that the flags do not already ask for: 8-bit AdamW states, LoRA (rank
+// 8 on q and v) and QLoRA (the same with the base in NF4 and double quantization), each searched
+// as --suggest does.
 Result<std::vector<Recipe>> fine_tuning_recipes(const FitFlags& flags, const planner::FitQuestion& asked, std::int64_t batch) {
   std::vector<Recipe> out;
   const bool lora = std::find(flags.allow.begin(), flags.allow.end(), "lora") != flags.allow.end();
   const bool quant = std::find(flags.allow.begin(), flags.allow.end(), "quant") != flags.allow.end();
   const bool has_lora = !flags.model.lora.lora.empty();
+  const bool eight_bit = std::find(flags.allow.begin(), flags.allow.end(), "8bit") != flags.allow.end();
+  if (eight_bit && flags.model.optimizer == graph::OptimizerKind::adamw) {
+    FitFlags recipe = flags;
+    recipe.model.optimizer = graph::OptimizerKind::adamw8bit;
+    auto answered = planner::suggest_levers(suggest_question(recipe, asked, batch));
+    if (!answered) return answered.error();
+    out.push_back({"--optimizer adamw8bit", std::move(answered).value()});
+  }
   for (int r = 0; r < 2; ++r) {
     const bool with_quant = r == 1;
     if ((with_quant && !quant) || (!with_quant && !lora)) continue;
@@ -698,7 +734,7 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
   }
   if (!a.best) {
     print_out("\nno combination fits: more devices (--devices), a smaller --batch or --seq, or a device with more memory%s\n",
-              flags.allow.empty() ? "; or, if the job may fine-tune instead, --allow lora,quant" : "");
+              flags.allow.empty() ? "; or, if the job may fine-tune instead, --allow lora,quant,8bit" : "");
   } else {
     print_out("\nbest: %s (per rank %s, est. %s a step)\n", levers_text(*a.best, flags.model.sequence_parallel).c_str(),
               format_bytes(a.best->total_bytes).c_str(), fmt_seconds(a.best->seconds).c_str());
@@ -715,8 +751,12 @@ int run_suggest(const FitFlags& flags, const planner::FitQuestion& asked) {
       continue;
     }
     const Bytes total = r.answer.best->total_bytes;
-    const std::string saved = asked_fits ? (", saves " + format_bytes(asked_bytes - total) + " against the step as asked")
-                                          : ", where the step as asked does not fit";
+    // Each side's best is the fastest combination that fits, so a recipe can hold more than the
+    // step as asked does with other levers (offload, say).
+    const std::string saved = !asked_fits            ? ", where the step as asked does not fit"
+                              : asked_bytes >= total ? (", saves " + format_bytes(asked_bytes - total) + " against the step as asked")
+                                                     : (", " + format_bytes(total - asked_bytes) +
+                                                        " more than the step as asked with its own best levers");
     print_out("  %-56s fits: %s (per rank %s%s)\n", r.flags.c_str(), levers_text(*r.answer.best, flags.model.sequence_parallel).c_str(),
               format_bytes(total).c_str(), saved.c_str());
   }
@@ -823,9 +863,10 @@ app->add_option("--kv-dtype", flags->kv_dtype,
   app->add_option("--allow", flags->allow,
                   "With --suggest: fine-tuning recipes the job may change to, each planned with the same levers: lora "
                   "(LoRA rank 8 on q and v, the base frozen), quant (QLoRA: lora with the base in NF4 with double "
-                  "quantization); each line says what it saves against the step as asked")
+                  "quantization), 8bit (AdamW's moments in bitsandbytes' block-wise 8 bits: --optimizer adamw8bit); "
+                  "each line says what it saves against the step as asked")
       ->delimiter(',')
-      ->check(CLI::IsMember({"lora", "quant"}));
+      ->check(CLI::IsMember({"lora", "quant", "8bit"}));
   app->add_option("--devices", flags->devices,
                   "Devices (ranks): plan one rank's step, --batch being the global batch; data-parallel replicas of "
                   "--tensor-parallel devices each (default: --tensor-parallel)")

@@ -20,7 +20,7 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
       ->capture_default_str();
   app.add_option("--batch", flags.batch, "Samples per step (default: the model's)")->check(positive_integer());
   add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames,
-                  "sgd, momentum or adamw (decides the optimizer state)");
+                  "sgd, momentum, adamw, adamw8bit (bitsandbytes' block-wise 8-bit moments) or paged_adamw8bit (the same, large tensors' moments in host-visible memory): decides the optimizer state");
   app.add_option("--hidden", flags.hidden, "MLP hidden widths")->delimiter(',')->check(positive_integer())->capture_default_str();
   app.add_option("--onnx", flags.onnx,
                  "An ONNX model file (torch.onnx.export, opset 13-17) instead of --model: its forward graph, its "

@@ -476,7 +476,7 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
                     ->check(positive_integer());
   o.lr = app.add_option("--lr", flags.lr, "Learning rate (default per model: mlp 1e-3, cnn 1e-3, gpt 3e-3)")
                  ->check(positive_finite());
-  add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames, "sgd, momentum or adamw");
+  add_enum_option(app, "--optimizer", flags.optimizer, graph::kOptimizerNames, "sgd, momentum, adamw, adamw8bit (bitsandbytes' block-wise 8-bit moments) or paged_adamw8bit (the same, large tensors' moments in host memory)");
   app.add_option("--momentum", flags.momentum, "Momentum (optimizer momentum)")
       ->check(finite_in_range(0.0, 1.0))
       ->capture_default_str();

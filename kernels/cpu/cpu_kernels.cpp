@@ -318,6 +318,8 @@ KernelEntries f32_kernel_entries() {
   entries.insert(entries.end(), fused_loss.begin(), fused_loss.end());
   const auto quant = quant_kernel_entries();
   entries.insert(entries.end(), quant.begin(), quant.end());
+  const auto adam8bit = optimizer_8bit_kernel_entries();
+  entries.insert(entries.end(), adam8bit.begin(), adam8bit.end());
   entries.insert(entries.end(), {
       {OpKind::matmul, k_matmul},
       {OpKind::bias_add, k_bias_add},

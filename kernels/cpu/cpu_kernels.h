@@ -48,7 +48,11 @@ KernelEntries decode_kernel_entries();
 KernelEntries moe_kernel_entries();
 // The fused projection and cross-entropy, chunk by chunk (fused_loss_kernels.cpp).
 KernelEntries fused_loss_kernel_entries();
-KernelEntries quant_kernel_entries();  // quant_kernels.cpp: products with quantized frozen weights
+KernelEntries quant_kernel_entries();
+// optimizer_8bit_kernels.cpp: 8-bit AdamW at f32, and the f32 form of its mixed update (the
+// widened kernels' compute table).
+KernelEntries optimizer_8bit_kernel_entries();
+void adamw8bit_update_mixed_f32(const KernelCall& c);  // quant_kernels.cpp: products with quantized frozen weights
 // The vocabulary-parallel cross-entropy's statistics, loss and gradient (tensor_parallel_kernels.cpp).
 KernelEntries tensor_parallel_kernel_entries();
 // pack and the collectives, which call the executor's communicator (collective_kernels.cpp).

@@ -102,6 +102,7 @@ const std::array<KernelFn, graph::kOpKindCount>& compute_kernels() {
     t[static_cast<std::size_t>(OpKind::sgd_update_mixed)] = k_sgd_update_mixed_f32;
     t[static_cast<std::size_t>(OpKind::sgd_momentum_update_mixed)] = k_sgd_momentum_update_mixed_f32;
     t[static_cast<std::size_t>(OpKind::adamw_update_mixed)] = k_adamw_update_mixed_f32;
+    t[static_cast<std::size_t>(OpKind::adamw8bit_update_mixed)] = adamw8bit_update_mixed_f32;
     return t;
   }();
   return table;

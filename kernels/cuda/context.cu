@@ -67,7 +67,8 @@ void set_tf32(bool allowed) {
 KernelEntries f32_kernel_entries() {
   KernelEntries all = elementwise_kernel_entries();
   for (KernelEntries part : {reduction_kernel_entries(), nn_kernel_entries(), blas_kernel_entries(),
-                             attention_kernel_entries(), decode_kernel_entries(), fused_loss_kernel_entries()}) {
+                             attention_kernel_entries(), decode_kernel_entries(), fused_loss_kernel_entries(),
+                             optimizer_8bit_kernel_entries()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;

@@ -26,6 +26,8 @@ KernelEntries nn_16bit_kernel_entries();
 KernelEntries attention_16bit_kernel_entries();
 KernelEntries decode_kernel_entries();       // decode.cu
 KernelEntries fused_loss_kernel_entries();   // fused_loss.cu (the fused projection and cross-entropy)
+KernelEntries optimizer_8bit_kernel_entries();        // optimizer_8bit.cu: 8-bit AdamW at f32
+KernelEntries optimizer_8bit_16bit_kernel_entries();  // and its mixed update at bf16 and f16
 // mixed_precision.cu: the 16-bit kernels (the GEMMs' from blas.cu among them) and the adapter
 // computing every other op at 16 bits in f32 copies.
 KernelEntries native_16bit_kernel_entries();

@@ -188,6 +188,8 @@ KernelEntries native_16bit_kernel_entries() {
   entries.push_back({OpKind::sgd_momentum_update_mixed, k_sgd_momentum_update_mixed<__half>, DType::f16});
   entries.push_back({OpKind::adamw_update_mixed, k_adamw_update_mixed<__nv_bfloat16>, DType::bf16});
   entries.push_back({OpKind::adamw_update_mixed, k_adamw_update_mixed<__half>, DType::f16});
+  const KernelEntries eight_bit = optimizer_8bit_16bit_kernel_entries();
+  entries.insert(entries.end(), eight_bit.begin(), eight_bit.end());
   return entries;
 }
 

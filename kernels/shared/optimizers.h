@@ -8,6 +8,7 @@
 
 #include "memplan/common/host_device.h"
 #include "memplan/graph/op.h"
+#include "memplan/kernels/shared/quant.h"
 
 namespace memplan::kernels {
 
@@ -56,6 +57,58 @@ MEMPLAN_HD inline void adamw_element(float& p, float& m, float& v, float g, cons
   v = s.beta2 * v + (1.0f - s.beta2) * g * g;
   const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
   p -= s.step_size * (m / denom);
+}
+
+// 8-bit AdamW (bitsandbytes' block-wise update, kOptimizerStatic8bit2StateBlockwise; graph/
+// optimizer.h): for each block of 256 elements, m and v are dequantized (code's map value times
+// the block's absmax) and updated in f32; the block's new absmax is the largest |m| and v; the
+// parameter moves by the f32 moments, p += -lr sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) +
+// eps sqrt(1-b2^t)), then decays, p *= 1 - lr wd (bnb decays after the step, PyTorch before);
+// the moments are stored again as the codes nearest m / absmax and v / absmax.
+struct Adam8bitScalars {
+  float beta1, beta2;
+  float eps_c2;     // eps * sqrt(1 - beta2^t)
+  float step_size;  // -lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+  float decay;      // 1 - lr * weight_decay
+};
+
+inline Adam8bitScalars adam8bit_scalars(const graph::OpAttrs& a, std::int64_t step, float lr) {
+  const double t = static_cast<double>(step);
+  const double c1 = 1.0 - std::pow(double(a.beta1), t);
+  const double c2 = std::sqrt(1.0 - std::pow(double(a.beta2), t));
+  Adam8bitScalars s{};
+  s.beta1 = a.beta1;
+  s.beta2 = a.beta2;
+  s.eps_c2 = static_cast<float>(double(a.eps) * c2);
+  s.step_size = static_cast<float>(-double(lr) * c2 / c1);
+  s.decay = 1.0f - lr * a.weight_decay;
+  return s;
+}
+
+// The two maps the codes index, as one table: [0, 256) signed (m), [256, 512) unsigned (v).
+inline constexpr int kAdam8bitMapValues = 512;
+MEMPLAN_HD inline float adam8bit_map_value(int index) {
+  return dynamic_map_value(static_cast<unsigned>(index & 255), index < 256);
+}
+
+// One element's moments after this step's gradient, from its codes and its block's absmax.
+MEMPLAN_HD inline void adam8bit_moments(const float* maps, std::uint8_t m_code, std::uint8_t v_code, float m_absmax,
+                                        float v_absmax, float g, const Adam8bitScalars& s, float& m, float& v) {
+  m = s.beta1 * (maps[m_code] * m_absmax) + (1.0f - s.beta1) * g;
+  v = s.beta2 * (maps[256 + v_code] * v_absmax) + (1.0f - s.beta2) * (g * g);
+}
+
+// The parameter's step from the f32 moments, then the decay.
+MEMPLAN_HD inline void adam8bit_param(float& p, float m, float v, const Adam8bitScalars& s) {
+  p = p + s.step_size * (m / (sqrtf(v) + s.eps_c2));
+  p = p * s.decay;
+}
+
+// The moments' codes under the block's new absmax (a block of zeros keeps the zero codes).
+MEMPLAN_HD inline void adam8bit_codes(const float* maps, float m, float v, float m_absmax, float v_absmax,
+                                      std::uint8_t& m_code, std::uint8_t& v_code) {
+  m_code = static_cast<std::uint8_t>(m_absmax > 0.0f ? nearest_code(maps, m / m_absmax) : 127u);
+  v_code = static_cast<std::uint8_t>(v_absmax > 0.0f ? nearest_code(maps + 256, v / v_absmax) : 0u);
 }
 
 }  // namespace memplan::kernels

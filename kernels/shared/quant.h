@@ -38,17 +38,18 @@ MEMPLAN_HD inline float fp4_value(unsigned code) {
   return kFp4[code & 15u];
 }
 
-// bitsandbytes' signed dynamic 8-bit map (create_dynamic_map): 127 positive and 127 negative
-// values, 10^(i-6) times the midpoints of 2^i + 1 points evenly from 0.1 to 1 for i = 0..6, with
-// 0 and 1, sorted. Double quantization's absmax codes index it.
-MEMPLAN_HD inline float dynamic_map_value(unsigned code) {
-  // Sorted: codes 0..126 the negatives (most negative first), 127 zero, 128..254 the positives,
-  // 255 one. The k-th positive (k = 0 smallest) is in decade i where 2^i - 1 <= k < 2^(i+1) - 1.
-  auto positive = [](unsigned k) {
-    unsigned i = 0;
-    while (k >= (2u << i) - 1u) ++i;
-    const unsigned j = k - ((1u << i) - 1u);        // index within the decade
-    const double n = double(1u << i);               // midpoints in the decade
+// bitsandbytes' dynamic 8-bit maps (create_dynamic_map), 256 values sorted ascending. Signed:
+// 127 positive and 127 negative values, 10^(i-6) times the midpoints of 2^i + 1 points evenly
+// from 0.1 to 1 for i = 0..6, with 0 and 1; double quantization's absmax codes and 8-bit Adam's
+// first moment index it. Unsigned (signed=False; 8-bit Adam's second moment): 254 positive
+// values, 2^(i+1) midpoints of 2^(i+1) + 1 points per decade i = 0..6, with 0 and 1.
+MEMPLAN_HD inline float dynamic_map_value(unsigned code, bool is_signed = true) {
+  // The k-th positive (k = 0 smallest) of a map whose decade i holds `first << i` midpoints.
+  auto positive = [](unsigned k, unsigned first) {
+    unsigned i = 0, start = 0;
+    while (k >= start + (first << i)) start += first << i++;
+    const unsigned j = k - start;                   // index within the decade
+    const double n = double(first << i);            // midpoints in the decade
     const double step = 0.9 / n;                    // linspace(0.1, 1, n + 1)
     const double mid = 0.1 + step * (double(j) + 0.5);
     double scale = 1.0;
@@ -57,9 +58,26 @@ MEMPLAN_HD inline float dynamic_map_value(unsigned code) {
   };
   code &= 255u;
   if (code == 255u) return 1.0f;
+  if (!is_signed) return code == 0u ? 0.0f : positive(code - 1u, 2u);
+  // Signed, sorted: codes 0..126 the negatives (most negative first), 127 zero, 128..254 the
+  // positives.
   if (code == 127u) return 0.0f;
-  if (code > 127u) return positive(code - 128u);
-  return -positive(126u - code);
+  if (code > 127u) return positive(code - 128u, 1u);
+  return -positive(126u - code, 1u);
+}
+
+// The code whose value in `map` (256 ascending values) is nearest x, a tie taking the smaller
+// code: a binary search, as bnb's quantize kernels do.
+MEMPLAN_HD inline unsigned nearest_code(const float* map, float x) {
+  if (!(x > map[0])) return 0u;
+  if (x >= map[255]) return 255u;
+  unsigned lo = 0u, hi = 255u;  // map[lo] < x <= map[hi]
+  while (hi - lo > 1u) {
+    const unsigned mid = (lo + hi) / 2u;
+    if (map[mid] < x) lo = mid;
+    else hi = mid;
+  }
+  return x - map[lo] <= map[hi] - x ? lo : hi;
 }
 
 // Where a quant_matmul's storage is: its operands after x, in the layout's order.
