@@ -301,6 +301,23 @@ TEST(Adam8bit, TrainsOnTheCpuWithFitsArenaAndTheSameBitsInEveryMode) {
   EXPECT_EQ(json_of(run + " --threads 2")["params_sha256"], planned["params_sha256"]) << "blocks are independent";
 }
 
+// paged_adamw8bit: the MLP's first layer [784, 512] (401,408 elements) has its codes in host
+// memory, as fit counts them; the steps are adamw8bit's, bit for bit.
+TEST(Adam8bit, PagedStatesLiveInHostMemoryAndStepAsOnTheDevice) {
+  const std::string run = "train --model mlp --hidden 512 --steps 20 --batch 16 --seed 3 --threads 1 --json --optimizer ";
+  const auto paged = json_of(run + "paged_adamw8bit");
+  const auto device = json_of(run + "adamw8bit");
+  const Bytes codes = 2 * 784 * 512;
+  EXPECT_EQ(paged["host_bytes"], codes);
+  EXPECT_FALSE(device.contains("host_bytes"));
+  EXPECT_EQ(device["arena_bytes"].get<Bytes>() - paged["arena_bytes"].get<Bytes>(), codes) << "the arena holds the rest";
+  EXPECT_EQ(paged["params_sha256"], device["params_sha256"]);
+  EXPECT_EQ(paged["device_allocations_during_steps"], 0);
+  const auto fit = json_of("fit --model mlp --hidden 512 --batch 16 --device cpu --device-memory 1GiB --json --optimizer paged_adamw8bit");
+  EXPECT_EQ(fit["host_bytes"], codes);
+  EXPECT_EQ(fit["arena_bytes"], paged["arena_bytes"]);
+}
+
 // bf16: the update applies to the f32 master and rounds into the bf16 working copy.
 TEST(Adam8bit, TrainsInBf16WithMasterWeights) {
   const std::string run =

@@ -205,7 +205,8 @@ nlohmann::json report_json(const train::TrainReport& r) {
     out["lower_bound_bytes"] = r.plan->lower_bound_bytes;
     out["persistent_bytes"] = r.plan->persistent_bytes;
     out["schedule"] = planner::schedule_name(r.plan->schedule_kind);
-    if (spec.offload_optimizer) out["host_bytes"] = r.plan->host_bytes;  // the offloaded state, in host memory
+    // The offloaded state, or paged 8-bit states, in host memory.
+    if (spec.offload_optimizer || r.plan->host_bytes > 0) out["host_bytes"] = r.plan->host_bytes;
   }
   out["offload_optimizer"] = spec.offload_optimizer;
   add_rewrites_json(out, r.rewrites, r.plan ? &*r.plan : nullptr);
