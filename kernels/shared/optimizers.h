@@ -100,8 +100,8 @@ MEMPLAN_HD inline void adam8bit_moments(const float* maps, std::uint8_t m_code, 
 
 // The parameter's step from the f32 moments, then the decay.
 MEMPLAN_HD inline void adam8bit_param(float& p, float m, float v, const Adam8bitScalars& s) {
-  p = p * s.decay;
   p = p + s.step_size * (m / (sqrtf(v) + s.eps_c2));
+  p = p * s.decay;
 }
 
 // The moments' codes under the block's new absmax (a block of zeros keeps the zero codes).
