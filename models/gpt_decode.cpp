@@ -86,6 +86,7 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
   // of the step's few tokens (a dropped token would change the model's output, not only its cost).
   LlamaConfig config = trained;
   config.moe.capacity_factor = 0.0;
+  config.embedding_dropout = config.residual_dropout = config.attention_dropout = 0.0f;  // generating drops nothing
   const std::int64_t B = shape.slots, T = config.context, C = config.width, NH = config.heads, NKV = config.kv_heads;
   const std::int64_t V = config.vocab, BS = shape.block_size, NB = shape.pool_blocks;
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || V <= 0 || config.ffn <= 0 || config.layers <= 0 || BS <= 0 || NB <= 0) {
@@ -108,7 +109,7 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
   const TensorId table = b.input("block_table", {B, MB}, graph::DType::i32);
   const TensorId embed = b.parameter("embed_tokens.weight", {V, C}, w_init, dt);
   TensorId h = b.embedding(tokens, embed, "residual0");  // [B, C]
-  if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
+  h = llama_parts::embeddings(b, config, h, /*training=*/false);
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
     h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
@@ -118,9 +119,10 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
       const TensorId k_cache = b.external(kv_cache_name(l, false), {NB, BS, KW}, dt);
       const TensorId v_cache = b.external(kv_cache_name(l, true), {NB, BS, KW}, dt);
       const TensorId y = b.decode_attention(q, k, v, k_cache, v_cache, table, positions, NH, NKV, a + ".values",
-                                            config.rope_base, config.rotary_dims, config.attention_scale(),
+                                            config.rope_base_of(l), config.rotary_dims, config.attention_scale(),
                                             config.attn_softcap);
-      b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base, config.rotary_dims);
+      b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base_of(l),
+                       config.rotary_dims);
       return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
     });
   }

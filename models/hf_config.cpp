@@ -25,11 +25,51 @@ struct TypeRow {
 // The decoder-only families all map onto the rotary decoder (models/llama.h), each with its settings.
 constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFamily::llama},    {"mistral", HfFamily::llama},
                                    {"qwen2", HfFamily::llama},    {"qwen3", HfFamily::llama},    {"gemma", HfFamily::llama},
-                                   {"gemma2", HfFamily::llama},
+                                   {"gemma2", HfFamily::llama},  {"gemma3_text", HfFamily::llama}, {"granite", HfFamily::llama},
+                                   {"starcoder2", HfFamily::llama}, {"stablelm", HfFamily::llama}, {"olmoe", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
                                    {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
                                    {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit},
                                    {"t5", HfFamily::t5}};
+
+// Families people download that memplan does not plan yet, each with what it lacks: a config of
+// one is refused naming that, never planned as something it is not.
+struct Unplanned {
+  const char* model_type;
+  const char* missing;
+};
+constexpr const char* kStateSpace =
+    "state-space (Mamba) layers: the selective scan over in_proj, conv1d, x_proj, dt_proj, A_log, D and out_proj, "
+    "and its recurrent state";
+constexpr Unplanned kNotPlanned[] = {
+    {"mamba", kStateSpace},
+    {"mamba2", kStateSpace},
+    {"falcon_mamba", kStateSpace},
+    {"jamba", "the Mamba (state-space) layers between its attention layers"},
+    {"falcon_h1", "the Mamba (state-space) heads beside its attention"},
+    {"zamba2", "the Mamba (state-space) layers of its hybrid stack"},
+    {"nemotron_h", "the Mamba (state-space) layers of its hybrid stack"},
+    {"qwen3_next", "the gated DeltaNet linear-attention layers beside its gated attention"},
+    {"deepseek_v2", "multi-head latent attention (q_lora_rank, kv_lora_rank, the decoupled rotary key) and DeepSeek's "
+                    "mixture of experts (shared experts, first_k_dense_replace, group-limited routing)"},
+    {"deepseek_v3", "multi-head latent attention (q_lora_rank, kv_lora_rank, the decoupled rotary key) and DeepSeek's "
+                    "mixture of experts (shared experts, sigmoid scoring with a correction bias, group-limited routing, "
+                    "first_k_dense_replace)"},
+    {"kimi_k2", "multi-head latent attention and DeepSeek-V3's mixture of experts"},
+    {"gpt_oss", "attention sinks, alternating sliding windows and gpt-oss's experts (clamped SwiGLU with biases)"},
+    {"llama4", "Llama 4's text decoder (chunked attention with NoPE layers, an interleaved mixture of experts) and its "
+               "vision tower"},
+    {"llama4_text", "chunked attention with NoPE layers and Llama 4's interleaved mixture of experts"},
+    {"bloom", "ALiBi positions and the embedding LayerNorm"},
+    {"mpt", "ALiBi positions and bias-free LayerNorms"},
+    {"opt", "learned absolute positions with OPT's offset of 2 and its ReLU MLP"},
+    {"gpt_bigcode", "multi-query attention with learned positions (c_attn packing the queries with one K/V head)"},
+    {"cohere", "bias-free LayerNorms and Cohere's parallel block with logit_scale"},
+    {"cohere2", "bias-free LayerNorms, Cohere's parallel block and its interleaved sliding windows"},
+    {"internlm2", "InternLM2's packed wqkv projection and its module names (wqkv, wo, w1, w2, w3)"},
+    {"phimoe", "PhiMoE's sparsemixer router over experts with LayerNorms and biases"},
+    {"qwen2_5_vl", "Qwen2.5-VL's multimodal rotary positions (mrope) and its vision tower"},
+};
 
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -185,6 +225,26 @@ class Fields {
     return out;
   }
 
+  // A list of strings (layer_types), empty when absent.
+  std::vector<std::string> strings(const char* name) {
+    read_.insert(name);
+    auto it = j_.find(name);
+    std::vector<std::string> out;
+    if (it == j_.end() || it->is_null()) return out;
+    if (!it->is_array()) {
+      fail(name, "expected a list of strings, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      return out;
+    }
+    for (const json& v : *it) {
+      if (!v.is_string()) {
+        fail(name, "expected strings, got " + v.dump().substr(0, 40));
+        return {};
+      }
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  }
+
   // A key read directly from the object (id2label) counts as read.
   void mark_read(const char* name) { read_.insert(name); }
   // The object's keys no getter asked for, sorted.
@@ -242,6 +302,13 @@ void check_heads(Fields& f, std::int64_t width, std::int64_t heads, const char* 
 
 // Dropout the rotary decoder does not apply: a rate above zero would store masks memplan does not
 // plan, so it is refused naming the key; zero (what these families train and ship with) passes.
+// One dropout rate, in [0, 1).
+float rate(Fields& f, const char* name) {
+  const double p = f.number(name, 0.0, 0.0, 1.0);
+  if (p >= 1.0) f.fail(name, "dropout probabilities must be below 1");
+  return static_cast<float>(p);
+}
+
 void expect_no_dropout(Fields& f, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     const double p = f.number(name, 0.0, 0.0, 1.0);
@@ -254,8 +321,8 @@ void expect_no_dropout(Fields& f, std::initializer_list<const char*> names) {
 
 // The rotating channels of a head of `head_size` for a fraction `key` of it (GPT-NeoX's
 // rotary_pct, Phi's partial_rotary_factor), rounded down as transformers does; 0 for all of them.
-std::int64_t rotary_dims(Fields& f, const char* key, std::int64_t head_size) {
-  const double fraction = f.number(key, 1.0, 0.0, 1.0);
+std::int64_t rotary_dims(Fields& f, const char* key, std::int64_t head_size, double fallback = 1.0) {
+  const double fraction = f.number(key, fallback, 0.0, 1.0);
   const auto dims = static_cast<std::int64_t>(static_cast<double>(head_size) * fraction);
   if (!f.ok() || dims == head_size) return 0;
   if (dims <= 0 || dims % 2 != 0) {
@@ -341,7 +408,8 @@ void read_moe(Fields& f, HfConfig& c) {
   LlamaConfig::Moe& m = c.llama.moe;
   const bool mixtral = c.model_type == "mixtral";
   const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
-  m.experts = f.size({experts_key}, std::int64_t{mixtral ? 8 : c.model_type == "qwen2_moe" ? 60 : 128});
+  const bool olmoe = c.model_type == "olmoe";
+  m.experts = f.size({experts_key}, std::int64_t{mixtral ? 8 : c.model_type == "qwen2_moe" ? 60 : olmoe ? 64 : 128});
   m.top_k = f.size({"num_experts_per_tok"}, std::int64_t{mixtral ? 2 : c.model_type == "qwen2_moe" ? 4 : 8});
   if (f.ok() && m.top_k > m.experts) {
     f.fail("num_experts_per_tok", std::to_string(m.top_k) + " exceeds the " + std::to_string(m.experts) + " experts of " +
@@ -359,7 +427,8 @@ void read_moe(Fields& f, HfConfig& c) {
       f.fail("router_jitter_noise", "is not supported: memplan's router takes no noise; set it to 0.0");
     }
   } else {
-    m.expert_ffn = f.size({"moe_intermediate_size"});
+    // OLMoE's experts are intermediate_size wide (it has no dense MLP).
+    m.expert_ffn = olmoe ? c.llama.ffn : f.size({"moe_intermediate_size"});
     m.normalize_top_k = f.boolean("norm_topk_prob", false);
     m.sparse_step = f.size({"decoder_sparse_step"}, std::int64_t{1});
     m.dense_layers = f.indices("mlp_only_layers");
@@ -372,7 +441,7 @@ void read_moe(Fields& f, HfConfig& c) {
     if (c.model_type == "qwen2_moe") m.shared_ffn = f.size({"shared_expert_intermediate_size"});
   }
   const std::int64_t F = m.expert_ffn > 0 ? m.expert_ffn : c.llama.ffn;
-  check_weight(f, std::string(experts_key) + " x " + (mixtral ? "intermediate_size" : "moe_intermediate_size") + " x hidden_size",
+  check_weight(f, std::string(experts_key) + " x " + (mixtral || olmoe ? "intermediate_size" : "moe_intermediate_size") + " x hidden_size",
                {m.experts, F, c.llama.width});
   if (m.shared_ffn > 0) check_weight(f, "shared_expert_intermediate_size x hidden_size", {m.shared_ffn, c.llama.width});
 }
@@ -387,9 +456,10 @@ void read_llama(Fields& f, HfConfig& c) {
   l.vocab = f.size({"vocab_size"});
   c.positions = f.size({"max_position_embeddings"});
   l.context = c.positions;
-  const bool gemma = c.model_type == "gemma" || c.model_type == "gemma2";
+  const bool gemma3 = c.model_type == "gemma3_text";
+  const bool gemma = c.model_type == "gemma" || c.model_type == "gemma2" || gemma3;
   l.tied_head = f.boolean("tie_word_embeddings", gemma);  // GemmaConfig ties them unless told not to
-  l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
+  l.rope_base = static_cast<float>(f.number("rope_theta", gemma3 ? 1e6 : 10000.0, 1.0, 1e12));
   f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
   // The gated MLP's activation: SiLU (SwiGLU) for llama and its kin; Gemma's GeGLU takes the
   // tanh-approximated GELU (hidden_activation, which overrides hidden_act).
@@ -423,13 +493,70 @@ void read_llama(Fields& f, HfConfig& c) {
   // Qwen3 normalises each head's queries and keys (q_norm, k_norm), and its head size is its own
   // setting (Qwen3-0.6B: 16 heads of 128 over a width of 1024).
   if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") l.qk_norm = LlamaConfig::QkNorm::per_head;
-  l.head_dim = f.size({"head_dim"}, std::int64_t{0});
-  expect_no_dropout(f, {"attention_dropout"});
+  l.head_dim = f.size({"head_dim"}, std::int64_t{gemma3 ? 256 : 0});
+  l.attention_dropout = rate(f, "attention_dropout");
   if (c.model_type == "phi3") {
     // Phi-3 stores q, k and v as one qkv_proj and gate and up as one gate_up_proj: the same
-    // parameters and activations as separate projections. Dropout rates are its own keys.
-    expect_no_dropout(f, {"resid_pdrop", "embd_pdrop"});
+    // parameters and activations as separate projections. Dropout rates are its own keys: on
+    // each sublayer's output (resid_pdrop) and the embeddings (embd_pdrop).
+    l.residual_dropout = rate(f, "resid_pdrop");
+    l.embedding_dropout = rate(f, "embd_pdrop");
     f.size({"original_max_position_embeddings"}, std::int64_t{0});
+  }
+  if (gemma3) {
+    // Gemma 3: Gemma-2's norms on both sides of each sublayer and scaled scores, per-head q/k
+    // norms, no soft-capping by default; five windowed (local) layers to one global, the local
+    // ones rotating with their own base. Which layers: layer_types when given, else
+    // sliding_window_pattern (transformers' is_sliding = (layer + 1) % pattern != 0).
+    l.pre_norm = l.post_norm = true;
+    l.qk_norm = LlamaConfig::QkNorm::per_head;
+    l.query_scale = static_cast<float>(f.number("query_pre_attn_scalar", 256.0, 1e-6, 1e12));
+    l.attn_softcap = static_cast<float>(f.number_or_off("attn_logit_softcapping", 0.0, 1e-6, 1e12));
+    l.final_softcap = static_cast<float>(f.number_or_off("final_logit_softcapping", 0.0, 1e-6, 1e12));
+    l.sliding_window = f.size({"sliding_window"}, std::int64_t{4096});
+    l.local_rope_base = static_cast<float>(f.number("rope_local_base_freq", 10000.0, 1.0, 1e12));
+    const std::vector<std::string> types = f.strings("layer_types");
+    const std::int64_t pattern = f.size({"sliding_window_pattern"}, std::int64_t{6});
+    if (!types.empty() && static_cast<std::int64_t>(types.size()) != l.layers) {
+      f.fail("layer_types", "lists " + std::to_string(types.size()) + " layers; num_hidden_layers is " + std::to_string(l.layers));
+    }
+    for (std::int64_t layer = 0; f.ok() && layer < l.layers; ++layer) {
+      if (types.empty()) {
+        l.windowed_layers.push_back((layer + 1) % pattern != 0);
+        continue;
+      }
+      const std::string& t = types[static_cast<std::size_t>(layer)];
+      if (t != "sliding_attention" && t != "full_attention") {
+        f.fail("layer_types", "'" + t.substr(0, 40) + "' is not sliding_attention or full_attention");
+      }
+      l.windowed_layers.push_back(t == "sliding_attention");
+    }
+    f.text("cache_implementation");
+  }
+  if (c.model_type == "stablelm") {
+    // StableLM: LayerNorms, rotary over partial_rotary_factor of each head (a quarter by
+    // default), q/k/v biases by use_qkv_bias. Its hidden_dropout drops the MLP's output only,
+    // which memplan's residual dropout (both sublayers) is not: refused above 0.
+    l.norm = LlamaConfig::Norm::layer;
+    l.qkv_bias = f.boolean("use_qkv_bias", false);
+    f.number("layer_norm_eps", 1e-5, 0.0, 1.0);
+    expect_no_dropout(f, {"hidden_dropout"});
+    if (f.boolean("qk_layernorm", false)) f.fail("qk_layernorm", "true is not supported: per-head LayerNorms of q and k are not planned");
+    l.parallel_residual = f.boolean("use_parallel_residual", false);
+  }
+  if (c.model_type == "olmoe") {
+    // OLMoE: OLMo's whole-projection q/k norms over a mixture of experts in every layer.
+    l.qk_norm = LlamaConfig::QkNorm::whole;
+    if (f.number_or_off("clip_qkv", 0.0, 0.0, 1e12) > 0.0) f.fail("clip_qkv", "is not supported: memplan does not clamp q, k and v; set it to null");
+  }
+  if (c.model_type == "granite") {
+    // Granite's multipliers (GraniteConfig's defaults 1): the embeddings by embedding_multiplier,
+    // each sublayer's output by residual_multiplier, scores by attention_multiplier in place of
+    // head_size^-1/2, the logits divided by logits_scaling.
+    l.embedding_multiplier = static_cast<float>(f.number("embedding_multiplier", 1.0, 1e-12, 1e12));
+    l.residual_multiplier = static_cast<float>(f.number("residual_multiplier", 1.0, 1e-12, 1e12));
+    l.attention_multiplier = static_cast<float>(f.number("attention_multiplier", 1.0, 1e-12, 1e12));
+    l.logit_scale = static_cast<float>(1.0 / f.number("logits_scaling", 1.0, 1e-12, 1e12));
   }
   if (c.model_type == "gemma2") {
     // Gemma-2: norms before and after each sublayer, scores scaled by query_pre_attn_scalar^-1/2
@@ -450,9 +577,12 @@ void read_llama(Fields& f, HfConfig& c) {
     l.post_norm = true;
     l.qk_norm = LlamaConfig::QkNorm::whole;
   }
-  if (c.model_type == "mixtral" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") read_moe(f, c);
+  if (c.model_type == "mixtral" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe" || c.model_type == "olmoe") {
+    read_moe(f, c);
+  }
   check_decoder(f, l, "hidden_size");
-  if (f.ok()) l.rotary_dims = rotary_dims(f, "partial_rotary_factor", l.head_size());
+  // StableLmConfig rotates a quarter of each head unless told otherwise.
+  if (f.ok()) l.rotary_dims = rotary_dims(f, "partial_rotary_factor", l.head_size(), c.model_type == "stablelm" ? 0.25 : 1.0);
 }
 
 // GPT-NeoX (Pythia): LayerNorms, fused q/k/v with biases, a plain GELU MLP with biases, attention
@@ -482,6 +612,37 @@ void read_gpt_neox(Fields& f, HfConfig& c) {
   l.parallel_residual = f.boolean("use_parallel_residual", true);
   check_decoder(f, l, "hidden_size");
   if (f.ok()) l.rotary_dims = rotary_dims(f, "rotary_pct", l.head_size());
+}
+
+// StarCoder2: LayerNorms, grouped-query attention and a plain GELU MLP (c_fc, c_proj), biases on
+// every projection unless use_bias is false, a sliding window on every layer, dropout on the
+// embeddings, the sublayers' outputs and the attention probabilities, tied embeddings by default
+// (Starcoder2Config's defaults where a key is absent).
+void read_starcoder2(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  l.kv_heads = f.size({"num_key_value_heads"}, std::int64_t{2});
+  l.ffn = f.size({"intermediate_size"});
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"}, std::int64_t{4096});
+  l.context = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", true);
+  l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
+  f.number("norm_epsilon", 1e-5, 0.0, 1.0);
+  f.expect_object_or_absent("rope_scaling");
+  l.norm = LlamaConfig::Norm::layer;
+  l.gated_mlp = false;
+  l.mlp_up_name = "c_fc";
+  l.mlp_down_name = "c_proj";
+  l.gate = activation(f, "hidden_act", f.text("hidden_act"), LlamaConfig::Gate::gelu);
+  l.qkv_bias = l.o_bias = l.mlp_bias = f.boolean("use_bias", true);
+  l.sliding_window = f.size({"sliding_window"}, std::int64_t{0});
+  l.embedding_dropout = rate(f, "embedding_dropout");
+  l.residual_dropout = rate(f, "residual_dropout");
+  l.attention_dropout = rate(f, "attention_dropout");
+  check_decoder(f, l, "hidden_size");
 }
 
 // Falcon: LayerNorms, multi-query (or grouped, new_decoder_architecture) attention, a plain GELU
@@ -679,6 +840,11 @@ std::string supported_model_types() {
 }
 
 std::string HfConfig::describe() const {
+  if (!not_counted.empty()) {
+    HfConfig inner = *this;
+    inner.not_counted.clear();
+    return inner.describe() + "; not counted: " + not_counted;
+  }
   auto s = [](std::int64_t v) { return std::to_string(v); };
   switch (family) {
     case HfFamily::gpt2:
@@ -745,6 +911,29 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
     if (c.model_type == r.model_type) row = &r;
   }
   if (row == nullptr) {
+    // A multimodal config whose text decoder is a family memplan plans (Gemma 3 4B and up): the
+    // text_config is the model planned, and the vision tower is said not to be counted.
+    if (c.model_type == "gemma3") {
+      auto text = j.find("text_config");
+      if (text == j.end() || !text->is_object()) {
+        return Error{source + ": model_type 'gemma3' (image and text): text_config: missing; memplan plans its text "
+                              "decoder, described there"};
+      }
+      json inner = *text;
+      if (!inner.contains("model_type")) inner["model_type"] = "gemma3_text";
+      auto decoder = parse_hf_config(inner.dump(), source + " (text_config)");
+      if (!decoder) return decoder.error();
+      HfConfig out = std::move(decoder).value();
+      out.not_counted = "the vision tower (vision_config) and the multimodal projector";
+      out.text = std::string(json_text);
+      return out;
+    }
+    for (const Unplanned& u : kNotPlanned) {
+      if (c.model_type == u.model_type) {
+        return Error{source + ": model_type '" + c.model_type + "' is not planned: memplan does not model " + u.missing +
+                     " yet (supported: " + supported_model_types() + ")"};
+      }
+    }
     return Error{source + ": model_type '" + c.model_type.substr(0, 60) + "' is not supported (supported: " +
                  supported_model_types() + ")"};
   }
@@ -758,6 +947,8 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
         read_gpt_neox(f, c);
       } else if (c.model_type == "falcon") {
         read_falcon(f, c);
+      } else if (c.model_type == "starcoder2") {
+        read_starcoder2(f, c);
       } else {
         read_llama(f, c);
       }
@@ -800,6 +991,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.dtype = options.dtype;
       c.attention = options.attention;
       c.tensor_parallel = options.tensor_parallel;
+      if (!training) c.embedding_dropout = c.residual_dropout = c.attention_dropout = 0.0f;
       return build_llama(c, batch);
     }
     case HfFamily::bert: {

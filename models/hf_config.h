@@ -58,6 +58,9 @@ struct HfConfig {
   std::vector<std::string> unread_keys;
   // The file's text as read: a run trained from it saves it, so that generation rebuilds the model.
   std::string text;
+  // What the file describes that the plan leaves out ("the vision tower (vision_config) and the
+  // multimodal projector" for a multimodal config whose text decoder is planned); "" for none.
+  std::string not_counted;
 
   bool vision() const { return family == HfFamily::vit; }
   // An encoder-decoder: its decoder's length is ZooOptions::target_seq (--target-seq).

@@ -95,8 +95,19 @@ TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std
 }
 
 TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, TensorId head) {
-  const TensorId raw = b.matmul(x, head, false, true, config.final_softcap > 0.0f ? "logits.raw" : "logits");
-  return config.final_softcap > 0.0f ? soft_cap(b, raw, config.final_softcap, "logits") : raw;
+  const bool scaled = config.logit_scale != 1.0f, capped = config.final_softcap > 0.0f;
+  TensorId y = b.matmul(x, head, false, true, scaled || capped ? "logits.raw" : "logits");
+  if (scaled) y = b.scale(y, config.logit_scale, capped ? "logits.scaled" : "logits");
+  return capped ? soft_cap(b, y, config.final_softcap, "logits") : y;
+}
+
+TensorId embeddings(graph::Builder& b, const LlamaConfig& config, TensorId h, bool training) {
+  if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(config.width)), "residual0.scaled");
+  if (config.embedding_multiplier > 0.0f && config.embedding_multiplier != 1.0f) {
+    h = b.scale(h, config.embedding_multiplier, "residual0.multiplied");
+  }
+  if (training && config.embedding_dropout > 0.0f) h = b.dropout(h, config.embedding_dropout, "residual0.drop");
+  return h;
 }
 
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& m) {
@@ -104,10 +115,11 @@ TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
   // parallelism gate and up are column-parallel, down row-parallel.
   config.tensor_parallel.split(config.ffn, "the MLP's hidden width (ffn)");
   auto in = [&](const char* which, TensorId input, std::int64_t out) {
-    const std::string name(which);
-    const bool down = name == "down_proj";
+    const std::string role(which);  // gate_proj, up_proj or down_proj: the op names gate, up, down
+    const bool down = role == "down_proj";
+    const std::string& param = down ? config.mlp_down_name : role == "up_proj" ? config.mlp_up_name : config.mlp_gate_name;
     const std::int64_t width = down ? config.ffn : b.graph().tensor(input).shape.cols();
-    return project(b, config, input, m + "." + name, out, width, config.mlp_bias, m + "." + name.substr(0, name.find('_')),
+    return project(b, config, input, m + "." + param, out, width, config.mlp_bias, m + "." + role.substr(0, role.find('_')),
                    down ? Split::row : Split::column);
   };
   return mlp_body(b, config, graph::column_input(b, config.tensor_parallel, x, m + ".in"), config.ffn, in, m);
@@ -167,15 +179,22 @@ TensorId layer(graph::Builder& b, const LlamaConfig& config, TensorId h, std::in
   auto ffn = [&](TensorId x) {
     return config.moe.sparse(layer) ? moe(b, config, x, n + ".mlp", router_stats) : mlp(b, config, x, n + ".mlp");
   };
+  // A sublayer's output on its way to the residual add: dropped out (training) and multiplied as
+  // the config says.
+  auto out = [&](TensorId x, const std::string& name) {
+    if (config.residual_dropout > 0.0f) x = b.dropout(x, config.residual_dropout, n + name + ".drop");
+    if (config.residual_multiplier != 1.0f) x = b.scale(x, config.residual_multiplier, n + name + ".multiplied");
+    return x;
+  };
   if (config.parallel_residual) {
     const TensorId a_in = pre(h, ".input_layernorm");
     const TensorId m_in = config.shared_norm ? a_in : pre(h, ".post_attention_layernorm");
-    const TensorId a = post(attention(a_in), ".post_attention_layernorm");
-    const TensorId m = post(ffn(m_in), ".post_feedforward_layernorm");
+    const TensorId a = out(post(attention(a_in), ".post_attention_layernorm"), ".attn_out");
+    const TensorId m = out(post(ffn(m_in), ".post_feedforward_layernorm"), ".mlp_out");
     return b.add(b.add(h, a, n + ".residual1"), m, n + ".residual2");
   }
-  h = b.add(h, post(attention(pre(h, ".input_layernorm")), ".post_attention_layernorm"), n + ".residual1");
-  return b.add(h, post(ffn(pre(h, mlp_in_norm)), ".post_feedforward_layernorm"), n + ".residual2");
+  h = b.add(h, out(post(attention(pre(h, ".input_layernorm")), ".post_attention_layernorm"), ".attn_out"), n + ".residual1");
+  return b.add(h, out(post(ffn(pre(h, mlp_in_norm)), ".post_feedforward_layernorm"), ".mlp_out"), n + ".residual2");
 }
 
 }  // namespace llama_parts
@@ -253,7 +272,7 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const TensorId labels = b.input("labels", {rows}, graph::DType::i32);
   const TensorId embed = graph::parameter_slice(b, tp, "embed_tokens.weight", {V, C}, 0, w_init, dt);
   TensorId h = b.reshape(graph::vocab_parallel_embedding(b, tp, x, embed, V, "embed"), {rows, C}, "residual0");  // [B*T, C]
-  if (config.scale_embeddings) h = b.scale(h, std::sqrt(static_cast<float>(C)), "residual0.scaled");
+  h = llama_parts::embeddings(b, config, h, /*training=*/true);
   h = graph::sequence_shard(b, tp, h, "residual0.shard");  // sequence parallelism: this rank's rows to the head
 
   TensorId router_stats = kNoTensor;  // summed over the mixture layers (the load-balancing loss)
@@ -264,10 +283,10 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
       TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NHr, a + ".q_norm"), NHr, a + ".q");
       TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKVr, a + ".k_norm"), NKVr, a + ".k");
       TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKVr, a + ".v");
-      q = b.rotary(q, config.rope_base, a + ".q.rope", config.rotary_dims);
-      k = b.rotary(k, config.rope_base, a + ".k.rope", config.rotary_dims);
-      TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, 0.0f, a, config.attention_scale(),
-                                   config.attn_softcap);  // [B, NH, T, HD]
+      q = b.rotary(q, config.rope_base_of(l), a + ".q.rope", config.rotary_dims);
+      k = b.rotary(k, config.rope_base_of(l), a + ".k.rope", config.rotary_dims);
+      TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
+                                   config.attention_scale(), config.attn_softcap);  // [B, NH, T, HD]
       y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC / tp.degree}, a + ".merged");
       return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o", llama_parts::Split::row);
     }, &router_stats);

@@ -72,7 +72,29 @@ struct LlamaConfig {
   float query_scale = 0.0f;
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
-  float attention_scale() const { return query_scale > 0.0f ? 1.0f / std::sqrt(query_scale) : 0.0f; }
+  // Granite's multipliers: scores scaled by attention_multiplier (> 0; in place of head_size^-1/2),
+  // the embeddings by embedding_multiplier (> 0), each sublayer's output by residual_multiplier
+  // before its residual add; the logits by logit_scale (Granite's 1 / logits_scaling, Cohere's
+  // logit_scale). 1 (0 for the first two) changes nothing.
+  float attention_multiplier = 0.0f;
+  float embedding_multiplier = 0.0f;
+  float residual_multiplier = 1.0f;
+  float logit_scale = 1.0f;
+  float attention_scale() const {
+    if (attention_multiplier > 0.0f) return attention_multiplier;
+    return query_scale > 0.0f ? 1.0f / std::sqrt(query_scale) : 0.0f;
+  }
+  // Dropout in training (StarCoder2's embedding_dropout, residual_dropout and attention_dropout):
+  // on the embeddings, on each sublayer's output before its residual add, and on the attention
+  // probabilities. 0: none (and none in evaluation or serving graphs).
+  float embedding_dropout = 0.0f;
+  float residual_dropout = 0.0f;
+  float attention_dropout = 0.0f;
+  // The MLP's parameter names (under layers.N.mlp): llama's gate_proj, up_proj, down_proj;
+  // StarCoder2's plain MLP has c_fc and c_proj. LoRA targets name them as they are.
+  std::string mlp_gate_name = "gate_proj";
+  std::string mlp_up_name = "up_proj";
+  std::string mlp_down_name = "down_proj";
 
   // Sliding-window attention: a windowed layer attends to the last `sliding_window` positions only
   // (Mistral and Phi-3: every layer; Gemma-2: every other layer from the first; Qwen2 with
@@ -82,9 +104,19 @@ struct LlamaConfig {
   std::int64_t sliding_window = 0;       // 0: every layer attends to the whole sequence
   std::int64_t window_first_layer = 0;   // the first windowed layer
   std::int64_t window_layer_period = 1;  // then every this many layers
+  // Or, when not empty, which layers are windowed, one entry a layer (Gemma 3's five local layers
+  // to one global: its sliding_window_pattern or layer_types).
+  std::vector<bool> windowed_layers;
+  // The rotary base of the windowed layers (Gemma 3's rope_local_base_freq); 0: rope_base.
+  float local_rope_base = 0.0f;
   bool windowed(std::int64_t layer) const {
-    return sliding_window > 0 && layer >= window_first_layer && (layer - window_first_layer) % window_layer_period == 0;
+    if (sliding_window <= 0) return false;
+    if (!windowed_layers.empty()) {
+      return layer >= 0 && layer < static_cast<std::int64_t>(windowed_layers.size()) && windowed_layers[static_cast<std::size_t>(layer)];
+    }
+    return layer >= window_first_layer && (layer - window_first_layer) % window_layer_period == 0;
   }
+  float rope_base_of(std::int64_t layer) const { return local_rope_base > 0.0f && windowed(layer) ? local_rope_base : rope_base; }
   // The positions whose keys and values layer `layer` keeps for a sequence of `seq`.
   std::int64_t kv_positions(std::int64_t layer, std::int64_t seq) const {
     return windowed(layer) ? std::min(seq, sliding_window) : seq;
@@ -150,8 +182,12 @@ TensorId norm(graph::Builder& b, const LlamaConfig& config, TensorId x, const st
 // The q_norm/k_norm on `x` [rows, heads * head_size] as config.qk_norm says; `x` itself for none.
 TensorId head_norm(graph::Builder& b, const LlamaConfig& config, TensorId x, std::int64_t rows, std::int64_t heads,
                    const std::string& name);
-// The logits `x` W_head^T of the final norm's output, soft-capped when config.final_softcap says.
+// The logits `x` W_head^T of the final norm's output, times config.logit_scale, soft-capped when
+// config.final_softcap says.
 TensorId logits(graph::Builder& b, const LlamaConfig& config, TensorId x, TensorId head);
+// The token embeddings `h` [rows, width] as the first layer takes them: scaled by sqrt(width)
+// (scale_embeddings) and embedding_multiplier, dropped out when `training`.
+TensorId embeddings(graph::Builder& b, const LlamaConfig& config, TensorId h, bool training);
 // The MLP of `x` [rows, width] (gated or plain), parameters under `prefix`.{gate,up,down}_proj.
 TensorId mlp(graph::Builder& b, const LlamaConfig& config, TensorId x, const std::string& prefix);
 // The mixture of experts of `x` [rows, width] (config.moe), parameters under `prefix`: the router

@@ -38,6 +38,7 @@ constexpr ZooEntry kEntries[] = {
     {"gemma-2b", "gemma-2b.json", "Gemma-2B", 0, 8},
     {"gemma-7b", "gemma-7b.json", "Gemma-7B", 0, 8},
     {"gemma2-9b", "gemma-2-9b.json", "Gemma-2-9B", 4096, 8},
+    {"gemma3-1b", "gemma-3-1b-it.json", "Gemma-3-1B-it (five local layers to one global)", 4096, 8},
     {"phi3-mini", "phi-3-mini-4k.json", "Phi-3-mini-4k", 0, 8},
     {"olmo2-7b", "olmo-2-7b.json", "OLMo-2-1124-7B", 0, 8},
     {"pythia-160m", "pythia-160m.json", "Pythia-160M (GPT-NeoX)", 0, 8},

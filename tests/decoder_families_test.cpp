@@ -105,6 +105,28 @@ std::vector<Family> families() {
   dropless.gated_mlp = false;
   dropless.gate = Config::Gate::gelu;
   out.push_back({"dropless plain experts", dropless});
+  Config granite = base;  // Granite's multipliers on the embeddings, sublayer outputs, scores, logits
+  granite.embedding_multiplier = 1.5f;
+  granite.residual_multiplier = 0.6f;
+  granite.attention_multiplier = 0.3f;
+  granite.logit_scale = 0.7f;
+  out.push_back({"granite", granite});
+  Config gemma3 = gemma2;  // Gemma 3: per-head q/k norms, a global layer between local ones with
+  gemma3.layers = 3;       // their own rotary base, no caps
+  gemma3.attn_softcap = gemma3.final_softcap = 0.0f;
+  gemma3.qk_norm = Config::QkNorm::per_head;
+  gemma3.sliding_window = 4;
+  gemma3.windowed_layers = {true, false, true};
+  gemma3.rope_base = 1e6f;
+  gemma3.local_rope_base = 10.0f;
+  out.push_back({"gemma3", gemma3});
+  Config starcoder2 = neox;  // StarCoder2's plain MLP under its own names, sequential residual
+  starcoder2.parallel_residual = false;
+  starcoder2.rotary_dims = 0;
+  starcoder2.kv_heads = 1;
+  starcoder2.mlp_up_name = "c_fc";
+  starcoder2.mlp_down_name = "c_proj";
+  out.push_back({"starcoder2", starcoder2});
   return out;
 }
 

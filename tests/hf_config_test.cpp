@@ -109,6 +109,9 @@ const std::map<std::string, std::int64_t>& published_counts() {
       {"gemma-2b.json", 2'506'172'416},
       {"gemma-7b.json", 8'537'680'896},
       {"gemma-2-9b.json", 9'241'705'984},
+      // Gemma 3's technical report: 302M embedding and 698M non-embedding parameters (the model
+      // card says 1B); exact from the config's shapes: 262144 x 1152 + 26 layers x 26,842,112 + 1152.
+      {"gemma-3-1b-it.json", 999'885'952},
       {"phi-3-mini-4k.json", 3'821'079'552},
       {"olmo-2-7b.json", 7'298'617'344},
       {"pythia-160m.json", 162'322'944},
@@ -441,18 +444,32 @@ TEST(HfConfig, Olmo2NormalisesSublayerOutputsAndWholeQueriesAndKeys) {
   }
 }
 
-// Phi-3: llama's layout (fused projections hold the same tensors); its dropout keys are checked
-// and a partial rotary factor applies.
+// Phi-3: llama's layout (fused projections hold the same tensors); its dropout keys drop each
+// sublayer's output (resid_pdrop) and the embeddings (embd_pdrop) in training, and a partial rotary
+// factor applies.
 TEST(HfConfig, Phi3IsLlamasLayoutWithItsOwnDropoutKeys) {
   auto j = nlohmann::json::parse(shipped_text("phi-3-mini-4k.json"));
   const HfConfig c = parse(j.dump());
   EXPECT_EQ(c.llama.rotary_dims, 0);
   EXPECT_TRUE(c.llama.gated_mlp);
   j["resid_pdrop"] = 0.1;
+  j["embd_pdrop"] = 0.2;
+  j["num_hidden_layers"] = 2;
+  const HfConfig dropped = parse(j.dump());
+  EXPECT_FLOAT_EQ(dropped.llama.residual_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(dropped.llama.embedding_dropout, 0.2f);
+  EXPECT_EQ(count_ops(build(dropped), graph::OpKind::dropout_mask), 1 + 2 * 2);
+  models::ZooOptions o;
+  o.seq = 16;
+  EXPECT_EQ(count_ops(models::build_hf_forward(dropped, 1, o, /*training=*/false), graph::OpKind::dropout_mask), 0);
+  j["resid_pdrop"] = 1.0;
   auto refused = models::parse_hf_config(j.dump(), "phi3.json");
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("resid_pdrop"), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("resid_pdrop: dropout probabilities must be below 1"), std::string::npos)
+      << refused.error().message;
   j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["num_hidden_layers"] = 32;
   j["partial_rotary_factor"] = 0.75;  // Phi-4-mini's: 72 of 96 channels
   EXPECT_EQ(parse(j.dump()).llama.rotary_dims, 72);
 }
@@ -597,7 +614,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},

@@ -67,6 +67,29 @@ struct TrainConfigCli : ::testing::Test {
       "num_layers": 1, "num_decoder_layers": 1, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false,
       "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16, "dropout_rate": 0.0,
       "vocab_size": 32128})";
+    // Gemma 3: a local layer (window 16, its own rotary base) before a global one, per-head q/k norms.
+    std::ofstream(dir / "gemma3.json") << R"({"model_type": "gemma3_text", "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 48,
+      "vocab_size": 262144, "max_position_embeddings": 32768, "sliding_window": 16, "sliding_window_pattern": 2,
+      "query_pre_attn_scalar": 16})";
+    // Granite: the multipliers on embeddings, sublayer outputs, scores and logits.
+    std::ofstream(dir / "granite.json") << R"({"model_type": "granite", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 49155,
+      "max_position_embeddings": 4096, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+      "attention_multiplier": 0.125, "logits_scaling": 8.0})";
+    // StarCoder2: LayerNorms, the plain c_fc/c_proj MLP with biases, dropout everywhere it has it.
+    std::ofstream(dir / "starcoder2.json") << R"({"model_type": "starcoder2", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 49152,
+      "max_position_embeddings": 4096, "sliding_window": 4096, "embedding_dropout": 0.1,
+      "residual_dropout": 0.1, "attention_dropout": 0.1})";
+    // StableLM: LayerNorms, a quarter of each head rotating, q/k/v biases.
+    std::ofstream(dir / "stablelm.json") << R"({"model_type": "stablelm", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "intermediate_size": 48, "vocab_size": 100352, "max_position_embeddings": 4096,
+      "use_qkv_bias": true})";
+    // OLMoE: 4 experts of 16 in every layer, 2 per token, whole-projection q/k norms.
+    std::ofstream(dir / "olmoe.json") << R"({"model_type": "olmoe", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+      "vocab_size": 50304, "max_position_embeddings": 4096})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -91,7 +114,8 @@ struct TrainConfigCli : ::testing::Test {
 
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
   for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gemma2.json", "gpt_neox.json", "falcon.json", "olmo2.json",
-                                 "mixtral.json", "qwen2_moe.json", "gpt2.json"}) {
+                                 "mixtral.json", "qwen2_moe.json", "gpt2.json", "gemma3.json", "granite.json", "starcoder2.json",
+                                 "stablelm.json", "olmoe.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
