@@ -12,6 +12,7 @@
 #include "memplan/common/input_file.h"
 #include "memplan/common/rng.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/models/model_ref.h"
 #include "memplan/models/text_dataset.h"
 #include "memplan/runtime/device.h"
 #include "memplan/runtime/weights.h"
@@ -202,8 +203,8 @@ Command add_generate_command(CLI::App& root) {
       "generate", "Generate for many prompts at once with a KV cache (contiguous or paged) and continuous batching.");
   app->add_option("--load", flags->load,
                   "The safetensors file written by 'memplan train --model gpt --save', or by 'memplan train --config "
-                  "FILE --save' for a decoder config (gpt2, llama, mistral, qwen2/3, gemma/gemma2, phi3, olmo2, "
-                  "gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe)")
+                  "FILE --save' for a decoder config (a model_type of " + models::supported_model_types() +
+                      " but bert, vit and t5)")
       ->required()
       ->check(CLI::ExistingFile);
   app->add_option("--prompts-file", flags->prompts_file, "Prompts, one per line (blank lines skipped)");

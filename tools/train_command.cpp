@@ -10,6 +10,7 @@
 
 #include "memplan/common/byte_size.h"
 #include "memplan/kernels/kernel.h"
+#include "memplan/models/model_ref.h"
 #include "memplan/models/registry.h"
 #include "memplan/runtime/executor.h"
 #include "memplan/train/run.h"
@@ -418,7 +419,8 @@ void add_model_flags(CLI::App& app, TrainFlags& flags, TrainOptions& o) {
       ->check(CLI::ExistingFile)
       ->excludes(o.model);
   o.config = app.add_option("--config", flags.config,
-                  "Train a Hugging Face config.json instead of --model: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe on the text at byte "
+                  "Train a Hugging Face config.json instead of --model (model_type " + models::supported_model_types() +
+                      ", bert excepted): the decoders on the text at byte "
                   "level (the text's bytes replace the vocabulary; --seq, default the config's positions up to " +
                       std::to_string(train::kDefaultConfigTrainSeq) +
                       "), or vit on Fashion-MNIST (num_channels 1, image_size 28). Other sizes as the file says")
