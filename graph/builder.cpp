@@ -124,11 +124,16 @@ TensorId Builder::channel_scale(TensorId x, TensorId g, const std::string& name)
   return binary(OpKind::channel_scale, x, g, name);
 }
 
-TensorId Builder::moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name) {
+TensorId Builder::moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name,
+                            const MoeChoice& choice) {
   OpAttrs attrs;
   attrs.top_k = top_k;
   attrs.normalize = normalize;
-  return unary(OpKind::moe_top_k, probs, name, std::move(attrs));
+  attrs.expert_groups = choice.groups;
+  attrs.top_groups = choice.top_groups;
+  attrs.group_top2 = choice.group_top2;
+  if (choice.bias == kNoTensor) return unary(OpKind::moe_top_k, probs, name, std::move(attrs));
+  return binary(OpKind::moe_top_k, probs, choice.bias, name, std::move(attrs));
 }
 
 TensorId Builder::moe_dispatch(TensorId x, TensorId gates, std::int64_t capacity, const std::string& name) {

@@ -13,6 +13,15 @@ namespace memplan::graph {
 // whatever the graph order.
 std::uint64_t dropout_seed(const std::string& name);
 
+// How moe_top_k chooses experts beyond the top_k largest probabilities (graph/op.h): a bias [E]
+// added for the choice only, and group-limited routing.
+struct MoeChoice {
+  TensorId bias = kNoTensor;
+  std::int64_t groups = 0;
+  std::int64_t top_groups = 0;
+  bool group_top2 = false;
+};
+
 class Builder {
  public:
   explicit Builder(Graph& graph, Phase phase = Phase::forward) : graph_(graph), phase_(phase) {}
@@ -84,7 +93,7 @@ class Builder {
   TensorId channel_scale(TensorId x, TensorId g, const std::string& name);
   // Mixtures of experts (graph/op.h: moe_*): each token's gates[N, E] for the `top_k` largest
   // router probabilities (renormalised to sum 1 when `normalize`), 0 elsewhere.
-  TensorId moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name);
+  TensorId moe_top_k(TensorId probs, std::int64_t top_k, bool normalize, const std::string& name, const MoeChoice& choice = {});
   // x [N, C] into [E, capacity, C]: each expert's tokens in token order, the first `capacity` kept.
   TensorId moe_dispatch(TensorId x, TensorId gates, std::int64_t capacity, const std::string& name);
   // ye [E, capacity, C] back to [N, C]: each token's kept experts' rows weighted by its gates, summed.

@@ -94,6 +94,10 @@ enum class OpKind : std::uint8_t {
   // takes its routed tokens in token order into `capacity` slots; tokens beyond are dropped for e.
   moe_top_k,              // gates[N, E] = the `top_k` largest of probs[N, E] in each row (ties: the lower
                           // index), 0 elsewhere; `normalize` divides them by their sum   inputs: probs
+                          // [, bias[E]: added to probs for the choice only (DeepSeek-V3's correction
+                          // bias)]; expert_groups > 1: only experts of the top_groups best groups of
+                          // E / expert_groups are chosen, a group scored by its largest choice value
+                          // or, group_top2, by its two largest summed (DeepSeek's group-limited routing)
   moe_dispatch,           // xe[E, capacity, C]: slot s of expert e = w x[n] for its s-th kept token n,
                           // w = gates[n, e] if `weighted` else 1; unfilled slots 0   inputs: x[N, C], gates
   moe_combine,            // y[N, C] = sum over e (ascending) of w ye[e, slot of n in e] for the experts that
@@ -266,6 +270,9 @@ struct OpAttrs {
   bool inverse = false;            // rotary
   std::int64_t top_k = 1;          // moe_top_k*: experts per token
   bool normalize = false;          // moe_top_k*: gates divided by their sum
+  std::int64_t expert_groups = 0;  // moe_top_k: groups of experts the choice is limited to (0, 1: none)
+  std::int64_t top_groups = 0;     // moe_top_k: the groups a token may use
+  bool group_top2 = false;         // moe_top_k: a group's score is its two largest values summed, else its largest
   std::int64_t capacity = 1;       // moe_dispatch: slots per expert
   bool weighted = true;            // moe_dispatch, moe_combine: rows scaled by their gates
   // relative_position_bias*: T5's buckets of key-minus-query distances, and whether keys after the

@@ -33,6 +33,19 @@ OutputSpec infer_moe_top_k(Inputs in, const OpAttrs& attrs) {
     fail("moe_top_k", "top_k " + str(attrs.top_k) + " must be between 1 and the " + str(p.shape[1]) + " experts of '" +
                           p.name + "' " + p.shape.to_string());
   }
+  if (in.size() > 2) fail("moe_top_k", "takes probs and at most a choice bias");
+  if (in.size() == 2 && (in[1]->shape != Shape{p.shape[1]} || in[1]->dtype != p.dtype)) {
+    fail("moe_top_k", "the choice bias '" + in[1]->name + "' " + in[1]->shape.to_string() + " must be [" + str(p.shape[1]) +
+                          "] of the probabilities' dtype");
+  }
+  if (attrs.expert_groups > 1) {
+    const std::int64_t E = p.shape[1], G = attrs.expert_groups;
+    if (E % G != 0) fail("moe_top_k", str(E) + " experts do not split into " + str(G) + " groups");
+    if (attrs.top_groups < 1 || attrs.top_groups > G || attrs.top_groups * (E / G) < attrs.top_k) {
+      fail("moe_top_k", "top_groups " + str(attrs.top_groups) + " of " + str(G) + " groups of " + str(E / G) +
+                            " experts cannot hold top_k " + str(attrs.top_k));
+    }
+  }
   return {p.shape, p.dtype};
 }
 
@@ -137,7 +150,7 @@ void grad_moe_router_stats(GradContext& c, const Op& op, TensorId dy) {
 
 // clang-format off
 constexpr OpInfo kMoeRows[] = {
-  {.kind = OpKind::moe_top_k, .name = "moe_top_k", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+  {.kind = OpKind::moe_top_k, .name = "moe_top_k", .num_inputs = kVariadic, .num_updates = 0, .num_outputs = 1,
     .infer = infer_moe_top_k, .flops = flops_per_output, .grad = grad_moe_top_k, .split_rows = true, .row_inputs = 0b1},
   // Moving a row costs nothing by this table's count; weighting it is a multiply per element.
   {.kind = OpKind::moe_dispatch, .name = "moe_dispatch", .num_inputs = 2, .num_updates = 0, .num_outputs = 1,

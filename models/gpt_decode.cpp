@@ -84,6 +84,11 @@ graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape)
 graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& shape) {
   // A mixture of experts drops no token while generating: every expert has a slot for every one
   // of the step's few tokens (a dropped token would change the model's output, not only its cost).
+  if (trained.mla.active()) {
+    throw graph::GraphError("serving multi-head latent attention is not planned yet: its cache holds the latent and the "
+                            "rotary key (kv_lora_rank + qk_rope_head_dim values a token a layer), which memplan's decode step "
+                            "does not build");
+  }
   LlamaConfig config = trained;
   config.moe.capacity_factor = 0.0;
   config.embedding_dropout = config.residual_dropout = config.attention_dropout = 0.0f;  // generating drops nothing

@@ -27,6 +27,7 @@ constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFa
                                    {"qwen2", HfFamily::llama},    {"qwen3", HfFamily::llama},    {"gemma", HfFamily::llama},
                                    {"gemma2", HfFamily::llama},  {"gemma3_text", HfFamily::llama}, {"granite", HfFamily::llama},
                                    {"starcoder2", HfFamily::llama}, {"stablelm", HfFamily::llama}, {"olmoe", HfFamily::llama},
+                                   {"deepseek_v2", HfFamily::llama}, {"deepseek_v3", HfFamily::llama}, {"kimi_k2", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
                                    {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
                                    {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit},
@@ -50,12 +51,6 @@ constexpr Unplanned kNotPlanned[] = {
     {"zamba2", "the Mamba (state-space) layers of its hybrid stack"},
     {"nemotron_h", "the Mamba (state-space) layers of its hybrid stack"},
     {"qwen3_next", "the gated DeltaNet linear-attention layers beside its gated attention"},
-    {"deepseek_v2", "multi-head latent attention (q_lora_rank, kv_lora_rank, the decoupled rotary key) and DeepSeek's "
-                    "mixture of experts (shared experts, first_k_dense_replace, group-limited routing)"},
-    {"deepseek_v3", "multi-head latent attention (q_lora_rank, kv_lora_rank, the decoupled rotary key) and DeepSeek's "
-                    "mixture of experts (shared experts, sigmoid scoring with a correction bias, group-limited routing, "
-                    "first_k_dense_replace)"},
-    {"kimi_k2", "multi-head latent attention and DeepSeek-V3's mixture of experts"},
     {"gpt_oss", "attention sinks, alternating sliding windows and gpt-oss's experts (clamped SwiGLU with biases)"},
     {"llama4", "Llama 4's text decoder (chunked attention with NoPE layers, an interleaved mixture of experts) and its "
                "vision tower"},
@@ -645,6 +640,102 @@ void read_starcoder2(Fields& f, HfConfig& c) {
   check_decoder(f, l, "hidden_size");
 }
 
+// DeepSeek-V2 and V3 (Kimi K2 keeps V3's layout): multi-head latent attention (LlamaConfig::Mla),
+// dense MLPs in the first first_k_dense_replace layers and DeepSeek's mixture of experts in the
+// rest: n_routed_experts of moe_intermediate_size, n_shared_experts summed into one ungated MLP,
+// softmax or sigmoid scores (scoring_func), the choice greedy, group-limited by each group's best
+// expert (group_limited_greedy) or its two best with a correction bias (noaux_tc), the gates
+// renormalised (norm_topk_prob) and scaled by routed_scaling_factor. A YaRN rope_scaling scales
+// the scores by mscale^2 (0.1 mscale_all_dim ln(factor) + 1, squared) over qk_head_dim^-1/2.
+void read_deepseek(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  l.kv_heads = l.heads;  // every head has its own key and value (from the shared latent)
+  f.size({"num_key_value_heads"}, l.heads);
+  l.ffn = f.size({"intermediate_size"});
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"}, std::int64_t{4096});
+  l.context = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", false);
+  l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
+  f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
+  l.gate = activation(f, "hidden_act", f.text("hidden_act"), LlamaConfig::Gate::silu);
+  l.attention_dropout = rate(f, "attention_dropout");
+  if (f.boolean("attention_bias", false)) f.fail("attention_bias", "true is not supported: memplan's latent attention has no biases");
+  LlamaConfig::Mla& m = l.mla;
+  m.q_lora_rank = f.size({"q_lora_rank"}, std::int64_t{0});  // null: one q_proj (DeepSeek-V2-Lite)
+  m.kv_lora_rank = f.size({"kv_lora_rank"});
+  m.qk_nope = f.size({"qk_nope_head_dim"});
+  m.qk_rope = f.size({"qk_rope_head_dim"});
+  m.v_head = f.size({"v_head_dim"});
+  if (f.ok() && m.qk_rope % 2 != 0) f.fail("qk_rope_head_dim", std::to_string(m.qk_rope) + " is odd; rotary needs an even count");
+  l.head_dim = m.qk_head();
+  double scale = 1.0 / std::sqrt(static_cast<double>(m.qk_head()));
+  std::string which = "rope_scaling";
+  if (const json* rs = f.find({"rope_scaling"}, &which); rs != nullptr && rs->is_object()) {
+    const std::string type = rs->value("type", rs->value("rope_type", std::string()));
+    const double factor = rs->contains("factor") && (*rs)["factor"].is_number() ? (*rs)["factor"].get<double>() : 1.0;
+    const double all_dim = rs->contains("mscale_all_dim") && (*rs)["mscale_all_dim"].is_number() ? (*rs)["mscale_all_dim"].get<double>() : 0.0;
+    if (type == "yarn" && factor > 1.0 && all_dim > 0.0) {
+      const double mscale = 0.1 * all_dim * std::log(factor) + 1.0;
+      scale *= mscale * mscale;
+    }
+  } else if (rs != nullptr) {
+    f.fail("rope_scaling", "expected an object, got " + kind_of(*rs));
+  }
+  l.attention_multiplier = static_cast<float>(scale);
+  // The mixture of experts, from layer first_k_dense_replace on.
+  LlamaConfig::Moe& e = l.moe;
+  e.experts = f.size({"n_routed_experts"});
+  e.top_k = f.size({"num_experts_per_tok"});
+  e.expert_ffn = f.size({"moe_intermediate_size"});
+  e.shared_ffn = f.size({"n_shared_experts"}, std::int64_t{0}) * e.expert_ffn;
+  e.shared_gate = false;
+  e.normalize_top_k = f.boolean("norm_topk_prob", false);
+  e.routed_scale = static_cast<float>(f.number("routed_scaling_factor", 1.0, 1e-6, 1e6));
+  const std::int64_t dense = f.size({"first_k_dense_replace"}, std::int64_t{0});
+  for (std::int64_t layer = 0; layer < std::min(dense, l.layers); ++layer) e.dense_layers.push_back(layer);
+  if (f.size({"moe_layer_freq"}, std::int64_t{1}) != 1) {
+    f.fail("moe_layer_freq", "must be 1: memplan plans a mixture in every layer from first_k_dense_replace on");
+  }
+  const std::string scoring = f.text("scoring_func");
+  if (!scoring.empty() && scoring != "softmax" && scoring != "sigmoid") f.fail("scoring_func", "'" + scoring + "' is not softmax or sigmoid");
+  e.sigmoid_scores = scoring == "sigmoid";
+  const std::string method = f.text("topk_method");
+  const std::int64_t groups = f.size({"n_group"}, std::int64_t{1});
+  const std::int64_t top_groups = f.size({"topk_group"}, std::int64_t{1});
+  if (method == "noaux_tc" || method == "group_limited_greedy") {
+    e.expert_groups = groups;
+    e.top_groups = top_groups;
+    e.group_top2 = method == "noaux_tc";
+    e.choice_bias = method == "noaux_tc";
+  } else if (!method.empty() && method != "greedy") {
+    f.fail("topk_method", "'" + method + "' is not greedy, group_limited_greedy or noaux_tc");
+  }
+  if (f.ok() && e.expert_groups > 1 && (e.experts % e.expert_groups != 0 || top_groups * (e.experts / e.expert_groups) < e.top_k)) {
+    f.fail("n_group", std::to_string(e.experts) + " experts in " + std::to_string(groups) + " groups, topk_group " +
+                          std::to_string(top_groups) + ", cannot hold num_experts_per_tok " + std::to_string(e.top_k));
+  }
+  if (f.ok() && e.top_k > e.experts) f.fail("num_experts_per_tok", "exceeds n_routed_experts");
+  if (f.ok() && e.experts > graph::kMaxExperts) f.fail("n_routed_experts", "is more than the experts memplan routes among");
+  // Read and left out: the sequence-level auxiliary loss (aux_loss_alpha, seq_aux) is not added;
+  // ep_size is the released code's expert parallelism; the multi-token prediction module
+  // (num_nextn_predict_layers) is not part of the model transformers builds, nor of memplan's.
+  f.number("aux_loss_alpha", 0.0, 0.0, 1e6);
+  f.boolean("seq_aux", false);
+  f.size({"ep_size"}, std::int64_t{1});
+  if (f.size({"num_nextn_predict_layers"}, std::int64_t{0}) > 0 && f.ok()) {
+    c.not_counted = "the multi-token prediction module (num_nextn_predict_layers), which transformers does not build either";
+  }
+  check_weight(f, "n_routed_experts x moe_intermediate_size x hidden_size", {e.experts, e.expert_ffn, l.width});
+  check_weight(f, "vocab_size x hidden_size", {l.vocab, l.width});
+  check_weight(f, "intermediate_size x hidden_size", {l.ffn, l.width});
+  check_weight(f, "num_attention_heads x (qk_nope_head_dim + v_head_dim) x kv_lora_rank",
+               {l.heads, m.qk_nope + m.v_head, m.kv_lora_rank});
+}
+
 // Falcon: LayerNorms, multi-query (or grouped, new_decoder_architecture) attention, a plain GELU
 // MLP of ffn_hidden_size, attention and MLP in parallel from one norm (two with the new
 // architecture), biases everywhere or nowhere (bias), tied embeddings by default.
@@ -864,6 +955,9 @@ std::string HfConfig::describe() const {
              (!llama.pre_norm ? ", norms after each sublayer" : llama.post_norm ? ", norms before and after each sublayer" : "") +
              (llama.tied_head ? ", tied embeddings" : "") + (llama.qkv_bias ? ", q/k/v biases" : "") +
              (llama.attn_softcap > 0.0f ? ", soft-capped scores" : "") + (llama.final_softcap > 0.0f ? ", soft-capped logits" : "") +
+             (llama.mla.active() ? ", latent attention (kv_lora_rank " + s(llama.mla.kv_lora_rank) +
+                                       (llama.mla.q_lora_rank > 0 ? ", q_lora_rank " + s(llama.mla.q_lora_rank) : std::string()) + ")"
+                                 : std::string()) +
              moe_summary(llama.moe);
     }
     case HfFamily::bert:
@@ -949,6 +1043,8 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
         read_falcon(f, c);
       } else if (c.model_type == "starcoder2") {
         read_starcoder2(f, c);
+      } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3" || c.model_type == "kimi_k2") {
+        read_deepseek(f, c);
       } else {
         read_llama(f, c);
       }

@@ -129,8 +129,18 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
   const LlamaConfig::Moe& moe = config.moe;
   const std::int64_t C = config.width, E = moe.experts, F = moe.expert_ffn > 0 ? moe.expert_ffn : config.ffn;
   const std::int64_t tokens = b.graph().tensor(x).shape[0];
-  const TensorId probs = b.softmax(project(b, config, x, m + ".gate", E, C, false, m + ".router"), false, m + ".router.probs");
-  const TensorId gates = b.moe_top_k(probs, moe.top_k, moe.normalize_top_k, m + ".gates");
+  const TensorId logits = project(b, config, x, m + ".gate", E, C, false, m + ".router");
+  const TensorId probs = moe.sigmoid_scores ? b.sigmoid(logits, m + ".router.probs") : b.softmax(logits, false, m + ".router.probs");
+  graph::MoeChoice choice;
+  if (moe.choice_bias) {
+    choice.bias = b.parameter(m + ".gate.e_score_correction_bias", {E}, graph::InitSpec{}, config.dtype);
+    b.graph().mutable_tensor(choice.bias).frozen = true;  // moved by DeepSeek's balancing updates, not by gradients
+  }
+  choice.groups = moe.expert_groups;
+  choice.top_groups = moe.top_groups;
+  choice.group_top2 = moe.group_top2;
+  TensorId gates = b.moe_top_k(probs, moe.top_k, moe.normalize_top_k, m + (moe.routed_scale != 1.0f ? ".gates.chosen" : ".gates"), choice);
+  if (moe.routed_scale != 1.0f) gates = b.scale(gates, moe.routed_scale, m + ".gates");
   if (router_stats != nullptr && moe.aux_loss_coef > 0.0) {
     const TensorId stats = b.moe_router_stats(probs, gates, m + ".router.stats");
     *router_stats = *router_stats == kNoTensor ? stats : b.add(*router_stats, stats, m + ".router.stats_sum");
@@ -144,7 +154,11 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
     return b.batched_matmul(input, b.parameter(name + ".weight", {E, out, width}, w_init, config.dtype), false, true, name);
   };
   TensorId y = b.moe_combine(mlp_body(b, config, xe, F, expert_project, m + ".experts"), gates, m + ".combine");
-  if (moe.shared_ffn > 0) {
+  if (moe.shared_ffn > 0 && !moe.shared_gate) {  // DeepSeek's shared experts: one MLP of their summed width
+    LlamaConfig shared = config;
+    shared.ffn = moe.shared_ffn;
+    y = b.add(y, mlp(b, shared, x, m + ".shared_experts"), m + ".with_shared");
+  } else if (moe.shared_ffn > 0) {
     LlamaConfig shared = config;
     shared.ffn = moe.shared_ffn;
     const TensorId s = mlp(b, shared, x, m + ".shared_expert");
@@ -247,6 +261,10 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
       throw graph::GraphError("llama: a mixture of experts under --tensor-parallel is not planned (its experts would "
                               "need expert parallelism); leave out --tensor-parallel");
     }
+    if (config.mla.active()) {
+      throw graph::GraphError("llama: multi-head latent attention under --tensor-parallel is not planned; leave out "
+                              "--tensor-parallel");
+    }
     if (config.qk_norm == LlamaConfig::QkNorm::whole) {
       throw graph::GraphError("llama: a q/k norm over the whole projection (OLMo-2's) needs every head's channels on "
                               "one rank; leave out --tensor-parallel");
@@ -276,9 +294,52 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   h = graph::sequence_shard(b, tp, h, "residual0.shard");  // sequence parallelism: this rank's rows to the head
 
   TensorId router_stats = kNoTensor;  // summed over the mixture layers (the load-balancing loss)
+  // Multi-head latent attention (LlamaConfig::Mla): [B*T, C] -> o_proj's output [B*T, C].
+  const LlamaConfig::Mla& mla = config.mla;
+  auto latent_attention = [&](TensorId a_in, const std::string& a, std::int64_t l) {
+    const std::int64_t DN = mla.qk_nope, DR = mla.qk_rope, DV = mla.v_head, DQK = mla.qk_head();
+    const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+    auto heads_of = [&](TensorId flat, std::int64_t heads, std::int64_t width, const std::string& name) {
+      return b.permute(b.reshape(flat, {B, T, heads, width}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
+    };
+    TensorId q;
+    if (mla.q_lora_rank > 0) {
+      const TensorId cq = llama_parts::project(b, config, a_in, a + ".q_a_proj", mla.q_lora_rank, C, false, a + ".q_a");
+      const TensorId cq_n = b.rms_norm(cq, b.parameter(a + ".q_a_layernorm.weight", {mla.q_lora_rank}, ones, dt), a + ".q_a_norm");
+      q = llama_parts::project(b, config, cq_n, a + ".q_b_proj", graph::checked_mul(NH, DQK), mla.q_lora_rank, false, a + ".q");
+    } else {
+      q = llama_parts::project(b, config, a_in, a + ".q_proj", graph::checked_mul(NH, DQK), C, false, a + ".q");
+    }
+    q = heads_of(q, NH, DQK, a + ".q");  // [B, NH, T, DN + DR]
+    const TensorId q_pe = b.rotary(b.slice(q, 3, DN, DR, a + ".q_pe"), config.rope_base_of(l), a + ".q.rope");
+    q = b.concat(b.slice(q, 3, 0, DN, a + ".q_nope"), q_pe, 3, a + ".q.joined");
+    const TensorId ckv =
+        llama_parts::project(b, config, a_in, a + ".kv_a_proj_with_mqa", mla.kv_lora_rank + DR, C, false, a + ".kv_a");
+    const TensorId latent = b.rms_norm(b.slice(ckv, 1, 0, mla.kv_lora_rank, a + ".latent"),
+                                       b.parameter(a + ".kv_a_layernorm.weight", {mla.kv_lora_rank}, ones, dt), a + ".latent_norm");
+    // The decoupled rotary key: one head, shared by every query head.
+    const TensorId k_pe = b.rotary(heads_of(b.slice(ckv, 1, mla.kv_lora_rank, DR, a + ".k_pe"), 1, DR, a + ".k_pe"),
+                                   config.rope_base_of(l), a + ".k.rope");
+    const TensorId kv = heads_of(llama_parts::project(b, config, latent, a + ".kv_b_proj", graph::checked_mul(NH, DN + DV),
+                                                      mla.kv_lora_rank, false, a + ".kv_b"),
+                                 NH, DN + DV, a + ".kv");  // [B, NH, T, DN + DV]
+    const TensorId k = b.concat(b.slice(kv, 3, 0, DN, a + ".k_nope"), b.repeat_heads(k_pe, NH, a + ".k_pe.repeat"), 3,
+                                a + ".k.joined");
+    TensorId v = b.slice(kv, 3, DN, DV, a + ".v");
+    // The fused kernel takes values as wide as the keys: zeros pad them (as flash attention's
+    // callers do for MLA), and the output's padding is dropped.
+    const bool pad = config.attention == AttentionKind::fused && DV < DQK;
+    if (pad) v = b.concat(v, b.fill({B, NH, T, DQK - DV}, 0.0f, dt, a + ".v.pad_zeros"), 3, a + ".v.padded");
+    TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
+                                 config.attention_scale(), config.attn_softcap);  // [B, NH, T, DQK or DV]
+    if (pad) y = b.slice(y, 3, 0, DV, a + ".values");
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, graph::checked_mul(NH, DV)}, a + ".merged");
+    return llama_parts::project(b, config, y, a + ".o_proj", C, graph::checked_mul(NH, DV), config.o_bias, a + ".o");
+  };
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
     h = llama_parts::layer(b, config, h, l, [&](TensorId a_norm) {
+      if (mla.active()) return latent_attention(a_norm, a, l);
       const TensorId a_in = graph::column_input(b, tp, a_norm, a + ".in");
       TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NHr, a + ".q_norm"), NHr, a + ".q");
       TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKVr, a + ".k_norm"), NKVr, a + ".k");

@@ -142,6 +142,18 @@ struct LlamaConfig {
     // > 0: the router's load-balancing loss (Switch's, over the tokens of every mixture layer, as
     // transformers' load_balancing_loss_func) times this, added to the loss.
     double aux_loss_coef = 0.0;
+    // DeepSeek's router: sigmoid scores (else softmax), a choice bias [E] added to them for the
+    // choice only (DeepSeek-V3's e_score_correction_bias, held at its initial zeros: memplan does
+    // not run DeepSeek's bias updates), the choice limited to top_groups of expert_groups groups
+    // (scored by their two best experts summed when group_top2, else their best), the gates
+    // times routed_scale; and its shared experts ungated (Qwen2-MoE's are sigmoid-gated).
+    bool sigmoid_scores = false;
+    bool choice_bias = false;
+    std::int64_t expert_groups = 0;
+    std::int64_t top_groups = 0;
+    bool group_top2 = false;
+    float routed_scale = 1.0f;
+    bool shared_gate = true;
     // Layer l (0-based) is a mixture when (l + 1) % sparse_step == 0 and l is not among
     // dense_layers (Qwen's decoder_sparse_step and mlp_only_layers); the others keep the dense MLP.
     std::int64_t sparse_step = 1;
@@ -151,6 +163,24 @@ struct LlamaConfig {
     std::int64_t capacity(std::int64_t tokens) const;
   };
   Moe moe;
+
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2), in place of q/k/v projections when
+  // kv_lora_rank > 0: queries through a rank-q_lora_rank bottleneck (q_a_proj, its RMSNorm,
+  // q_b_proj; or one q_proj when q_lora_rank is 0); keys and values from a shared latent of
+  // kv_lora_rank (kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj), each head's key qk_nope channels
+  // from the latent and qk_rope rotary channels shared by every head (the decoupled key); values of
+  // v_head channels. A serving cache would hold the latent and the rotary key, kv_lora_rank +
+  // qk_rope values a token a layer.
+  struct Mla {
+    std::int64_t q_lora_rank = 0;
+    std::int64_t kv_lora_rank = 0;
+    std::int64_t qk_nope = 0;
+    std::int64_t qk_rope = 0;
+    std::int64_t v_head = 0;
+    bool active() const { return kv_lora_rank > 0; }
+    std::int64_t qk_head() const { return qk_nope + qk_rope; }
+  };
+  Mla mla;
 
   // Build rank `rank` of `degree` tensor-parallel ranks' slice (graph/tensor_parallel.h): query
   // and K/V heads, the MLP's hidden width and the vocabulary split between them (a dense MLP;

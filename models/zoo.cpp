@@ -47,6 +47,7 @@ constexpr ZooEntry kEntries[] = {
     {"mixtral-8x7b", "mixtral-8x7b.json", "Mixtral-8x7B (mixture of experts)", 4096, 8},
     {"qwen1.5-moe", "qwen1.5-moe-a2.7b.json", "Qwen1.5-MoE-A2.7B (mixture of experts)", 4096, 8},
     {"qwen3-30b-a3b", "qwen3-30b-a3b.json", "Qwen3-30B-A3B (mixture of experts)", 4096, 8},
+    {"deepseek-v3", "deepseek-v3.json", "DeepSeek-V3 (latent attention, 256 experts)", 4096, 8},
     {"t5-small", "t5-small.json", "T5-small (encoder-decoder)", 0, 8},
     {"t5-base", "t5-base.json", "T5-base (encoder-decoder)", 0, 8},
     {"flan-t5-base", "flan-t5-base.json", "Flan-T5-base (encoder-decoder)", 0, 8},

@@ -127,6 +127,28 @@ std::vector<Family> families() {
   starcoder2.mlp_up_name = "c_fc";
   starcoder2.mlp_down_name = "c_proj";
   out.push_back({"starcoder2", starcoder2});
+  Config deepseek = base;  // latent attention (a query bottleneck, a latent of 6, rotary keys of 2
+  deepseek.layers = 2;     // shared by the heads, values of 3) over a dense layer, then DeepSeek's
+  deepseek.mla = {5, 6, 4, 2, 3};  // experts: sigmoid scores, groups, a shared MLP, scaled gates
+  deepseek.head_dim = 6;
+  deepseek.moe.experts = 4;
+  deepseek.moe.top_k = 2;
+  deepseek.moe.expert_ffn = 6;
+  deepseek.moe.shared_ffn = 6;
+  deepseek.moe.shared_gate = false;
+  deepseek.moe.dense_layers = {0};
+  deepseek.moe.sigmoid_scores = true;
+  deepseek.moe.choice_bias = true;
+  deepseek.moe.expert_groups = 2;
+  deepseek.moe.top_groups = 1;
+  deepseek.moe.group_top2 = true;
+  deepseek.moe.routed_scale = 2.5f;
+  deepseek.moe.capacity_factor = 0.0;
+  out.push_back({"deepseek", deepseek});
+  Config deepseek_materialized = deepseek;  // values of their own width through [B, H, T, T] scores
+  deepseek_materialized.attention = models::AttentionKind::materialized;
+  deepseek_materialized.mla.q_lora_rank = 0;  // and one q_proj
+  out.push_back({"deepseek materialized", deepseek_materialized});
   return out;
 }
 
@@ -141,7 +163,9 @@ TEST(DecoderFamilies, EveryParametersGradientMatchesCentralFiniteDifferences) {
     SCOPED_TRACE(family.name);
     graph::Graph g = models::build_llama(family.config, 2);
     graph::append_backward(g, g.loss);
-    for (TensorId p : g.parameters()) g.retained.push_back(g.tensor(p).grad);  // readable after the step
+    for (TensorId p : g.parameters()) {  // readable after the step
+      if (g.tensor(p).grad != kNoTensor) g.retained.push_back(g.tensor(p).grad);
+    }
     // A mixture's routing (which experts each token goes to, which it is dropped from) is a step
     // function of the weights: a difference quotient across a change of routing measures the step,
     // not the gradient. Such elements are counted and skipped; the rest must match.

@@ -112,6 +112,10 @@ const std::map<std::string, std::int64_t>& published_counts() {
       // Gemma 3's technical report: 302M embedding and 698M non-embedding parameters (the model
       // card says 1B); exact from the config's shapes: 262144 x 1152 + 26 layers x 26,842,112 + 1152.
       {"gemma-3-1b-it.json", 999'885'952},
+      // DeepSeek-V3's model card: 671B of main-model weights (685B with the multi-token prediction
+      // module, which transformers does not build); exact from the config's shapes, the routers'
+      // correction biases included.
+      {"deepseek-v3.json", 671'026'419'200},
       {"phi-3-mini-4k.json", 3'821'079'552},
       {"olmo-2-7b.json", 7'298'617'344},
       {"pythia-160m.json", 162'322'944},
@@ -614,7 +618,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, deepseek_v2, deepseek_v3, kimi_k2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},

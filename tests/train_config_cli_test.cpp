@@ -90,6 +90,14 @@ struct TrainConfigCli : ::testing::Test {
     std::ofstream(dir / "olmoe.json") << R"({"model_type": "olmoe", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
       "vocab_size": 50304, "max_position_embeddings": 4096})";
+    // DeepSeek-V3: latent attention, a dense first layer, then 8 sigmoid-scored experts in 4 groups
+    // (2 used), a shared expert, the choice bias, scaled gates.
+    std::ofstream(dir / "deepseek_v3.json") << R"({"model_type": "deepseek_v3", "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 48, "moe_intermediate_size": 16, "n_routed_experts": 8,
+      "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "topk_method": "noaux_tc",
+      "scoring_func": "sigmoid", "norm_topk_prob": true, "routed_scaling_factor": 2.5, "first_k_dense_replace": 1,
+      "q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
+      "vocab_size": 129280, "max_position_embeddings": 4096})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -115,7 +123,7 @@ struct TrainConfigCli : ::testing::Test {
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
   for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gemma2.json", "gpt_neox.json", "falcon.json", "olmo2.json",
                                  "mixtral.json", "qwen2_moe.json", "gpt2.json", "gemma3.json", "granite.json", "starcoder2.json",
-                                 "stablelm.json", "olmoe.json"}) {
+                                 "stablelm.json", "olmoe.json", "deepseek_v3.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;

@@ -3,6 +3,7 @@
 // per expert; loops split over experts or over channels, never over the tokens of one expert, and
 // every sum runs in a fixed order: the bits do not depend on the thread count.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -49,18 +50,55 @@ void choose_top_k(const float* row, std::int64_t experts, std::int64_t k, bool* 
 // The selection's flags live on the stack (the shape rule allows no more experts).
 constexpr std::int64_t kMaxExperts = graph::kMaxExperts;
 
+// The values a row's experts are chosen by: the probabilities, plus the choice bias when given;
+// with groups, experts outside the row's top_groups best groups are set to -inf (never chosen:
+// the shape rule keeps top_k within the groups left).
+void choice_values(const float* p, const float* bias, std::int64_t experts, const graph::OpAttrs& a, float* out) {
+  for (std::int64_t e = 0; e < experts; ++e) out[e] = bias != nullptr ? p[e] + bias[e] : p[e];
+  const std::int64_t G = a.expert_groups;
+  if (G <= 1) return;
+  const std::int64_t per = experts / G;
+  float score[kMaxExperts];
+  for (std::int64_t g = 0; g < G; ++g) {
+    float first = -INFINITY, second = -INFINITY;
+    for (std::int64_t e = g * per; e < (g + 1) * per; ++e) {
+      if (out[e] > first) {
+        second = first;
+        first = out[e];
+      } else if (out[e] > second) {
+        second = out[e];
+      }
+    }
+    score[g] = a.group_top2 && per > 1 ? first + second : first;
+  }
+  bool kept[kMaxExperts];
+  choose_top_k(score, G, a.top_groups, kept);
+  for (std::int64_t g = 0; g < G; ++g) {
+    if (kept[g]) continue;
+    for (std::int64_t e = g * per; e < (g + 1) * per; ++e) out[e] = -INFINITY;
+  }
+}
+
 void k_moe_top_k(const KernelCall& c) {
   const Routing r = routing_of(c.inputs[0]);
   MEMPLAN_CHECK(r.experts <= kMaxExperts, "moe_top_k: at most 4096 experts");
   const float* probs = c.inputs[0].f32();
+  const float* bias = c.inputs.size() > 1 ? c.inputs[1].f32() : nullptr;
   float* gates = c.outputs[0].f32();
   const std::int64_t k = c.attrs->top_k;
   const bool normalize = c.attrs->normalize;
+  const bool plain = bias == nullptr && c.attrs->expert_groups <= 1;
   parallel_each(r.tokens, r.experts * k, [&](std::int64_t n) {
     bool chosen[kMaxExperts];
     const float* p = probs + n * r.experts;
     float* g = gates + n * r.experts;
-    choose_top_k(p, r.experts, k, chosen);
+    if (plain) {
+      choose_top_k(p, r.experts, k, chosen);
+    } else {
+      float values[kMaxExperts];
+      choice_values(p, bias, r.experts, *c.attrs, values);
+      choose_top_k(values, r.experts, k, chosen);
+    }
     double sum = 0.0;
     for (std::int64_t e = 0; e < r.experts; ++e) sum += chosen[e] ? double(p[e]) : 0.0;
     for (std::int64_t e = 0; e < r.experts; ++e) {
