@@ -89,6 +89,9 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
                             "rotary key (kv_lora_rank + qk_rope_head_dim values a token a layer), which memplan's decode step "
                             "does not build");
   }
+  if (trained.positions != LlamaConfig::Positions::rotary) {
+    throw graph::GraphError("serving learned positions in the rotary decoder (OPT, GPT-BigCode) is not planned yet");
+  }
   LlamaConfig config = trained;
   config.moe.capacity_factor = 0.0;
   config.embedding_dropout = config.residual_dropout = config.attention_dropout = 0.0f;  // generating drops nothing
@@ -128,7 +131,7 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
                                             config.attn_softcap);
       b.kv_cache_write(k, v, table, positions, k_cache, v_cache, a + ".cache_write", HD, config.rope_base_of(l),
                        config.rotary_dims);
-      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o");
+      return llama_parts::project(b, config, y, a + "." + config.attn_out_name, C, QC, config.o_bias, a + ".o");
     });
   }
   h = llama_parts::norm(b, config, h, "norm");

@@ -28,6 +28,7 @@ constexpr TypeRow kModelTypes[] = {{"gpt2", HfFamily::gpt2},      {"llama", HfFa
                                    {"gemma2", HfFamily::llama},  {"gemma3_text", HfFamily::llama}, {"granite", HfFamily::llama},
                                    {"starcoder2", HfFamily::llama}, {"stablelm", HfFamily::llama}, {"olmoe", HfFamily::llama},
                                    {"deepseek_v2", HfFamily::llama}, {"deepseek_v3", HfFamily::llama}, {"kimi_k2", HfFamily::llama},
+                                   {"opt", HfFamily::llama},      {"gpt_bigcode", HfFamily::llama},
                                    {"phi3", HfFamily::llama},     {"olmo2", HfFamily::llama},    {"gpt_neox", HfFamily::llama},
                                    {"falcon", HfFamily::llama},   {"mixtral", HfFamily::llama},  {"qwen2_moe", HfFamily::llama},
                                    {"qwen3_moe", HfFamily::llama}, {"bert", HfFamily::bert},     {"vit", HfFamily::vit},
@@ -57,8 +58,6 @@ constexpr Unplanned kNotPlanned[] = {
     {"llama4_text", "chunked attention with NoPE layers and Llama 4's interleaved mixture of experts"},
     {"bloom", "ALiBi positions and the embedding LayerNorm"},
     {"mpt", "ALiBi positions and bias-free LayerNorms"},
-    {"opt", "learned absolute positions with OPT's offset of 2 and its ReLU MLP"},
-    {"gpt_bigcode", "multi-query attention with learned positions (c_attn packing the queries with one K/V head)"},
     {"cohere", "bias-free LayerNorms and Cohere's parallel block with logit_scale"},
     {"cohere2", "bias-free LayerNorms, Cohere's parallel block and its interleaved sliding windows"},
     {"internlm2", "InternLM2's packed wqkv projection and its module names (wqkv, wo, w1, w2, w3)"},
@@ -736,6 +735,81 @@ void read_deepseek(Fields& f, HfConfig& c) {
                {l.heads, m.qk_nope + m.v_head, m.kv_lora_rank});
 }
 
+// OPT: learned positions from row 2 of a table of max_position_embeddings + 2, LayerNorms before
+// each sublayer, q/k/v/out_proj and fc1/fc2 with biases, a ReLU MLP, dropout on each sublayer's
+// output, tied embeddings. OPT-350m's projections between word_embed_proj_dim and the width and its
+// norms after the residual add (do_layer_norm_before false) are refused.
+void read_opt(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"hidden_size"});
+  l.layers = f.size({"num_hidden_layers"});
+  l.heads = f.size({"num_attention_heads"});
+  l.kv_heads = l.heads;
+  l.ffn = f.size({"ffn_dim"});
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"max_position_embeddings"}, std::int64_t{2048});
+  c.learned_positions = true;
+  l.context = c.positions;
+  l.positions = LlamaConfig::Positions::learned;
+  l.position_offset = 2;  // OPTLearnedPositionalEmbedding's offset
+  l.position_table = c.positions + 2;
+  l.tied_head = f.boolean("tie_word_embeddings", true);
+  if (f.size({"word_embed_proj_dim"}, l.width) != l.width) {
+    f.fail("word_embed_proj_dim", "differs from hidden_size: OPT-350m's project_in and project_out are not planned");
+  }
+  if (!f.boolean("do_layer_norm_before", true)) {
+    f.fail("do_layer_norm_before", "false is not supported: memplan's decoder normalises before each sublayer");
+  }
+  if (!f.boolean("enable_bias", true)) f.fail("enable_bias", "false is not supported: OPT's projections carry biases");
+  if (!f.boolean("layer_norm_elementwise_affine", true)) {
+    f.fail("layer_norm_elementwise_affine", "false is not supported: memplan's LayerNorms have a weight and a bias");
+  }
+  l.norm = LlamaConfig::Norm::layer;
+  l.gated_mlp = false;
+  l.mlp_bias = l.qkv_bias = l.o_bias = true;
+  l.mlp_up_name = "fc1";
+  l.mlp_down_name = "fc2";
+  l.attn_out_name = "out_proj";
+  l.gate = activation(f, "activation_function", f.text("activation_function"), LlamaConfig::Gate::relu);
+  l.residual_dropout = rate(f, "dropout");
+  l.attention_dropout = rate(f, "attention_dropout");
+  expect_no_dropout(f, {"activation_dropout", "layerdrop"});
+  check_decoder(f, l, "hidden_size");
+}
+
+// GPT-BigCode (SantaCoder, StarCoder): GPT-2's layout (learned positions, LayerNorms, a GELU MLP
+// with biases, tied embeddings) with one K/V head shared by all (multi_query) or one a head; its
+// packed c_attn holds the same parameters as q, k and v projections.
+void read_gpt_bigcode(Fields& f, HfConfig& c) {
+  LlamaConfig& l = c.llama;
+  l.width = f.size({"n_embd", "hidden_size"});
+  l.layers = f.size({"n_layer", "num_hidden_layers"});
+  l.heads = f.size({"n_head", "num_attention_heads"});
+  l.kv_heads = f.boolean("multi_query", true) ? 1 : l.heads;
+  const std::int64_t inner = l.width > std::numeric_limits<std::int64_t>::max() / 4 ? l.width : 4 * l.width;
+  l.ffn = f.size({"n_inner"}, inner);
+  l.vocab = f.size({"vocab_size"});
+  c.positions = f.size({"n_positions", "max_position_embeddings"}, std::int64_t{1024});
+  c.learned_positions = true;
+  l.context = c.positions;
+  l.positions = LlamaConfig::Positions::learned;
+  l.position_table = c.positions;
+  l.tied_head = f.boolean("tie_word_embeddings", true);
+  f.number("layer_norm_epsilon", 1e-5, 0.0, 1.0);
+  if (!f.boolean("scale_attn_weights", true)) f.fail("scale_attn_weights", "false is not supported: scores are scaled by head_size^-1/2");
+  l.norm = LlamaConfig::Norm::layer;
+  l.gated_mlp = false;
+  l.mlp_bias = l.qkv_bias = l.o_bias = true;
+  l.mlp_up_name = "c_fc";
+  l.mlp_down_name = "c_proj";
+  l.attn_out_name = "c_proj";
+  l.gate = activation(f, "activation_function", f.text("activation_function"), LlamaConfig::Gate::gelu);
+  l.residual_dropout = rate(f, "resid_pdrop");
+  l.embedding_dropout = rate(f, "embd_pdrop");
+  l.attention_dropout = rate(f, "attn_pdrop");
+  check_decoder(f, l, "n_embd", "multi_query");
+}
+
 // Falcon: LayerNorms, multi-query (or grouped, new_decoder_architecture) attention, a plain GELU
 // MLP of ffn_hidden_size, attention and MLP in parallel from one norm (two with the new
 // architecture), biases everywhere or nowhere (bias), tied embeddings by default.
@@ -949,7 +1023,8 @@ std::string HfConfig::describe() const {
                                               : act + std::string(" MLP");
       return model_type + ": " + s(llama.layers) + " layers, width " + s(llama.width) + ", " + s(llama.heads) +
              " heads" + (llama.kv_heads != llama.heads ? " (" + s(llama.kv_heads) + " K/V)" : "") + ", " + mlp + " " +
-             s(llama.ffn) + ", vocab " + s(llama.vocab) + ", rotary" +
+             s(llama.ffn) + ", vocab " + s(llama.vocab) +
+             (llama.positions == LlamaConfig::Positions::learned ? ", learned positions" : ", rotary") +
              (llama.rotary_dims > 0 ? " on " + s(llama.rotary_dims) + " of " + s(llama.head_size()) + " channels" : "") +
              (llama.norm == LlamaConfig::Norm::layer ? ", LayerNorm" : "") + (llama.parallel_residual ? ", parallel residual" : "") +
              (!llama.pre_norm ? ", norms after each sublayer" : llama.post_norm ? ", norms before and after each sublayer" : "") +
@@ -1045,6 +1120,10 @@ Result<HfConfig> parse_hf_config(std::string_view json_text, const std::string& 
         read_starcoder2(f, c);
       } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3" || c.model_type == "kimi_k2") {
         read_deepseek(f, c);
+      } else if (c.model_type == "opt") {
+        read_opt(f, c);
+      } else if (c.model_type == "gpt_bigcode") {
+        read_gpt_bigcode(f, c);
       } else {
         read_llama(f, c);
       }

@@ -290,6 +290,19 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const TensorId labels = b.input("labels", {rows}, graph::DType::i32);
   const TensorId embed = graph::parameter_slice(b, tp, "embed_tokens.weight", {V, C}, 0, w_init, dt);
   TensorId h = b.reshape(graph::vocab_parallel_embedding(b, tp, x, embed, V, "embed"), {rows, C}, "residual0");  // [B*T, C]
+  if (config.positions == LlamaConfig::Positions::learned) {
+    // Learned positions broadcast over the batch: [B, T*C] + [T*C] (rows offset.. offset + T).
+    const std::int64_t P = config.position_table;
+    if (config.position_offset < 0 || config.position_offset + T > P) {
+      throw graph::GraphError("llama: " + std::to_string(T) + " positions from row " + std::to_string(config.position_offset) +
+                              " do not fit the learned table of " + std::to_string(P) + " rows: a shorter --seq");
+    }
+    const TensorId table = b.parameter("embed_positions.weight", {P, C}, w_init, dt);
+    const TensorId used = P == T ? table : b.slice(table, 0, config.position_offset, T, "embed_positions.used");
+    h = b.reshape(b.bias_add(b.reshape(h, {B, graph::checked_mul(T, C)}, "residual0.flat"),
+                             b.reshape(used, {graph::checked_mul(T, C)}, "embed_positions.flat"), "residual0.positioned"),
+                  {rows, C}, "residual0.rows");
+  }
   h = llama_parts::embeddings(b, config, h, /*training=*/true);
   h = graph::sequence_shard(b, tp, h, "residual0.shard");  // sequence parallelism: this rank's rows to the head
 
@@ -344,12 +357,15 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
       TensorId q = split_heads(head_norm(project(a_in, a + ".q_proj", QC, config.qkv_bias, a + ".q"), NHr, a + ".q_norm"), NHr, a + ".q");
       TensorId k = split_heads(head_norm(project(a_in, a + ".k_proj", KW, config.qkv_bias, a + ".k"), NKVr, a + ".k_norm"), NKVr, a + ".k");
       TensorId v = split_heads(project(a_in, a + ".v_proj", KW, config.qkv_bias, a + ".v"), NKVr, a + ".v");
-      q = b.rotary(q, config.rope_base_of(l), a + ".q.rope", config.rotary_dims);
-      k = b.rotary(k, config.rope_base_of(l), a + ".k.rope", config.rotary_dims);
+      if (config.positions == LlamaConfig::Positions::rotary) {
+        q = b.rotary(q, config.rope_base_of(l), a + ".q.rope", config.rotary_dims);
+        k = b.rotary(k, config.rope_base_of(l), a + ".k.rope", config.rotary_dims);
+      }
       TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
                                    config.attention_scale(), config.attn_softcap);  // [B, NH, T, HD]
       y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC / tp.degree}, a + ".merged");
-      return llama_parts::project(b, config, y, a + ".o_proj", C, QC, config.o_bias, a + ".o", llama_parts::Split::row);
+      return llama_parts::project(b, config, y, a + "." + config.attn_out_name, C, QC, config.o_bias, a + ".o",
+                                  llama_parts::Split::row);
     }, &router_stats);
   }
   h = llama_parts::norm(b, config, h, "norm");

@@ -90,6 +90,15 @@ struct LlamaConfig {
   float embedding_dropout = 0.0f;
   float residual_dropout = 0.0f;
   float attention_dropout = 0.0f;
+  // Positions: rotary (the default), or learned, a table embed_positions [position_table, width]
+  // whose rows from position_offset on are added to the embeddings (OPT's offset of 2; GPT-BigCode
+  // 0), with no rotary in the attention.
+  enum class Positions : std::uint8_t { rotary, learned };
+  Positions positions = Positions::rotary;
+  std::int64_t position_table = 0;
+  std::int64_t position_offset = 0;
+  // The attention's output projection's name (under layers.N.self_attn): o_proj; OPT's out_proj.
+  std::string attn_out_name = "o_proj";
   // The MLP's parameter names (under layers.N.mlp): llama's gate_proj, up_proj, down_proj;
   // StarCoder2's plain MLP has c_fc and c_proj. LoRA targets name them as they are.
   std::string mlp_gate_name = "gate_proj";

@@ -44,6 +44,8 @@ constexpr ZooEntry kEntries[] = {
     {"pythia-160m", "pythia-160m.json", "Pythia-160M (GPT-NeoX)", 0, 8},
     {"pythia-6.9b", "pythia-6.9b.json", "Pythia-6.9B (GPT-NeoX)", 0, 8},
     {"falcon-7b", "falcon-7b.json", "Falcon-7B", 0, 8},
+    {"opt-125m", "opt-125m.json", "OPT-125M (learned positions)", 0, 8},
+    {"santacoder", "santacoder.json", "SantaCoder 1.1B (GPT-BigCode, multi-query)", 0, 8},
     {"mixtral-8x7b", "mixtral-8x7b.json", "Mixtral-8x7B (mixture of experts)", 4096, 8},
     {"qwen1.5-moe", "qwen1.5-moe-a2.7b.json", "Qwen1.5-MoE-A2.7B (mixture of experts)", 4096, 8},
     {"qwen3-30b-a3b", "qwen3-30b-a3b.json", "Qwen3-30B-A3B (mixture of experts)", 4096, 8},

@@ -149,6 +149,13 @@ std::vector<Family> families() {
   deepseek_materialized.attention = models::AttentionKind::materialized;
   deepseek_materialized.mla.q_lora_rank = 0;  // and one q_proj
   out.push_back({"deepseek materialized", deepseek_materialized});
+  Config opt = neox;  // learned positions from row 2 of the table, no rotary (GELU kept: a
+  opt.parallel_residual = false;  // difference quotient across ReLU's kink measures the kink)
+  opt.rotary_dims = 0;
+  opt.positions = Config::Positions::learned;
+  opt.position_offset = 2;
+  opt.position_table = base.context + 3;
+  out.push_back({"opt", opt});
   return out;
 }
 

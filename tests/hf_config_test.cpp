@@ -116,6 +116,10 @@ const std::map<std::string, std::int64_t>& published_counts() {
       // module, which transformers does not build); exact from the config's shapes, the routers'
       // correction biases included.
       {"deepseek-v3.json", 671'026'419'200},
+      // OPT-125M (model card: 125M) and SantaCoder (1.1B): exact from the configs' shapes, OPT's
+      // position table of 2048 + 2 rows included.
+      {"opt-125m.json", 125'239'296},
+      {"santacoder.json", 1'124'886'528},
       {"phi-3-mini-4k.json", 3'821'079'552},
       {"olmo-2-7b.json", 7'298'617'344},
       {"pythia-160m.json", 162'322'944},
@@ -618,7 +622,7 @@ std::vector<BadConfig> bad_configs() {
       {"empty", "", "not a JSON config"},
       {"an array", "[1, 2]", "a JSON object"},
       {"binary", std::string("\x89PNG\r\n\x1a\n\0\0", 10), "not a JSON config"},
-      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, deepseek_v2, deepseek_v3, kimi_k2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
+      {"no model_type", R"({"hidden_size": 64})", "model_type: missing (supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, deepseek_v2, deepseek_v3, kimi_k2, opt, gpt_bigcode, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5)"},
       {"unknown model_type", R"({"model_type": "gptj"})", "model_type 'gptj' is not supported (supported: gpt2, llama"},
       {"model_type a number", R"({"model_type": 7})", "model_type: expected a string"},
       {"missing hidden_size", R"({"model_type":"llama","num_hidden_layers":2})", "hidden_size: missing"},

@@ -413,7 +413,7 @@ TEST(HostileInput, HuggingFaceConfigsAreRefused) {
       {"truncated", "{" + llama.substr(0, 40), "not a JSON config"},
       {"deeply nested", std::string(100000, '[') + std::string(100000, ']'), "a JSON object"},
       {"garbage", std::string("\x7f\x45\x4c\x46\x02\x01\x01\x00", 8) + std::string(300, '\xee'), "not a JSON config"},
-      {"unknown model_type", R"({"model_type":"xlnet"})", "supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, deepseek_v2, deepseek_v3, kimi_k2, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5"},
+      {"unknown model_type", R"({"model_type":"xlnet"})", "supported: gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, starcoder2, stablelm, olmoe, deepseek_v2, deepseek_v3, kimi_k2, opt, gpt_bigcode, phi3, olmo2, gpt_neox, falcon, mixtral, qwen2_moe, qwen3_moe, bert, vit, t5"},
       {"missing field", R"({"model_type":"llama","hidden_size":64})", "num_hidden_layers: missing"},
       {"wrong type", "{" + llama + R"(,"num_key_value_heads":[2]})", "num_key_value_heads: expected a positive integer"},
       {"negative size", R"({"model_type":"gpt2","n_embd":-768,"n_layer":2,"n_head":4,"vocab_size":50,"n_positions":64})", "n_embd"},

@@ -281,6 +281,48 @@ TEST(ModelFamilies, DeepseekV3HasLatentAttentionAndGroupRoutedExperts) {
   EXPECT_NE(serve.output.find("serving multi-head latent attention is not planned yet"), std::string::npos) << serve.output;
 }
 
+// OPT-125M and SantaCoder as shipped: learned position tables (OPT's with its offset of 2 rows),
+// no rotary, their own module names; GPT-BigCode's one K/V head.
+TEST(ModelFamilies, OptAndGptBigCodeLearnPositionsWithoutRotary) {
+  auto shipped = [](const std::string& file) {
+    for (const models::ShippedConfig& c : models::shipped_configs()) {
+      if (c.file == file) return parse(nlohmann::json::parse(c.text));
+    }
+    ADD_FAILURE() << file;
+    return HfConfig{};
+  };
+  const HfConfig opt = shipped("opt-125m.json");
+  const graph::Graph g = build(opt, true, 32);
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  EXPECT_EQ(shapes.at("embed_positions.weight"), (graph::Shape{2050, 768}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.fc1.weight"), (graph::Shape{3072, 768}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.out_proj.bias"), (graph::Shape{768}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u);
+  EXPECT_EQ(count_ops(g, graph::OpKind::rotary), 0);
+  EXPECT_EQ(count_ops(g, graph::OpKind::relu), 12);
+  const graph::Op* used = op_named(g, graph::OpKind::slice, "embed_positions.used");
+  ASSERT_NE(used, nullptr);
+  EXPECT_EQ(used->attrs.start, 2) << "OPT's positions start at row 2";
+  EXPECT_EQ(count_ops(g, graph::OpKind::dropout_mask), 2 * 12) << "dropout 0.1 on each sublayer's output";
+  const HfConfig santa = shipped("santacoder.json");
+  EXPECT_EQ(santa.llama.kv_heads, 1);
+  const graph::Graph s = build(santa, true, 32);
+  shapes.clear();
+  for (TensorId p : s.parameters()) shapes[s.tensor(p).name] = s.tensor(p).shape;
+  EXPECT_EQ(shapes.at("embed_positions.weight"), (graph::Shape{2048, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{128, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.self_attn.c_proj.weight"), (graph::Shape{2048, 2048}));
+  EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.weight"), (graph::Shape{8192, 2048}));
+  // A sequence past the learned table is refused by name.
+  const auto long_seq = testing::run_cli("fit --model opt-125m --seq 4096 --device-memory 80GiB", true);
+  EXPECT_EQ(long_seq.exit_code, 2);
+  auto refused = models::parse_hf_config(R"({"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "ffn_dim": 96, "vocab_size": 50, "word_embed_proj_dim": 32})", "opt-350m.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("word_embed_proj_dim: differs from hidden_size"), std::string::npos) << refused.error().message;
+}
+
 // DeepSeek's choice of experts on one token of 8 experts in 4 groups of 2, worked by hand:
 // probabilities 0.9 0.1 | 0.5 0.45 | 0.3 0.3 | 0.8 0.05, two experts a token.
 TEST(ModelFamilies, DeepseekRoutingChoosesWithinTheBestGroupsAndByTheBias) {

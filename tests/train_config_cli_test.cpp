@@ -98,6 +98,12 @@ struct TrainConfigCli : ::testing::Test {
       "scoring_func": "sigmoid", "norm_topk_prob": true, "routed_scaling_factor": 2.5, "first_k_dense_replace": 1,
       "q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
       "vocab_size": 129280, "max_position_embeddings": 4096})";
+    // OPT: learned positions from row 2, LayerNorms, a ReLU MLP (fc1, fc2), dropout.
+    std::ofstream(dir / "opt.json") << R"({"model_type": "opt", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "ffn_dim": 48, "vocab_size": 50272, "max_position_embeddings": 64, "dropout": 0.1})";
+    // GPT-BigCode: learned positions, one K/V head for all, GELU MLP with biases.
+    std::ofstream(dir / "gpt_bigcode.json") << R"({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 1, "n_head": 4,
+      "vocab_size": 49280, "n_positions": 64, "multi_query": true})";
     std::ofstream(dir / "gpt2.json") << R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2,
       "vocab_size": 50257, "n_positions": 24})";
     std::ofstream(dir / "vit.json") << R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 1,
@@ -123,7 +129,7 @@ struct TrainConfigCli : ::testing::Test {
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
   for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gemma2.json", "gpt_neox.json", "falcon.json", "olmo2.json",
                                  "mixtral.json", "qwen2_moe.json", "gpt2.json", "gemma3.json", "granite.json", "starcoder2.json",
-                                 "stablelm.json", "olmoe.json", "deepseek_v3.json"}) {
+                                 "stablelm.json", "olmoe.json", "deepseek_v3.json", "opt.json", "gpt_bigcode.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
