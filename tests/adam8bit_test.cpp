@@ -329,6 +329,13 @@ TEST(Adam8bit, TrainsInBf16WithMasterWeights) {
   EXPECT_EQ(json_of(run + " --mode naive")["params_sha256"], planned["params_sha256"]);
 }
 
+// Tensor-parallel slices would each block their own 8-bit states: train refuses the pair by name.
+TEST(Adam8bit, TrainRefusesTensorParallelSlices) {
+  const auto r = run_cli("train --model gpt --optimizer adamw8bit --tensor-parallel 2 --steps 1", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--optimizer adamw8bit with --tensor-parallel does not train yet"), std::string::npos) << r.output;
+}
+
 // The u8 codes and the absmax are state a checkpoint keeps: 10 steps, saved, and 10 more resumed
 // give the bits of 20 uninterrupted.
 TEST(Adam8bit, CheckpointsResumeExactly) {

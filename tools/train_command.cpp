@@ -140,6 +140,13 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
   spec.tf32 = flags.tf32;
   spec.offload_optimizer = flags.offload_optimizer;
   spec.fused_loss = flags.fused_loss;
+  if (graph::is_8bit_adam(flags.optimizer) && flags.tensor_parallel > 1) {
+    // A slice's 8-bit states are blocked over the slice, not the whole tensor: its checkpoints and
+    // --save would not assemble them (fit and plan answer for it).
+    return Error{"--optimizer " + std::string(graph::optimizer_name(flags.optimizer)) +
+                 " with --tensor-parallel does not train yet (each rank's 8-bit blocks cover its own slice): train "
+                 "with --optimizer adamw, or without --tensor-parallel"};
+  }
   auto lora = lora_config(flags.lora, flags.dtype, flags.tensor_parallel);
   if (!lora) return lora.error();
   spec.lora = std::move(lora).value();
