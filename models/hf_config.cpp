@@ -296,13 +296,6 @@ void check_heads(Fields& f, std::int64_t width, std::int64_t heads, const char* 
 
 // Dropout the rotary decoder does not apply: a rate above zero would store masks memplan does not
 // plan, so it is refused naming the key; zero (what these families train and ship with) passes.
-// One dropout rate, in [0, 1).
-float rate(Fields& f, const char* name) {
-  const double p = f.number(name, 0.0, 0.0, 1.0);
-  if (p >= 1.0) f.fail(name, "dropout probabilities must be below 1");
-  return static_cast<float>(p);
-}
-
 void expect_no_dropout(Fields& f, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     const double p = f.number(name, 0.0, 0.0, 1.0);
@@ -488,13 +481,13 @@ void read_llama(Fields& f, HfConfig& c) {
   // setting (Qwen3-0.6B: 16 heads of 128 over a width of 1024).
   if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") l.qk_norm = LlamaConfig::QkNorm::per_head;
   l.head_dim = f.size({"head_dim"}, std::int64_t{gemma3 ? 256 : 0});
-  l.attention_dropout = rate(f, "attention_dropout");
+  l.attention_dropout = dropout(f, {"attention_dropout"}, 0.0);
   if (c.model_type == "phi3") {
     // Phi-3 stores q, k and v as one qkv_proj and gate and up as one gate_up_proj: the same
     // parameters and activations as separate projections. Dropout rates are its own keys: on
     // each sublayer's output (resid_pdrop) and the embeddings (embd_pdrop).
-    l.residual_dropout = rate(f, "resid_pdrop");
-    l.embedding_dropout = rate(f, "embd_pdrop");
+    l.residual_dropout = dropout(f, {"resid_pdrop"}, 0.0);
+    l.embedding_dropout = dropout(f, {"embd_pdrop"}, 0.0);
     f.size({"original_max_position_embeddings"}, std::int64_t{0});
   }
   if (gemma3) {
@@ -633,9 +626,9 @@ void read_starcoder2(Fields& f, HfConfig& c) {
   l.gate = activation(f, "hidden_act", f.text("hidden_act"), LlamaConfig::Gate::gelu);
   l.qkv_bias = l.o_bias = l.mlp_bias = f.boolean("use_bias", true);
   l.sliding_window = f.size({"sliding_window"}, std::int64_t{0});
-  l.embedding_dropout = rate(f, "embedding_dropout");
-  l.residual_dropout = rate(f, "residual_dropout");
-  l.attention_dropout = rate(f, "attention_dropout");
+  l.embedding_dropout = dropout(f, {"embedding_dropout"}, 0.0);
+  l.residual_dropout = dropout(f, {"residual_dropout"}, 0.0);
+  l.attention_dropout = dropout(f, {"attention_dropout"}, 0.0);
   check_decoder(f, l, "hidden_size");
 }
 
@@ -661,7 +654,7 @@ void read_deepseek(Fields& f, HfConfig& c) {
   l.rope_base = static_cast<float>(f.number("rope_theta", 10000.0, 1.0, 1e12));
   f.number("rms_norm_eps", 1e-6, 0.0, 1.0);
   l.gate = activation(f, "hidden_act", f.text("hidden_act"), LlamaConfig::Gate::silu);
-  l.attention_dropout = rate(f, "attention_dropout");
+  l.attention_dropout = dropout(f, {"attention_dropout"}, 0.0);
   if (f.boolean("attention_bias", false)) f.fail("attention_bias", "true is not supported: memplan's latent attention has no biases");
   LlamaConfig::Mla& m = l.mla;
   m.q_lora_rank = f.size({"q_lora_rank"}, std::int64_t{0});  // null: one q_proj (DeepSeek-V2-Lite)
@@ -771,8 +764,8 @@ void read_opt(Fields& f, HfConfig& c) {
   l.mlp_down_name = "fc2";
   l.attn_out_name = "out_proj";
   l.gate = activation(f, "activation_function", f.text("activation_function"), LlamaConfig::Gate::relu);
-  l.residual_dropout = rate(f, "dropout");
-  l.attention_dropout = rate(f, "attention_dropout");
+  l.residual_dropout = dropout(f, {"dropout"}, 0.0);
+  l.attention_dropout = dropout(f, {"attention_dropout"}, 0.0);
   expect_no_dropout(f, {"activation_dropout", "layerdrop"});
   check_decoder(f, l, "hidden_size");
 }
@@ -804,9 +797,9 @@ void read_gpt_bigcode(Fields& f, HfConfig& c) {
   l.mlp_down_name = "c_proj";
   l.attn_out_name = "c_proj";
   l.gate = activation(f, "activation_function", f.text("activation_function"), LlamaConfig::Gate::gelu);
-  l.residual_dropout = rate(f, "resid_pdrop");
-  l.embedding_dropout = rate(f, "embd_pdrop");
-  l.attention_dropout = rate(f, "attn_pdrop");
+  l.residual_dropout = dropout(f, {"resid_pdrop"}, 0.0);
+  l.embedding_dropout = dropout(f, {"embd_pdrop"}, 0.0);
+  l.attention_dropout = dropout(f, {"attn_pdrop"}, 0.0);
   check_decoder(f, l, "n_embd", "multi_query");
 }
 

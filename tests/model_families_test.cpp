@@ -45,6 +45,13 @@ const graph::Op* op_named(const graph::Graph& g, graph::OpKind kind, const std::
   return nullptr;
 }
 
+// Each parameter's shape by name.
+std::map<std::string, graph::Shape> shapes_of(const graph::Graph& g) {
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  return shapes;
+}
+
 int count_ops(const graph::Graph& g, graph::OpKind kind) {
   int n = 0;
   for (const graph::Op& op : g.ops()) n += op.kind == kind;
@@ -78,8 +85,7 @@ TEST(ModelFamilies, Gemma3AlternatesFiveLocalLayersWithOneGlobal) {
     ASSERT_NE(rope, nullptr) << a;
     EXPECT_FLOAT_EQ(rope->attrs.rope_base, l == 5 || l == 11 ? 1e6f : 1e4f) << a;
   }
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{4 * 32, 64}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (graph::Shape{32}));
   EXPECT_EQ(shapes.at("layers.0.post_feedforward_layernorm.weight"), (graph::Shape{64}));
@@ -143,8 +149,7 @@ TEST(ModelFamilies, Starcoder2IsAPlainGeluDecoderWithBiasesAndDropout) {
   const HfConfig c = parse(j);
   for (std::int64_t l = 0; l < 7; ++l) EXPECT_TRUE(c.llama.windowed(l));
   const graph::Graph g = build(c);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.weight"), (graph::Shape{96, 64}));
   EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.bias"), (graph::Shape{96}));
   EXPECT_EQ(shapes.at("layers.0.mlp.c_proj.weight"), (graph::Shape{64, 96}));
@@ -174,8 +179,7 @@ TEST(ModelFamilies, StablelmRotatesAQuarterOfEachHeadUnderLayerNorms) {
   const HfConfig c = parse(j);
   EXPECT_EQ(c.llama.rotary_dims, 4) << "a quarter of 16 channels";
   const graph::Graph g = build(c);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{64}));
   EXPECT_EQ(shapes.count("layers.0.self_attn.o_proj.bias"), 0u);
   EXPECT_EQ(shapes.at("norm.bias"), (graph::Shape{64}));
@@ -198,8 +202,7 @@ TEST(ModelFamilies, OlmoeRoutesEveryLayerThroughExpertsOfIntermediateSize) {
   EXPECT_FALSE(c.llama.moe.normalize_top_k);
   EXPECT_EQ(c.llama.qk_norm, models::LlamaConfig::QkNorm::whole);
   const graph::Graph g = build(c);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   EXPECT_EQ(shapes.at("layers.6.mlp.experts.up_proj.weight"), (graph::Shape{8, 96, 64}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_norm.weight"), (graph::Shape{32}));
   EXPECT_EQ(shapes.count("layers.0.mlp.up_proj.weight"), 0u) << "no dense MLP";
@@ -240,8 +243,7 @@ TEST(ModelFamilies, DeepseekV3HasLatentAttentionAndGroupRoutedExperts) {
   EXPECT_NE(c.describe().find("latent attention (kv_lora_rank 512, q_lora_rank 1536)"), std::string::npos) << c.describe();
   EXPECT_NE(c.describe().find("not counted: the multi-token prediction module"), std::string::npos) << c.describe();
   const graph::Graph g = build(c, /*training=*/true, 8);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   const std::map<std::string, graph::Shape> expected = {
       {"layers.0.self_attn.q_a_proj.weight", {1536, 7168}},
       {"layers.0.self_attn.q_a_layernorm.weight", {1536}},
@@ -293,8 +295,7 @@ TEST(ModelFamilies, OptAndGptBigCodeLearnPositionsWithoutRotary) {
   };
   const HfConfig opt = shipped("opt-125m.json");
   const graph::Graph g = build(opt, true, 32);
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
   EXPECT_EQ(shapes.at("embed_positions.weight"), (graph::Shape{2050, 768}));
   EXPECT_EQ(shapes.at("layers.0.mlp.fc1.weight"), (graph::Shape{3072, 768}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.out_proj.bias"), (graph::Shape{768}));
@@ -308,12 +309,11 @@ TEST(ModelFamilies, OptAndGptBigCodeLearnPositionsWithoutRotary) {
   const HfConfig santa = shipped("santacoder.json");
   EXPECT_EQ(santa.llama.kv_heads, 1);
   const graph::Graph s = build(santa, true, 32);
-  shapes.clear();
-  for (TensorId p : s.parameters()) shapes[s.tensor(p).name] = s.tensor(p).shape;
-  EXPECT_EQ(shapes.at("embed_positions.weight"), (graph::Shape{2048, 2048}));
-  EXPECT_EQ(shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{128, 2048}));
-  EXPECT_EQ(shapes.at("layers.0.self_attn.c_proj.weight"), (graph::Shape{2048, 2048}));
-  EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.weight"), (graph::Shape{8192, 2048}));
+  const std::map<std::string, graph::Shape> santa_shapes = shapes_of(s);
+  EXPECT_EQ(santa_shapes.at("embed_positions.weight"), (graph::Shape{2048, 2048}));
+  EXPECT_EQ(santa_shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{128, 2048}));
+  EXPECT_EQ(santa_shapes.at("layers.0.self_attn.c_proj.weight"), (graph::Shape{2048, 2048}));
+  EXPECT_EQ(santa_shapes.at("layers.0.mlp.c_fc.weight"), (graph::Shape{8192, 2048}));
   // A sequence past the learned table is refused by name.
   const auto long_seq = testing::run_cli("fit --model opt-125m --seq 4096 --device-memory 80GiB", true);
   EXPECT_EQ(long_seq.exit_code, 2);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -369,6 +370,9 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
               std::string(graph::optimizer_name(flags.model.optimizer)).c_str(),
               std::string(kernels::device_kind_name(flags.device)).c_str(),
               format_bytes(a.device_memory).c_str(), a.fits ? "FITS" : "DOES NOT FIT");
+  // The 8-bit AdamW states, for the breakdown and the host line (one walk over the step's ops).
+  const bool eight_bit = graph::is_8bit_adam(flags.model.optimizer);
+  const graph::EightBitStates states = eight_bit ? graph::eight_bit_states(a.planned.graph) : graph::EightBitStates{};
   const int tp = flags.model.tensor_parallel, replicas = flags.devices / tp;
   if (tp > 1) {
     print_out("per device: one rank of %d: tensor-parallel %d (each layer's heads, MLP width and vocabulary split %d "
@@ -401,8 +405,8 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
   row("gradients (at the peak)", b.gradients_at_peak);
   if (b.master_weights > 0) row("master weights (fp32)", b.master_weights);
   row("optimizer state", b.optimizer_state);
-  if (graph::is_8bit_adam(flags.model.optimizer)) {
-    const graph::EightBitStates e = graph::eight_bit_states(a.planned.graph);
+  if (eight_bit) {
+    const graph::EightBitStates& e = states;
     const std::string where = e.paged_bytes > 0 ? " on the device" : "";
     print_out("    %-40s %14s\n", ("8-bit moments" + where + " (u8, " + std::to_string(e.quantized_updates) + " tensors)").c_str(),
               format_bytes(e.code_bytes - e.paged_bytes).c_str());
@@ -437,7 +441,7 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
     print_out("    (optimizer state, fp32 master weights and the gradients copied out for the CPU's update)\n");
   }
   if (flags.model.optimizer == graph::OptimizerKind::paged_adamw8bit && !flags.model.offload_optimizer) {
-    const graph::EightBitStates e = graph::eight_bit_states(a.planned.graph);
+    const graph::EightBitStates& e = states;
     print_out("  %-28s %14s  %16lld B%s\n", "host: paged 8-bit states", format_bytes(e.paged_bytes).c_str(),
               static_cast<long long>(e.paged_bytes), flags.devices > 1 ? " per rank" : "");
     print_out("    (the u8 moments of parameters of 100,000 elements or more, in host-visible memory)\n");
