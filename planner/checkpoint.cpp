@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "memplan/common/check.h"
+#include "memplan/graph/mixed_precision.h"
+#include "memplan/planner/order_free_bound.h"
 
 namespace memplan::planner {
 
@@ -136,47 +138,85 @@ CheckpointChain find_checkpoint_chain(const Graph& g) {
   return chain;
 }
 
-Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainAction>& actions) {
+namespace {
+
+// What rematerialize adds to a step for a list of actions, decided before anything is built:
+// the recompute ops (clones of forward ops), the program order, and the backward inputs that read
+// a run's version. Applied to the step's graph (rematerialize) or to its skeleton (a checkpoint
+// frontier's cheap bounds), which then describe the same step.
+struct RecomputeEdit {
+  struct Clone {
+    int op = 0;                    // the forward op it runs again
+    std::vector<TensorId> inputs;  // in the edited step: clone k writes tensor num_tensors + k
+    int copy = 1;                  // the how-manieth time `op` runs again (its name's suffix)
+  };
+  std::vector<Clone> clones;  // clone k is op num_ops + k of the edited step
+  std::vector<int> order;     // the edited step's program order
+  struct Replacement {
+    int op = 0;
+    int slot = 0;
+    TensorId tensor = kNoTensor;
+  };
+  std::vector<Replacement> replacements;  // by op, then slot
+};
+
+// The decisions, with what they read of the step and chain computed once.
+class Rematerializer {
+ public:
+  Rematerializer(const Graph& g, const CheckpointChain& chain);
+  RecomputeEdit edit(const std::vector<ChainAction>& actions) const;
+
+ private:
+  int stage_of(TensorId t) const {
+    const int p = g_.producer(t);
+    return p < 0 ? -1 : stage_of_op_[static_cast<std::size_t>(p)];
+  }
+  // Tensors a run of their stage can produce again (inputs, persistent state and step results
+  // are never recomputed: the originals stay).
+  bool recomputable(TensorId t) const {
+    return stage_of(t) >= 0 && !is_free(g_, t) && !results_[static_cast<std::size_t>(g_.storage_root(t))];
+  }
+  TensorId boundary(int stage) const {
+    const Op& op = g_.ops()[static_cast<std::size_t>(chain_.last_op[static_cast<std::size_t>(stage)])];
+    return op.outputs.empty() ? kNoTensor : op.outputs[0];
+  }
+
+  const Graph& g_;
+  const CheckpointChain& chain_;
+  std::vector<int> stage_of_op_;           // per op: its forward stage, or -1
+  std::vector<std::vector<int>> stage_ops_;
+  std::vector<bool> backward_reads_;
+  std::vector<bool> results_;
+  std::vector<int> anchor_;                // per stage: where its backward starts
+  int first_backward_ = 0;
+};
+
+Rematerializer::Rematerializer(const Graph& g, const CheckpointChain& chain)
+    : g_(g), chain_(chain), backward_reads_(read_by_backward(g)), results_(step_result_roots(g)) {
   const int num_ops = g.num_ops();
-  const auto nt = static_cast<std::size_t>(g.num_tensors());
   const int num_stages = static_cast<int>(chain.stages.size());
   // Stage of each forward op.
-  std::vector<int> stage_of_op(static_cast<std::size_t>(num_ops), -1);
-  std::vector<std::vector<int>> stage_ops(static_cast<std::size_t>(num_stages));
+  stage_of_op_.assign(static_cast<std::size_t>(num_ops), -1);
+  stage_ops_.resize(static_cast<std::size_t>(num_stages));
   {
     int stage = 0;
     for (int i = 0; i < num_ops && stage < num_stages; ++i) {
       if (g.ops()[static_cast<std::size_t>(i)].phase != Phase::forward) continue;
-      stage_of_op[static_cast<std::size_t>(i)] = stage;
-      stage_ops[static_cast<std::size_t>(stage)].push_back(i);
+      stage_of_op_[static_cast<std::size_t>(i)] = stage;
+      stage_ops_[static_cast<std::size_t>(stage)].push_back(i);
       if (i == chain.last_op[static_cast<std::size_t>(stage)]) ++stage;
     }
   }
-  const std::vector<bool> backward_reads = read_by_backward(g);
-  const std::vector<bool> results = step_result_roots(g);
-  auto stage_of = [&](TensorId t) {
-    const int p = g.producer(t);
-    return p < 0 ? -1 : stage_of_op[static_cast<std::size_t>(p)];
-  };
-  // Tensors a run of their stage can produce again (inputs, persistent state and step results
-  // are never recomputed: the originals stay).
-  auto recomputable = [&](TensorId t) {
-    return stage_of(t) >= 0 && !is_free(g, t) && !results[static_cast<std::size_t>(g.storage_root(t))];
-  };
-  auto boundary = [&](int stage) {
-    const Op& op = g.ops()[static_cast<std::size_t>(chain.last_op[static_cast<std::size_t>(stage)])];
-    return op.outputs.empty() ? kNoTensor : op.outputs[0];
-  };
   // Where each stage's backward starts: its first backward op reading one of the stage's
   // activations other than its output (which the next stage's backward also reads), else its output.
-  std::vector<int> anchor(static_cast<std::size_t>(num_stages), -1);
+  anchor_.assign(static_cast<std::size_t>(num_stages), -1);
   for (int i = 0; i < num_ops; ++i) {
     const Op& op = g.ops()[static_cast<std::size_t>(i)];
     if (op.phase != Phase::backward) continue;
     for (TensorId t : op.inputs) {
       const int s = stage_of(t);
       if (s < 0 || !recomputable(t) || t == boundary(s)) continue;
-      if (anchor[static_cast<std::size_t>(s)] < 0) anchor[static_cast<std::size_t>(s)] = i;
+      if (anchor_[static_cast<std::size_t>(s)] < 0) anchor_[static_cast<std::size_t>(s)] = i;
     }
   }
   for (int i = 0; i < num_ops; ++i) {
@@ -184,24 +224,31 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
     if (op.phase != Phase::backward) continue;
     for (TensorId t : op.inputs) {
       const int s = stage_of(t);
-      if (s >= 0 && recomputable(t) && anchor[static_cast<std::size_t>(s)] < 0) anchor[static_cast<std::size_t>(s)] = i;
+      if (s >= 0 && recomputable(t) && anchor_[static_cast<std::size_t>(s)] < 0) anchor_[static_cast<std::size_t>(s)] = i;
     }
   }
+  // Blocks go after the forward pass, at the earliest before the first backward op.
+  while (first_backward_ < num_ops && g.ops()[static_cast<std::size_t>(first_backward_)].phase != Phase::backward) ++first_backward_;
+}
 
-  Graph out = g;
+RecomputeEdit Rematerializer::edit(const std::vector<ChainAction>& actions) const {
+  const Graph& g = g_;
+  const int num_ops = g.num_ops();
+  const auto nt = static_cast<std::size_t>(g.num_tensors());
+  const int num_stages = static_cast<int>(chain_.stages.size());
+  RecomputeEdit edit;
   std::vector<TensorId> current(nt);  // the latest version of each tensor, as the actions run
   for (std::size_t t = 0; t < nt; ++t) current[t] = static_cast<TensorId>(t);
   std::vector<int> runs(static_cast<std::size_t>(num_stages), 0);
   std::vector<int> clone_count(static_cast<std::size_t>(num_ops), 0);
   struct Block {
-    std::vector<int> ops;                              // indices in `out`
+    std::vector<int> ops;                              // indices in the edited step
     std::vector<std::pair<TensorId, TensorId>> versions;  // original -> the version this block makes
     int before = 0;                                    // runs just before this op of `g`
   };
   std::vector<Block> blocks;
   Block pending;
-  int last_anchor = 0;  // blocks go after the forward pass, at the earliest before the first backward op
-  while (last_anchor < num_ops && g.ops()[static_cast<std::size_t>(last_anchor)].phase != Phase::backward) ++last_anchor;
+  int last_anchor = first_backward_;
   // Whether a run's output feeds a later run of the next stage (before that stage's backward);
   // if not, the backward reads the version that is already there.
   std::vector<bool> output_feeds_a_run(actions.size(), false);
@@ -216,12 +263,16 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
       open_run[static_cast<std::size_t>(i)] = static_cast<int>(a);
     }
   }
+  // Per recompute run: the ops it runs, and the tensors it makes (by the original's id).
+  std::vector<int> needed;
+  std::vector<bool> is_needed(static_cast<std::size_t>(num_ops), false);
+  std::vector<TensorId> made(nt, kNoTensor);
   for (std::size_t a = 0; a < actions.size(); ++a) {
     const ChainAction& action = actions[a];
     const int i = action.stage;
     if (action.kind == ChainActionKind::kBackward) {
       // Recompute runs go just before the backward of the next stage the schedule differentiates.
-      int at = anchor[static_cast<std::size_t>(i)];
+      int at = anchor_[static_cast<std::size_t>(i)];
       last_anchor = std::max(last_anchor, at);
       if (!pending.ops.empty()) {
         pending.before = last_anchor;
@@ -239,27 +290,29 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
     // backward reads that one too rather than a copy (same bytes live, fewer FLOPs).
     if (action.kind == ChainActionKind::kForwardKeepAll) {
       const TensorId output_root = boundary(i) == kNoTensor ? kNoTensor : g.storage_root(boundary(i));
-      for (int p : stage_ops[static_cast<std::size_t>(i)]) {
+      for (int p : stage_ops_[static_cast<std::size_t>(i)]) {
         for (TensorId t : g.ops()[static_cast<std::size_t>(p)].outputs) {
-          if (backward_reads[static_cast<std::size_t>(t)] && recomputable(t) && g.storage_root(t) != output_root) {
+          if (backward_reads_[static_cast<std::size_t>(t)] && recomputable(t) && g.storage_root(t) != output_root) {
             targets.push_back(t);
           }
         }
       }
     }
-    std::set<int> needed;
+    needed.clear();
     while (!targets.empty()) {
       const TensorId t = targets.back();
       targets.pop_back();
       const int p = g.producer(t);
-      if (!needed.insert(p).second) continue;
+      if (is_needed[static_cast<std::size_t>(p)]) continue;
+      is_needed[static_cast<std::size_t>(p)] = true;
+      needed.push_back(p);
       for (TensorId in : g.ops()[static_cast<std::size_t>(p)].inputs) {
         // A parameter gathered in an earlier stage (ZeRO-3 prefetch, a tied embedding) is gathered
         // again rather than kept from the forward pass.
         if ((stage_of(in) == i && recomputable(in)) || regatherable(g, in)) targets.push_back(in);
       }
     }
-    std::vector<TensorId> made(nt, kNoTensor);  // this run's tensors
+    std::sort(needed.begin(), needed.end());
     for (int p : needed) {  // ascending: program order is a topological order
       const Op& op = g.ops()[static_cast<std::size_t>(p)];
       MEMPLAN_CHECK(op.outputs.size() == 1 && op.updates.empty(), "cannot recompute '" << op.name << "'");
@@ -268,14 +321,16 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
         if (made[static_cast<std::size_t>(in)] != kNoTensor) in = made[static_cast<std::size_t>(in)];
         else if (recomputable(in)) in = current[static_cast<std::size_t>(in)];  // the previous stage's output
       }
-      const graph::TensorDesc& desc = g.tensor(op.outputs[0]);
-      const int copy = ++clone_count[static_cast<std::size_t>(p)];
-      const std::string name = "recompute:" + desc.name + (copy > 1 ? "#" + std::to_string(copy) : "");
-      const TensorId t = out.add_op(op.kind, std::move(inputs), op.attrs, name, desc.role, Phase::recompute);
+      const auto t = static_cast<TensorId>(nt + edit.clones.size());
+      pending.ops.push_back(num_ops + static_cast<int>(edit.clones.size()));
+      edit.clones.push_back({p, std::move(inputs), ++clone_count[static_cast<std::size_t>(p)]});
       made[static_cast<std::size_t>(op.outputs[0])] = t;
       current[static_cast<std::size_t>(op.outputs[0])] = t;
       pending.versions.emplace_back(op.outputs[0], t);
-      pending.ops.push_back(out.num_ops() - 1);
+    }
+    for (int p : needed) {  // cleared for the next run (clearing only what was set: runs are small, steps large)
+      is_needed[static_cast<std::size_t>(p)] = false;
+      made[static_cast<std::size_t>(g.ops()[static_cast<std::size_t>(p)].outputs[0])] = kNoTensor;
     }
   }
   MEMPLAN_CHECK(pending.ops.empty(), "recompute runs after the last backward");
@@ -283,8 +338,8 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
   // Program order: blocks before their ops; backward ops read the versions made before them.
   std::vector<TensorId> version(nt);
   for (std::size_t t = 0; t < nt; ++t) version[t] = static_cast<TensorId>(t);
-  std::vector<int> order;
-  order.reserve(static_cast<std::size_t>(out.num_ops()));
+  std::vector<int>& order = edit.order;
+  order.reserve(static_cast<std::size_t>(num_ops) + edit.clones.size());
   std::size_t next_block = 0;
   for (int i = 0; i < num_ops; ++i) {
     for (; next_block < blocks.size() && blocks[next_block].before == i; ++next_block) {
@@ -296,12 +351,84 @@ Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vec
     if (op.phase != Phase::backward) continue;
     for (int slot = 0; slot < static_cast<int>(op.inputs.size()); ++slot) {
       const TensorId t = op.inputs[static_cast<std::size_t>(slot)];
-      if (version[static_cast<std::size_t>(t)] != t) out.replace_input(i, slot, version[static_cast<std::size_t>(t)]);
+      if (version[static_cast<std::size_t>(t)] != t) edit.replacements.push_back({i, slot, version[static_cast<std::size_t>(t)]});
     }
   }
   MEMPLAN_CHECK(next_block == blocks.size(), "a recompute block found no place");
-  out.reorder_ops(order);
+  return edit;
+}
+
+Graph apply_edit(const Graph& g, const RecomputeEdit& edit) {
+  Graph out = g;
+  const auto nt = static_cast<std::size_t>(g.num_tensors());
+  for (std::size_t k = 0; k < edit.clones.size(); ++k) {
+    const RecomputeEdit::Clone& c = edit.clones[k];
+    const Op& op = g.ops()[static_cast<std::size_t>(c.op)];
+    const graph::TensorDesc& desc = g.tensor(op.outputs[0]);
+    const std::string name = "recompute:" + desc.name + (c.copy > 1 ? "#" + std::to_string(c.copy) : "");
+    const TensorId t = out.add_op(op.kind, c.inputs, op.attrs, name, desc.role, Phase::recompute);
+    MEMPLAN_CHECK(static_cast<std::size_t>(t) == nt + k, "recompute op '" << name << "' made more than its output");
+  }
+  for (const RecomputeEdit::Replacement& r : edit.replacements) out.replace_input(r.op, r.slot, r.tensor);
+  out.reorder_ops(edit.order);
   return out;
+}
+
+// The same edit on the step's skeleton: the clones' outputs as the originals' (a view's storage
+// is its clone input's), in the edited program order.
+StepSkeleton apply_edit(const StepSkeleton& s, const Graph& g, const RecomputeEdit& edit) {
+  StepSkeleton out;
+  const std::size_t nt = s.tensors.size();
+  const auto num_ops = static_cast<int>(s.ops.size());
+  out.tensors.reserve(nt + edit.clones.size());
+  out.tensors = s.tensors;
+  for (std::size_t k = 0; k < edit.clones.size(); ++k) {
+    const RecomputeEdit::Clone& c = edit.clones[k];
+    const Op& op = g.ops()[static_cast<std::size_t>(c.op)];
+    StepSkeleton::Tensor t = s.tensors[static_cast<std::size_t>(op.outputs[0])];
+    t.root = graph::op_info(op.kind).output_is_view ? out.tensors[static_cast<std::size_t>(c.inputs[0])].root
+                                                    : static_cast<TensorId>(nt + k);
+    t.result = false;
+    out.tensors.push_back(t);
+  }
+  out.ops.reserve(edit.order.size());
+  out.refs.reserve(s.refs.size() + edit.clones.size() * 4);
+  std::vector<int> replaced_from(static_cast<std::size_t>(num_ops) + 1, 0);  // op i's replacements: [from[i], from[i + 1])
+  for (const RecomputeEdit::Replacement& r : edit.replacements) ++replaced_from[static_cast<std::size_t>(r.op) + 1];
+  for (int i = 0; i < num_ops; ++i) replaced_from[static_cast<std::size_t>(i) + 1] += replaced_from[static_cast<std::size_t>(i)];
+  std::vector<TensorId> inputs;
+  for (int i : edit.order) {
+    if (i >= num_ops) {
+      const RecomputeEdit::Clone& c = edit.clones[static_cast<std::size_t>(i - num_ops)];
+      const TensorId output = static_cast<TensorId>(nt) + (i - num_ops);
+      out.add_op(g.ops()[static_cast<std::size_t>(c.op)].kind, c.inputs, std::span<const TensorId>(&output, 1), {});
+      continue;
+    }
+    const StepSkeleton::Op& op = s.ops[static_cast<std::size_t>(i)];
+    inputs.assign(s.refs.begin() + op.begin, s.refs.begin() + op.outputs);
+    for (int e = replaced_from[static_cast<std::size_t>(i)]; e < replaced_from[static_cast<std::size_t>(i) + 1]; ++e) {
+      const RecomputeEdit::Replacement& r = edit.replacements[static_cast<std::size_t>(e)];
+      inputs[static_cast<std::size_t>(r.slot)] = r.tensor;
+    }
+    out.add_op(op.kind, inputs, std::span<const TensorId>(s.refs.data() + op.outputs, static_cast<std::size_t>(op.updates - op.outputs)),
+               std::span<const TensorId>(s.refs.data() + op.updates, static_cast<std::size_t>(op.end - op.updates)));
+  }
+  return out;
+}
+
+}  // namespace
+
+Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainAction>& actions) {
+  return apply_edit(g, Rematerializer(g, chain).edit(actions));
+}
+
+Result<Bytes> rematerialized_order_free_bound(const Graph& g, const CheckpointChain& chain,
+                                              const std::vector<ChainAction>& actions, const PlanOptions& options) {
+  const RecomputeEdit edit = Rematerializer(g, chain).edit(actions);
+  // A rewrite's ops are the step's, some run again on inputs of the same shapes: the same scratch.
+  const Bytes scratch = graph::kernel_scratch_bytes(g, options.widen_16bit, options.native_16bit_ops);
+  if (auto bound = order_free_lower_bound(apply_edit(StepSkeleton::of(g), g, edit), options, scratch)) return *bound;
+  return arena_lower_bound(apply_edit(g, edit), options);
 }
 
 Graph rematerialize(const Graph& g, const CheckpointChain& chain, const std::vector<ChainSegment>& segments) {
@@ -321,7 +448,7 @@ struct Candidate {
 class Checkpointer {
  public:
   Checkpointer(const Graph& step, const PlanOptions& options)
-      : step_(step), chain_(find_checkpoint_chain(step)), base_flops_(graph_flops(step)) {
+      : step_(step), chain_(find_checkpoint_chain(step)), remat_(step_, chain_), base_flops_(graph_flops(step)) {
     // Candidates are planned with the caller's options: the greedy packing, and the exact search
     // only where the greedy packing is above the lower bound (a probe's decide_against: only
     // where that decides the answer). Comparing greedy packings alone would rank points by a
@@ -332,7 +459,7 @@ class Checkpointer {
   Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainAction>& actions) {
     Candidate c;
     c.strategy = strategy;
-    c.graph = rematerialize(step_, chain_, actions);
+    c.graph = apply_edit(step_, remat_.edit(actions));
     c.extra_flops = graph_flops(c.graph) - base_flops_;
     auto plan = plan_memory(c.graph, options_);
     if (!plan) return plan.error();
@@ -379,19 +506,24 @@ class Checkpointer {
       if (!first) return first.error();
       best = first.value();
     } else {
-      // Points by increasing lower bound: once a bound exceeds the best arena found (or equals
-      // it at more recomputation), no later point can win.
+      // Points by increasing cheap bound: once one exceeds the best arena found (or equals it at
+      // more recomputation), no later point can win. A point the cheap bound leaves a chance is
+      // skipped when its searched bound says so, else packed.
       std::vector<std::pair<Bytes, std::size_t>> order;
       if (Status s = prefetch_lower_bounds(0, n); !s) return s.error();
       for (std::size_t i = 0; i < n; ++i) {
-        auto bound = lower_bound(i);
+        auto bound = cheap_bound(i);
         if (!bound) return bound.error();
         order.emplace_back(bound.value(), i);
       }
       std::sort(order.begin(), order.end());
       Bytes best_arena = 0;
-      for (const auto& [bound, i] : order) {
-        if (best && (bound > best_arena || (bound == best_arena && i > *best))) break;
+      auto loses = [&](Bytes bound, std::size_t i) { return best && (bound > best_arena || (bound == best_arena && i > *best)); };
+      for (const auto& [cheap, i] : order) {
+        if (loses(cheap, i)) break;
+        auto bound = lower_bound(i);
+        if (!bound) return bound.error();
+        if (loses(bound.value(), i)) continue;
         auto arena = measure(i);
         if (!arena) return arena.error();
         if (!best || arena.value() < best_arena || (arena.value() == best_arena && i < *best)) {
@@ -413,20 +545,26 @@ class Checkpointer {
   Result<std::optional<Candidate>> any_fitting(Bytes budget) {
     find_frontier();
     const std::size_t n = frontier_->size();
-    Bytes gap = 0;  // the largest arena-over-bound seen so far
+    Bytes gap = 0;  // the largest arena-over-cheap-bound seen so far
     std::vector<bool> aimed(n, false);
     for (;;) {
-      std::size_t lo = 0, hi = n;  // the first point in [lo, hi) whose bound + gap fits
+      std::size_t lo = 0, hi = n;  // the first point in [lo, hi) whose cheap bound + gap fits
       while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        auto bound = lower_bound(mid);
+        auto bound = cheap_bound(mid);
         if (!bound) return bound.error();
         if (bound.value() + gap <= budget) hi = mid;
         else lo = mid + 1;
       }
       if (lo == n || aimed[lo]) break;
       aimed[lo] = true;
-      const Bytes bound = lower_bound(lo).value();  // computed by the bisection
+      const Bytes bound = cheap_bound(lo).value();  // computed by the bisection
+      auto searched = lower_bound(lo);
+      if (!searched) return searched.error();
+      if (searched.value() > budget) {  // aim again, past every point this far above its cheap bound
+        gap = std::max(gap, searched.value() - bound);
+        continue;
+      }
       auto arena = measure(lo);
       if (!arena) return arena.error();
       if (arena.value() <= budget) return candidate_at(lo);
@@ -461,15 +599,22 @@ class Checkpointer {
     if (frontier_) return;
     frontier_ = chain_frontier_nested(chain_.stages);
     unnamed_step_ = step_.without_names();
+    skeleton_ = StepSkeleton::of(step_);
+    // A rewrite's ops are the step's, some run again on inputs of the same shapes: the same scratch.
+    scratch_bytes_ = graph::kernel_scratch_bytes(step_, options_.widen_16bit, options_.native_16bit_ops);
     MEMPLAN_CHECK(!frontier_->empty(), "a checkpoint chain with an empty frontier");
     measured_.assign(frontier_->size(), std::nullopt);
     lower_bound_.assign(frontier_->size(), std::nullopt);
+    cheap_bound_.assign(frontier_->size(), std::nullopt);
   }
 
   const Graph& step_;
   Graph unnamed_step_;  // step_ without names, once the frontier is searched (lower bounds)
+  StepSkeleton skeleton_;  // step_'s, once the frontier is searched (cheap bounds)
+  Bytes scratch_bytes_ = 0;
   PlanOptions options_;  // the caller's, for every candidate
   CheckpointChain chain_;
+  Rematerializer remat_;
   double base_flops_;
   // The frontier and each point's planned arena, computed once per step.
   struct Measured {
@@ -478,13 +623,14 @@ class Checkpointer {
   };
   std::optional<std::vector<ChainSchedule>> frontier_;
   std::vector<std::optional<Measured>> measured_;
-  std::vector<std::optional<Bytes>> lower_bound_;
+  std::vector<std::optional<Bytes>> lower_bound_;  // searched (arena_lower_bound)
+  std::vector<std::optional<Bytes>> cheap_bound_;  // order-free (order_free_lower_bound), no higher
   // The candidate measure() made last, kept for candidate_at (a graph and its plan made once).
   std::optional<std::pair<std::size_t, Candidate>> last_measured_;
 
   // The first frontier point whose planned arena fits `budget`, visiting them by increasing
-  // recomputation or from the least-memory end. A point is packed only when its lower bound fits;
-  // lower bounds are computed a machine's worth of threads at a time, in visiting order.
+  // recomputation or from the least-memory end. A point is packed only when its lower bounds fit;
+  // cheap bounds are computed a machine's worth of threads at a time, in visiting order.
   Result<std::optional<std::size_t>> first_fitting(Bytes budget, bool from_least_memory) {
     const std::size_t n = frontier_->size();
     const std::size_t batch = std::max(1u, std::thread::hardware_concurrency());
@@ -494,9 +640,9 @@ class Checkpointer {
         const std::size_t from = from_least_memory ? (i + 1 >= batch ? i + 1 - batch : 0) : i;
         if (Status s = prefetch_lower_bounds(from, from_least_memory ? i + 1 : i + batch); !s) return s.error();
       }
-      auto bound = lower_bound(i);
-      if (!bound) return bound.error();
-      if (bound.value() > budget) continue;
+      auto ruled = ruled_out(i, budget);
+      if (!ruled) return ruled.error();
+      if (ruled.value()) continue;
       auto arena = measure(i);
       if (!arena) return arena.error();
       if (arena.value() <= budget) return std::optional<std::size_t>(i);
@@ -528,13 +674,13 @@ class Checkpointer {
     return measured_[i]->arena;
   }
 
-  // Computes the lower bounds of frontier points [from, to) that are not known yet, on as many
-  // threads as the machine has: each is independent (a rematerialized graph and its two
-  // schedules' live-byte peaks), so the answers do not depend on the thread count.
+  // Computes the cheap bounds of frontier points [from, to) that are not known yet, on as many
+  // threads as the machine has: each is independent (a rematerialized graph and a few
+  // reachability walks), so the answers do not depend on the thread count.
   Status prefetch_lower_bounds(std::size_t from, std::size_t to) {
     std::vector<std::size_t> todo;
     for (std::size_t i = from; i < std::min(to, frontier_->size()); ++i) {
-      if (!measured_[i] && !lower_bound_[i]) todo.push_back(i);
+      if (!measured_[i] && !lower_bound_[i] && !cheap_bound_[i]) todo.push_back(i);
     }
     const std::size_t threads = std::min<std::size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
     if (threads <= 1) return Status::success();
@@ -543,8 +689,8 @@ class Checkpointer {
     auto work = [&] {
       for (std::size_t k = next++; k < todo.size(); k = next++) {
         const std::size_t i = todo[k];
-        auto bound = bound_of(i);
-        if (bound) lower_bound_[i] = bound.value();
+        auto bound = cheap_of(i);
+        if (bound) cheap_bound_[i] = bound.value();
         else errors[k] = bound.error();
       }
     };
@@ -556,6 +702,31 @@ class Checkpointer {
       if (e) return *e;
     }
     return Status::success();
+  }
+
+  // Whether frontier point i's planned arena is certainly over `budget`: its arena once measured,
+  // else its cheap bound, else (only where the cheap bound fits) its searched bound, is over it.
+  Result<bool> ruled_out(std::size_t i, Bytes budget) {
+    if (measured_[i]) return measured_[i]->arena > budget;
+    auto cheap = cheap_bound(i);
+    if (!cheap) return cheap.error();
+    if (cheap.value() > budget) return true;
+    auto bound = lower_bound(i);
+    if (!bound) return bound.error();
+    return bound.value() > budget;
+  }
+
+  // A lower bound on frontier point i's planned arena that holds for every op order (its
+  // searched bound, or its arena, where known), cached.
+  Result<Bytes> cheap_bound(std::size_t i) {
+    if (measured_[i]) return measured_[i]->arena;
+    if (lower_bound_[i]) return *lower_bound_[i];
+    if (!cheap_bound_[i]) {
+      auto bound = cheap_of(i);
+      if (!bound) return bound.error();
+      cheap_bound_[i] = bound.value();
+    }
+    return *cheap_bound_[i];
   }
 
   // A lower bound on frontier point i's planned arena (its exact arena once measured), cached.
@@ -572,9 +743,17 @@ class Checkpointer {
   // Frontier point i's arena lower bound, from the step without names (the bound reads none;
   // each point copies the step once). A failure is computed again with names, for the message.
   Result<Bytes> bound_of(std::size_t i) const {
-    auto bound = arena_lower_bound(rematerialize(unnamed_step_, chain_, (*frontier_)[i].actions), options_);
+    const RecomputeEdit edit = remat_.edit((*frontier_)[i].actions);
+    auto bound = arena_lower_bound(apply_edit(unnamed_step_, edit), options_);
     if (bound) return bound;
-    return arena_lower_bound(rematerialize(step_, chain_, (*frontier_)[i].actions), options_);
+    return arena_lower_bound(apply_edit(step_, edit), options_);
+  }
+  // Frontier point i's order-free bound, from the step's skeleton (no graph built); where a size
+  // is too large for it, the searched bound, which says what is wrong.
+  Result<Bytes> cheap_of(std::size_t i) const {
+    const RecomputeEdit edit = remat_.edit((*frontier_)[i].actions);
+    if (auto bound = order_free_lower_bound(apply_edit(skeleton_, step_, edit), options_, scratch_bytes_)) return *bound;
+    return bound_of(i);
   }
 };
 

@@ -112,4 +112,10 @@ graph::Graph rematerialize(const graph::Graph& training_step, const CheckpointCh
 graph::Graph rematerialize(const graph::Graph& training_step, const CheckpointChain& chain,
                            const std::vector<ChainSegment>& segments);
 
+// order_free_lower_bound (order_free_bound.h) of rematerialize(training_step, chain, actions),
+// computed on the step's skeleton without building the rewritten graph, as a checkpoint
+// frontier's search computes it for each point: the same bytes.
+Result<Bytes> rematerialized_order_free_bound(const graph::Graph& training_step, const CheckpointChain& chain,
+                                              const std::vector<ChainAction>& actions, const PlanOptions& options);
+
 }  // namespace memplan::planner

@@ -19,6 +19,7 @@
 #include "memplan/models/registry.h"
 #include "memplan/planner/chain_dp.h"
 #include "memplan/planner/checkpoint.h"
+#include "memplan/planner/order_free_bound.h"
 #include "test_util.h"
 
 namespace memplan {
@@ -560,7 +561,13 @@ TEST(Checkpoint, OptimalEqualsPackingEveryFrontierPoint) {
     for (const auto& point : frontier) {
       const graph::Graph remat = planner::rematerialize(g, chain, point.actions);
       const Bytes arena = planner::plan_memory(remat, fast()).value().arena_bytes;
-      EXPECT_LE(planner::arena_lower_bound(remat, fast()).value(), arena) << m.model.name;
+      const Bytes searched = planner::arena_lower_bound(remat, fast()).value();
+      EXPECT_LE(searched, arena) << m.model.name;
+      // The order-free bound is below the searched one, and the frontier's search computes it
+      // from the step's skeleton to the same byte.
+      const Bytes cheap = planner::order_free_lower_bound(remat, fast()).value();
+      EXPECT_LE(cheap, searched) << m.model.name;
+      EXPECT_EQ(planner::rematerialized_order_free_bound(g, chain, point.actions, fast()).value(), cheap) << m.model.name;
       // The search bounds points rewritten from the step without names: the same bytes.
       EXPECT_EQ(planner::arena_lower_bound(planner::rematerialize(g.without_names(), chain, point.actions), fast()).value(),
                 planner::arena_lower_bound(remat, fast()).value())

@@ -18,6 +18,7 @@
 #include "memplan/models/model_source.h"
 #include "memplan/models/registry.h"
 #include "memplan/planner/fit.h"
+#include "memplan/planner/order_free_bound.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
 #include "tests/test_util.h"
@@ -501,6 +502,47 @@ TEST(ArenaLowerBound, EqualsTheLowerBoundOfThePlansItStandsFor) {
       EXPECT_EQ(planner::arena_lower_bound(g, options).value(), least) << c.model << " widen " << widen;
     }
   }
+}
+
+// The order-free bound holds for every order plan_memory considers: never above the searched
+// bound (on the steps above, with and without in-place merging and guard bytes), and not far
+// below it on a training step, where it decides for a checkpoint frontier's search.
+TEST(OrderFreeLowerBound, IsBelowTheSearchedBoundAndNearIt) {
+  for (const char* name : {"mlp", "cnn", "gpt"}) {
+    models::ModelOptions model;
+    model.name = name;
+    graph::Graph g = models::build_forward(model, 4).value();
+    graph::make_training_step(g, graph::OptimizerConfig{});
+    for (bool in_place : {false, true}) {
+      for (Bytes guard : {Bytes{0}, Bytes{512}}) {
+        planner::PlanOptions options;
+        options.in_place = in_place;
+        options.guard_bytes = guard;
+        const Bytes searched = planner::arena_lower_bound(g, options).value();
+        const Bytes cheap = planner::order_free_lower_bound(g, options).value();
+        EXPECT_LE(cheap, searched) << name << " in_place " << in_place << " guard " << guard;
+        EXPECT_GE(double(cheap), 0.9 * double(searched)) << name << " in_place " << in_place << " guard " << guard;
+      }
+    }
+  }
+}
+
+// In-place merging shares one buffer among an op's input and the output it writes over it: at
+// that op the bound counts the buffer once, as liveness does (x, its scaled copy and their ReLU
+// all live in x's storage, one buffer of 4 KiB).
+TEST(OrderFreeLowerBound, CountsAnOutputWrittenOverItsInputOnce) {
+  graph::Graph g;
+  const TensorId x = g.add_tensor({.name = "x", .shape = graph::Shape{1024}, .dtype = graph::DType::f32, .role = graph::Role::input});
+  const TensorId a = g.add_op(graph::OpKind::scale, {x}, graph::OpAttrs{}, "a", graph::Role::activation, graph::Phase::forward);
+  g.output = g.add_op(graph::OpKind::relu, {a}, graph::OpAttrs{}, "b", graph::Role::activation, graph::Phase::forward);
+  planner::PlanOptions options;
+  options.in_place = true;
+  EXPECT_EQ(planner::plan_memory(g, options).value().arena_bytes, 4096);
+  EXPECT_EQ(planner::arena_lower_bound(g, options).value(), 4096);
+  EXPECT_EQ(planner::order_free_lower_bound(g, options).value(), 4096);
+  options.in_place = false;  // three buffers; at each op two of them live
+  EXPECT_EQ(planner::arena_lower_bound(g, options).value(), 8192);
+  EXPECT_EQ(planner::order_free_lower_bound(g, options).value(), 8192);
 }
 
 }  // namespace
