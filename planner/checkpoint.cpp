@@ -455,6 +455,9 @@ class Checkpointer {
     // packer's misses: searched orders can leave it above a bound the exact search reaches.
     options_ = options;
   }
+  // remat_ refers to chain_: never copied or moved.
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
 
   Result<Candidate> make(CheckpointStrategy strategy, const std::vector<ChainAction>& actions) {
     Candidate c;
