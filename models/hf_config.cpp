@@ -201,40 +201,33 @@ class Fields {
 
   // A list of non-negative integers (layer indices), empty when absent.
   std::vector<std::int64_t> indices(const char* name) {
-    read_.insert(name);
-    auto it = j_.find(name);
-    std::vector<std::int64_t> out;
-    if (it == j_.end() || it->is_null()) return out;
-    if (!it->is_array()) {
-      fail(name, "expected a list of layer indices, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
-      return out;
-    }
-    for (const json& v : *it) {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
-        fail(name, "expected non-negative integers, got " + v.dump().substr(0, 40));
-        return {};
-      }
-      out.push_back(v.get<std::int64_t>());
-    }
-    return out;
+    return list<std::int64_t>(name, "layer indices", "non-negative integers",
+                              [](const json& v) { return v.is_number_integer() && v.get<std::int64_t>() >= 0; });
   }
 
   // A list of strings (layer_types), empty when absent.
   std::vector<std::string> strings(const char* name) {
+    return list<std::string>(name, "strings", "strings", [](const json& v) { return v.is_string(); });
+  }
+
+  // A list, empty when absent, of elements `accepts` takes; `what` names the list and `each` its
+  // elements in the messages.
+  template <typename T>
+  std::vector<T> list(const char* name, const char* what, const char* each, bool (*accepts)(const json&)) {
     read_.insert(name);
     auto it = j_.find(name);
-    std::vector<std::string> out;
+    std::vector<T> out;
     if (it == j_.end() || it->is_null()) return out;
     if (!it->is_array()) {
-      fail(name, "expected a list of strings, got " + kind_of(*it) + " " + it->dump().substr(0, 40));
+      fail(name, std::string("expected a list of ") + what + ", got " + kind_of(*it) + " " + it->dump().substr(0, 40));
       return out;
     }
     for (const json& v : *it) {
-      if (!v.is_string()) {
-        fail(name, "expected strings, got " + v.dump().substr(0, 40));
+      if (!accepts(v)) {
+        fail(name, std::string("expected ") + each + ", got " + v.dump().substr(0, 40));
         return {};
       }
-      out.push_back(v.get<std::string>());
+      out.push_back(v.get<T>());
     }
     return out;
   }
