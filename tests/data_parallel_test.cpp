@@ -18,11 +18,13 @@
 #include "memplan/planner/validator.h"
 #include "memplan/runtime/devices.h"
 #include "memplan/runtime/executor.h"
+#include "tests/test_util.h"
 
 namespace memplan {
 namespace {
 
 using graph::OpKind;
+using testing::count_ops;
 
 TEST(Shard, RangesCoverTheTensorOnceWithCeilSizedShards) {
   // 10 elements over 4 ranks: shards of 3, the last holding 1 (and 2 padding).
@@ -166,10 +168,6 @@ TEST(SynchronisedBatchNorm, EveryBatchNormOfARankGraphReadsStatisticsOverAllRank
   EXPECT_GT(norms, 2);
   EXPECT_GT(backwards, 2);
   EXPECT_TRUE(planner::validate_plan(planned.value().plan));
-}
-
-int count_ops(const graph::Graph& g, OpKind kind) {
-  return static_cast<int>(std::count_if(g.ops().begin(), g.ops().end(), [&](const graph::Op& op) { return op.kind == kind; }));
 }
 
 planner::StepDescription mlp_step(int world, int zero, Bytes bucket_bytes = Bytes{25} << 20) {

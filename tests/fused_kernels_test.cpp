@@ -23,6 +23,7 @@ namespace memplan {
 namespace {
 
 using graph::OpKind;
+using testing::count_ops;
 using graph::Shape;
 using kernels::KernelCall;
 using kernels::TensorRef;
@@ -255,12 +256,6 @@ graph::Graph cnn_step() {
   graph::Graph g = models::build_forward(model, 4).value();
   graph::make_training_step(g, graph::OptimizerConfig{});
   return g;
-}
-
-int count_ops(const graph::Graph& g, OpKind kind) {
-  int n = 0;
-  for (const graph::Op& op : g.ops()) n += op.kind == kind;
-  return n;
 }
 
 std::string train_sha(const graph::Graph& g, bool fuse, int* fused_pairs, std::vector<float>* retained = nullptr) {

@@ -19,6 +19,7 @@
 #include "memplan/models/zoo.h"
 #include "memplan/planner/plan_step.h"
 #include "memplan/train/session.h"
+#include "tests/test_util.h"
 
 namespace memplan {
 namespace {
@@ -26,12 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using models::HfConfig;
 using testing::run_cli;
-
-std::int64_t parameter_count(const graph::Graph& g) {
-  std::int64_t n = 0;
-  for (TensorId p : g.parameters()) n += g.tensor(p).shape.numel();
-  return n;
-}
+using testing::count_ops;
+using testing::op_named;
+using testing::parameter_count;
+using testing::parameter_shapes;
 
 graph::Graph build(const HfConfig& c, std::int64_t seq = 16) {
   models::ZooOptions o;
@@ -155,19 +154,6 @@ TEST(HfConfig, EveryShippedConfigIsReachableByAZooName) {
   for (const models::ShippedConfig& s : models::shipped_configs()) EXPECT_TRUE(reachable.count(std::string(s.file))) << s.file;
 }
 
-// How many ops of `kind` the graph has.
-int count_ops(const graph::Graph& graph, graph::OpKind kind) {
-  int n = 0;
-  for (const graph::Op& op : graph.ops()) n += op.kind == kind;
-  return n;
-}
-// Every parameter's shape, by name.
-std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
-  return shapes;
-}
-
 TEST(HfConfig, GroupedQueryAttentionKeepsKvProjectionsSmall) {
   const HfConfig c = models::shipped_config("llama-2-70b.json").value();
   EXPECT_EQ(c.llama.heads, 64);
@@ -201,14 +187,6 @@ TEST(HfConfig, Qwen3HasItsOwnHeadSizeAndPerHeadQueryKeyNorms) {
   j["model_type"] = "qwen3";
   j["head_dim"] = 127;
   EXPECT_FALSE(models::parse_hf_config(j.dump(), "odd.json").ok());
-}
-
-// The op of `kind` named `name`, or nullptr.
-const graph::Op* op_named(const graph::Graph& g, graph::OpKind kind, const std::string& name) {
-  for (const graph::Op& op : g.ops()) {
-    if (op.kind == kind && op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 // Mixtral: every layer's MLP is 8 experts of Llama's SwiGLU shape, 2 per token renormalised, the

@@ -14,11 +14,16 @@
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/hf_config.h"
 #include "memplan/models/zoo.h"
+#include "tests/test_util.h"
 
 namespace memplan::model_families_test {
 namespace {
 
 using models::HfConfig;
+using testing::count_ops;
+using testing::op_named;
+using testing::parameter_count;
+using testing::parameter_shapes;
 
 HfConfig parse(const nlohmann::json& j) {
   auto c = models::parse_hf_config(j.dump(), "config.json");
@@ -30,32 +35,6 @@ graph::Graph build(const HfConfig& c, bool training = true, std::int64_t seq = 1
   models::ZooOptions o;
   o.seq = seq;
   return models::build_hf_forward(c, 1, o, training);
-}
-
-std::int64_t parameter_count(const graph::Graph& g) {
-  std::int64_t n = 0;
-  for (TensorId p : g.parameters()) n += g.tensor(p).shape.numel();
-  return n;
-}
-
-const graph::Op* op_named(const graph::Graph& g, graph::OpKind kind, const std::string& name) {
-  for (const graph::Op& op : g.ops()) {
-    if (op.kind == kind && op.name == name) return &op;
-  }
-  return nullptr;
-}
-
-// Each parameter's shape by name.
-std::map<std::string, graph::Shape> shapes_of(const graph::Graph& g) {
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
-  return shapes;
-}
-
-int count_ops(const graph::Graph& g, graph::OpKind kind) {
-  int n = 0;
-  for (const graph::Op& op : g.ops()) n += op.kind == kind;
-  return n;
 }
 
 // A small decoder config of each family (sizes only; the family's own keys added by each test).
@@ -85,7 +64,7 @@ TEST(ModelFamilies, Gemma3AlternatesFiveLocalLayersWithOneGlobal) {
     ASSERT_NE(rope, nullptr) << a;
     EXPECT_FLOAT_EQ(rope->attrs.rope_base, l == 5 || l == 11 ? 1e6f : 1e4f) << a;
   }
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.weight"), (graph::Shape{4 * 32, 64}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_norm.weight"), (graph::Shape{32}));
   EXPECT_EQ(shapes.at("layers.0.post_feedforward_layernorm.weight"), (graph::Shape{64}));
@@ -149,7 +128,7 @@ TEST(ModelFamilies, Starcoder2IsAPlainGeluDecoderWithBiasesAndDropout) {
   const HfConfig c = parse(j);
   for (std::int64_t l = 0; l < 7; ++l) EXPECT_TRUE(c.llama.windowed(l));
   const graph::Graph g = build(c);
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.weight"), (graph::Shape{96, 64}));
   EXPECT_EQ(shapes.at("layers.0.mlp.c_fc.bias"), (graph::Shape{96}));
   EXPECT_EQ(shapes.at("layers.0.mlp.c_proj.weight"), (graph::Shape{64, 96}));
@@ -179,7 +158,7 @@ TEST(ModelFamilies, StablelmRotatesAQuarterOfEachHeadUnderLayerNorms) {
   const HfConfig c = parse(j);
   EXPECT_EQ(c.llama.rotary_dims, 4) << "a quarter of 16 channels";
   const graph::Graph g = build(c);
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.0.self_attn.q_proj.bias"), (graph::Shape{64}));
   EXPECT_EQ(shapes.count("layers.0.self_attn.o_proj.bias"), 0u);
   EXPECT_EQ(shapes.at("norm.bias"), (graph::Shape{64}));
@@ -202,7 +181,7 @@ TEST(ModelFamilies, OlmoeRoutesEveryLayerThroughExpertsOfIntermediateSize) {
   EXPECT_FALSE(c.llama.moe.normalize_top_k);
   EXPECT_EQ(c.llama.qk_norm, models::LlamaConfig::QkNorm::whole);
   const graph::Graph g = build(c);
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("layers.6.mlp.experts.up_proj.weight"), (graph::Shape{8, 96, 64}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.k_norm.weight"), (graph::Shape{32}));
   EXPECT_EQ(shapes.count("layers.0.mlp.up_proj.weight"), 0u) << "no dense MLP";
@@ -243,7 +222,7 @@ TEST(ModelFamilies, DeepseekV3HasLatentAttentionAndGroupRoutedExperts) {
   EXPECT_NE(c.describe().find("latent attention (kv_lora_rank 512, q_lora_rank 1536)"), std::string::npos) << c.describe();
   EXPECT_NE(c.describe().find("not counted: the multi-token prediction module"), std::string::npos) << c.describe();
   const graph::Graph g = build(c, /*training=*/true, 8);
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   const std::map<std::string, graph::Shape> expected = {
       {"layers.0.self_attn.q_a_proj.weight", {1536, 7168}},
       {"layers.0.self_attn.q_a_layernorm.weight", {1536}},
@@ -295,7 +274,7 @@ TEST(ModelFamilies, OptAndGptBigCodeLearnPositionsWithoutRotary) {
   };
   const HfConfig opt = shipped("opt-125m.json");
   const graph::Graph g = build(opt, true, 32);
-  const std::map<std::string, graph::Shape> shapes = shapes_of(g);
+  const std::map<std::string, graph::Shape> shapes = parameter_shapes(g);
   EXPECT_EQ(shapes.at("embed_positions.weight"), (graph::Shape{2050, 768}));
   EXPECT_EQ(shapes.at("layers.0.mlp.fc1.weight"), (graph::Shape{3072, 768}));
   EXPECT_EQ(shapes.at("layers.0.self_attn.out_proj.bias"), (graph::Shape{768}));
@@ -309,7 +288,7 @@ TEST(ModelFamilies, OptAndGptBigCodeLearnPositionsWithoutRotary) {
   const HfConfig santa = shipped("santacoder.json");
   EXPECT_EQ(santa.llama.kv_heads, 1);
   const graph::Graph s = build(santa, true, 32);
-  const std::map<std::string, graph::Shape> santa_shapes = shapes_of(s);
+  const std::map<std::string, graph::Shape> santa_shapes = parameter_shapes(s);
   EXPECT_EQ(santa_shapes.at("embed_positions.weight"), (graph::Shape{2048, 2048}));
   EXPECT_EQ(santa_shapes.at("layers.0.self_attn.k_proj.weight"), (graph::Shape{128, 2048}));
   EXPECT_EQ(santa_shapes.at("layers.0.self_attn.c_proj.weight"), (graph::Shape{2048, 2048}));

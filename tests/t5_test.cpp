@@ -22,6 +22,8 @@ namespace memplan {
 namespace {
 
 using models::T5Config;
+using testing::count_ops;
+using testing::parameter_shapes;
 
 std::vector<float> read(const runtime::Executor& e, TensorId id) {
   std::vector<float> v(static_cast<std::size_t>(e.graph().tensor(id).shape.numel()));
@@ -148,18 +150,6 @@ TEST(T5, EveryParametersGradientMatchesCentralFiniteDifferences) {
     return double(read(run.executor, g.loss)[0]);
   };
   EXPECT_GT(testing::expect_gradients_match_central_differences(run.executor, loss_now).checked, 100);
-}
-
-std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
-  std::map<std::string, graph::Shape> shapes;
-  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
-  return shapes;
-}
-
-int count_ops(const graph::Graph& g, graph::OpKind kind) {
-  int n = 0;
-  for (const graph::Op& op : g.ops()) n += op.kind == kind;
-  return n;
 }
 
 // Flan-T5-base as transformers lays it out: the gated GELU's two input projections, the untied

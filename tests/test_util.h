@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "memplan/common/rng.h"
@@ -17,6 +19,30 @@
 #include "memplan/runtime/executor.h"
 
 namespace memplan::testing {
+
+// What tests ask of a built graph: its parameter count, each parameter's shape by name, how many
+// ops of a kind it has, and the op of a kind with a name (nullptr when none).
+inline std::int64_t parameter_count(const graph::Graph& g) {
+  std::int64_t n = 0;
+  for (TensorId p : g.parameters()) n += g.tensor(p).shape.numel();
+  return n;
+}
+inline std::map<std::string, graph::Shape> parameter_shapes(const graph::Graph& g) {
+  std::map<std::string, graph::Shape> shapes;
+  for (TensorId p : g.parameters()) shapes[g.tensor(p).name] = g.tensor(p).shape;
+  return shapes;
+}
+inline int count_ops(const graph::Graph& g, graph::OpKind kind) {
+  int n = 0;
+  for (const graph::Op& op : g.ops()) n += op.kind == kind;
+  return n;
+}
+inline const graph::Op* op_named(const graph::Graph& g, graph::OpKind kind, const std::string& name) {
+  for (const graph::Op& op : g.ops()) {
+    if (op.kind == kind && op.name == name) return &op;
+  }
+  return nullptr;
+}
 
 // `graph` planned for `device` through the one pipeline (plan_step); a test's executor runs it.
 inline planner::MemoryPlan plan_for(const graph::Graph& graph, const runtime::Device& device,

@@ -18,12 +18,7 @@ namespace memplan {
 namespace {
 
 using testing::run_cli;
-
-std::int64_t parameter_count(const graph::Graph& g) {
-  std::int64_t n = 0;
-  for (TensorId p : g.parameters()) n += g.tensor(p).shape.numel();
-  return n;
-}
+using testing::parameter_count;
 
 TEST(Zoo, ParameterCountsMatchThePublishedModels) {
   // Hugging Face / timm / torchvision parameter counts of the reference checkpoints (sources in
