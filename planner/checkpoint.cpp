@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "memplan/common/check.h"
-#include "memplan/graph/mixed_precision.h"
 #include "memplan/planner/order_free_bound.h"
 
 namespace memplan::planner {
@@ -426,7 +425,7 @@ Result<Bytes> rematerialized_order_free_bound(const Graph& g, const CheckpointCh
                                               const std::vector<ChainAction>& actions, const PlanOptions& options) {
   const RecomputeEdit edit = Rematerializer(g, chain).edit(actions);
   // A rewrite's ops are the step's, some run again on inputs of the same shapes: the same scratch.
-  const Bytes scratch = graph::kernel_scratch_bytes(g, options.widen_16bit, options.native_16bit_ops);
+  const Bytes scratch = kernel_scratch_bytes(g, options);
   if (auto bound = order_free_lower_bound(apply_edit(StepSkeleton::of(g), g, edit), options, scratch)) return *bound;
   return arena_lower_bound(apply_edit(g, edit), options);
 }
@@ -604,7 +603,7 @@ class Checkpointer {
     unnamed_step_ = step_.without_names();
     skeleton_ = StepSkeleton::of(step_);
     // A rewrite's ops are the step's, some run again on inputs of the same shapes: the same scratch.
-    scratch_bytes_ = graph::kernel_scratch_bytes(step_, options_.widen_16bit, options_.native_16bit_ops);
+    scratch_bytes_ = kernel_scratch_bytes(step_, options_);
     MEMPLAN_CHECK(!frontier_->empty(), "a checkpoint chain with an empty frontier");
     measured_.assign(frontier_->size(), std::nullopt);
     lower_bound_.assign(frontier_->size(), std::nullopt);

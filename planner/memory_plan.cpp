@@ -26,6 +26,10 @@ PlannedBuffer unplaced_buffer(const graph::Graph& graph, const BufferLifetime& l
   return b;
 }
 
+Bytes kernel_scratch_bytes(const graph::Graph& graph, const PlanOptions& options) {
+  return graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
+}
+
 Bytes buffer_footprint(Bytes size_bytes, Bytes guard_bytes) {
   return align_up(std::max<Bytes>(size_bytes, 1) + guard_bytes, kArenaAlignment);
 }
@@ -102,8 +106,7 @@ Result<MemoryPlan> plan_with_schedule(const graph::Graph& graph, ScheduleKind ki
     }
     plan.buffers.push_back(b);
   }
-  const Bytes workspace =
-      options.workspace_bytes + graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
+  const Bytes workspace = options.workspace_bytes + kernel_scratch_bytes(graph, options);
   if (workspace > 0) {
     plan.workspace_offset = next;
     plan.workspace_bytes = workspace;
@@ -289,8 +292,7 @@ Result<Bytes> lower_bound_with_schedule(const graph::Graph& graph, ScheduleKind 
 }  // namespace
 
 Result<Bytes> arena_lower_bound(const graph::Graph& graph, const PlanOptions& options) {
-  const Bytes workspace =
-      options.workspace_bytes + graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
+  const Bytes workspace = options.workspace_bytes + kernel_scratch_bytes(graph, options);
   auto bound = [&](ScheduleKind kind) { return lower_bound_with_schedule(graph, kind, options, workspace); };
   if (!options.choose_best_schedule) return bound(options.schedule);
   // The searched order starts from the lower of the other two and never rises above it.

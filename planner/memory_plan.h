@@ -126,6 +126,10 @@ struct MemoryPlan {
   OpIndex peak_position() const;
 };
 
+// The kernels' scratch a plan of `graph` under `options` holds in its workspace beside
+// options.workspace_bytes: graph::kernel_scratch_bytes with the options' 16-bit widening.
+Bytes kernel_scratch_bytes(const graph::Graph& graph, const PlanOptions& options);
+
 // Plans a training step. Fails only if the solver finds no packing (it always finds one
 // without a capacity) or the schedule is invalid.
 Result<MemoryPlan> plan_memory(const graph::Graph& graph, const PlanOptions& options = {});

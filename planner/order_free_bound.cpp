@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "memplan/graph/mixed_precision.h"
 
 namespace memplan::planner {
 
@@ -187,7 +186,7 @@ std::optional<Bytes> order_free_lower_bound(const StepSkeleton& step, const Plan
 }
 
 Result<Bytes> order_free_lower_bound(const graph::Graph& graph, const PlanOptions& options) {
-  const Bytes scratch = graph::kernel_scratch_bytes(graph, options.widen_16bit, options.native_16bit_ops);
+  const Bytes scratch = kernel_scratch_bytes(graph, options);
   if (auto bound = order_free_lower_bound(StepSkeleton::of(graph), options, scratch)) return *bound;
   return arena_lower_bound(graph, options);
 }
