@@ -2,6 +2,18 @@
 
 namespace memplan::graph {
 
+namespace {
+
+// A sliding window narrows a causal mask: it needs one, and is a count of keys.
+void check_window(bool causal, std::int64_t window, const std::string& name) {
+  if (window < 0 || (window > 0 && !causal)) {
+    throw GraphError(name + ": a window of " + std::to_string(window) +
+                     " keys needs a causal mask and a count of at least 1 (0: no window)");
+  }
+}
+
+}  // namespace
+
 std::uint64_t dropout_seed(const std::string& name) {
   std::uint64_t h = 1469598103934665603ULL;
   for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
@@ -285,9 +297,11 @@ TensorId Builder::batched_matmul(TensorId a, TensorId b, bool trans_a, bool tran
   return binary(OpKind::batched_matmul, a, b, name, std::move(attrs));
 }
 
-TensorId Builder::softmax(TensorId x, bool causal, const std::string& name) {
+TensorId Builder::softmax(TensorId x, bool causal, const std::string& name, std::int64_t window) {
+  check_window(causal, window, name);
   OpAttrs attrs;
   attrs.causal = causal;
+  attrs.window = window;
   return unary(OpKind::softmax, x, name, std::move(attrs));
 }
 
@@ -370,9 +384,12 @@ TensorId Builder::slice(TensorId x, std::int64_t axis, std::int64_t start, std::
 namespace memplan::graph {
 
 TensorId Builder::attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p,
-                            const std::string& name, const std::string& dropout_name, float softcap) {
+                            const std::string& name, const std::string& dropout_name, float softcap,
+                            std::int64_t window) {
+  check_window(causal, window, name);
   OpAttrs attrs;
   attrs.causal = causal;
+  attrs.window = window;
   attrs.alpha = scale;
   attrs.softcap = softcap;
   attrs.dropout = p;

@@ -69,8 +69,9 @@ class Builder {
   TensorId embedding(TensorId ids, TensorId table, const std::string& name);
   // op(A) op(B) for every leading index: [..., M, K] x [..., K, N] -> [..., M, N].
   TensorId batched_matmul(TensorId a, TensorId b, bool trans_a, bool trans_b, const std::string& name);
-  // Softmax over the last dim; `causal` masks j > i in each trailing [T, T] block.
-  TensorId softmax(TensorId x, bool causal, const std::string& name);
+  // Softmax over the last dim; `causal` masks j > i in each trailing [T, T] block, and with
+  // `window` > 0 also j <= i - window (a sliding window).
+  TensorId softmax(TensorId x, bool causal, const std::string& name, std::int64_t window = 0);
   TensorId permute(TensorId x, std::vector<std::int64_t> perm, const std::string& name);
   // x * mask with mask in {0, 1/(1-p)} drawn from (op name, step): deterministic per run, new
   // each step; the mask is a graph tensor. Returns x itself when p == 0.
@@ -119,8 +120,9 @@ class Builder {
   // probabilities with the mask dropout(probs, p, dropout_name) would draw over [B, H, T, T]
   // (dropout_name defaults to name + ".drop"), recomputed in backward rather than stored.
   // softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma-2).
+  // `window` > 0 (with `causal`): query i sees keys i - window < j <= i only.
   TensorId attention(TensorId q, TensorId k, TensorId v, bool causal, float scale, float p, const std::string& name,
-                     const std::string& dropout_name = "", float softcap = 0.0f);
+                     const std::string& dropout_name = "", float softcap = 0.0f, std::int64_t window = 0);
   // Generation with a KV cache (graph/op.h: kv_cache_write, decode_attention). external(): a
   // persistent tensor the caller binds outside the arena (a cache [blocks, block_size, NKV*HD]).
   TensorId external(const std::string& name, Shape shape, DType dtype = DType::f32);

@@ -54,6 +54,7 @@ enum class OpKind : std::uint8_t {
                           // (vocabulary-parallel) the table holds ids [start, start + V), others give 0
   batched_matmul,         // C[..., M, N] = op(A) op(B) per leading index; rank >= 3, equal leading dims
   softmax,                // y = softmax over the last dim; `causal`: row i of each [T, T] block sees j <= i
+                          // (and j > i - `window` when window > 0)
   permute,                // y = x with dims reordered by `perm` (a copy)
   dropout_mask,           // mask[shape] in {0, 1/(1-p)}, from (seed, step, index); no inputs
   rms_norm,               // y = x / sqrt(mean(x^2) + eps) * gamma over the last dim   inputs: x, gamma[D]
@@ -65,7 +66,7 @@ enum class OpKind : std::uint8_t {
   slice,                  // y = x[start, start + length) along `axis` (a copy)
   // fused attention (FlashAttention's algorithm; q [B, H, T, D], k and v [B, KH, T, D] with H a
   // multiple of KH: query head h reads K/V head h / (H/KH)); `alpha` scales the scores, `causal`
-  // masks j > i, `dropout` (with `seed`) drops probabilities as dropout_mask over [B, H, T, T] would
+  // masks j > i (and j <= i - `window` when window > 0), `dropout` (with `seed`) drops probabilities as dropout_mask over [B, H, T, T] would
   attention_lse,          // lse[B, H, T] (f32) = log sum_j exp(alpha q_i.k_j), key tile by tile   inputs: q, k
   attention,              // y[B, H, T, D] = dropout(exp(alpha q k^T - lse)) v   inputs: q, k, v, lse
   // generation with a KV cache (runtime/serve): one token per sequence slot; a slot whose first
@@ -235,6 +236,9 @@ struct OpAttrs {
   float clip_max = 0.0f;
   std::vector<std::int64_t> perm;  // permute: output dim i is input dim perm[i]
   bool causal = false;             // softmax, attention*
+  // softmax and attention* with `causal`: a sliding window, query i sees keys i - window < j <= i
+  // (Mistral's and Gemma's local layers); 0: every j <= i
+  std::int64_t window = 0;
   // attention*, decode_attention: scores soft-capped to softcap * tanh(score / softcap) before the
   // softmax (Gemma-2's attn_logit_softcapping); 0: none
   float softcap = 0.0f;

@@ -11,14 +11,14 @@ TensorId soft_cap(graph::Builder& b, TensorId x, float cap, const std::string& n
 
 TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
                                 TensorId v, bool causal, float p, const std::string& prefix, float scale,
-                                float softcap, TensorId bias) {
+                                float softcap, TensorId bias, std::int64_t window) {
   const graph::Shape& qs = b.graph().tensor(q).shape;
   if (qs.rank() != 4) throw graph::GraphError("attention: queries must be [B, H, T, D], got " + qs.to_string());
   const std::int64_t heads = qs[1], head_dim = qs[3];
   if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   if (kind == AttentionKind::fused) {
     if (bias != kNoTensor) throw graph::GraphError("attention: an additive score bias needs the materialized form");
-    return b.attention(q, k, v, causal, scale, p, prefix + ".fused", prefix + ".drop", softcap);
+    return b.attention(q, k, v, causal, scale, p, prefix + ".fused", prefix + ".drop", softcap, window);
   }
   const std::int64_t kv_heads = b.graph().tensor(k).shape[1];
   if (kv_heads <= 0 || heads % kv_heads != 0) {
@@ -37,7 +37,7 @@ TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, Tens
     att = b.reshape(att, scores, prefix + ".biased.heads");
   }
   if (softcap > 0.0f) att = soft_cap(b, att, softcap, prefix + ".capped");
-  att = b.softmax(att, causal, prefix + ".probs");
+  att = b.softmax(att, causal, prefix + ".probs", window);
   att = b.dropout(att, p, prefix + ".drop");
   return b.batched_matmul(att, v, false, false, prefix + ".values");  // [B, H, T, D]
 }

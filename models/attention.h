@@ -31,8 +31,9 @@ TensorId soft_cap(graph::Builder& b, TensorId x, float cap, const std::string& n
 // `prefix`.capped). q [B, H, Tq, D] may attend to keys of another length Tk (cross-attention).
 // `bias` [H, Tq, Tk] (T5's relative position bias) is added to every sample's scaled scores
 // (`prefix`.biased; materialized only); a scale of exactly 1 stores no scaled copy (T5).
+// `window` > 0 (causal only): query i sees keys i - window < j <= i (a sliding window).
 TensorId attention_block(graph::Builder& b, AttentionKind kind, TensorId q, TensorId k,
                                 TensorId v, bool causal, float p, const std::string& prefix, float scale = 0.0f,
-                                float softcap = 0.0f, TensorId bias = kNoTensor);
+                                float softcap = 0.0f, TensorId bias = kNoTensor, std::int64_t window = 0);
 
 }  // namespace memplan::models

@@ -344,7 +344,8 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     const bool pad = config.attention == AttentionKind::fused && DV < DQK;
     if (pad) v = b.concat(v, b.fill({B, NH, T, DQK - DV}, 0.0f, dt, a + ".v.pad_zeros"), 3, a + ".v.padded");
     TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
-                                 config.attention_scale(), config.attn_softcap);  // [B, NH, T, DQK or DV]
+                                 config.attention_scale(), config.attn_softcap, kNoTensor,
+                                 config.window_of(l));  // [B, NH, T, DQK or DV]
     if (pad) y = b.slice(y, 3, 0, DV, a + ".values");
     y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, graph::checked_mul(NH, DV)}, a + ".merged");
     return llama_parts::project(b, config, y, a + ".o_proj", C, graph::checked_mul(NH, DV), config.o_bias, a + ".o");
@@ -362,7 +363,8 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
         k = b.rotary(k, config.rope_base_of(l), a + ".k.rope", config.rotary_dims);
       }
       TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
-                                   config.attention_scale(), config.attn_softcap);  // [B, NH, T, HD]
+                                   config.attention_scale(), config.attn_softcap, kNoTensor,
+                                   config.window_of(l));  // [B, NH, T, HD]
       y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, QC / tp.degree}, a + ".merged");
       return llama_parts::project(b, config, y, a + "." + config.attn_out_name, C, QC, config.o_bias, a + ".o",
                                   llama_parts::Split::row);

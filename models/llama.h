@@ -108,8 +108,8 @@ struct LlamaConfig {
   // Sliding-window attention: a windowed layer attends to the last `sliding_window` positions only
   // (Mistral and Phi-3: every layer; Gemma-2: every other layer from the first; Qwen2 with
   // use_sliding_window: the layers from max_window_layers on). Memory changes in serving only, where
-  // a windowed layer keeps at most the window's keys and values; memplan's training step computes
-  // every score (a mask would change no tensor), so it trains sequences no longer than the window.
+  // a windowed layer keeps at most the window's keys and values; the training step masks scores
+  // outside the window (graph::OpAttrs::window) and stores the same tensors.
   std::int64_t sliding_window = 0;       // 0: every layer attends to the whole sequence
   std::int64_t window_first_layer = 0;   // the first windowed layer
   std::int64_t window_layer_period = 1;  // then every this many layers
@@ -125,6 +125,8 @@ struct LlamaConfig {
     }
     return layer >= window_first_layer && (layer - window_first_layer) % window_layer_period == 0;
   }
+  // The window layer `layer`'s attention masks to (0: none).
+  std::int64_t window_of(std::int64_t layer) const { return windowed(layer) ? sliding_window : 0; }
   float rope_base_of(std::int64_t layer) const { return local_rope_base > 0.0f && windowed(layer) ? local_rope_base : rope_base; }
   // The positions whose keys and values layer `layer` keeps for a sequence of `seq`.
   std::int64_t kv_positions(std::int64_t layer, std::int64_t seq) const {

@@ -16,6 +16,7 @@
 #include "memplan/models/llama.h"
 #include "memplan/planner/liveness.h"
 #include "cli_util.h"
+#include "golden_util.h"
 #include "test_util.h"
 
 namespace memplan {
@@ -75,6 +76,55 @@ void expect_close(const std::vector<float>& fused, const std::vector<float>& ref
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << fused.size() << " elements differ";
+}
+
+// A sliding window (Mistral's, Gemma's local layers) against PyTorch
+// (tests/golden/make_window_golden.py: transformers' eager attention with its sliding-window causal
+// mask): the output, the loss and the gradients of q, k and v, fused and materialized, grouped
+// queries, and 300 positions under a window of 60 (whole key tiles outside later windows).
+TEST(SlidingWindowAttention, FusedAndMaterializedMatchPyTorch) {
+  const nlohmann::json golden = testing::load_golden("window_golden.json");
+  ASSERT_EQ(golden["cases"].size(), 2u);
+  for (const auto& c : golden["cases"]) {
+    for (AttentionKind kind : {AttentionKind::fused, AttentionKind::materialized}) {
+      SCOPED_TRACE(c["name"].get<std::string>() + (kind == AttentionKind::fused ? ", fused" : ", materialized"));
+      const std::int64_t B = c["batch"], H = c["heads"], KH = c["kv_heads"], T = c["seq"], D = c["head_dim"];
+      graph::Graph g;
+      Builder b(g);
+      const TensorId q = b.parameter("q", {B, H, T, D}, {});
+      const TensorId k = b.parameter("k", {B, KH, T, D}, {});
+      const TensorId v = b.parameter("v", {B, KH, T, D}, {});
+      const TensorId y = models::attention_block(b, kind, q, k, v, /*causal=*/true, 0.0f, "attn", 0.0f, 0.0f, kNoTensor,
+                                                 c["window"].get<std::int64_t>());
+      const TensorId r = b.input("R", g.tensor(y).shape);
+      g.loss = b.sum(b.mul(y, r, "yR"), "loss");
+      graph::append_backward(g, g.loss);
+      g.retained = {y, g.tensor(q).grad, g.tensor(k).grad, g.tensor(v).grad};
+      testing::CpuRun run(g);
+      for (const auto& [t, name] : {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}}) {
+        run.executor.write_tensor(t, c[name].get<std::vector<float>>().data());
+      }
+      const std::vector<float> R = c["R"].get<std::vector<float>>();
+      run.executor.set_input(r, R.data(), g.tensor(r).size_bytes());
+      ASSERT_TRUE(run.executor.run_step().ok());
+      testing::expect_close(testing::read_floats(run.executor, y), c["y"].get<std::vector<float>>(), "y", 1e-5f, 1e-4f);
+      EXPECT_NEAR(testing::read_floats(run.executor, g.loss)[0], c["loss"].get<double>(), 1e-4 * (1.0 + std::abs(c["loss"].get<double>())));
+      for (const auto& [t, name] : {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}}) {
+        testing::expect_close(testing::read_floats(run.executor, g.tensor(t).grad), c["grads"][name].get<std::vector<float>>(),
+                              std::string("d loss / d ") + name, 1e-5f, 1e-4f);
+      }
+    }
+  }
+}
+
+// A window needs a causal mask and a count of keys: anything else is refused by name.
+TEST(SlidingWindowAttention, NeedsACausalMask) {
+  graph::Graph g;
+  Builder b(g);
+  const TensorId x = b.parameter("x", {1, 2, 8, 8}, {});
+  EXPECT_THROW(b.softmax(x, /*causal=*/false, "probs", 4), graph::GraphError);
+  EXPECT_THROW(b.softmax(x, /*causal=*/true, "probs", -1), graph::GraphError);
+  EXPECT_NO_THROW(b.softmax(x, /*causal=*/true, "probs.ok", 4));
 }
 
 class FusedAttention : public ::testing::TestWithParam<Case> {};

@@ -120,6 +120,12 @@ std::vector<Family> families() {
   gemma3.rope_base = 1e6f;
   gemma3.local_rope_base = 10.0f;
   out.push_back({"gemma3", gemma3});
+  Config mistral = base;  // a sliding window of 2 over the 4 positions: scores outside it masked
+  mistral.sliding_window = 2;
+  out.push_back({"sliding window", mistral});
+  Config mistral_materialized = mistral;  // the same through [B, H, T, T] scores
+  mistral_materialized.attention = models::AttentionKind::materialized;
+  out.push_back({"sliding window materialized", mistral_materialized});
   Config starcoder2 = neox;  // StarCoder2's plain MLP under its own names, sequential residual
   starcoder2.parallel_residual = false;
   starcoder2.rotary_dims = 0;

@@ -517,7 +517,7 @@ TEST(HfConfig, MistralsSlidingWindowIsAMaskNotMemory) {
 }
 
 // Which layers a sliding window covers, family by family (serving keeps only their window's keys
-// and values: tests/serve_plan_test.cpp), and training refuses sequences past it.
+// and values: tests/serve_plan_test.cpp), and training takes sequences past it.
 TEST(HfConfig, SlidingWindowsCoverTheLayersEachFamilySays) {
   auto windowed = [](const HfConfig& c) {
     std::vector<std::int64_t> layers;
@@ -542,12 +542,9 @@ TEST(HfConfig, SlidingWindowsCoverTheLayersEachFamilySays) {
   EXPECT_TRUE(windowed(models::shipped_config("qwen2.5-7b.json").value()).empty());
   EXPECT_EQ(windowed(models::shipped_config("gemma-2-9b.json").value()).size(), 21u);
 
-  // Training computes every score: a --seq past the window would train another model.
+  // Training masks the window (tests/attention_test.cpp): a --seq past it trains the config's model.
   EXPECT_EQ(train::config_train_seq(mistral, 8).value(), 8);
-  auto refused = train::config_train_seq(mistral, 32);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("--seq 32 is longer than the config's sliding_window 8"), std::string::npos)
-      << refused.error().message;
+  EXPECT_EQ(train::config_train_seq(mistral, 32).value(), 32);
 }
 
 TEST(HfConfig, Gpt2FieldsAliasesAndDefaults) {

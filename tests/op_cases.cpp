@@ -312,6 +312,10 @@ const std::vector<OpCase>& op_cases() {
       {"softmax_causal", OpKind::softmax,
        [](Builder& b, const Dims& d, DType t) { return b.softmax(b.parameter("x", Shape(d), {}, t), true, "y"); },
        {{2, 3, 3}, {1, 2, 4, 4}}},
+      // a sliding window of 2 keys under the causal mask
+      {"softmax_window", OpKind::softmax,
+       [](Builder& b, const Dims& d, DType t) { return b.softmax(b.parameter("x", Shape(d), {}, t), true, "y", 2); },
+       {{1, 2, 5, 5}}},
       {"permute", OpKind::permute,
        [](Builder& b, const Dims& d, DType t) {
          auto x = b.parameter("x", {d[0], d[1], d[2], d[3]}, {}, t);
@@ -440,6 +444,16 @@ const std::vector<OpCase>& op_cases() {
          return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y", "", 0.5f);
        },
        {{2, 2, 1, 5, 3, 1}, {1, 2, 2, 4, 3, 0}, {1, 1, 1, 130, 2, 1}}},
+      // d = {B, H, KH, T, D, window}: causal with a sliding window; T = 70 (and 300 for the
+      // log-sum-exp) leave whole key tiles (32 on CUDA, 128 on the CPU) outside later queries' windows
+      {"attention_window", OpKind::attention,
+       [](Builder& b, const Dims& d, DType t) {
+         auto q = b.parameter("q", {d[0], d[1], d[3], d[4]}, {}, t);
+         auto k = b.parameter("k", {d[0], d[2], d[3], d[4]}, {}, t);
+         auto v = b.parameter("v", {d[0], d[2], d[3], d[4]}, {}, t);
+         return b.attention(q, k, v, true, 0.7f, 0.0f, "y", "", 0.0f, d[5]);
+       },
+       {{2, 2, 1, 5, 3, 2}, {1, 1, 1, 70, 2, 33}}},
       {"softmax_cross_entropy", OpKind::softmax_cross_entropy,
        [](Builder& b, const Dims& d, DType t) {
          auto logits = b.parameter("logits", {d[0], d[1]}, {}, t);
@@ -587,6 +601,14 @@ const std::vector<OpCase>& op_cases() {
          return b.attention(q, k, v, d[5] != 0, 0.7f, 0.0f, "y", "", 0.5f);
        },
        {{2, 2, 2, 5, 3, 1}, {1, 1, 1, 130, 2, 1}}},
+      {"attention_lse_window", OpKind::attention_lse,
+       [](Builder& b, const Dims& d, DType t) {
+         auto q = b.parameter("q", {d[0], d[1], d[3], d[4]}, {}, t);
+         auto k = b.parameter("k", {d[0], d[2], d[3], d[4]}, {}, t);
+         auto v = b.parameter("v", {d[0], d[2], d[3], d[4]}, {}, t);
+         return b.attention(q, k, v, true, 0.7f, 0.0f, "y", "", 0.0f, d[5]);
+       },
+       {{2, 2, 1, 5, 3, 2}, {1, 1, 1, 300, 2, 40}}},
   };
   return kCases;
 }
@@ -951,16 +973,18 @@ V ref_vocab_parallel_loss(const RefOperands& o) {
   }
   return {total / double(rows)};
 }
-// Softmax over the last dim; causal: row i of each trailing [T, T] block sees j <= i (the rest 0).
+// Softmax over the last dim; causal: row i of each trailing [T, T] block sees j <= i, and with a
+// window j > i - window too (the rest 0).
 V ref_softmax(const RefOperands& o) {
-  const std::int64_t D = o.shape[0].dims.back(), rows = numel(o.shape[0]) / D;
+  const std::int64_t D = o.shape[0].dims.back(), rows = numel(o.shape[0]) / D, window = o.op.attrs.window;
   V y(o.in[0].size(), 0.0);
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t seen = o.op.attrs.causal ? r % D + 1 : D;
+    const std::int64_t first = o.op.attrs.causal && window > 0 ? std::max<std::int64_t>(0, seen - window) : 0;
     double mx = -INFINITY, z = 0;
-    for (std::int64_t j = 0; j < seen; ++j) mx = std::max(mx, o.in[0][at(r * D + j)]);
-    for (std::int64_t j = 0; j < seen; ++j) z += std::exp(o.in[0][at(r * D + j)] - mx);
-    for (std::int64_t j = 0; j < seen; ++j) y[at(r * D + j)] = std::exp(o.in[0][at(r * D + j)] - mx) / z;
+    for (std::int64_t j = first; j < seen; ++j) mx = std::max(mx, o.in[0][at(r * D + j)]);
+    for (std::int64_t j = first; j < seen; ++j) z += std::exp(o.in[0][at(r * D + j)] - mx);
+    for (std::int64_t j = first; j < seen; ++j) y[at(r * D + j)] = std::exp(o.in[0][at(r * D + j)] - mx) / z;
   }
   return y;
 }
@@ -1147,13 +1171,17 @@ V ref_dropout_mask(const RefOperands& o) {
   }
   return y;
 }
-// Scores alpha q_i.k_j of query head h against K/V head h / (H/KH), j <= i when causal.
+// Scores alpha q_i.k_j of query head h against K/V head h / (H/KH), j <= i when causal (and
+// j > i - window with a window).
 struct Attention {
   const RefOperands& o;
   std::int64_t B, H, KH, T, D;
   explicit Attention(const RefOperands& ops)
       : o(ops), B(ops.shape[0][0]), H(ops.shape[0][1]), KH(ops.shape[1][1]), T(ops.shape[0][2]), D(ops.shape[0][3]) {}
   std::int64_t keys(std::int64_t i) const { return o.op.attrs.causal ? i + 1 : T; }
+  std::int64_t first_key(std::int64_t i) const {
+    return o.op.attrs.causal && o.op.attrs.window > 0 ? std::max<std::int64_t>(0, i + 1 - o.op.attrs.window) : 0;
+  }
   std::int64_t kv_row(std::int64_t b, std::int64_t h, std::int64_t j) const { return ((b * KH + h / (H / KH)) * T + j) * D; }
   double score(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     double s = 0;
@@ -1169,7 +1197,7 @@ V ref_attention_lse(const RefOperands& o) {
     for (std::int64_t h = 0; h < a.H; ++h)
       for (std::int64_t i = 0; i < a.T; ++i) {
         double z = 0;
-        for (std::int64_t j = 0; j < a.keys(i); ++j) z += std::exp(a.score(b, h, i, j));
+        for (std::int64_t j = a.first_key(i); j < a.keys(i); ++j) z += std::exp(a.score(b, h, i, j));
         lse.push_back(std::log(z));
       }
   return lse;
@@ -1181,7 +1209,7 @@ V ref_attention(const RefOperands& o) {
   for (std::int64_t b = 0; b < a.B; ++b)
     for (std::int64_t h = 0; h < a.H; ++h)
       for (std::int64_t i = 0; i < a.T; ++i)
-        for (std::int64_t j = 0; j < a.keys(i); ++j) {
+        for (std::int64_t j = a.first_key(i); j < a.keys(i); ++j) {
           const double p = std::exp(a.score(b, h, i, j) - o.in[3][at((b * a.H + h) * a.T + i)]);
           for (std::int64_t d = 0; d < a.D; ++d) y[at(((b * a.H + h) * a.T + i) * a.D + d)] += p * o.in[2][at(a.kv_row(b, h, j) + d)];
         }

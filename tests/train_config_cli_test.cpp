@@ -72,6 +72,13 @@ struct TrainConfigCli : ::testing::Test {
       "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 48,
       "vocab_size": 262144, "max_position_embeddings": 32768, "sliding_window": 16, "sliding_window_pattern": 2,
       "query_pre_attn_scalar": 16})";
+    // Mistral: a sliding window of 4 positions, shorter than the --seq 16 the test trains at.
+    std::ofstream(dir / "mistral.json") << R"({"model_type": "mistral", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "sliding_window": 4})";
+    std::ofstream(dir / "mistral_unwindowed.json") << R"({"model_type": "mistral", "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "sliding_window": null})";
     // Granite: the multipliers on embeddings, sublayer outputs, scores and logits.
     std::ofstream(dir / "granite.json") << R"({"model_type": "granite", "hidden_size": 32, "num_hidden_layers": 1,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 49155,
@@ -129,7 +136,7 @@ struct TrainConfigCli : ::testing::Test {
 TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode) {
   for (const std::string name : {"llama.json", "qwen3.json", "gemma.json", "gemma2.json", "gpt_neox.json", "falcon.json", "olmo2.json",
                                  "mixtral.json", "qwen2_moe.json", "gpt2.json", "gemma3.json", "granite.json", "starcoder2.json",
-                                 "stablelm.json", "olmoe.json", "deepseek_v3.json", "opt.json", "gpt_bigcode.json"}) {
+                                 "stablelm.json", "olmoe.json", "deepseek_v3.json", "opt.json", "gpt_bigcode.json", "mistral.json"}) {
     const std::string base = "--config " + config(name) + " --data " + text() + " --seq 16 --batch 4 --steps 40 --seed 2";
     const nlohmann::json planned = run_json(base);
     ASSERT_TRUE(planned.contains("val_loss")) << name;
@@ -149,6 +156,17 @@ TEST_F(TrainConfigCli, DecodersTrainOnTextAtByteLevelWithTheSameBitsInEveryMode)
       EXPECT_EQ(run_json(base + " --mode " + mode)["params_sha256"], planned["params_sha256"]) << name << " " << mode;
     }
   }
+}
+
+// A sliding window shorter than --seq masks the scores outside it: another model than the same
+// config without a window; at a --seq the window covers, the same bits.
+TEST_F(TrainConfigCli, ASlidingWindowMasksOnlyPastItsLength) {
+  const auto sha = [&](const std::string& name, int seq) {
+    return run_json("--config " + config(name) + " --data " + text() + " --seq " + std::to_string(seq) +
+                    " --batch 4 --steps 3 --seed 2")["params_sha256"];
+  };
+  EXPECT_NE(sha("mistral.json", 16), sha("mistral_unwindowed.json", 16));
+  EXPECT_EQ(sha("mistral.json", 4), sha("mistral_unwindowed.json", 4));
 }
 
 // T5 trains on text too: the encoder reads --seq characters, the decoder predicts the next

@@ -39,17 +39,6 @@ Result<std::int64_t> config_train_seq(const models::HfConfig& c, std::int64_t as
     return Error{"--seq " + std::to_string(asked) + " is longer than the config's " + std::to_string(c.positions) +
                  " learned positions"};
   }
-  if (c.family == models::HfFamily::llama) {
-    // memplan's attention reads every earlier position: past a sliding window it would train
-    // another model than the config's.
-    for (std::int64_t l = 0; l < c.llama.layers; ++l) {
-      if (c.llama.kv_positions(l, seq) < seq) {
-        return Error{"--seq " + std::to_string(seq) + " is longer than the config's sliding_window " +
-                     std::to_string(c.llama.sliding_window) + ", which memplan's training does not mask; train with --seq " +
-                     std::to_string(c.llama.sliding_window) + " or less (plan and fit answer for any --seq: the window changes no tensor of the step)"};
-      }
-    }
-  }
   return seq;
 }
 

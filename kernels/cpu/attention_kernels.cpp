@@ -12,6 +12,7 @@
 
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/cpu/parallel.h"
+#include "memplan/kernels/shared/attention_mask.h"
 #include "memplan/kernels/shared/dropout.h"
 
 namespace memplan::kernels::cpu {
@@ -75,9 +76,18 @@ float row_sum(const float* x, std::int64_t n) {
   return sum;
 }
 
-// Columns of row r of a tile at (i0, j0) a causal mask lets through: j0 + c <= i0 + r.
-std::int64_t visible(std::int64_t i0, std::int64_t r, std::int64_t j0, std::int64_t cols, bool causal) {
-  return causal ? std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, cols) : cols;
+// The causal mask and its window (graph::OpAttrs::causal, window) over t keys.
+struct Mask {
+  bool causal;
+  std::int64_t window;
+  std::int64_t t;
+};
+Mask mask_of(const graph::OpAttrs& a, const AttentionDims& d) { return {a.causal, a.window, d.t}; }
+
+// Columns [first, end) of row r of a tile at (i0, j0) the mask lets through (visible_keys).
+KeyRange visible(const Mask& mask, std::int64_t i0, std::int64_t r, std::int64_t j0, std::int64_t cols) {
+  const KeyRange keys = visible_keys(i0 + r, mask.t, mask.causal, mask.window);
+  return {std::clamp<std::int64_t>(keys.first - j0, 0, cols), std::clamp<std::int64_t>(keys.end - j0, 0, cols)};
 }
 
 // How raw dot products become scores: times alpha, then soft-capped to cap * tanh(s / cap) when
@@ -87,40 +97,44 @@ struct Scoring {
 };
 Scoring scoring_of(const graph::OpAttrs& a) { return {a.alpha, a.softcap}; }
 
-// s[r][c] (row stride kTile) = the score of q_(i0+r) . k_(j0+c), or -inf where causal masks j > i.
+// s[r][c] (row stride kTile) = the score of q_(i0+r) . k_(j0+c), or -inf where the mask hides it.
 void score_tile(const float* q, const float* k, const AttentionDims& d, std::int64_t i0, std::int64_t rows,
-                std::int64_t j0, std::int64_t cols, Scoring scoring, bool causal, float* s) {
+                std::int64_t j0, std::int64_t cols, Scoring scoring, const Mask& mask, float* s) {
   const float alpha = scoring.alpha;
   for (std::int64_t r = 0; r < rows; ++r) std::fill(s + r * kTile, s + r * kTile + cols, 0.0f);
   gemm_accumulate_strided(false, true, rows, cols, d.d, q + i0 * d.d, d.d, k + j0 * d.d, d.d, s, kTile);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * kTile;
-    // Columns c with j0 + c > i0 + r are masked.
-    const std::int64_t valid = visible(i0, r, j0, cols, causal);
-    for (std::int64_t c = 0; c < valid; ++c) sr[c] *= alpha;
+    const KeyRange seen = visible(mask, i0, r, j0, cols);
+    for (std::int64_t c = seen.first; c < seen.end; ++c) sr[c] *= alpha;
     if (scoring.cap > 0.0f) {
-      for (std::int64_t c = 0; c < valid; ++c) sr[c] = scoring.cap * std::tanh(sr[c] / scoring.cap);
+      for (std::int64_t c = seen.first; c < seen.end; ++c) sr[c] = scoring.cap * std::tanh(sr[c] / scoring.cap);
     }
-    for (std::int64_t c = valid; c < cols; ++c) sr[c] = kMasked;
+    std::fill(sr, sr + seen.first, kMasked);
+    std::fill(sr + seen.end, sr + cols, kMasked);
   }
 }
 
-// Key tiles a query tile [i0, i0 + rows) sees: all, or under a causal mask those starting at or
-// before its last row.
-std::int64_t key_end(const AttentionDims& d, std::int64_t i0, std::int64_t rows, bool causal) {
-  return causal ? std::min(d.t, i0 + rows) : d.t;
+// Key tiles [begin, end) a query tile [i0, i0 + rows) sees: all, or under a causal mask those
+// starting at or before its last row and, with a window, ending after its first row's window starts.
+std::int64_t key_begin(const Mask& mask, std::int64_t i0) {
+  return (visible_keys(i0, mask.t, mask.causal, mask.window).first / kTile) * kTile;
+}
+std::int64_t key_end(const Mask& mask, std::int64_t i0, std::int64_t rows) {
+  return mask.causal ? std::min(mask.t, i0 + rows) : mask.t;
 }
 
 // p[r][c] = exp(s[r][c] - lse_r): the probabilities of a tile, masked ones 0.
 void probabilities(float* s, const float* lse, std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
-                   bool causal) {
+                   const Mask& mask) {
   for (std::int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * kTile;
-    const std::int64_t valid = visible(i0, r, j0, cols, causal);
-    for (std::int64_t c = 0; c < valid; ++c) sr[c] -= lse[r];
-    exp_row(sr, valid);
-    std::fill(sr + valid, sr + cols, 0.0f);
+    const KeyRange seen = visible(mask, i0, r, j0, cols);
+    for (std::int64_t c = seen.first; c < seen.end; ++c) sr[c] -= lse[r];
+    exp_row(sr + seen.first, seen.end - seen.first);
+    std::fill(sr, sr + seen.first, 0.0f);
+    std::fill(sr + seen.end, sr + cols, 0.0f);
   }
 }
 
@@ -142,7 +156,7 @@ void k_attention_lse(const KernelCall& c) {
   const float* k = c.inputs[1].f32();
   float* lse = c.outputs[0].f32();
   const Scoring scoring = scoring_of(*c.attrs);
-  const bool causal = c.attrs->causal;
+  const Mask mask = mask_of(*c.attrs, d);
   parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
     const std::int64_t b = bh / d.heads, kvh = (bh % d.heads) / d.group;
     const float* qh = q + bh * d.t * d.d;
@@ -154,18 +168,18 @@ void k_attention_lse(const KernelCall& c) {
       std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
       std::fill(l, l + rows, 0.0f);
       // Online softmax: a running max and the sum of exp(s - max), rescaled when the max grows.
-      for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
+      for (std::int64_t j0 = key_begin(mask, i0); j0 < key_end(mask, i0, rows); j0 += kTile) {
         const std::int64_t cols = std::min(kTile, d.t - j0);
-        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, s);
+        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, mask, s);
         for (std::int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kTile;
           const float tile_max = row_max(sr, cols);
           const float new_max = std::max(m[r], tile_max);
           if (new_max == -std::numeric_limits<float>::infinity()) continue;  // every column masked so far
-          const std::int64_t valid = visible(i0, r, j0, cols, causal);
-          for (std::int64_t col = 0; col < valid; ++col) sr[col] -= new_max;
-          exp_row(sr, valid);
-          l[r] = l[r] * std::exp(m[r] - new_max) + row_sum(sr, valid);
+          const KeyRange seen = visible(mask, i0, r, j0, cols);
+          for (std::int64_t col = seen.first; col < seen.end; ++col) sr[col] -= new_max;
+          exp_row(sr + seen.first, seen.end - seen.first);
+          l[r] = l[r] * std::exp(m[r] - new_max) + row_sum(sr + seen.first, seen.end - seen.first);
           m[r] = new_max;
         }
       }
@@ -183,7 +197,7 @@ void k_attention(const KernelCall& c) {
   float* y = c.outputs[0].f32();
   const Scoring scoring = scoring_of(*c.attrs);
   const float drop = c.attrs->dropout;
-  const bool causal = c.attrs->causal;
+  const Mask mask = mask_of(*c.attrs, d);
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   parallel_each(d.batch * d.heads, kChunkElements, [&](std::int64_t bh) {
     const std::int64_t b = bh / d.heads, kvh = (bh % d.heads) / d.group;
@@ -195,10 +209,10 @@ void k_attention(const KernelCall& c) {
     alignas(64) float s[kTile * kTile];
     for (std::int64_t i0 = 0; i0 < d.t; i0 += kTile) {
       const std::int64_t rows = std::min(kTile, d.t - i0);
-      for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
+      for (std::int64_t j0 = key_begin(mask, i0); j0 < key_end(mask, i0, rows); j0 += kTile) {
         const std::int64_t cols = std::min(kTile, d.t - j0);
-        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, s);
-        probabilities(s, lse + bh * d.t + i0, i0, rows, j0, cols, causal);
+        score_tile(qh, kh, d, i0, rows, j0, cols, scoring, mask, s);
+        probabilities(s, lse + bh * d.t + i0, i0, rows, j0, cols, mask);
         if (drop > 0.0f) apply_dropout(s, s, stream, drop, bh, d, i0, rows, j0, cols);
         gemm_accumulate_strided(false, false, rows, d.d, cols, s, kTile, vh + j0 * d.d, d.d, yh + i0 * d.d, d.d);
       }
@@ -231,7 +245,7 @@ void k_attention_backward(const KernelCall& c) {
   float* out = c.outputs[0].f32();  // [B, H + 2KH, T, D]: dq heads, then dk, then dv
   const Scoring scoring = scoring_of(*c.attrs);
   const float alpha = scoring.alpha, cap = scoring.cap, drop = c.attrs->dropout;
-  const bool causal = c.attrs->causal;
+  const Mask mask = mask_of(*c.attrs, d);
   const std::uint64_t stream = dropout_stream(c.attrs->seed, c.step);
   const std::int64_t head_size = d.t * d.d, out_heads = d.heads + 2 * d.kv_heads;
   parallel_each(d.batch * d.kv_heads, kChunkElements, [&](std::int64_t bk) {
@@ -256,9 +270,9 @@ void k_attention_backward(const KernelCall& c) {
         const std::int64_t rows = std::min(kTile, d.t - i0);
         const float* lse_i = lse + bh * d.t + i0;
         const float* delta_i = delta + bh * d.t + i0;
-        for (std::int64_t j0 = 0; j0 < key_end(d, i0, rows, causal); j0 += kTile) {
+        for (std::int64_t j0 = key_begin(mask, i0); j0 < key_end(mask, i0, rows); j0 += kTile) {
           const std::int64_t cols = std::min(kTile, d.t - j0);
-          score_tile(qh, kh, d, i0, rows, j0, cols, scoring, causal, p);
+          score_tile(qh, kh, d, i0, rows, j0, cols, scoring, mask, p);
           if (cap > 0.0f) {
             for (std::int64_t r = 0; r < rows; ++r) {
               for (std::int64_t col = 0; col < cols; ++col) {
@@ -267,7 +281,7 @@ void k_attention_backward(const KernelCall& c) {
               }
             }
           }
-          probabilities(p, lse_i, i0, rows, j0, cols, causal);
+          probabilities(p, lse_i, i0, rows, j0, cols, mask);
           const float* kept = p;  // the probabilities after dropout: what multiplied v
           if (drop > 0.0f) {
             apply_dropout(p, pd, stream, drop, bh, d, i0, rows, j0, cols);

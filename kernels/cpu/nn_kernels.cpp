@@ -15,6 +15,7 @@
 #include "memplan/kernels/cpu/cpu_kernels.h"
 #include "memplan/kernels/cpu/parallel.h"
 #include "memplan/kernels/cpu/vector_math.h"
+#include "memplan/kernels/shared/attention_mask.h"
 #include "memplan/kernels/shared/dropout.h"
 #include "memplan/kernels/shared/grouped_conv.h"
 #include "memplan/kernels/shared/pooling.h"
@@ -817,22 +818,25 @@ void k_softmax(const KernelCall& c) {
   const Shape& s = *c.inputs[0].shape;
   const std::int64_t rows = s.rows(), cols = s.cols();
   const bool causal = c.attrs->causal;
-  const std::int64_t t = causal ? s[s.rank() - 2] : 1;
+  const std::int64_t t = causal ? s[s.rank() - 2] : 1, window = c.attrs->window;
   const float* x = c.inputs[0].f32();
   float* y = c.outputs[0].f32();
   parallel_each(rows, cols, [&](std::int64_t r) {
-    const std::int64_t valid = causal ? r % t + 1 : cols;  // row i of its [T, T] block sees j <= i
+    // Row i of its [T, T] block sees j <= i (and j > i - window); without a mask, every column.
+    const KeyRange keys = causal ? visible_keys(r % t, t, true, window) : KeyRange{0, cols};
+    const std::int64_t first = keys.first, end = keys.end;
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
-    const float max = *std::max_element(xr, xr + valid);
+    const float max = *std::max_element(xr + first, xr + end);
 #pragma omp simd
-    for (std::int64_t j = 0; j < valid; ++j) yr[j] = exp_approx(xr[j] - max);
+    for (std::int64_t j = first; j < end; ++j) yr[j] = exp_approx(xr[j] - max);
     double z = 0.0;
-    for (std::int64_t j = 0; j < valid; ++j) z += yr[j];
+    for (std::int64_t j = first; j < end; ++j) z += yr[j];
     const float inv = static_cast<float>(1.0 / z);
 #pragma omp simd
-    for (std::int64_t j = 0; j < valid; ++j) yr[j] *= inv;
-    std::fill(yr + valid, yr + cols, 0.0f);
+    for (std::int64_t j = first; j < end; ++j) yr[j] *= inv;
+    std::fill(yr, yr + first, 0.0f);
+    std::fill(yr + end, yr + cols, 0.0f);
   });
 }
 

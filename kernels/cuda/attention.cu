@@ -14,6 +14,7 @@
 
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/attention_mask.h"
 #include "memplan/kernels/shared/dropout.h"
 
 namespace memplan::kernels::cuda {
@@ -110,8 +111,15 @@ struct TiledArgs {
   Dims d;
   float alpha, cap, drop, keep;
   bool causal;
+  std::int64_t window;  // with causal: query i sees keys i - window < j <= i (0: every j <= i)
   std::uint64_t stream_id;
 };
+
+// The first key tile (a multiple of kTile) a block of query rows from i0 on sees: the window of its
+// first row starts there or later.
+__device__ inline int first_key_tile(const TiledArgs& a, int i0) {
+  return int(visible_keys(i0, a.d.t, a.causal, a.window).first / kTile) * kTile;
+}
 
 // Grid: x = b*H + h, y = block of kRows query rows.
 template <typename T, int D>
@@ -126,15 +134,16 @@ __global__ void __launch_bounds__(kRows) attention_lse_tiled(const T* q, const T
   load_row(qr, q + row * D, active);
   const T* kh = k + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
-  const int my_end = a.causal ? i + 1 : int(d.t);
+  const KeyRange mine = visible_keys(i, d.t, a.causal, a.window);
+  const int my_first = int(mine.first), my_end = int(mine.end);
   float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
-  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+  for (int j0 = first_key_tile(a, i0); j0 < block_end; j0 += kTile) {
     const int n = min(kTile, int(d.t) - j0);
     __syncthreads();
     stage<D>(ks, kh, j0, n);
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
-    for (int jj = 0; jj < jn; ++jj) {
+    for (int jj = max(0, my_first - j0); jj < jn; ++jj) {
       const float s = capped_score(a.alpha, a.cap, dot_shared<D>(qr, ks + jj * D));
       const float new_m = fmaxf(m, s);
       l = l * expf(m - new_m) + expf(s - new_m);
@@ -162,15 +171,16 @@ __global__ void __launch_bounds__(kRows) attention_tiled(const T* q, const T* k,
   const T* kh = k + kv_base(d, bh);
   const T* vh = v + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
-  const int my_end = a.causal ? i + 1 : int(d.t);
-  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+  const KeyRange mine = visible_keys(i, d.t, a.causal, a.window);
+  const int my_first = int(mine.first), my_end = int(mine.end);
+  for (int j0 = first_key_tile(a, i0); j0 < block_end; j0 += kTile) {
     const int n = min(kTile, int(d.t) - j0);
     __syncthreads();
     stage<D>(ks, kh, j0, n);
     stage<D>(vs, vh, j0, n);
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
-    for (int jj = 0; jj < jn; ++jj) {
+    for (int jj = max(0, my_first - j0); jj < jn; ++jj) {
       float p = expf(capped_score(a.alpha, a.cap, dot_shared<D>(qr, ks + jj * D)) - li);
       if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep);
       axpy_shared<D>(acc, p, vs + jj * D);
@@ -200,15 +210,16 @@ __global__ void __launch_bounds__(kRows) attention_backward_dq_tiled(const T* dy
   const T* kh = k + kv_base(d, bh);
   const T* vh = v + kv_base(d, bh);
   const int block_end = a.causal ? min(int(d.t), i0 + kRows) : int(d.t);
-  const int my_end = a.causal ? i + 1 : int(d.t);
-  for (int j0 = 0; j0 < block_end; j0 += kTile) {
+  const KeyRange mine = visible_keys(i, d.t, a.causal, a.window);
+  const int my_first = int(mine.first), my_end = int(mine.end);
+  for (int j0 = first_key_tile(a, i0); j0 < block_end; j0 += kTile) {
     const int n = min(kTile, int(d.t) - j0);
     __syncthreads();
     stage<D>(ks, kh, j0, n);
     stage<D>(vs, vh, j0, n);
     __syncthreads();
     const int jn = active ? min(n, my_end - j0) : 0;
-    for (int jj = 0; jj < jn; ++jj) {
+    for (int jj = max(0, my_first - j0); jj < jn; ++jj) {
       const float raw = dot_shared<D>(qr, ks + jj * D);
       const float p = expf(capped_score(a.alpha, a.cap, raw) - li);
       const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j0 + jj, a.drop, a.keep) : 1.0f;
@@ -240,13 +251,15 @@ __global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const T* 
   load_row(vr, v + key_row * D, active && kWantDk);  // dk's pass needs v_j, dv's does not
 #pragma unroll
   for (int x = 0; x < D; ++x) acc[x] = 0.0f;
-  // Under a causal mask no query before the block's first key sees it.
+  // Under a causal mask no query before the block's first key sees it; with a window, none at or
+  // past its last key's j + window.
   const int first_tile = a.causal ? (j0b / kTile) * kTile : 0;
+  const int query_end = a.causal && a.window > 0 ? int(min(d.t, std::int64_t(j0b) + kRows - 1 + a.window)) : int(d.t);
   for (std::int64_t g = 0; g < d.group; ++g) {
     const std::int64_t bh = b * d.heads + kvh * d.group + g;
     const T* qh = q + bh * d.t * D;
     const T* dyh = dy + bh * d.t * D;
-    for (int i0 = first_tile; i0 < d.t; i0 += kTile) {
+    for (int i0 = first_tile; i0 < query_end; i0 += kTile) {
       const int n = min(kTile, int(d.t) - i0);
       __syncthreads();
       stage<D>(qs, qh, i0, n);
@@ -257,9 +270,10 @@ __global__ void __launch_bounds__(kRows) attention_backward_dkdv_tiled(const T* 
       }
       __syncthreads();
       if (!active) continue;
-      // Under a causal mask only queries i >= j see key j.
+      // Under a causal mask only queries j <= i (< j + window) see key j.
       const int ii_first = a.causal ? max(0, j - i0) : 0;
-      for (int ii = ii_first; ii < n; ++ii) {
+      const int ii_end = a.causal && a.window > 0 ? int(min(std::int64_t(n), std::int64_t(j) + a.window - i0)) : n;
+      for (int ii = ii_first; ii < ii_end; ++ii) {
         const std::int64_t row = bh * d.t + i0 + ii;
         const float raw = dot_shared<D>(kr, qs + ii * D);
         const float p = expf(capped_score(a.alpha, a.cap, raw) - lses[ii]);
@@ -330,7 +344,7 @@ void launch_tiled_backward(const KernelCall& c, const TiledArgs& a) {
 TiledArgs tiled_args(const KernelCall& c, const Dims& d) {
   const float drop = c.attrs->dropout;
   return {d, c.attrs->alpha, c.attrs->softcap, drop, drop > 0.0f ? dropout_keep_scale(drop) : 1.0f, c.attrs->causal,
-          dropout_stream(c.attrs->seed, c.step)};
+          c.attrs->window, dropout_stream(c.attrs->seed, c.step)};
 }
 
 // Runs Launch<T, 16|32|64>::run(c, args) for a tiled head size; false for any other.
@@ -356,15 +370,15 @@ template <typename T, int D> struct BackwardLaunch { static void run(const Kerne
 // Either way each channel's sum runs in the same order.
 constexpr int kChunk = 32;
 
-// out[x] = sum over j < end, in order, of w(j) * rows[j * width + x], for x < width; a zero
+// out[x] = sum over keys.first <= j < keys.end, in order, of w(j) * rows[j * width + x], for x < width; a zero
 // weight is skipped when `skip_zero`. At f32 the sums are made in `out` itself, one pass over j;
 // at 16 bits kChunk channels at a time in registers (w recomputed for each chunk), each output
 // rounded once.
 template <typename T, typename W>
-__device__ void weighted_row_sum(T* out, const T* rows, std::int64_t width, std::int64_t end, bool skip_zero, const W& w) {
+__device__ void weighted_row_sum(T* out, const T* rows, std::int64_t width, KeyRange keys, bool skip_zero, const W& w) {
   if constexpr (std::is_same_v<T, float>) {
     for (std::int64_t x = 0; x < width; ++x) out[x] = 0.0f;
-    for (std::int64_t j = 0; j < end; ++j) {
+    for (std::int64_t j = keys.first; j < keys.end; ++j) {
       const float wj = w(j);
       if (skip_zero && wj == 0.0f) continue;
       for (std::int64_t x = 0; x < width; ++x) out[x] += wj * rows[j * width + x];
@@ -374,7 +388,7 @@ __device__ void weighted_row_sum(T* out, const T* rows, std::int64_t width, std:
       const int n = static_cast<int>(min(std::int64_t(kChunk), width - x0));
       float acc[kChunk];
       for (int x = 0; x < kChunk; ++x) acc[x] = 0.0f;
-      for (std::int64_t j = 0; j < end; ++j) {
+      for (std::int64_t j = keys.first; j < keys.end; ++j) {
         const float wj = w(j);
         if (skip_zero && wj == 0.0f) continue;
         for (int x = 0; x < n; ++x) acc[x] += wj * to_f32(rows[j * width + x0 + x]);
@@ -393,13 +407,13 @@ __device__ void forward_row(const TiledArgs& a, const T* q, const T* k, const T*
   const T* kh = k + kv_base(d, bh);
   const T* vh = v + kv_base(d, bh);
   T* yi = y + row * d.d;
-  const std::int64_t end = a.causal ? i + 1 : d.t;
+  const KeyRange keys = visible_keys(i, d.t, a.causal, a.window);
   const auto prob = [&](std::int64_t j) {
     float p = expf(capped_score(a.alpha, a.cap, dot_row(qi, kh + j * d.d, d.d)) - lse[row]);
     if (a.drop > 0.0f) p *= dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep);
     return p;
   };
-  weighted_row_sum(yi, vh, d.d, end, /*skip_zero=*/true, prob);
+  weighted_row_sum(yi, vh, d.d, keys, /*skip_zero=*/true, prob);
 }
 
 // dq_i = sum_j ds_ij k_j into the packed output's query head.
@@ -414,14 +428,14 @@ __device__ void dq_row(const TiledArgs& a, const T* dy, const T* q, const T* k, 
   const T* kh = k + kv_base(d, bh);
   const T* vh = v + kv_base(d, bh);
   T* dq = out + (b * out_heads + h) * d.t * d.d + i * d.d;
-  const std::int64_t end = a.causal ? i + 1 : d.t;
+  const KeyRange keys = visible_keys(i, d.t, a.causal, a.window);
   const auto ds_at = [&](std::int64_t j) {
     const float raw = dot_row(qi, kh + j * d.d, d.d);
     const float p = expf(capped_score(a.alpha, a.cap, raw) - lse[row]);
     const float mask = a.drop > 0.0f ? dropout_mask_element(a.stream_id, row * d.t + j, a.drop, a.keep) : 1.0f;
     return score_slope(a.alpha, a.cap, raw) * p * (dot_row(dyi, vh + j * d.d, d.d) * mask - delta[row]);
   };
-  weighted_row_sum(dq, kh, d.d, end, /*skip_zero=*/false, ds_at);
+  weighted_row_sum(dq, kh, d.d, keys, /*skip_zero=*/false, ds_at);
 }
 
 // dk_j = sum_i ds_ij q_i and dv_j = sum_i p_ij mask_ij dy_i over the query rows of every head in
@@ -440,7 +454,9 @@ __device__ void dkdv_row(const TiledArgs& a, const T* dy, const T* q, const T* k
   const auto each_query = [&](auto&& f) {
     for (std::int64_t g = 0; g < d.group; ++g) {
       const std::int64_t bh = b * d.heads + kvh * d.group + g;
-      for (std::int64_t i = a.causal ? j : 0; i < d.t; ++i) {
+      // Under a causal mask the queries j <= i (< j + window) see key j.
+      const std::int64_t query_end = a.causal && a.window > 0 ? min(d.t, j + a.window) : d.t;
+      for (std::int64_t i = a.causal ? j : 0; i < query_end; ++i) {
         const std::int64_t row = bh * d.t + i;
         const T* qi = q + row * d.d;
         const T* dyi = dy + row * d.d;
@@ -486,13 +502,14 @@ void attention_lse_rows(const KernelCall& c, const Dims& d) {
   float* lse = c.outputs[0].f32();
   const float alpha = c.attrs->alpha, cap = c.attrs->softcap;
   const bool causal = c.attrs->causal;
+  const std::int64_t window = c.attrs->window;
   for_each_index(c.outputs[0].numel(), "attention_lse", [=] __device__(std::int64_t row) {
     const std::int64_t i = row % d.t, bh = row / d.t;
     const T* qi = q + row * d.d;
     const T* kh = k + kv_base(d, bh);
-    const std::int64_t end = causal ? i + 1 : d.t;
+    const KeyRange keys = visible_keys(i, d.t, causal, window);
     float m = -INFINITY, l = 0.0f;  // online softmax: running max and sum of exp(s - max)
-    for (std::int64_t j = 0; j < end; ++j) {
+    for (std::int64_t j = keys.first; j < keys.end; ++j) {
       const float s = capped_score(alpha, cap, dot_row(qi, kh + j * d.d, d.d));
       const float new_m = fmaxf(m, s);
       l = l * expf(m - new_m) + expf(s - new_m);

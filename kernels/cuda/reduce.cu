@@ -6,6 +6,7 @@
 
 #include "memplan/kernels/cuda/common.cuh"
 #include "memplan/kernels/cuda/cuda_kernels.h"
+#include "memplan/kernels/shared/attention_mask.h"
 
 namespace memplan::kernels::cuda {
 namespace {
@@ -142,19 +143,22 @@ void k_softmax_cross_entropy_backward(const KernelCall& c) {
   check_launch("softmax_cross_entropy_backward");
 }
 
-// Rows of `cols`; causal: row r of each [T, T] block sees columns j <= r % T, the rest are 0.
-__global__ void softmax_kernel(In x, std::int64_t cols, std::int64_t t, bool causal, Out y) {
+// Rows of `cols`; causal: row r of each [T, T] block sees columns j <= r % T (and, with a window,
+// j > r % T - window), the rest are 0.
+__global__ void softmax_kernel(In x, std::int64_t cols, std::int64_t t, bool causal, std::int64_t window, Out y) {
   const std::int64_t r = blockIdx.x, base = r * cols;
   const auto xr = [&](std::int64_t j) { return x[base + j]; };
-  const std::int64_t valid = causal ? r % t + 1 : cols;
+  const KeyRange keys = causal ? visible_keys(r % t, t, true, window) : KeyRange{0, cols};
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, xr(j));
+  for (std::int64_t j = keys.first + threadIdx.x; j < keys.end; j += blockDim.x) m = fmaxf(m, xr(j));
   m = block_max(m);
   float z = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < valid; j += blockDim.x) z += expf(xr(j) - m);
+  for (std::int64_t j = keys.first + threadIdx.x; j < keys.end; j += blockDim.x) z += expf(xr(j) - m);
   z = block_sum(z);
   const float inv = 1.0f / z;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) y.set(base + j, j < valid ? expf(xr(j) - m) * inv : 0.0f);
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    y.set(base + j, j >= keys.first && j < keys.end ? expf(xr(j) - m) * inv : 0.0f);
+  }
 }
 
 void k_softmax(const KernelCall& c) {
@@ -162,7 +166,7 @@ void k_softmax(const KernelCall& c) {
   const bool causal = c.attrs->causal;
   const std::int64_t t = causal ? s[s.rank() - 2] : 1;
   softmax_kernel<<<static_cast<unsigned>(s.rows()), kThreads, 0, stream()>>>(in(c.inputs[0]), s.cols(), t, causal,
-                                                                              out(c.outputs[0]));
+                                                                              c.attrs->window, out(c.outputs[0]));
   check_launch("softmax");
 }
 
