@@ -82,6 +82,43 @@ void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, Tenso
                 {k_cache, v_cache});
 }
 
+void Builder::latent_cache_write(TensorId key, TensorId block_table, TensorId positions, TensorId cache,
+                                 const std::string& name, float rope_base, std::int64_t rotary_dims) {
+  const TensorDesc& kd = graph_.tensor(key);
+  const TensorDesc& c = graph_.tensor(cache);
+  if (!c.external || c.shape.rank() != 3 || c.dtype != kd.dtype || kd.shape.rank() != 2 || c.shape[2] != kd.shape[1]) {
+    throw GraphError("latent_cache_write: cache '" + c.name + "' " + c.shape.to_string() +
+                     " must be an external [blocks, block_size, " + (kd.shape.rank() == 2 ? std::to_string(kd.shape[1]) : "?") +
+                     "] tensor of the key's dtype");
+  }
+  OpAttrs attrs;
+  if (rope_base > 0.0f) {
+    attrs.shape = {kd.shape[1]};
+    attrs.rope_base = rope_base;
+    attrs.rotary_dims = rotary_dims;
+  }
+  graph_.add_op(OpKind::latent_cache_write, {key, block_table, positions}, std::move(attrs), name, Role::temporary, phase_,
+                {cache});
+}
+
+TensorId Builder::latent_decode_attention(TensorId q, TensorId key, TensorId cache, TensorId block_table,
+                                          TensorId positions, std::int64_t heads, std::int64_t value_start,
+                                          const std::string& name, float rope_base, std::int64_t rotary_dims, float scale,
+                                          float softcap) {
+  OpAttrs attrs;
+  attrs.shape = {heads};
+  attrs.start = value_start;
+  attrs.alpha = scale;  // 0: 1 / sqrt(the key's width)
+  attrs.softcap = softcap;
+  if (rope_base > 0.0f) {
+    attrs.shape.push_back(1);
+    attrs.rope_base = rope_base;
+    attrs.rotary_dims = rotary_dims;
+  }
+  return graph_.add_op(OpKind::latent_decode_attention, {q, key, cache, block_table, positions}, std::move(attrs), name,
+                       Role::activation, phase_);
+}
+
 TensorId Builder::decode_attention(TensorId q, TensorId k, TensorId v, TensorId k_cache, TensorId v_cache,
                                    TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
                                    const std::string& name, float rope_base, std::int64_t rotary_dims, float scale,

@@ -136,6 +136,15 @@ class Builder {
                             TensorId block_table, TensorId positions, std::int64_t heads, std::int64_t kv_heads,
                             const std::string& name, float rope_base = 0.0f, std::int64_t rotary_dims = 0,
                             float scale = 0.0f, float softcap = 0.0f);
+  // Multi-head latent attention's decode step (graph/op.h: latent_*): one cache row a position
+  // holding [rotary key, latent], every query head's key, and from channel value_start on its value.
+  // With rope_base > 0 the first rotary_dims channels of the key and of each query head rotate by the position.
+  void latent_cache_write(TensorId key, TensorId block_table, TensorId positions, TensorId cache, const std::string& name,
+                          float rope_base = 0.0f, std::int64_t rotary_dims = 0);
+  TensorId latent_decode_attention(TensorId q, TensorId key, TensorId cache, TensorId block_table, TensorId positions,
+                                   std::int64_t heads, std::int64_t value_start, const std::string& name,
+                                   float rope_base = 0.0f, std::int64_t rotary_dims = 0, float scale = 0.0f,
+                                   float softcap = 0.0f);
   // Mean softmax cross-entropy of logits [B, C] against i32 labels [B].
   TensorId cross_entropy(TensorId logits, TensorId labels, const std::string& name);
   // The same loss of logits h w^T (h [B, C], w [V, C]) without storing them: `chunk_rows` rows

@@ -79,6 +79,13 @@ enum class OpKind : std::uint8_t {
                           // its own k, v (the step's kv_cache_write, an update, runs after it);
                           // shape = {NH, NKV}, or {NH, NKV, 1} to rotate q and k by the position (rotary);
                           // `alpha` scales the scores (0: 1 / sqrt(HD)), `softcap` caps them
+  // multi-head latent attention's cache (DeepSeek-V2/V3): one row a position, [rotary key, latent],
+  // read by every query head as its key and (the latent, channels from `start`) as its value
+  latent_cache_write,     // updates: cache[blocks, block_size, HD];  inputs: key[B, HD], block_table, positions;
+                          // shape = {HD} rotates the key's first rotary_dims channels by the position first
+  latent_decode_attention,  // y[B, NH*(HD - start)]  inputs: q[B, NH*HD], key[B, HD], cache, block_table, positions;
+                            // decode_attention with one K/V head whose values are the keys' channels [start, HD);
+                            // shape = {NH}, or {NH, 1} to rotate q and the key (rotary_dims <= start)
   // activations and convolutions of imported mobile nets (import/onnx_import.cpp)
   sigmoid,                // y = 1 / (1 + exp(-x))
   tanh,                   // y = tanh(x)
@@ -248,7 +255,7 @@ struct OpAttrs {
   DType dtype = DType::f32;        // fill, broadcast_scalar, dropout_mask: the output dtype; swiglu: the
                                    // dtype its SiLU is rounded to before the product (graph::fuse_swiglu)
   std::int64_t axis = 0;           // concat, slice
-  std::int64_t start = 0;          // slice
+  std::int64_t start = 0;          // slice; latent_decode_attention: the value's first channel
   std::int64_t length = 0;         // slice
   std::int64_t repeats = 1;        // repeat_heads*
   std::int64_t chunk_rows = 0;     // linear_cross_entropy*: logits rows computed at a time (0: all)
@@ -267,8 +274,8 @@ struct OpAttrs {
   // shard_count < 0: the whole tensor (the default).
   std::int64_t shard_offset = 0;
   std::int64_t shard_count = -1;
-  float rope_base = 10000.0f;      // rotary, kv_cache_write, decode_attention
-  // rotary, kv_cache_write, decode_attention: the channels of each head that rotate, the first
+  float rope_base = 10000.0f;      // rotary, kv_cache_write, decode_attention, latent_*
+  // rotary, kv_cache_write, decode_attention, latent_*: the channels of each head that rotate, the first
   // ones (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); the rest pass through. 0: all.
   std::int64_t rotary_dims = 0;
   bool inverse = false;            // rotary

@@ -77,6 +77,62 @@ OutputSpec infer_decode_attention(Inputs in, const OpAttrs& attrs) {
   return {q.shape, q.dtype};
 }
 
+// latent_cache_write: the key [B, HD] stored whole; attrs.shape {HD} rotates its first rotary_dims
+// channels by the position (MLA's decoupled rotary key ahead of the latent).
+OutputSpec infer_latent_cache_write(Inputs in, const OpAttrs& attrs) {
+  expect_kv_slots("latent_cache_write", *in[0], *in[0], *in[1], *in[2]);
+  const std::int64_t width = in[0]->shape[1];
+  if (!attrs.shape.empty() && (attrs.shape.size() != 1 || attrs.shape[0] != width)) {
+    fail("latent_cache_write", "shape must be {} or {the key's width " + str(width) + "}");
+  }
+  if (attrs.rotary_dims < 0 || attrs.rotary_dims % 2 != 0 || attrs.rotary_dims > width) {
+    fail("latent_cache_write", "rotary_dims " + str(attrs.rotary_dims) + " must be even and at most the key's width " + str(width));
+  }
+  return {};
+}
+
+// latent_decode_attention: every query head of HD channels against one shared key head of HD;
+// values are the keys' channels [start, HD), so the output has NH * (HD - start) channels.
+OutputSpec infer_latent_decode_attention(Inputs in, const OpAttrs& attrs) {
+  const TensorDesc& q = *in[0];
+  const TensorDesc& k = *in[1];
+  const TensorDesc& cache = *in[2];
+  expect_kv_slots("latent_decode_attention", k, k, *in[3], *in[4]);
+  expect_float("latent_decode_attention", q);
+  expect_rank("latent_decode_attention", q, 2);
+  expect_same_dtype("latent_decode_attention", q, k);
+  const bool shape_ok = (attrs.shape.size() == 1 || (attrs.shape.size() == 2 && attrs.shape[1] == 1)) && attrs.shape[0] > 0;
+  if (!shape_ok) fail("latent_decode_attention", "shape must be {heads} or {heads, 1}");
+  const std::int64_t nh = attrs.shape[0], hd = k.shape[1];
+  if (q.shape[0] != k.shape[0] || q.shape[1] != nh * hd) {
+    fail("latent_decode_attention", "query '" + q.name + "' " + q.shape.to_string() + " must hold " + str(nh) +
+                                        " heads as wide as the key '" + k.name + "' " + k.shape.to_string());
+  }
+  if (attrs.start < 0 || attrs.start >= hd) {
+    fail("latent_decode_attention", "start " + str(attrs.start) + " (the value's first channel) must lie in [0, " + str(hd) + ")");
+  }
+  const std::int64_t rotary_limit = attrs.shape.size() == 2 ? attrs.start : 0;
+  if (attrs.rotary_dims < 0 || attrs.rotary_dims % 2 != 0 || attrs.rotary_dims > rotary_limit ||
+      (attrs.shape.size() == 2 && attrs.rotary_dims == 0)) {
+    fail("latent_decode_attention", "rotary_dims " + str(attrs.rotary_dims) + " must be even, positive when rotating, and "
+                                        "at most the value's first channel " + str(rotary_limit) + " (values do not rotate)");
+  }
+  expect_rank("latent_decode_attention", cache, 3);
+  expect_same_dtype("latent_decode_attention", cache, k);
+  if (cache.shape[2] != hd) {
+    fail("latent_decode_attention", "cache '" + cache.name + "' " + cache.shape.to_string() + " must hold rows of " +
+                                        str(hd) + " values");
+  }
+  return {Shape{q.shape[0], nh * (hd - attrs.start)}, q.dtype};
+}
+
+// Scores over every channel of the key, weighted sums over the value's.
+double flops_latent_decode_attention(Inputs in, const TensorDesc* out) {
+  const double context = double(in[3]->shape[1]) * double(in[2]->shape[1]);  // MB * block size
+  const double heads = double(in[0]->shape[1]) / double(in[1]->shape[1]);
+  return 2.0 * (double(in[0]->shape.numel()) + numel_of(out)) * context + 5.0 * double(in[0]->shape[0]) * heads * context;
+}
+
 // Attention of one query row per slot over a full context (the most a step can do): scores and
 // weighted values, 2 multiply-adds per cached element, plus the softmax.
 double flops_decode_attention(Inputs in, const TensorDesc* out) {
@@ -90,6 +146,10 @@ constexpr OpInfo kDecodeRows[] = {
     .infer = infer_kv_cache_write, .flops = flops_zero},
   {.kind = OpKind::decode_attention, .name = "decode_attention", .num_inputs = 7, .num_updates = 0, .num_outputs = 1,
     .infer = infer_decode_attention, .flops = flops_decode_attention},
+  {.kind = OpKind::latent_cache_write, .name = "latent_cache_write", .num_inputs = 3, .num_updates = 1, .num_outputs = 0,
+    .infer = infer_latent_cache_write, .flops = flops_zero},
+  {.kind = OpKind::latent_decode_attention, .name = "latent_decode_attention", .num_inputs = 5, .num_updates = 0,
+    .num_outputs = 1, .infer = infer_latent_decode_attention, .flops = flops_latent_decode_attention},
 };
 // clang-format on
 

@@ -81,14 +81,68 @@ graph::Graph build_gpt_decode(const GptConfig& config, const DecodeShape& shape)
   return g;
 }
 
+namespace {
+
+// Multi-head latent attention's decode step (LlamaConfig::Mla), as DeepSeek serves it: the cache
+// row of a position is [rotary key (qk_rope), normalised latent (kv_lora_rank)], nothing per head.
+// kv_b_proj's key half is absorbed into the queries (each head's no-rope query times its slice
+// W_UK gives a query over the latent) and its value half applied after attention (the heads'
+// weighted latents times W_UV), so the step never expands the cache into per-head keys and values.
+// The scores equal the training graph's q_nope.k_nope + q_pe.k_pe; parameters are build_llama's.
+TensorId latent_decode(graph::Builder& b, const LlamaConfig& config, TensorId a_in, std::int64_t B, std::int64_t l,
+                       const DecodeShape& shape) {
+  const LlamaConfig::Mla& mla = config.mla;
+  const std::int64_t C = config.width, NH = config.heads, R = mla.kv_lora_rank;
+  const std::int64_t DN = mla.qk_nope, DR = mla.qk_rope, DV = mla.v_head, DQK = mla.qk_head();
+  const graph::DType dt = config.dtype;
+  const graph::InitSpec ones{graph::InitSpec::Kind::ones, 0.0f};
+  const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  const std::string a = "layers." + std::to_string(l) + ".self_attn";
+  graph::Graph& g = b.graph();
+  const TensorId table = g.find("block_table");
+  const TensorId positions = g.find("positions");
+  if (DR <= 0 || DR % 2 != 0) throw graph::GraphError("serving multi-head latent attention needs an even qk_rope_head_dim > 0");
+  TensorId q;
+  if (mla.q_lora_rank > 0) {
+    const TensorId cq = llama_parts::project(b, config, a_in, a + ".q_a_proj", mla.q_lora_rank, C, false, a + ".q_a");
+    const TensorId cq_n = b.rms_norm(cq, b.parameter(a + ".q_a_layernorm.weight", {mla.q_lora_rank}, ones, dt), a + ".q_a_norm");
+    q = llama_parts::project(b, config, cq_n, a + ".q_b_proj", graph::checked_mul(NH, DQK), mla.q_lora_rank, false, a + ".q");
+  } else {
+    q = llama_parts::project(b, config, a_in, a + ".q_proj", graph::checked_mul(NH, DQK), C, false, a + ".q");
+  }
+  q = b.reshape(q, {B, NH, DQK}, a + ".q.heads");
+  // kv_b_proj.weight [NH * (DN + DV), R], head by head: W_UK [NH, DN, R] and W_UV [NH, DV, R].
+  const TensorId kv_b = b.reshape(b.parameter(a + ".kv_b_proj.weight", {graph::checked_mul(NH, DN + DV), R}, w_init, dt),
+                                  {NH, DN + DV, R}, a + ".kv_b.heads");
+  const TensorId w_uk = b.slice(kv_b, 1, 0, DN, a + ".w_uk");
+  const TensorId w_uv = b.slice(kv_b, 1, DN, DV, a + ".w_uv");
+  const TensorId q_nope = b.permute(b.slice(q, 2, 0, DN, a + ".q_nope"), {1, 0, 2}, a + ".q_nope.by_head");  // [NH, B, DN]
+  const TensorId q_latent = b.permute(b.batched_matmul(q_nope, w_uk, false, false, a + ".q_absorbed"), {1, 0, 2},
+                                      a + ".q_latent");  // [B, NH, R]
+  const TensorId q_row = b.reshape(b.concat(b.slice(q, 2, DN, DR, a + ".q_pe"), q_latent, 2, a + ".q.joined"),
+                                   {B, graph::checked_mul(NH, DR + R)}, a + ".q.rows");
+  const TensorId ckv = llama_parts::project(b, config, a_in, a + ".kv_a_proj_with_mqa", R + DR, C, false, a + ".kv_a");
+  const TensorId latent = b.rms_norm(b.slice(ckv, 1, 0, R, a + ".latent"),
+                                     b.parameter(a + ".kv_a_layernorm.weight", {R}, ones, dt), a + ".latent_norm");
+  const TensorId key = b.concat(b.slice(ckv, 1, R, DR, a + ".k_pe"), latent, 1, a + ".key");  // [B, DR + R]
+  const TensorId cache = b.external(kv_cache_name(l, false), {shape.pool_blocks, shape.block_size, DR + R}, dt);
+  // The training graph's score scale is over the DN + DR query channels, not the cache row's width.
+  const float scale = config.attention_scale() > 0.0f ? config.attention_scale() : 1.0f / std::sqrt(float(DQK));
+  const TensorId y = b.latent_decode_attention(q_row, key, cache, table, positions, NH, DR, a + ".values",
+                                               config.rope_base_of(l), DR, scale, config.attn_softcap);  // [B, NH * R]
+  b.latent_cache_write(key, table, positions, cache, a + ".cache_write", config.rope_base_of(l), DR);
+  const TensorId y_heads = b.permute(b.reshape(y, {B, NH, R}, a + ".values.heads"), {1, 0, 2}, a + ".values.by_head");
+  const TensorId o = b.permute(b.batched_matmul(y_heads, w_uv, false, true, a + ".v_absorbed"), {1, 0, 2},
+                               a + ".v.heads");  // [B, NH, DV]
+  return llama_parts::project(b, config, b.reshape(o, {B, graph::checked_mul(NH, DV)}, a + ".merged"), a + ".o_proj", C,
+                              graph::checked_mul(NH, DV), config.o_bias, a + ".o");
+}
+
+}  // namespace
+
 graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& shape) {
   // A mixture of experts drops no token while generating: every expert has a slot for every one
   // of the step's few tokens (a dropped token would change the model's output, not only its cost).
-  if (trained.mla.active()) {
-    throw graph::GraphError("serving multi-head latent attention is not planned yet: its cache holds the latent and the "
-                            "rotary key (kv_lora_rank + qk_rope_head_dim values a token a layer), which memplan's decode step "
-                            "does not build");
-  }
   if (trained.positions != LlamaConfig::Positions::rotary) {
     throw graph::GraphError("serving learned positions in the rotary decoder (OPT, GPT-BigCode) is not planned yet");
   }
@@ -121,6 +175,7 @@ graph::Graph build_llama_decode(const LlamaConfig& trained, const DecodeShape& s
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";
     h = llama_parts::layer(b, config, h, l, [&](TensorId a_in) {
+      if (config.mla.active()) return latent_decode(b, config, a_in, B, l, shape);
       const TensorId q = head_norm(project(a_in, a + ".q_proj", QC, a + ".q"), NH, a + ".q_norm");
       const TensorId k = head_norm(project(a_in, a + ".k_proj", KW, a + ".k"), NKV, a + ".k_norm");
       const TensorId v = project(a_in, a + ".v_proj", KW, a + ".v");

@@ -22,7 +22,8 @@ struct DecodeShape {
   std::int64_t table_width(std::int64_t context) const { return (context + block_size - 1) / block_size; }
 };
 
-// Names of layer `l`'s cache tensors, each [NB, BS, C] (C = the K/V width of one position).
+// Names of layer `l`'s cache tensors, each [NB, BS, C] (C = the K/V width of one position); a
+// multi-head latent attention layer has the key cache only, [NB, BS, kv_lora_rank + qk_rope].
 std::string kv_cache_name(std::int64_t layer, bool value);
 
 // Inputs "tokens" [B] i32, "positions" [B] i32 (the position each slot's token takes), and
@@ -49,8 +50,15 @@ struct DecoderModel {
   std::int64_t context() const { return gpt ? gpt->context : llama->context; }
   std::int64_t vocab() const { return gpt ? gpt->vocab : llama->vocab; }
   std::int64_t layers() const { return gpt ? gpt->layers : llama->layers; }
-  // Values per position and layer in each of the K and V caches.
-  std::int64_t kv_width() const { return gpt ? gpt->width : llama->kv_heads * llama->head_size(); }
+  // Caches per layer: a key and a value cache, or one for multi-head latent attention (its row
+  // [rotary key, latent] is both).
+  std::int64_t caches_per_layer() const { return llama && llama->mla.active() ? 1 : 2; }
+  // Values per position and layer in each cache.
+  std::int64_t kv_width() const {
+    if (gpt) return gpt->width;
+    if (llama->mla.active()) return llama->mla.kv_lora_rank + llama->mla.qk_rope;
+    return llama->kv_heads * llama->head_size();
+  }
   graph::DType dtype() const { return gpt ? gpt->dtype : llama->dtype; }
   // build_gpt_decode or build_llama_decode; throws graph::GraphError as they do.
   graph::Graph build_decode(const DecodeShape& shape) const {

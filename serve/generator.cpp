@@ -21,6 +21,7 @@ KvPoolShape pool_shape_of(const DecoderModel& model, std::int64_t block_size, st
   KvPoolShape s;
   s.layers = model.layers();
   s.width = model.kv_width();
+  s.caches = model.caches_per_layer();
   s.block_size = block_size;
   s.blocks = blocks;
   s.element_bytes = graph::dtype_size(model.dtype());
@@ -99,8 +100,8 @@ Result<std::unique_ptr<Generator>> Generator::create(const DecoderModel& model, 
   std::unique_ptr<Generator> g(new Generator(model, device, options, std::move(step), std::move(pool).value()));
   const graph::Graph& graph = g->step_->graph;
   for (std::int64_t l = 0; l < model.layers(); ++l) {
-    for (bool value : {false, true}) {
-      g->executor_->bind_external(graph.find(models::kv_cache_name(l, value)), g->pool_.cache(l, value));
+    for (std::int64_t c = 0; c < model.caches_per_layer(); ++c) {
+      g->executor_->bind_external(graph.find(models::kv_cache_name(l, c == 1)), g->pool_.cache(l, c == 1));
     }
   }
   if (Status s = g->executor_->setup(); !s) return s.error();

@@ -11,8 +11,9 @@ namespace memplan::serve {
 std::string_view kv_layout_name(KvLayout layout) { return enum_name(kKvLayoutNames, layout); }
 
 Result<KvPool> KvPool::allocate(runtime::Device& device, const KvPoolShape& shape) {
-  MEMPLAN_CHECK(shape.layers > 0 && shape.width > 0 && shape.block_size > 0 && shape.blocks > 0,
-                "a KV pool needs positive layers, width, block size and blocks");
+  MEMPLAN_CHECK(shape.layers > 0 && shape.width > 0 && shape.block_size > 0 && shape.blocks > 0 &&
+                    (shape.caches == 1 || shape.caches == 2),
+                "a KV pool needs positive layers, width, block size and blocks, and one or two caches a layer");
   Result<void*> base = device.allocate(shape.pool_bytes());
   if (!base) {
     return Error{"cannot allocate the KV cache pool of " + std::to_string(shape.pool_bytes()) + " bytes (" +
@@ -34,15 +35,16 @@ KvPool::~KvPool() {
 
 void* KvPool::cache(std::int64_t layer, bool value) const {
   MEMPLAN_CHECK(layer >= 0 && layer < shape_.layers, "no layer " << layer << " in the KV pool");
+  MEMPLAN_CHECK(!value || shape_.caches == 2, "the KV pool holds one (latent) cache a layer, no value cache");
   const Bytes cache_bytes = shape_.blocks * shape_.block_size * shape_.width * shape_.element_bytes;
-  return static_cast<std::byte*>(base_) + (2 * layer + (value ? 1 : 0)) * cache_bytes;
+  return static_cast<std::byte*>(base_) + (shape_.caches * layer + (value ? 1 : 0)) * cache_bytes;
 }
 
 void KvPool::copy_block(std::int64_t src, std::int64_t dst) {
   const Bytes bytes = static_cast<Bytes>(staging_.size());
   for (std::int64_t l = 0; l < shape_.layers; ++l) {
-    for (bool value : {false, true}) {
-      auto* base = static_cast<std::byte*>(cache(l, value));
+    for (std::int64_t c = 0; c < shape_.caches; ++c) {
+      auto* base = static_cast<std::byte*>(cache(l, c == 1));
       device_->copy_to_host(staging_.data(), base + src * bytes, bytes);
       device_->copy_from_host(base + dst * bytes, staging_.data(), bytes);
     }

@@ -28,23 +28,25 @@ inline constexpr EnumName<KvLayout> kKvLayoutNames[] = {{"contiguous", KvLayout:
 std::string_view kv_layout_name(KvLayout layout);
 
 // The pool's geometry: `blocks` blocks of `block_size` positions; a position holds a key and a
-// value row of `width` elements of `element_bytes` for each of `layers` layers.
+// value row (or, with caches = 1, multi-head latent attention's one row) of `width` elements of
+// `element_bytes` for each of `layers` layers.
 struct KvPoolShape {
   std::int64_t layers = 1;
-  std::int64_t width = 1;  // K/V elements per position and layer (NKV * HD)
+  std::int64_t width = 1;  // elements per position, layer and cache (NKV * HD; MLA: kv_lora_rank + qk_rope)
+  std::int64_t caches = 2;  // per layer: K and V, or 1 (MLA)
   std::int64_t block_size = 16;
   std::int64_t blocks = 0;
   Bytes element_bytes = 4;
 
-  Bytes token_bytes() const { return 2 * layers * width * element_bytes; }  // one position, K and V, all layers
+  Bytes token_bytes() const { return caches * layers * width * element_bytes; }  // one position, every cache and layer
   Bytes block_bytes() const { return token_bytes() * block_size; }
   Bytes pool_bytes() const { return block_bytes() * blocks; }
   // The blocks `kv_memory` holds.
   static std::int64_t blocks_in(Bytes kv_memory, Bytes block_bytes) { return block_bytes > 0 ? kv_memory / block_bytes : 0; }
 };
 
-// One device allocation holding layer l's key cache and value cache, each [blocks, block_size,
-// width], one after the other.
+// One device allocation holding layer l's key cache and value cache (or its one latent cache),
+// each [blocks, block_size, width], one after the other.
 class KvPool {
  public:
   static Result<KvPool> allocate(runtime::Device& device, const KvPoolShape& shape);
@@ -54,6 +56,7 @@ class KvPool {
   ~KvPool();
 
   const KvPoolShape& shape() const { return shape_; }
+  // Layer `layer`'s key cache, or value cache (two caches a layer only).
   void* cache(std::int64_t layer, bool value) const;
   // Copies block `src` into block `dst` in every layer's caches (copy-on-write), through a host
   // buffer held since allocation: no device allocation.

@@ -58,13 +58,18 @@ Result<ServeAnswer> answer_serve(const ServeQuestion& q) {
     return Error{"the KV block size must be between 1 and the context (" + std::to_string(context) + ")"};
   }
   // Keys and values of one position in every layer: the K/V heads' width (grouped-query
-  // attention caches NKV heads, not NH).
-  const std::int64_t layers = q.llama ? q.llama->layers : q.model.layers;
-  const std::int64_t kv_width = q.llama ? q.llama->kv_heads * q.llama->head_size() : q.model.width;
-  const std::int64_t kv_heads = q.llama ? q.llama->kv_heads : q.model.heads;
-  Bytes layer_position_bytes = 2 * kv_width * graph::dtype_size(q.kv_dtype);
-  if (q.kv_quant == KvQuant::int8) layer_position_bytes += 2 * kv_heads * 4;  // a scale per head for K and V
-  if (q.kv_quant == KvQuant::fp8) a.kv_scale_bytes = layers * 2 * 4;          // k_scale and v_scale per layer
+  // attention caches NKV heads, not NH); multi-head latent attention caches one row of
+  // kv_lora_rank + qk_rope values, read as every head's key and value (one "head", one cache).
+  const models::DecoderModel decoder = q.llama ? models::DecoderModel(*q.llama) : models::DecoderModel(q.model);
+  const std::int64_t layers = decoder.layers();
+  const std::int64_t caches = decoder.caches_per_layer();
+  const std::int64_t kv_width = decoder.kv_width();
+  const std::int64_t kv_heads = q.llama ? (q.llama->mla.active() ? 1 : q.llama->kv_heads) : q.model.heads;
+  a.kv_values_per_layer = caches * kv_width;
+  a.latent = caches == 1;
+  Bytes layer_position_bytes = caches * kv_width * graph::dtype_size(q.kv_dtype);
+  if (q.kv_quant == KvQuant::int8) layer_position_bytes += caches * kv_heads * 4;  // a scale per head and cache
+  if (q.kv_quant == KvQuant::fp8) a.kv_scale_bytes = layers * caches * 4;          // one scale per cache and layer
   a.kv_bytes_per_token = layers * layer_position_bytes;
   a.kv_block_bytes = a.kv_bytes_per_token * q.block_size;
   // A windowed layer keeps the window's last positions only (the rest is never read again); paged,

@@ -42,6 +42,10 @@ struct ServeQuestion {
 struct ServeAnswer {
   std::int64_t seq = 0;
   Bytes kv_bytes_per_token = 0;     // keys and values of one position, every layer, at kv_dtype (with per-position scales)
+  // Values one position keeps in one layer: 2 * NKV * HD (keys and values), or for multi-head
+  // latent attention kv_lora_rank + qk_rope (one row, the latent and the rotary key; latent true).
+  std::int64_t kv_values_per_layer = 0;
+  bool latent = false;
   Bytes kv_scale_bytes = 0;         // per-layer scales of an fp8 cache (a fixed amount, beside the arena)
   Bytes kv_bytes_per_sequence = 0;  // seq positions (contiguous), a windowed layer's capped at its window
   // Sliding windows (LlamaConfig::sliding_window) shorter than seq: the layers that keep only the

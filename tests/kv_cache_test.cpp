@@ -39,6 +39,18 @@ TEST(KvPoolShape, BytesOfATokenABlockAndThePool) {
   EXPECT_EQ(s.pool_bytes(), 5120);
   EXPECT_EQ(KvPoolShape::blocks_in(1023, 512), 1);
   EXPECT_EQ(KvPoolShape::blocks_in(511, 512), 0);
+  // Multi-head latent attention: one cache a layer; a block copy moves that one cache's rows.
+  KvPoolShape latent = pool(10);
+  latent.caches = 1;
+  EXPECT_EQ(latent.token_bytes(), 64);
+  runtime::CpuDevice cpu;
+  KvPool kv = KvPool::allocate(cpu, latent).value();
+  EXPECT_EQ(static_cast<std::byte*>(kv.cache(1, false)) - static_cast<std::byte*>(kv.cache(0, false)), 10 * 4 * 8 * 4);  // one cache of 10 blocks of 4 rows of 8
+  auto* rows = static_cast<float*>(kv.cache(1, false));
+  const std::int64_t block_floats = latent.block_size * latent.width;
+  for (std::int64_t i = 0; i < block_floats; ++i) rows[3 * block_floats + i] = float(i);
+  kv.copy_block(3, 7);
+  for (std::int64_t i = 0; i < block_floats; ++i) ASSERT_EQ(rows[7 * block_floats + i], float(i));
 }
 
 TEST(KvCacheManager, PagedTakesBlocksAsASequenceGrowsAndFreesThemAtTheEnd) {
@@ -199,7 +211,7 @@ void vary_constant_parameters(runtime::Executor& executor, const graph::Graph& g
 
 void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& decode, std::int64_t layers,
                                 std::int64_t kv_width, std::int64_t block_size, std::int64_t vocab,
-                                runtime::Device* decode_device = nullptr) {
+                                runtime::Device* decode_device = nullptr, std::int64_t caches = 2) {
   const std::int64_t T = full.tensor(full.find("x")).shape[1];
   runtime::CpuDevice cpu;
   auto full_step = runtime::plan_step_for(planner::StepDescription::of_graph(full), cpu).value();
@@ -222,12 +234,13 @@ void expect_decode_matches_full(const graph::Graph& full, const graph::Graph& de
   KvPoolShape ps;
   ps.layers = layers;
   ps.width = kv_width;
+  ps.caches = caches;
   ps.block_size = block_size;
   ps.blocks = g.tensor(g.find(models::kv_cache_name(0, false))).shape[0];
   KvPool kv = KvPool::allocate(device, ps).value();
   runtime::Executor executor(step, device);
   for (std::int64_t l = 0; l < layers; ++l) {
-    for (bool value : {false, true}) executor.bind_external(g.find(models::kv_cache_name(l, value)), kv.cache(l, value));
+    for (std::int64_t c = 0; c < caches; ++c) executor.bind_external(g.find(models::kv_cache_name(l, c == 1)), kv.cache(l, c == 1));
   }
   ASSERT_TRUE(executor.setup());
   executor.initialize_persistent(11);
@@ -362,9 +375,55 @@ TEST(DecodeStep, EveryDecoderFamilysSettingsGiveTheFullContextModelsLogits) {
   check(qwen2_moe, "qwen2_moe");
 }
 
+// Multi-head latent attention (DeepSeek-V2/V3) served from its latent cache: one row of
+// kv_lora_rank + qk_rope values a position, kv_b_proj absorbed into the queries and applied to the
+// attention's output. Its logits equal the training graph's, which expands the latent into every
+// head's keys and values; so the absorbed order of products, the rotary key ahead of the latent
+// in the row and the score scale (over qk_nope + qk_rope, not the row) are checked at once.
+models::LlamaConfig small_mla() {
+  models::LlamaConfig c;
+  c.vocab = 20;
+  c.context = 10;
+  c.layers = 2;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 4;
+  c.ffn = 48;
+  c.mla.q_lora_rank = 12;
+  c.mla.kv_lora_rank = 10;
+  c.mla.qk_nope = 6;
+  c.mla.qk_rope = 4;
+  c.mla.v_head = 5;
+  return c;
+}
+
+TEST(DecodeStep, LatentAttentionFromItsLatentCacheGivesTheFullContextModelsLogits) {
+  models::DecodeShape shape;
+  shape.slots = 2;
+  shape.block_size = 4;
+  shape.pool_blocks = 4;
+  models::LlamaConfig c = small_mla();
+  const models::DecoderModel model(c);
+  EXPECT_EQ(model.caches_per_layer(), 1);
+  EXPECT_EQ(model.kv_width(), 10 + 4);
+  expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 14, 4, c.vocab,
+                             nullptr, 1);
+  // DeepSeek-V2-Lite's layout: queries projected directly (q_lora_rank 0), a mixture of experts
+  // after a dense first layer.
+  c.mla.q_lora_rank = 0;
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.capacity_factor = 0.0;
+  c.moe.shared_ffn = 16;
+  c.moe.dense_layers = {0};
+  expect_decode_matches_full(models::build_llama(c, 1), models::build_llama_decode(c, shape), c.layers, 14, 4, c.vocab,
+                             nullptr, 1);
+}
+
 // The CUDA kernels (kv_cache_write, decode_attention) in the GPT's decode step against the
 // full-context model on the CPU; runs where a GPU is present. (The LLaMA-style blocks have no
-// CUDA kernels, so the rotary path of the CUDA decode kernels is compiled but not run here.)
+// CUDA kernels (rms_norm, concat), so the rotary path of the CUDA decode kernels and the latent
+// ones are compiled but not run here.)
 TEST(DecodeStep, CudaKernelsMatchTheFullContextModels) {
   if (!kernels::built_with_cuda()) GTEST_SKIP() << "memplan was built without CUDA (no nvcc found)";
   if (!runtime::cuda_device_present()) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA decode kernels need one";

@@ -330,6 +330,8 @@ const std::map<OpKind, const char*>& exemptions() {
   static const std::map<OpKind, const char*> kExempt = {
       {OpKind::kv_cache_write, "tests/kv_cache_test.cpp (DecodeStep: logits equal the full-context models')"},
       {OpKind::decode_attention, "tests/kv_cache_test.cpp (DecodeStep: logits equal the full-context models')"},
+      {OpKind::latent_cache_write, "tests/kv_cache_test.cpp (DecodeStep: latent attention's logits equal the full model's)"},
+      {OpKind::latent_decode_attention, "tests/kv_cache_test.cpp (DecodeStep: latent attention's logits equal the full model's)"},
       {OpKind::sgd_update_mixed, "tests/mixed_precision_cli_test.cpp (16-bit training steps, every mode) and "
                                  "tests/mixed_precision_test.cpp (master copies, loss scaling)"},
       {OpKind::sgd_momentum_update_mixed, "tests/mixed_precision_cli_test.cpp, tests/mixed_precision_test.cpp"},

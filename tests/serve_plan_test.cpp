@@ -123,6 +123,47 @@ TEST(ServePlan, SlidingWindowLayersKeepOnlyTheirWindow) {
   EXPECT_EQ(qwen.kv_bytes_per_sequence, qwen.kv_bytes_per_token * 8192);
 }
 
+// Multi-head latent attention caches the latent and the rotary key, nothing per head: DeepSeek-V3
+// (published config: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64) keeps 512 + 64 = 576 values
+// a position a layer, 61 * 576 * 2 = 70,272 bytes a position in bf16; full keys and values of its
+// 128 heads (192 and 128 channels) would take 61 * 128 * (192 + 128) * 2 = 4,997,120.
+TEST(ServePlan, LatentAttentionCachesTheLatentAndTheRotaryKey) {
+  ServeQuestion q = config_question("deepseek-v3.json", 4096);
+  const models::LlamaConfig& c = *q.llama;
+  ASSERT_EQ(c.layers, 61);
+  ASSERT_EQ(c.mla.kv_lora_rank, 512);
+  ASSERT_EQ(c.mla.qk_rope, 64);
+  // Enough memory for the weights, so the decode step is planned and sequences are counted.
+  q.device_memory = Bytes{2} << 40;
+  const ServeAnswer a = answer_serve(q).value();
+  EXPECT_TRUE(a.latent);
+  EXPECT_EQ(a.kv_values_per_layer, 512 + 64);
+  EXPECT_EQ(a.kv_bytes_per_token, 61 * (512 + 64) * 2);
+  EXPECT_EQ(a.kv_bytes_per_sequence, Bytes{4096} * 61 * 576 * 2);
+  EXPECT_GT(a.max_sequences, 0);
+  EXPECT_LE(q.device.total_bytes(a.decode_arena_bytes) + a.kv_bytes, q.device_memory);
+  EXPECT_GT(q.device.total_bytes(a.decode_arena_bytes) + a.kv_bytes + a.kv_bytes_per_sequence, q.device_memory);
+  // int8: one f32 scale a position and layer for the one row; fp8: one scale a layer.
+  q.kv_quant = KvQuant::int8;
+  q.kv_dtype = graph::DType::u8;
+  EXPECT_EQ(answer_serve(q).value().kv_bytes_per_token, 61 * (576 + 4));
+  q.kv_quant = KvQuant::fp8;
+  EXPECT_EQ(answer_serve(q).value().kv_scale_bytes, 61 * 4);
+}
+
+TEST(ServePlan, FitServeDeepSeekV3SaysItsLatentCache) {
+  auto r = testing::run_cli("fit --serve --model deepseek-v3 --seq 4096 --dtype bf16 --device-memory 80GiB --json",
+                            /*merge_stderr=*/false);
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("kv_bytes_per_token").get<std::int64_t>(), 61 * (512 + 64) * 2);
+  EXPECT_EQ(j.at("kv_values_per_layer").get<std::int64_t>(), 576);
+  EXPECT_TRUE(j.at("latent_kv_cache").get<bool>());
+  EXPECT_EQ(j.at("max_sequences").get<std::int64_t>(), 0) << "671B parameters in bf16 do not fit one 80 GiB device";
+  auto text = testing::run_cli("fit --serve --model deepseek-v3 --seq 4096 --dtype bf16 --device-memory 80GiB");
+  EXPECT_NE(text.output.find("a position keeps 576 values a layer (kv_lora_rank 512 + qk_rope 64)"), std::string::npos)
+      << text.output;
+}
+
 TEST(ServePlan, FitServeCliAnswersInJson) {
   auto r = testing::run_cli("fit --serve --model gpt2 --seq 512 --kv-dtype bf16 --device cpu --device-memory 2GiB --json",
                             /*merge_stderr=*/false);

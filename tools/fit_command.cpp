@@ -155,7 +155,8 @@ int run_fit_serve(const FitFlags& flags) {
                      {"max_sequences", a.max_sequences}, {"kv_blocks", a.kv_blocks}, {"paged_sequences", a.paged_sequences},
                      {"kv_bytes_per_token", a.kv_bytes_per_token}, {"kv_bytes_per_sequence", a.kv_bytes_per_sequence},
                      {"kv_block_bytes", a.kv_block_bytes}, {"decode_slots", a.slots}, {"plans_made", a.plans_made},
-                     {"sliding_window", a.sliding_window}, {"windowed_layers", a.windowed_layers}};
+                     {"sliding_window", a.sliding_window}, {"windowed_layers", a.windowed_layers},
+                     {"kv_values_per_layer", a.kv_values_per_layer}, {"latent_kv_cache", a.latent}};
     j["breakdown"] = {{"weights", a.weights_bytes},
                       {"decode_arena", a.decode_arena_bytes},
                       {"decode_activations_and_workspace", a.decode_arena_bytes - a.weights_bytes},
@@ -182,6 +183,12 @@ int run_fit_serve(const FitFlags& flags) {
   row("total", a.total_bytes);
   print_out("\n  KV per position %s, per sequence %s\n", format_bytes(a.kv_bytes_per_token).c_str(),
               format_bytes(a.kv_bytes_per_sequence).c_str());
+  if (a.latent) {
+    print_out("  multi-head latent attention: a position keeps %lld values a layer (kv_lora_rank %lld + qk_rope %lld), "
+              "one row read as every head's key and value\n",
+              static_cast<long long>(a.kv_values_per_layer), static_cast<long long>(q.llama->mla.kv_lora_rank),
+              static_cast<long long>(q.llama->mla.qk_rope));
+  }
   if (a.windowed_layers > 0) {
     print_out("  sliding window: %lld of %lld layers keep only the last %lld positions' keys and values\n",
               static_cast<long long>(a.windowed_layers), static_cast<long long>(q.llama->layers),
