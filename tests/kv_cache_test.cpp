@@ -456,7 +456,7 @@ std::vector<std::int32_t> uncached(const models::GptConfig& c, std::uint64_t see
   return train::generate(executor, prompt, options).value();
 }
 
-GenerationReport cached(const models::GptConfig& c, std::uint64_t seed, const std::vector<GenerationRequest>& requests,
+GenerationReport cached(const models::DecoderModel& c, std::uint64_t seed, const std::vector<GenerationRequest>& requests,
                         GeneratorOptions options) {
   runtime::CpuDevice device;
   auto generator = Generator::create(c, device, options);
@@ -535,6 +535,32 @@ TEST(Generator, ContiguousAndPagedGiveTheSameTokensThroughPreemptionAndSharing) 
   // Another seed draws other tokens.
   options.seed = 4;
   EXPECT_NE(cached(c, 7, requests, options).outputs_sha256, paged.outputs_sha256);
+}
+
+// A latent-attention decoder generates from its one cache a layer: paged with a shared prompt
+// (copied on write) gives the contiguous layout's tokens, allocating nothing while decoding.
+TEST(Generator, LatentAttentionGeneratesTheSameTokensContiguousAndPaged) {
+  models::LlamaConfig c = small_mla();
+  c.context = 24;
+  const models::DecoderModel model(c);
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<GenerationRequest> requests = {{prompt, 10}, {prompt, 12}, {{4, 4, 2}, 15}};
+  GeneratorOptions options;
+  options.block_size = 4;
+  options.max_running = 1;
+  options.temperature = 0.9;  // drawn tokens follow small changes of the logits, where greedy ones may not
+  options.seed = 3;
+  options.layout = KvLayout::contiguous;
+  options.kv_memory = 2 * 6 * kv_block_bytes(model, 4);
+  EXPECT_EQ(kv_block_bytes(model, 4), 4 * c.layers * (10 + 4) * 4) << "one row of kv_lora_rank + qk_rope a layer";
+  const GenerationReport contiguous = cached(model, 5, requests, options);
+  options.layout = KvLayout::paged;
+  const GenerationReport paged = cached(model, 5, requests, options);
+  EXPECT_EQ(paged.outputs, contiguous.outputs);
+  EXPECT_EQ(paged.copy_on_write, 1);
+  EXPECT_EQ(paged.device_allocations_during_decode, 0);
+  EXPECT_EQ(contiguous.device_allocations_during_decode, 0);
+  EXPECT_EQ(contiguous.outputs[0].size(), 10u);
 }
 
 TEST(Generator, RefusesOptionsAndRequestsItCannotServe) {
