@@ -19,12 +19,22 @@ struct Placement {
   std::vector<int> at_end;
 };
 
-OpAttrs collective(const DataParallelConfig& config, float alpha = 1.0f) {
+OpAttrs collective(const DataParallelConfig& config, float alpha = 1.0f, RankGroup group = RankGroup::data) {
   OpAttrs a;
   a.world = config.world;
   a.alpha = alpha;
+  a.group = group;
   return a;
 }
+
+// Where a set of parameters' gradients are summed: the ranks (world, this rank's place among
+// them, and the group the collectives name) and the factor that makes the sum the global batch's
+// mean gradient.
+struct ReductionGroup {
+  DataParallelConfig config;
+  RankGroup group = RankGroup::data;
+  float alpha = 1.0f;
+};
 
 // A layer's parameters share their name up to the last '.' ("h.0.attn.qkv.weight" and ".bias").
 std::string layer_of(const std::string& name) {
@@ -36,7 +46,7 @@ std::string layer_of(const std::string& name) {
 // read it, `prefetch` layers ahead of the layer running; the parameter itself is no longer stored.
 // Returns the shard of each parameter.
 std::map<TensorId, TensorId> shard_parameters(Graph& g, const std::vector<TensorId>& params, const DataParallelConfig& config,
-                                              int original_ops, Placement& placement) {
+                                              RankGroup group, int original_ops, Placement& placement) {
   std::map<TensorId, TensorId> shard_of;
   for (TensorId p : params) {
     const TensorDesc& desc = g.tensor(p);
@@ -80,7 +90,7 @@ std::map<TensorId, TensorId> shard_parameters(Graph& g, const std::vector<Tensor
       // Gathered when the layer `prefetch` places earlier starts.
       const int at = first_use[layers[static_cast<std::size_t>(std::max(0, l - config.prefetch))]];
       for (TensorId p : members[layers[static_cast<std::size_t>(l)]]) {
-        OpAttrs a = collective(config);
+        OpAttrs a = collective(config, 1.0f, group);
         a.shape = g.tensor(p).shape.dims;
         const std::string suffix = phase == Phase::forward ? ".gathered" : ".gathered_for_backward";
         const TensorId full = g.add_op(OpKind::all_gather, {shard_of[p]}, a, g.tensor(p).name + suffix, Role::communication, phase);
@@ -171,6 +181,10 @@ void make_data_parallel_training_step(Graph& g, const OptimizerConfig& optimizer
   }
   if (config.bucket_bytes <= 0) throw GraphError("the gradient bucket size must be positive");
   if (config.prefetch < 0) throw GraphError("the prefetch distance must be 0 or more layers");
+  if (config.expert_parallel < 1 || config.world % config.expert_parallel != 0) {
+    throw GraphError("--expert-parallel " + std::to_string(config.expert_parallel) + " splits the experts over groups of that "
+                     "many data-parallel ranks, but there are " + std::to_string(config.world) + ": choose a degree that divides them");
+  }
   if (!config.active()) {
     make_training_step(g, optimizer);
     return;
@@ -197,90 +211,106 @@ void make_data_parallel_training_step(Graph& g, const OptimizerConfig& optimizer
     g.loss = global;
   }
 
-  std::vector<TensorId> params;
+  // Expert parallelism: an expert's weights are held by the data ranks of the same place in
+  // their expert groups (every `expert_parallel`-th rank); each rank's gradient already sums its
+  // group's tokens, so the sum over those ranks, divided by the whole world, is the global mean.
+  std::vector<TensorId> params, expert_params;
   for (TensorId p : g.parameters()) {
-    if (g.tensor(p).grad != kNoTensor) params.push_back(p);
+    const TensorDesc& desc = g.tensor(p);
+    if (desc.grad == kNoTensor) continue;
+    (desc.tp_axis >= 0 && desc.tp_group == RankGroup::expert ? expert_params : params).push_back(p);
   }
-  std::map<TensorId, TensorId> shard_of;
-  if (config.zero == 3) shard_of = shard_parameters(g, params, config, original_ops, placement);
-
-  // Buckets in the order gradients become final.
-  std::vector<TensorId> by_final = params;
-  std::stable_sort(by_final.begin(), by_final.end(), [&](TensorId a, TensorId b) {
-    return g.producer(g.tensor(a).grad) < g.producer(g.tensor(b).grad);
-  });
-  std::vector<std::vector<TensorId>> buckets;
-  Bytes filled = 0;
-  for (TensorId p : by_final) {
-    const Bytes bytes = g.tensor(g.tensor(p).grad).size_bytes();
-    if (buckets.empty() || filled + bytes > config.bucket_bytes) {
-      buckets.emplace_back();
-      filled = 0;
-    }
-    buckets.back().push_back(p);
-    filled += bytes;
+  std::vector<std::pair<ReductionGroup, std::vector<TensorId>>> groups;
+  groups.push_back({ReductionGroup{config, RankGroup::data, mean}, params});
+  if (!expert_params.empty()) {
+    ReductionGroup experts{config, RankGroup::expert_data, mean};
+    experts.config.world = config.world / config.expert_parallel;
+    experts.config.rank = config.rank / config.expert_parallel;
+    groups.push_back({experts, expert_params});
   }
+  std::size_t bucket_count = 0;
+  for (const auto& [reduction, members] : groups) {
+    const DataParallelConfig& rc = reduction.config;
+    std::map<TensorId, TensorId> shard_of;
+    if (config.zero == 3) shard_of = shard_parameters(g, members, rc, reduction.group, original_ops, placement);
 
-  for (std::size_t k = 0; k < buckets.size(); ++k) {
-    const std::vector<TensorId>& bucket = buckets[k];
-    const std::string name = "bucket" + std::to_string(k);
-    std::vector<TensorId> grads;
-    int last_producer = 0;
-    for (TensorId p : bucket) {
-      grads.push_back(g.tensor(p).grad);
-      last_producer = std::max(last_producer, g.producer(g.tensor(p).grad));
-    }
-    std::vector<int> added;  // non-update ops, run right after the bucket's last gradient
-    OpAttrs layout;
-    layout.world = config.zero == 0 ? 1 : config.world;  // stage 0 reduces whole tensors
-    const TensorId packed = g.add_op(OpKind::pack, grads, layout, name, Role::communication, Phase::backward);
-    added.push_back(g.producer(packed));
-    TensorId reduced;
-    std::int64_t base = 0;  // where this rank's chunk starts in `reduced`
-    if (config.zero <= 1) {
-      reduced = g.add_op(OpKind::all_reduce, {packed}, collective(config, mean), name + ".all_reduce", Role::communication,
-                         Phase::backward);
-      if (config.zero == 1) base = g.tensor(packed).shape.numel() / config.world * config.rank;
-    } else {
-      reduced = g.add_op(OpKind::reduce_scatter, {packed}, collective(config, mean), name + ".reduce_scatter",
-                         Role::communication, Phase::backward);
-    }
-    added.push_back(g.producer(reduced));
-    std::int64_t offset = base;
-    for (TensorId p : bucket) {
-      const TensorDesc desc = g.tensor(p);
-      const std::int64_t numel = desc.shape.numel();
-      OpAttrs cut;
-      cut.axis = 0;
-      cut.start = offset;
-      cut.length = config.zero == 0 ? numel : dist::shard_size(numel, config.world);
-      offset += cut.length;
-      TensorId grad = g.add_op(OpKind::slice, {reduced}, cut, "grad(" + desc.name + ").reduced", Role::gradient,
-                               Phase::backward);
-      added.push_back(g.producer(grad));
-      if (config.zero == 0) {
-        if (desc.shape.rank() != 1) {
-          OpAttrs view;
-          view.shape = desc.shape.dims;
-          grad = g.add_op(OpKind::reshape, {grad}, view, "grad(" + desc.name + ").reduced_view", Role::gradient,
-                          Phase::backward);
-          added.push_back(g.producer(grad));
-        }
-        append_update(g, p, grad, optimizer);
-      } else if (config.zero == 3) {
-        append_update(g, shard_of.at(p), grad, optimizer);
-      } else {
-        const dist::ShardRange range = dist::shard_range(numel, config.world, config.rank);
-        OpAttrs sharded;
-        sharded.shard_offset = range.offset;
-        sharded.shard_count = range.count;
-        append_update(g, p, grad, optimizer, Shape{cut.length}, sharded);
-        OpAttrs gather = collective(config);
-        g.add_op(OpKind::all_gather_into, {}, gather, "gather(" + desc.name + ")", Role::temporary, Phase::optimizer, {p});
+    // Buckets in the order gradients become final.
+    std::vector<TensorId> by_final = members;
+    std::stable_sort(by_final.begin(), by_final.end(), [&](TensorId a, TensorId b) {
+      return g.producer(g.tensor(a).grad) < g.producer(g.tensor(b).grad);
+    });
+    std::vector<std::vector<TensorId>> buckets;
+    Bytes filled = 0;
+    for (TensorId p : by_final) {
+      const Bytes bytes = g.tensor(g.tensor(p).grad).size_bytes();
+      if (buckets.empty() || filled + bytes > config.bucket_bytes) {
+        buckets.emplace_back();
+        filled = 0;
       }
+      buckets.back().push_back(p);
+      filled += bytes;
     }
-    auto& slot = placement.after[static_cast<std::size_t>(last_producer)];
-    slot.insert(slot.end(), added.begin(), added.end());
+
+    for (const std::vector<TensorId>& bucket : buckets) {
+      const std::string name = "bucket" + std::to_string(bucket_count++);
+      std::vector<TensorId> grads;
+      int last_producer = 0;
+      for (TensorId p : bucket) {
+        grads.push_back(g.tensor(p).grad);
+        last_producer = std::max(last_producer, g.producer(g.tensor(p).grad));
+      }
+      std::vector<int> added;  // non-update ops, run right after the bucket's last gradient
+      OpAttrs layout;
+      layout.world = config.zero == 0 ? 1 : rc.world;  // stage 0 reduces whole tensors
+      const TensorId packed = g.add_op(OpKind::pack, grads, layout, name, Role::communication, Phase::backward);
+      added.push_back(g.producer(packed));
+      TensorId reduced;
+      std::int64_t base = 0;  // where this rank's chunk starts in `reduced`
+      if (config.zero <= 1) {
+        reduced = g.add_op(OpKind::all_reduce, {packed}, collective(rc, reduction.alpha, reduction.group),
+                           name + ".all_reduce", Role::communication, Phase::backward);
+        if (config.zero == 1) base = g.tensor(packed).shape.numel() / rc.world * rc.rank;
+      } else {
+        reduced = g.add_op(OpKind::reduce_scatter, {packed}, collective(rc, reduction.alpha, reduction.group),
+                           name + ".reduce_scatter", Role::communication, Phase::backward);
+      }
+      added.push_back(g.producer(reduced));
+      std::int64_t offset = base;
+      for (TensorId p : bucket) {
+        const TensorDesc desc = g.tensor(p);
+        const std::int64_t numel = desc.shape.numel();
+        OpAttrs cut;
+        cut.axis = 0;
+        cut.start = offset;
+        cut.length = config.zero == 0 ? numel : dist::shard_size(numel, rc.world);
+        offset += cut.length;
+        TensorId grad = g.add_op(OpKind::slice, {reduced}, cut, "grad(" + desc.name + ").reduced", Role::gradient,
+                                 Phase::backward);
+        added.push_back(g.producer(grad));
+        if (config.zero == 0) {
+          if (desc.shape.rank() != 1) {
+            OpAttrs view;
+            view.shape = desc.shape.dims;
+            grad = g.add_op(OpKind::reshape, {grad}, view, "grad(" + desc.name + ").reduced_view", Role::gradient,
+                            Phase::backward);
+            added.push_back(g.producer(grad));
+          }
+          append_update(g, p, grad, optimizer);
+        } else if (config.zero == 3) {
+          append_update(g, shard_of.at(p), grad, optimizer);
+        } else {
+          const dist::ShardRange range = dist::shard_range(numel, rc.world, rc.rank);
+          OpAttrs sharded;
+          sharded.shard_offset = range.offset;
+          sharded.shard_count = range.count;
+          append_update(g, p, grad, optimizer, Shape{cut.length}, sharded);
+          OpAttrs gather = collective(rc, 1.0f, reduction.group);
+          g.add_op(OpKind::all_gather_into, {}, gather, "gather(" + desc.name + ")", Role::temporary, Phase::optimizer, {p});
+        }
+      }
+      auto& slot = placement.after[static_cast<std::size_t>(last_producer)];
+      slot.insert(slot.end(), added.begin(), added.end());
+    }
   }
 
   // Program order: the original ops with the added ones around them; updates (and anything not

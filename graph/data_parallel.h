@@ -25,6 +25,11 @@ struct DataParallelConfig {
   int zero = 0;   // ZeRO stage 0..3
   Bytes bucket_bytes = Bytes{25} << 20;
   int prefetch = 1;  // stage 3: layers gathered ahead of the one running
+  // Expert parallelism (graph/expert_parallel.h): the data ranks form groups of this many
+  // consecutive ranks that split the experts; rank r holds share r % expert_parallel, and an
+  // expert's gradients are summed over the world / expert_parallel ranks holding the same share
+  // (sharded over those by ZeRO). 1: every rank holds every expert.
+  int expert_parallel = 1;
 
   bool active() const { return world > 1; }
 };

@@ -54,7 +54,13 @@ bool fusable_pair(OpKind first, OpKind second) {
 }
 
 std::string_view rank_group_name(RankGroup group) {
-  return group == RankGroup::tensor ? "tensor-parallel" : "data-parallel";
+  switch (group) {
+    case RankGroup::tensor: return "tensor-parallel";
+    case RankGroup::expert: return "expert-parallel";
+    case RankGroup::expert_data: return "expert-data-parallel";
+    case RankGroup::data: break;
+  }
+  return "data-parallel";
 }
 
 std::string_view phase_name(Phase phase) {

@@ -185,6 +185,10 @@ enum class OpKind : std::uint8_t {
   reduce_scatter,   // y[S] = alpha * sum over ranks of chunk `rank` of x[world * S]
   all_gather,       // y[shape] = the flat tensor whose shards the ranks hold in x[ceil(numel / world)]
   all_gather_into,  // updates: x; x = the flat tensor whose shards the ranks hold in place in their x (ZeRO-1/2)
+  // expert parallel (graph/expert_parallel.h): chunk r of x (x[0] split into `world` equal parts)
+  // goes to rank r, and chunk r of y is what rank r sent this rank (MPI_Alltoall); its gradient is
+  // the same exchange of dy
+  all_to_all,
   // tensor parallel (graph/tensor_parallel.h; Megatron-LM's layers): the collectives above with
   // `group` tensor run over the ranks that split each layer, these around them
   tp_copy,                // y = x (a view): the input of column-parallel layers; its gradient is summed over the
@@ -207,10 +211,7 @@ inline constexpr std::int64_t kMaxExperts = 4096;
 enum class Phase : std::uint8_t { forward, backward, optimizer, recompute };
 std::string_view phase_name(Phase phase);
 
-// The ranks a collective runs over (graph/tensor_parallel.h): `data`, the ranks that hold the
-// same slice of the model (every rank without tensor parallelism); `tensor`, the ranks that split
-// each layer between them.
-enum class RankGroup : std::uint8_t { data, tensor };
+// RankGroup (graph/tensor.h): the ranks a collective runs over.
 std::string_view rank_group_name(RankGroup group);
 
 // How a quantized weight is stored (graph/quantize.h gives each layout).

@@ -63,6 +63,24 @@ OutputSpec infer_all_gather_into(Inputs, const OpAttrs& attrs) {
   return {};
 }
 
+// Expert parallelism's exchange: the leading dimension splits into one chunk per rank.
+OutputSpec infer_all_to_all(Inputs in, const OpAttrs& attrs) {
+  const std::int64_t world = world_of("all_to_all", attrs);
+  const TensorDesc& x = *in[0];
+  expect_float("all_to_all", x);
+  if (x.shape.rank() < 1 || x.shape[0] % world != 0) {
+    fail("all_to_all", "'" + x.name + "' " + x.shape.to_string() + " must split along its first dimension into " +
+                           str(world) + " equal chunks (one per rank)");
+  }
+  return {x.shape, x.dtype};
+}
+
+// Chunk r of x went to rank r as chunk `rank` of its y: the gradient of that chunk comes back the
+// same way, by the same exchange of dy.
+void grad_all_to_all(GradContext& c, const Op& op, TensorId dy) {
+  c.accumulate(op.inputs[0], c.emit(OpKind::all_to_all, {dy}, op.attrs, c.gname(op.inputs[0])));
+}
+
 // Megatron's g: the sum of a row-parallel layer's partial outputs over the tensor-parallel ranks;
 // every rank then holds the same sum, and the gradient of each partial is the sum's own. The
 // data-parallel all-reduces are added after the backward pass and never differentiated.
@@ -119,6 +137,8 @@ constexpr OpInfo kCollectivesRows[] = {
     .infer = infer_all_gather, .flops = flops_zero, .grad = grad_all_gather, .communicates = true},
   {.kind = OpKind::all_gather_into, .name = "all_gather_into", .num_inputs = 0, .num_updates = 1, .num_outputs = 0,
     .infer = infer_all_gather_into, .flops = flops_zero, .communicates = true},
+  {.kind = OpKind::all_to_all, .name = "all_to_all", .num_inputs = 1, .num_updates = 0, .num_outputs = 1,
+    .infer = infer_all_to_all, .flops = flops_zero, .grad = grad_all_to_all, .communicates = true},
 };
 // clang-format on
 

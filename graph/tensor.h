@@ -16,6 +16,13 @@
 
 namespace memplan::graph {
 
+// The ranks a collective runs over (graph/tensor_parallel.h, graph/expert_parallel.h): `data`,
+// the ranks that hold the same slice of the model (every rank without tensor parallelism);
+// `tensor`, the ranks that split each layer between them; `expert`, the data ranks that split the
+// experts between them and exchange tokens; `expert_data`, the data ranks that hold the same
+// experts (their gradients are summed over these).
+enum class RankGroup : std::uint8_t { data, tensor, expert, expert_data };
+
 // f32 executes; the 16-bit and integer types exist for sizes and planning (i32 also for labels
 // and token ids).
 enum class DType : std::uint8_t { f32, f16, bf16, i32, u8, i64 };  // i64 last: kernels/kernel.h sizes its table by it
@@ -139,6 +146,9 @@ struct TensorDesc {
   int tp_parts = 1;
   int tp_index = 0;
   std::int64_t tp_whole = 0;
+  // The ranks the slices are spread over: the tensor-parallel group, or the expert-parallel one
+  // (graph/expert_parallel.h: each rank holds a slice of the experts' stacked weights).
+  RankGroup tp_group = RankGroup::tensor;
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

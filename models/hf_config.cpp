@@ -1137,6 +1137,9 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
     throw graph::GraphError("--tensor-parallel splits the decoders (gpt2 and the rotary decoder families), not a " +
                             config.model_type + " model");
   }
+  if (options.expert_parallel.active() && config.family != HfFamily::llama) {
+    throw graph::GraphError("--expert-parallel splits a mixture of experts' experts; a " + config.model_type + " model has none");
+  }
   switch (config.family) {
     case HfFamily::gpt2: {
       GptConfig c = config.gpt;
@@ -1152,6 +1155,7 @@ graph::Graph build_hf_forward(const HfConfig& config, std::int64_t batch, const 
       c.dtype = options.dtype;
       c.attention = options.attention;
       c.tensor_parallel = options.tensor_parallel;
+      c.expert_parallel = options.expert_parallel;
       if (!training) c.embedding_dropout = c.residual_dropout = c.attention_dropout = 0.0f;
       return build_llama(c, batch);
     }

@@ -148,12 +148,18 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
   const TensorId xe = b.moe_dispatch(x, gates, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
   // Every expert's weights stacked, [E, out, in]: one batched product over the experts' slots.
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
+  // With expert parallelism this rank runs its share of the experts on every rank's tokens.
+  const graph::ExpertParallel& ep = config.expert_parallel;
   auto expert_project = [&](const char* which, TensorId input, std::int64_t out) {
     const std::string name = m + ".experts." + which;
     const std::int64_t width = b.graph().tensor(input).shape.cols();
-    return b.batched_matmul(input, b.parameter(name + ".weight", {E, out, width}, w_init, config.dtype), false, true, name);
+    const TensorId w = graph::expert_weights(b, ep, name + ".weight", {E, out, width}, w_init, config.dtype);
+    return b.batched_matmul(input, w, false, true, name);
   };
-  TensorId y = b.moe_combine(mlp_body(b, config, xe, F, expert_project, m + ".experts"), gates, m + ".combine");
+  const TensorId local = graph::exchange_to_experts(b, ep, xe, m + ".to_experts");
+  const TensorId ye = graph::exchange_from_experts(b, ep, mlp_body(b, config, local, F, expert_project, m + ".experts"),
+                                                   m + ".from_experts");
+  TensorId y = b.moe_combine(ye, gates, m + ".combine");
   if (moe.shared_ffn > 0 && !moe.shared_gate) {  // DeepSeek's shared experts: one MLP of their summed width
     LlamaConfig shared = config;
     shared.ffn = moe.shared_ffn;
@@ -256,6 +262,13 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
   const graph::DType dt = config.dtype;
   const graph::TensorParallel& tp = config.tensor_parallel;
   graph::check_tensor_parallel(tp);
+  graph::check_expert_parallel(config.expert_parallel);
+  if (config.expert_parallel.active()) {
+    if (config.moe.experts <= 0) {
+      throw graph::GraphError("llama: --expert-parallel splits the experts of a mixture of experts, and this model has none");
+    }
+    config.expert_parallel.local_experts(config.moe.experts);  // a GraphError when the degree does not divide them
+  }
   if (tp.active()) {
     if (config.moe.experts > 0) {
       throw graph::GraphError("llama: a mixture of experts under --tensor-parallel is not planned (its experts would "

@@ -15,6 +15,7 @@
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/expert_parallel.h"
 #include "memplan/graph/tensor_parallel.h"
 #include "memplan/models/activation.h"
 #include "memplan/models/attention.h"
@@ -197,6 +198,9 @@ struct LlamaConfig {
   // and K/V heads, the MLP's hidden width and the vocabulary split between them (a dense MLP;
   // q/k norms per head or none).
   graph::TensorParallel tensor_parallel;
+  // Build rank `rank` of `degree` expert-parallel ranks' share of every mixture layer's experts
+  // (graph/expert_parallel.h): experts / degree of them, fed every rank's tokens by an all-to-all.
+  graph::ExpertParallel expert_parallel;
 
   // Channels per head: head_dim, or width / heads.
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : width / heads; }

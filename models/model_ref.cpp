@@ -48,6 +48,7 @@ Result<ResolvedModel> resolve_onnx(const ModelRef& ref, const graph::OptimizerCo
   }
   if (ref.vocab > 0) return Error{"--vocab does not apply to --onnx: the file fixes every size but the batch"};
   if (ref.attention) return Error{"--attention does not apply to --onnx: the file's own attention ops are imported as they are"};
+  if (ref.expert_parallel > 1) return Error{"--expert-parallel does not apply to --onnx: an imported graph has no experts to split"};
   if (ref.tensor_parallel > 1) {
     return Error{"--tensor-parallel does not apply to --onnx: an imported graph is planned whole on each rank (use "
                  "--devices for data parallelism)"};
@@ -103,6 +104,7 @@ Result<ResolvedModel> resolve_config(const ModelRef& ref, const graph::Optimizer
   model.zoo.attention = ref.attention.value_or(AttentionKind::fused);  // every config is a transformer
   model.zoo.target_seq = ref.target_seq;
   set_tensor_parallel(model, {ref.tensor_parallel, 0, ref.sequence_parallel});
+  set_expert_parallel(model, {ref.expert_parallel, 0});
   if (Status s = apply_data_sizes(model, ref.vocab); !s) return s.error();
   graph::ModelSource source = registry_source(std::move(model));
   const std::int64_t batch = ref.batch > 0 ? ref.batch : source.default_batch;
@@ -199,6 +201,7 @@ Result<ModelOptions> registry_options(const ModelRef& ref) {
   model.zoo.attention = model.gpt.attention = ref.attention.value_or(AttentionKind::fused);
   model.zoo.target_seq = ref.target_seq;
   set_tensor_parallel(model, {ref.tensor_parallel, 0, ref.sequence_parallel});
+  set_expert_parallel(model, {ref.expert_parallel, 0});
   if (Status s = apply_data_sizes(model, ref.vocab); !s) return s.error();
   return model;
 }

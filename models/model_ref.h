@@ -46,6 +46,7 @@ struct ModelRef {
   std::string output;
   std::optional<double> moe_capacity_factor;  // a mixture-of-experts config's slots per expert
   int tensor_parallel = 1;                    // ranks each decoder layer is split over
+  int expert_parallel = 1;                    // data ranks each mixture layer's experts are split over
   bool sequence_parallel = false;
   bool list_unread_config_keys = false;  // a note listing the config's keys memplan does not read
 

@@ -59,11 +59,18 @@ void set_tensor_parallel(ModelOptions& options, graph::TensorParallel tp) {
   options.zoo.tensor_parallel = tp;
 }
 
+graph::ExpertParallel expert_parallel_of(const ModelOptions& options) { return options.zoo.expert_parallel; }
+
+void set_expert_parallel(ModelOptions& options, graph::ExpertParallel ep) { options.zoo.expert_parallel = ep; }
+
 graph::Graph build_forward_or_throw(const ModelOptions& options, std::int64_t batch) {
   if (options.config) return build_hf_forward(*options.config, batch, options.zoo, options.training);
   if ((options.name == "mlp" || options.name == "cnn") && tensor_parallel_of(options).active()) {
     throw graph::GraphError("--tensor-parallel splits the decoders' attention and MLP layers (gpt and the zoo's and "
                             "configs' decoders); " + options.name + " has none");
+  }
+  if (options.zoo.expert_parallel.active() && (options.name == "mlp" || options.name == "cnn" || options.name == "gpt")) {
+    throw graph::GraphError("--expert-parallel splits a mixture of experts' experts; " + options.name + " has none");
   }
   if (options.name == "mlp") return build_mlp(options.mlp, batch);
   if (options.name == "cnn") return build_cnn(options.cnn, batch, options.training);

@@ -43,6 +43,10 @@ struct ModelInfo {
 // else the zoo's and configs' (ZooOptions). Setting it sets both.
 graph::TensorParallel tensor_parallel_of(const ModelOptions& options);
 void set_tensor_parallel(ModelOptions& options, graph::TensorParallel tp);
+// The expert-parallel share `options` build (graph/expert_parallel.h; the zoo's and configs'
+// mixtures of experts).
+graph::ExpertParallel expert_parallel_of(const ModelOptions& options);
+void set_expert_parallel(ModelOptions& options, graph::ExpertParallel ep);
 
 const std::vector<ModelInfo>& model_registry();
 // Whether the model has attention blocks (--attention applies): gpt and the zoo's transformers.

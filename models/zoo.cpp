@@ -175,6 +175,9 @@ graph::Graph build_zoo_forward_or_throw(const std::string& name, std::int64_t ba
   if (options.tensor_parallel.active()) {
     throw graph::GraphError("--tensor-parallel splits the decoders' attention and MLP layers; " + name + " has none");
   }
+  if (options.expert_parallel.active()) {
+    throw graph::GraphError("--expert-parallel splits a mixture of experts' experts; " + name + " has none");
+  }
   ResnetConfig c;
   c.image = options.image_size > 0 ? options.image_size : model->default_image;
   c.dtype = options.dtype;

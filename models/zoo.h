@@ -10,6 +10,7 @@
 
 #include "memplan/common/result.h"
 #include "memplan/graph/graph.h"
+#include "memplan/graph/expert_parallel.h"
 #include "memplan/graph/tensor_parallel.h"
 #include "memplan/models/attention.h"
 #include "memplan/models/gpt.h"
@@ -26,6 +27,9 @@ struct ZooOptions {
   // The decoders' slice on one of several tensor-parallel ranks (graph/tensor_parallel.h); other
   // families refuse an active one.
   graph::TensorParallel tensor_parallel;
+  // The mixtures of experts' share on one of several expert-parallel ranks
+  // (graph/expert_parallel.h); models without experts refuse an active one.
+  graph::ExpertParallel expert_parallel;
 };
 
 struct ZooModel {

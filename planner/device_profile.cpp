@@ -32,7 +32,7 @@ Result<DeviceProfile> documented_device_profile(std::string_view kind) {
     DeviceProfile p;
     p.native_16bit_ops = {OpKind::grads_finite, OpKind::embedding,  OpKind::softmax_cross_entropy,
                           OpKind::pack,         OpKind::all_gather, OpKind::all_gather_into, OpKind::to_host,
-                          OpKind::cast};
+                          OpKind::cast,         OpKind::all_to_all};
     return p;
   }
   if (kind == "cuda") {

@@ -43,12 +43,14 @@ StepCost step_cost(const graph::Graph& step) {
       case OpKind::reduce_scatter: moved = share * double(step.tensor(op.inputs[0]).size_bytes()); break;
       case OpKind::all_gather: moved = share * double(step.tensor(op.outputs[0]).size_bytes()); break;
       case OpKind::all_gather_into: moved = share * double(step.tensor(op.updates[0]).size_bytes()); break;
+      case OpKind::all_to_all: moved = share * double(step.tensor(op.inputs[0]).size_bytes()); break;
       case OpKind::to_host:
         // The gradient copied out, and as many bytes of updated weights copied back.
         cost.host_bytes += 2.0 * double(step.tensor(op.outputs[0]).size_bytes());
         break;
       default: break;
     }
+    // Expert parallelism's exchanges and gradient sums cross the data-parallel ranks' links too.
     (op.attrs.group == graph::RankGroup::tensor ? cost.tensor_parallel_bytes : cost.data_parallel_bytes) += moved;
   }
   return cost;

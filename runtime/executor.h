@@ -63,6 +63,11 @@ struct ExecutorOptions {
   // The ranks a tensor-parallel step's collectives with group tensor run over
   // (graph/tensor_parallel.h); needed by a graph that has any. Not owned.
   dist::Communicator* tensor_communicator = nullptr;
+  // The ranks an expert-parallel step's token exchanges run over (group expert) and those holding
+  // the same experts, whose expert gradients are summed (group expert_data;
+  // graph/expert_parallel.h). Not owned.
+  dist::Communicator* expert_communicator = nullptr;
+  dist::Communicator* expert_data_communicator = nullptr;
   // A test hook: setup() skips validating the plan, so a deliberately wrong plan runs and poison
   // mode can be shown to catch it.
   bool trust_plan = false;
@@ -162,7 +167,13 @@ class Executor {
   // The communicator of the ranks `op`'s collective runs over (its attrs.group).
   // A collective over one rank needs no launcher: it runs on the single-process communicator.
   dist::Communicator* communicator_for(const graph::Op& op) const {
-    dist::Communicator* c = op.attrs.group == graph::RankGroup::tensor ? tensor_communicator_ : communicator_;
+    dist::Communicator* c = communicator_;
+    switch (op.attrs.group) {
+      case graph::RankGroup::tensor: c = tensor_communicator_; break;
+      case graph::RankGroup::expert: c = expert_communicator_; break;
+      case graph::RankGroup::expert_data: c = expert_data_communicator_; break;
+      case graph::RankGroup::data: break;
+    }
     return c == nullptr && op.attrs.world == 1 ? &single_process_ : c;
   }
   struct Slot {
@@ -198,6 +209,8 @@ class Executor {
   bool fuse_kernels_ = true;
   dist::Communicator* communicator_ = nullptr;
   dist::Communicator* tensor_communicator_ = nullptr;
+  dist::Communicator* expert_communicator_ = nullptr;
+  dist::Communicator* expert_data_communicator_ = nullptr;
   mutable dist::SingleProcessCommunicator single_process_;
   planner::MemoryPlan plan_;  // offsets used in planned mode only
   planner::AllocationEvents events_;

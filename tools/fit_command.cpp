@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memplan/common/byte_size.h"
+#include "memplan/graph/expert_parallel.h"
 #include "memplan/graph/optimizer.h"
 #include "memplan/kernels/kernel.h"
 #include "memplan/models/model_ref.h"
@@ -229,6 +230,13 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
                  ": each data-parallel replica spans " + std::to_string(tp) + " devices"};
   }
   const int replicas = flags.devices / tp;  // the data-parallel world
+  const int ep = flags.model.expert_parallel;
+  if (ep > 1 && (replicas % ep != 0 || replicas == 1)) {
+    return Error{"--expert-parallel " + std::to_string(ep) + " splits the experts over groups of " + std::to_string(ep) +
+                 " data-parallel devices, but --devices " + std::to_string(flags.devices) +
+                 (tp > 1 ? " with --tensor-parallel " + std::to_string(tp) : std::string()) + " gives " +
+                 std::to_string(replicas) + ": give --devices a multiple of " + std::to_string(ep * tp)};
+  }
   if (replicas > 1) {
     // Without --batch, the model's default batch need not divide among the replicas: the first
     // global batch is then one sample per replica (what --max-batch starts from anyway).
@@ -238,6 +246,7 @@ Result<planner::FitQuestion> fit_question(const FitFlags& flags) {
     question.step.parallel.zero = flags.zero;
     question.step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
     question.step.parallel.prefetch = flags.prefetch;
+    question.step.parallel.expert_parallel = ep;
     if (auto problem = planner::global_batch_problem(question.step)) return Error{planner::describe(*problem, models::ref_size_naming())};
   }
   question.device_memory = memory.value();
@@ -279,6 +288,13 @@ nlohmann::json fit_json(const FitFlags& flags, const planner::FitQuestion& quest
     j["tensor_parallel"] = flags.model.tensor_parallel;  // each layer split over this many of the devices
     j["data_parallel"] = flags.devices / flags.model.tensor_parallel;
     if (flags.model.sequence_parallel) j["sequence_parallel"] = true;
+  }
+  if (flags.model.expert_parallel > 1) {
+    const graph::ExpertShare share = graph::expert_share(a.planned.graph);
+    j["expert_parallel"] = flags.model.expert_parallel;
+    j["experts_per_rank"] = share.local_experts;  // of each mixture layer's `experts`
+    j["experts"] = share.experts;
+    j["expert_parameter_bytes"] = share.bytes;
   }
   if (flags.devices > 1) {
     j["devices"] = flags.devices;  // the bytes are one device's (every rank plans the same arena)
@@ -390,12 +406,23 @@ void print_fit(const FitFlags& flags, const planner::FitQuestion& question, cons
     print_out("per device: one rank of %d data-parallel ranks, ZeRO-%d, global batch %lld (%lld per rank)\n\n",
                 flags.devices, flags.zero, static_cast<long long>(batch), static_cast<long long>(batch / flags.devices));
   }
+  const graph::ExpertShare experts = graph::expert_share(a.planned.graph);
+  if (flags.model.expert_parallel > 1) {
+    print_out("experts: %lld of each mixture layer's %lld on this rank (expert-parallel %d; tokens sent to their experts' "
+              "ranks and back by two all-to-alls a layer)\n\n",
+              static_cast<long long>(experts.local_experts), static_cast<long long>(experts.experts), flags.model.expert_parallel);
+  }
   auto row = [](const char* label, Bytes bytes) {
     print_out("  %-28s %14s  %16lld B\n", label, format_bytes(bytes).c_str(), static_cast<long long>(bytes));
   };
   // --max-batch describes a second plan below: name this one.
   if (!a.max_batch.empty()) print_out("plan at batch %lld, the batch asked:\n", static_cast<long long>(batch));
   row("parameters", b.parameters);
+  if (flags.model.expert_parallel > 1) {
+    const std::string label = "experts (" + std::to_string(experts.local_experts) + " of " + std::to_string(experts.experts) +
+                              " a layer, this rank's)";
+    print_out("    %-40s %14s\n", label.c_str(), format_bytes(experts.bytes).c_str());
+  }
   const graph::LoraReport& lora = a.planned.rewrites.lora;
   const graph::QuantReport& quant = a.planned.rewrites.quant;
   const Bytes frozen = frozen_bytes(a.planned.rewrites);

@@ -65,6 +65,13 @@ void add_model_options(CLI::App& app, ModelFlags& flags, bool trainable_only, bo
                  "is one rank's; decoders only (gpt, the zoo's and configs' decoders)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  app.add_option("--expert-parallel", flags.expert_parallel,
+                 "Expert parallelism over this many data-parallel devices (of --devices): each holds experts/E of "
+                 "every mixture layer's experts and runs them on every device's tokens, sent and returned by two "
+                 "all-to-alls planned in the arena; expert gradients are summed (and ZeRO-sharded) over the devices "
+                 "holding the same experts. The step planned is one rank's; mixtures of experts only")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   app.add_flag("--sequence-parallel", flags.sequence_parallel,
                "With --tensor-parallel: sequence parallelism (Korthikanti et al.): the norms, dropouts and residual "
                "adds between the parallel layers run on 1/T of the token rows of each rank, the all-reduces become "

@@ -77,6 +77,7 @@ struct TrainFlags {
   int prefetch = 1;
   int tensor_parallel = 1;  // --tensor-parallel: consecutive ranks split each decoder layer
   bool sequence_parallel = false;  // --sequence-parallel
+  int expert_parallel = 1;  // --expert-parallel: consecutive data ranks split each mixture layer's experts
 };
 
 // ", cosine schedule, 100 warm-up steps" after the learning rate; empty for a constant rate.
@@ -124,6 +125,7 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     spec.model.zoo.target_seq = flags.target_seq;
   }
   models::set_tensor_parallel(spec.model, {flags.tensor_parallel, 0, flags.sequence_parallel});  // each rank's slice is set when it starts
+  models::set_expert_parallel(spec.model, {flags.expert_parallel, 0});  // likewise each rank's share of the experts
   spec.onnx = {flags.onnx, flags.loss, flags.output, flags.export_onnx};
   spec.data = flags.data;
   spec.vocab = flags.vocab;
@@ -146,6 +148,11 @@ Result<train::TrainSpec> train_spec(const TrainFlags& flags) {
     return Error{"--optimizer " + std::string(graph::optimizer_name(flags.optimizer)) +
                  " with --tensor-parallel does not train yet (each rank's 8-bit blocks cover its own slice): train "
                  "with --optimizer adamw, or without --tensor-parallel"};
+  }
+  if (graph::is_8bit_adam(flags.optimizer) && flags.expert_parallel > 1) {
+    return Error{"--optimizer " + std::string(graph::optimizer_name(flags.optimizer)) +
+                 " with --expert-parallel does not train yet (each rank's 8-bit blocks cover its own experts): train "
+                 "with --optimizer adamw, or without --expert-parallel"};
   }
   auto lora = lora_config(flags.lora, flags.dtype, flags.tensor_parallel);
   if (!lora) return lora.error();
@@ -275,6 +282,7 @@ nlohmann::json report_json(const train::TrainReport& r) {
       out["data_parallel"] = r.world / tp;
       if (models::tensor_parallel_of(spec.model).sequence_parallel) out["sequence_parallel"] = true;
     }
+    if (const int ep = models::expert_parallel_of(spec.model).degree; ep > 1) out["expert_parallel"] = ep;
     out["zero"] = spec.zero;
     out["bucket_mb"] = double(spec.bucket_bytes) / (1024.0 * 1024.0);
     if (spec.zero == 3) out["prefetch"] = spec.prefetch;
@@ -612,6 +620,13 @@ void add_run_flags(CLI::App& app, TrainFlags& flags) {
                "With --tensor-parallel: sequence parallelism: norms, dropouts and residual adds run on each rank's "
                "1/T of the token rows (an all-gather before each column-parallel layer, a reduce-scatter after each "
                "row-parallel one); batch x sequence must divide by T");
+  app.add_option("--expert-parallel", flags.expert_parallel,
+                 "Under mpirun: expert parallelism over groups of this many consecutive data-parallel ranks, each "
+                 "holding experts/E of every mixture layer's experts; tokens go to their experts' ranks and back by "
+                 "an all-to-all, expert gradients are summed over the ranks holding the same experts. Mixture-of-"
+                 "experts --configs; --save gathers the whole model")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
 }
 
 Status refuse_onnx_options(const TrainOptions& o) {

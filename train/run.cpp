@@ -60,8 +60,10 @@ graph::DataParallelConfig parallel_config(const TrainSpec& spec, int world, int 
   dp.zero = spec.zero;
   dp.bucket_bytes = spec.bucket_bytes;
   dp.prefetch = spec.prefetch;
+  dp.expert_parallel = models::expert_parallel_of(spec.model).degree;
   return dp;
 }
+
 
 int tensor_parallel_degree(const TrainSpec& spec) { return models::tensor_parallel_of(spec.model).degree; }
 
@@ -79,6 +81,22 @@ Status check_tensor_parallel(const TrainSpec& spec, int world) {
     return Error{"--tensor-parallel " + std::to_string(t) + " splits each layer over " + std::to_string(t) + " ranks, but " +
                  std::to_string(world) + (world == 1 ? " process runs" : " ranks run") + ": launch a multiple of " +
                  std::to_string(t) + " (mpirun -np " + std::to_string(t) + ")"};
+  }
+  return Status::success();
+}
+
+// --expert-parallel E splits each mixture layer's experts over groups of E data-parallel ranks:
+// the data ranks must divide into such groups, and the model must have experts (its builder says
+// when the degree does not divide them).
+Status check_expert_parallel(const TrainSpec& spec, int replicas) {
+  const int e = models::expert_parallel_of(spec.model).degree;
+  if (e == 1) return Status::success();
+  if (!spec.onnx.path.empty()) return Error{"--expert-parallel splits a mixture of experts' experts, not an --onnx graph"};
+  if (replicas % e != 0 || replicas == 1) {
+    return Error{"--expert-parallel " + std::to_string(e) + " splits the experts over groups of " + std::to_string(e) +
+                 " data-parallel ranks, but " + std::to_string(replicas) + (replicas == 1 ? " runs" : " run") +
+                 ": launch a multiple of " + std::to_string(e) + " data-parallel ranks (mpirun -np " +
+                 std::to_string(e * tensor_parallel_degree(spec)) + ")"};
   }
   return Status::success();
 }
@@ -150,12 +168,17 @@ std::string out_of_memory_advice(const planner::StepDescription& step, const pla
 // The ranks of a run split each layer over groups of tensor_parallel consecutive ranks (rank r
 // holds slice r % T), and the groups are data-parallel replicas of one another (Megatron-LM's
 // layout): one communicator per kind of group.
+// With expert parallelism the replicas form groups of `expert_parallel` consecutive ones that split
+// the experts (replica d holds share d % E) and exchange tokens; replicas holding the same share
+// sum their experts' gradients.
 struct RankGroups {
   int tensor_parallel = 1;
   int replicas = 1;      // the data-parallel world
   int replica = 0;       // this rank's replica (its data-parallel rank)
   int slice = 0;         // this rank's slice of each layer
+  int expert_parallel = 1;
   std::unique_ptr<dist::Communicator> tensor, data;  // both set when tensor_parallel > 1
+  std::unique_ptr<dist::Communicator> expert, expert_data;  // both set when expert_parallel > 1
 };
 
 Result<RankGroups> rank_groups(const TrainSpec& spec, dist::Communicator& comm) {
@@ -165,13 +188,25 @@ Result<RankGroups> rank_groups(const TrainSpec& spec, dist::Communicator& comm) 
   groups.replicas = comm.world_size() / t;
   groups.replica = comm.rank() / t;
   groups.slice = comm.rank() % t;
-  if (t == 1) return groups;
-  auto tensor = comm.split(groups.replica);
-  if (!tensor) return tensor.error();
-  auto data = comm.split(groups.slice);
-  if (!data) return data.error();
-  groups.tensor = std::move(tensor).value();
-  groups.data = std::move(data).value();
+  groups.expert_parallel = models::expert_parallel_of(spec.model).degree;
+  const int e = groups.expert_parallel;
+  if (t > 1) {
+    auto tensor = comm.split(groups.replica);
+    if (!tensor) return tensor.error();
+    auto data = comm.split(groups.slice);
+    if (!data) return data.error();
+    groups.tensor = std::move(tensor).value();
+    groups.data = std::move(data).value();
+  }
+  if (e > 1) {
+    // Colours over the whole world: the slice keeps tensor-parallel groups apart.
+    auto expert = comm.split(groups.slice * groups.replicas + groups.replica / e);
+    if (!expert) return expert.error();
+    auto expert_data = comm.split(groups.slice * groups.replicas + groups.replica % e);
+    if (!expert_data) return expert_data.error();
+    groups.expert = std::move(expert).value();
+    groups.expert_data = std::move(expert_data).value();
+  }
   return groups;
 }
 
@@ -245,12 +280,12 @@ std::vector<RankMemory> gather_rank_memory(const runtime::Executor& executor, di
 Result<bool, TrainError> finish_run(const TrainSpec& spec, const TrainingSession& session, TrainReport& report,
                                     const Notes& note) {
   // Evaluation reads whole parameters: every rank but ZeRO-3's holds them (rank 0 evaluates).
-  const bool sliced = tensor_parallel_degree(spec) > 1;
+  const bool sliced = tensor_parallel_degree(spec) > 1 || models::expert_parallel_of(spec.model).degree > 1;
   if (spec.eval_samples == 0) {
     note("no evaluation (--eval-samples 0)");
   } else if (sliced) {
-    note("no evaluation under --tensor-parallel (each rank holds a slice of every layer); --save writes the whole "
-         "model, which 'memplan sample' and a single-process run read");
+    note(std::string("no evaluation under ") + (tensor_parallel_degree(spec) > 1 ? "--tensor-parallel (each rank holds a slice of every layer)" : "--expert-parallel (each rank holds a share of the experts)") +
+         "; --save writes the whole model, which 'memplan sample' and a single-process run read");
   } else if (report.world == 1 || spec.zero < 3) {
     auto evaluation = session.evaluate(spec.eval_samples);
     if (!evaluation) return run_error("evaluation failed: " + evaluation.error().message);
@@ -465,6 +500,7 @@ Status check_train_spec(const TrainSpec& spec, int world, const planner::SizeNam
   }
   if (Status s = check_tensor_parallel(spec, world); !s) return s;
   const int replicas = world / tensor_parallel_degree(spec);  // the data-parallel world
+  if (Status s = check_expert_parallel(spec, replicas); !s) return s;
   if (world > 1) {
     if (Status s = check_several_ranks(spec); !s) return s;
   }
@@ -534,6 +570,9 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
     tp.rank = groups.slice;
     models::set_tensor_parallel(spec.model, tp);
   }
+  if (groups.expert_parallel > 1) {
+    models::set_expert_parallel(spec.model, {groups.expert_parallel, groups.replica % groups.expert_parallel});
+  }
 
   // The device first: a missing GPU is reported before any data is read.
   const kernels::DeviceKind kind =
@@ -574,6 +613,8 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   SessionOptions options = groups.tensor_parallel == 1 ? session_options(spec, world, rank, comm)
                                                        : session_options(spec, groups.replicas, groups.replica, groups.data.get());
   options.executor.tensor_communicator = groups.tensor.get();
+  options.executor.expert_communicator = groups.expert.get();
+  options.executor.expert_data_communicator = groups.expert_data.get();
   auto started = start_session(spec, std::move(data).value(), options, *device, note);
   if (!started) return started.error();
   TrainingSession& session = *started.value();
@@ -619,10 +660,11 @@ Result<TrainReport, TrainError> run_training(const TrainSpec& spec_in, dist::Com
   report.world = world;
   report.ranks = gather_rank_memory(executor, *comm);
   report.params_sha256 = session.params_sha256();  // a collective under ZeRO-3 and tensor parallelism
-  if (groups.tensor_parallel > 1 && !spec.save.empty()) {
+  if ((groups.tensor_parallel > 1 || groups.expert_parallel > 1) && !spec.save.empty()) {
     // Every rank sends its slices; rank 0 writes the whole tensors.
     if (Status saved = session.save(spec.save); !saved) return run_error("cannot save: " + saved.error().message);
-    note("saved the weights to " + spec.save + " (whole tensors, gathered from the tensor-parallel slices)");
+    note("saved the weights to " + spec.save + (groups.tensor_parallel > 1 ? " (whole tensors, gathered from the tensor-parallel slices)"
+                                                                            : " (whole tensors, the experts gathered from every rank's share)"));
   }
   report.summary = std::move(summary).value();
   if (checkpoints) checkpoints->fill(report, executor);

@@ -371,6 +371,14 @@ std::vector<std::byte> whole_of_slices(const graph::TensorDesc& desc, std::span<
 
 }  // namespace
 
+dist::Communicator& TrainingSession::slice_group(const graph::TensorDesc& desc) const {
+  dist::Communicator* c = desc.tp_group == graph::RankGroup::expert ? options_.executor.expert_communicator
+                                                                     : options_.executor.tensor_communicator;
+  MEMPLAN_CHECK(c != nullptr, "'" << desc.name << "' is a slice over " << graph::rank_group_name(desc.tp_group)
+                                  << " ranks, but the session has no communicator for them");
+  return *c;
+}
+
 std::string TrainingSession::params_sha256() const {
   const graph::Graph& g = executor_->graph();
   bool sharded = false, sliced = false;
@@ -381,8 +389,6 @@ std::string TrainingSession::params_sha256() const {
   if (!sharded && !sliced) return executor_->params_sha256();
   dist::Communicator* comm = options_.executor.communicator;
   MEMPLAN_CHECK(!sharded || comm != nullptr, "sharded parameters without a communicator");
-  dist::Communicator* tensor_group = options_.executor.tensor_communicator;
-  MEMPLAN_CHECK(!sliced || tensor_group != nullptr, "tensor-parallel slices without a communicator");
   Sha256 hash;
   std::vector<float> shard, full;
   std::vector<std::byte> bytes;
@@ -397,13 +403,18 @@ std::string TrainingSession::params_sha256() const {
     if (desc.shard_of == kNoTensor) {
       full = shard;
     } else {
-      comm->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
+      // An expert's weights are sharded over the ranks holding the same experts.
+      dist::Communicator* shards = local.tp_axis >= 0 && local.tp_group == graph::RankGroup::expert
+                                       ? options_.executor.expert_data_communicator
+                                       : comm;
+      MEMPLAN_CHECK(shards != nullptr, "expert shards without a communicator");
+      shards->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
     }
     // The digest is over the parameter's bytes at its own dtype, as Executor::params_sha256's,
     // over the whole tensor of a tensor-parallel slice (as one process holds it).
     bytes.resize(static_cast<std::size_t>(numel * graph::dtype_size(desc.dtype)));
     kernels::narrow_from_f32(desc.dtype, full.data(), bytes.data(), numel);
-    if (local.tp_axis >= 0) bytes = whole_of_slices(local, bytes, *tensor_group);
+    if (local.tp_axis >= 0) bytes = whole_of_slices(local, bytes, slice_group(local));
     hash.update(bytes);
   }
   return hash.finish_hex();
@@ -411,6 +422,7 @@ std::string TrainingSession::params_sha256() const {
 
 Status TrainingSession::save_merged(const std::string& path) const {
   if (options_.executor.tensor_communicator != nullptr) return Error{"--merge-lora under --tensor-parallel is not supported"};
+  if (options_.executor.expert_communicator != nullptr) return Error{"--merge-lora under --expert-parallel is not supported"};
   runtime::WeightsSnapshot snapshot = runtime::snapshot_weights(
       *executor_, run_metadata(data_.model, graph::optimizer_name(options_.optimizer.kind), data_.text ? &*data_.text : nullptr));
   if (Status s = merge_adapters(snapshot, step_.lora); !s) return s;
@@ -423,13 +435,13 @@ Status TrainingSession::save(const std::string& path) const {
     return Error{"a model whose vocabulary (" + std::to_string(data_.model.gpt.vocab) + ", --vocab) differs from its text's " +
                  std::to_string(data_.text->vocab_size()) + " characters cannot be saved for sampling; leave out --vocab"};
   }
-  if (options_.executor.tensor_communicator == nullptr) {
+  if (options_.executor.tensor_communicator == nullptr && options_.executor.expert_communicator == nullptr) {
     return save_run(*executor_, path, data_.model, graph::optimizer_name(options_.optimizer.kind),
                     data_.text ? &*data_.text : nullptr);
   }
-  // Tensor parallel: every rank sends its slices, the first rank writes the whole tensors, so the
-  // file is the one a single process would write (and loads, samples and trains as it).
-  dist::Communicator& tensor_group = *options_.executor.tensor_communicator;
+  // Tensor or expert parallel: every rank sends its slices, the first rank writes the whole
+  // tensors, so the file is the one a single process would write (and loads, samples and trains
+  // as it).
   const graph::Graph& g = executor_->graph();
   runtime::WeightsSnapshot snapshot = runtime::snapshot_weights(
       *executor_, run_metadata(data_.model, graph::optimizer_name(options_.optimizer.kind), data_.text ? &*data_.text : nullptr));
@@ -442,14 +454,17 @@ Status TrainingSession::save(const std::string& path) const {
       data.append(bytes);
       continue;
     }
-    const std::vector<std::byte> whole = whole_of_slices(desc, std::as_bytes(std::span<const char>(bytes)), tensor_group);
+    const std::vector<std::byte> whole = whole_of_slices(desc, std::as_bytes(std::span<const char>(bytes)), slice_group(desc));
     t.shape = graph::whole_shape(desc).dims;
     t.bytes = whole.size();
     data.append(reinterpret_cast<const char*>(whole.data()), whole.size());
   }
   // One writer: the first slice of the first replica (each replica's group gathers alike).
+  const dist::Communicator* tensor_group = options_.executor.tensor_communicator;
   const dist::Communicator* replicas = options_.executor.communicator;
-  if (tensor_group.rank() != 0 || (replicas != nullptr && replicas->rank() != 0)) return Status::success();
+  if ((tensor_group != nullptr && tensor_group->rank() != 0) || (replicas != nullptr && replicas->rank() != 0)) {
+    return Status::success();
+  }
   snapshot.data = std::move(data);
   return runtime::write_weights(snapshot, path);
 }

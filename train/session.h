@@ -148,8 +148,8 @@ class TrainingSession {
   // `max_samples`: at most this many test images or validation sequences (default: every image,
   // kDefaultEvalSequences sequences).
   Result<SessionEvaluation> evaluate(std::optional<std::int64_t> max_samples = std::nullopt) const;
-  // Under tensor parallelism a collective (every rank calls it; the first writes): the file holds
-  // the whole tensors, as one process's run would.
+  // Under tensor or expert parallelism a collective (every rank calls it; the first writes): the
+  // file holds the whole tensors, as one process's run would.
   Status save(const std::string& path) const;
   // The same with the LoRA adapters merged into their base weights (train/adapters.h: merge_adapters).
   Status save_merged(const std::string& path) const;
@@ -159,11 +159,14 @@ class TrainingSession {
 
   // SHA-256 of every parameter's full bytes in the model's order: Executor::params_sha256 for a
   // single process, and the same digest of the gathered parameters when ZeRO-3 shards them (a
-  // collective: every rank calls it), so runs at every stage compare; tensor-parallel slices are
-  // gathered whole too.
+  // collective: every rank calls it), so runs at every stage compare; tensor- and expert-parallel
+  // slices are gathered whole too.
   std::string params_sha256() const;
 
  private:
+  // The ranks a sliced parameter's slices are spread over (its tp_group's communicator).
+  dist::Communicator& slice_group(const graph::TensorDesc& desc) const;
+
   TrainingSession(RunData data, const SessionOptions& options) : data_(std::move(data)), options_(options) {}
 
   RunData data_;

@@ -78,6 +78,13 @@ void k_all_gather_into(const KernelCall& c) {
   communicator_of(c).all_gather_shards(nullptr, c.updates[0].data, c.updates[0].numel(), element_type(c.updates[0].dtype));
 }
 
+// At any dtype: the chunks move as they are.
+void k_all_to_all(const KernelCall& c) {
+  dist::Communicator& comm = communicator_of(c);
+  comm.all_to_all(c.inputs[0].data, c.outputs[0].data, c.outputs[0].numel() / c.attrs->world,
+                  element_type(c.outputs[0].dtype));
+}
+
 // --- 16-bit sums across ranks -----------------------------------------------------------------------
 
 // The exchange buffers, carved out of the workspace in graph::op_widening's order.
@@ -139,6 +146,7 @@ KernelEntries collective_16bit_kernel_entries() {
     entries.push_back({OpKind::pack, k_pack, d});
     entries.push_back({OpKind::all_gather, k_all_gather, d});
     entries.push_back({OpKind::all_gather_into, k_all_gather_into, d});
+    entries.push_back({OpKind::all_to_all, k_all_to_all, d});
   }
   return entries;
 }
@@ -159,6 +167,7 @@ KernelEntries collective_kernel_entries() {
       {OpKind::reduce_scatter, k_reduce_scatter},
       {OpKind::all_gather, k_all_gather},
       {OpKind::all_gather_into, k_all_gather_into},
+      {OpKind::all_to_all, k_all_to_all},
   };
 }
 
