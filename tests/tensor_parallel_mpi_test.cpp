@@ -20,10 +20,12 @@
 
 #include "memplan/runtime/safetensors.h"
 #include "tests/cli_util.h"
+#include "tests/parameters_compare.h"
 
 namespace memplan {
 namespace {
 
+using testing::expect_parameters_close;
 using testing::mpirun;
 using testing::run_cli;
 using testing::run_cli_with_env;
@@ -69,47 +71,6 @@ nlohmann::json fit_json(const std::string& args) {
   const auto r = run_cli("fit " + args + " --device cpu --device-memory 1TiB --json", false);
   EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
   return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Every parameter of the two files within `tolerance` of the first's norm, tensor by tensor (the
-// attention keys' bias aside, whose exact gradient is zero: rounding noise in both), and some
-// bits apart (the reductions' order differs between the runs).
-void expect_parameters_close(const std::string& one, const std::string& split, double tolerance) {
-  const std::string a_bytes = read_file(one), b_bytes = read_file(split);
-  auto a = runtime::parse_safetensors(a_bytes, one);
-  auto b = runtime::parse_safetensors(b_bytes, split);
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(a.value().tensors.size(), b.value().tensors.size());
-  int compared = 0;
-  double total_diff = 0.0;
-  for (const runtime::SafetensorsEntry& ta : a.value().tensors) {
-    const runtime::SafetensorsEntry* tb = b.value().find(ta.name);
-    ASSERT_NE(tb, nullptr) << ta.name;
-    ASSERT_EQ(ta.shape, tb->shape) << ta.name << ": the saved tensor is not the whole one";
-    ASSERT_EQ(ta.data.size(), tb->data.size()) << ta.name;
-    const auto n = ta.data.size() / sizeof(float);
-    std::vector<float> x(n), y(n);
-    std::memcpy(x.data(), ta.data.data(), ta.data.size());
-    std::memcpy(y.data(), tb->data.data(), tb->data.size());
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < n; ++i) {
-      diff += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-      norm += double(x[i]) * x[i];
-    }
-    total_diff += diff;
-    if (ta.name.find("k.bias") != std::string::npos || ta.name.find("k_proj.bias") != std::string::npos) continue;
-    EXPECT_LE(std::sqrt(diff), tolerance * std::sqrt(norm)) << ta.name;
-    ++compared;
-  }
-  EXPECT_GE(compared, 8);
-  EXPECT_GT(total_diff, 0.0) << "no bit differs: did the second run split anything?";
 }
 
 // The GPT (SGD for 3 steps) in one process and on two ranks with `split` flags: parameters within
