@@ -525,7 +525,7 @@ planner::StepWithLevers step_with_levers(const FitFlags& flags) {
       model.tensor_parallel = levers.tensor_parallel;
       model.sequence_parallel = model.sequence_parallel && levers.tensor_parallel > 1;  // it goes with the slices
       model.offload_optimizer = levers.offload_optimizer;
-      auto step = step_description(model);
+      auto step = step_description(model, /*notes=*/false);  // the asked step's notes were printed
       if (!step) return step.error();
       it = built->emplace(key, std::move(step).value()).first;
     }
@@ -538,6 +538,7 @@ planner::StepWithLevers step_with_levers(const FitFlags& flags) {
       step.parallel.zero = levers.zero;
       step.parallel.bucket_bytes = static_cast<Bytes>(flags.bucket_mb * 1024.0 * 1024.0);
       step.parallel.prefetch = flags.prefetch;
+      step.parallel.expert_parallel = flags.model.expert_parallel;
       if (auto problem = planner::global_batch_problem(step)) return Error{planner::describe(*problem, models::ref_size_naming())};
     }
     return step;

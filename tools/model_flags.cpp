@@ -247,12 +247,12 @@ void print_notes(const std::vector<std::string>& notes) {
   for (const std::string& note : notes) std::cerr << note << "\n";
 }
 
-Result<planner::StepDescription> step_description(const ModelFlags& flags) {
+Result<planner::StepDescription> step_description(const ModelFlags& flags, bool notes) {
   graph::OptimizerConfig optimizer;
   optimizer.kind = flags.optimizer;
   auto resolved = models::resolve_model(flags, optimizer);
   if (!resolved) return resolved.error();
-  print_notes(resolved.value().notes);
+  if (notes) print_notes(resolved.value().notes);
   planner::StepDescription step = std::move(resolved.value().step);
   step.offload_optimizer = flags.offload_optimizer;
   step.fused_loss = flags.fused_loss;

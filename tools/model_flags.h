@@ -59,8 +59,9 @@ void add_fused_loss_option(CLI::App& app, graph::FusedLoss& mode);
 void add_moe_capacity_option(CLI::App& app, std::optional<double>& factor);
 
 // The step the flags describe (models::resolve_model, with the step's choices set); the
-// resolution's notes go to stderr. An Error names the flag that cannot work.
-Result<planner::StepDescription> step_description(const ModelFlags& flags);
+// resolution's notes go to stderr unless `notes` is false (a step built again for another
+// lever). An Error names the flag that cannot work.
+Result<planner::StepDescription> step_description(const ModelFlags& flags, bool notes = true);
 // Notes for the user (models::ResolvedModel::notes), a line each on stderr so --json stays one document.
 void print_notes(const std::vector<std::string>& notes);
 
