@@ -289,7 +289,7 @@ def fit(model=None, **flags):
 
     Keyword arguments are `memplan fit`'s flags: model= | config= (path or dict) | onnx= (path or
     bytes), batch, seq, image_size, dtype, optimizer, device_memory (required: "80GiB" or bytes),
-    device, checkpoint, devices, zero, tensor_parallel, sequence_parallel=True, offload_optimizer,
+    device, checkpoint, devices, zero, tensor_parallel, sequence_parallel=True, expert_parallel, offload_optimizer,
     fused_loss="auto"|"on"|"off", schedule="auto"|"searched"|..., max_batch=True, minimum=True,
     suggest=True (the cheapest combination of levers that fits), ... (memplan.help("fit")).
     Returns a FitResult: fits, arena_bytes, total_bytes, breakdown, max_batch_by_checkpoint, ...
