@@ -507,6 +507,16 @@ const std::vector<OpCase>& op_cases() {
          return with_attrs(b, OpKind::reduce_scatter, b.reshape(partial, {d[0] * d[1]}, "partial.flat"), tensor_group(1));
        },
        {{3, 4}, {2, 1}}},
+      // Expert parallelism's exchange (graph/expert_parallel.h) over one rank: a copy, whose
+      // gradient is the same exchange; several ranks: tests/expert_parallel_mpi_test.cpp
+      {"all_to_all_experts", OpKind::all_to_all,
+       [](Builder& b, const Dims& d, DType t) {
+         graph::OpAttrs exchange;
+         exchange.world = 1;
+         exchange.group = graph::RankGroup::expert;
+         return with_attrs(b, OpKind::all_to_all, b.scale(b.parameter("x", Shape(d), {}, t), 1.5f, "slots"), exchange);
+       },
+       {{2, 3, 4}, {4, 1, 2}}},
       {"embedding_vocab_slice", OpKind::embedding,
        [](Builder& b, const Dims& d, DType t) {
          // Rows [2, 2 + d[1]) of the vocabulary: the other ids give zero rows (and no gradient).
@@ -1294,6 +1304,7 @@ const ReferenceEntry kReferences[] = {
     // Over one rank (the cases' world): a sum of one is alpha x; a gather of one is a copy.
     {OpKind::all_reduce, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs& a) { return double(a.alpha) * x; }); }},
     {OpKind::all_gather, ref_reshape},
+    {OpKind::all_to_all, ref_reshape},
     {OpKind::reduce_scatter, [](const RefOperands& o) { return unary(o, [](double x, const graph::OpAttrs& a) { return double(a.alpha) * x; }); }},
     {OpKind::vocab_parallel_stats, ref_vocab_parallel_stats},
     {OpKind::vocab_parallel_loss, ref_vocab_parallel_loss},

@@ -343,7 +343,6 @@ const std::map<OpKind, const char*>& exemptions() {
       {OpKind::to_host, "tests/optimizer_offload_test.cpp (training with offload gives the bits of training without)"},
       {OpKind::pack, "tests/data_parallel_test.cpp (Collectives.PackLaysShardsOutRankMajorWithZeroPadding)"},
       {OpKind::all_gather_into, "tests/data_parallel_mpi_test.cpp (ranks against one process, every ZeRO stage)"},
-      {OpKind::all_to_all, "tests/expert_parallel_mpi_test.cpp (expert-parallel ranks against one process)"},
   };
   return kExempt;
 }
