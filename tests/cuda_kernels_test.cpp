@@ -587,7 +587,7 @@ std::vector<std::pair<std::string, graph::Graph>> case_graphs(bool sixteen_bits 
 // one explicit list, so the gap is visible and a new op of a case without a CUDA kernel fails here
 // until it has one or is listed (runs wherever memplan was built with CUDA).
 const std::set<std::string> kCaseOpsWithoutACudaKernel = {
-    "all_gather", "all_reduce", "concat", "moe_combine", "moe_combine_backward_gates", "moe_dispatch", "moe_router_stats",
+    "all_gather", "all_reduce", "all_to_all", "concat", "moe_combine", "moe_combine_backward_gates", "moe_dispatch", "moe_router_stats",
     "moe_router_stats_backward", "moe_top_k", "moe_top_k_backward", "relative_position_bias",
     "relative_position_bias_backward", "repeat_heads", "repeat_heads_backward",
     "reduce_scatter", "rms_norm", "rms_norm_backward", "rms_norm_dgamma", "rotary", "vocab_parallel_cross_entropy_backward",
