@@ -145,21 +145,38 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
     const TensorId stats = b.moe_router_stats(probs, gates, m + ".router.stats");
     *router_stats = *router_stats == kNoTensor ? stats : b.add(*router_stats, stats, m + ".router.stats_sum");
   }
-  const TensorId xe = b.moe_dispatch(x, gates, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
+  // Under tensor parallelism the router is whole on every rank and each expert's hidden width is
+  // split as the dense MLP's is: each rank runs every token through its slice of the experts and
+  // the combined partial outputs are summed over the ranks. The tokens and gates enter the split
+  // experts through tp_copy, whose gradient sums the ranks' partial gradients (the gates' too:
+  // the combine's gradient for a gate reads this rank's partial output).
+  const graph::TensorParallel& tp = config.tensor_parallel;
+  const std::int64_t Fr = tp.split(F, "the experts' hidden width (moe_intermediate_size)");
+  const TensorId x_in = graph::column_input(b, tp, x, m + ".experts.in");
+  const TensorId g_in = graph::tp_copy(b, tp, gates, m + ".gates.shared");
+  const TensorId xe = b.moe_dispatch(x_in, g_in, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
   // Every expert's weights stacked, [E, out, in]: one batched product over the experts' slots.
+  // With expert parallelism this rank holds a share of the experts and runs them on every
+  // rank's tokens. (Both at once: the weights' slice records the experts' split only.)
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
-  // With expert parallelism this rank runs its share of the experts on every rank's tokens.
   const graph::ExpertParallel& ep = config.expert_parallel;
   auto expert_project = [&](const char* which, TensorId input, std::int64_t out) {
     const std::string name = m + ".experts." + which;
-    const std::int64_t width = b.graph().tensor(input).shape.cols();
-    const TensorId w = graph::expert_weights(b, ep, name + ".weight", {E, out, width}, w_init, config.dtype);
+    const bool down = std::string(which) == "down_proj";
+    const std::int64_t width = down ? F : C;
+    const graph::Shape whole{E, down ? out : F, width};
+    TensorId w;
+    if (ep.active()) {
+      w = graph::expert_weights(b, ep, name + ".weight", {E, down ? out : Fr, down ? Fr : width}, w_init, config.dtype);
+    } else {
+      w = graph::parameter_slice(b, tp, name + ".weight", whole, down ? 2 : 1, w_init, config.dtype);
+    }
     return b.batched_matmul(input, w, false, true, name);
   };
   const TensorId local = graph::exchange_to_experts(b, ep, xe, m + ".to_experts");
-  const TensorId ye = graph::exchange_from_experts(b, ep, mlp_body(b, config, local, F, expert_project, m + ".experts"),
+  const TensorId ye = graph::exchange_from_experts(b, ep, mlp_body(b, config, local, Fr, expert_project, m + ".experts"),
                                                    m + ".from_experts");
-  TensorId y = b.moe_combine(ye, gates, m + ".combine");
+  TensorId y = graph::tp_sum(b, tp, b.moe_combine(ye, g_in, m + ".combine"), m + ".combine.sum");
   if (moe.shared_ffn > 0 && !moe.shared_gate) {  // DeepSeek's shared experts: one MLP of their summed width
     LlamaConfig shared = config;
     shared.ffn = moe.shared_ffn;
@@ -270,13 +287,10 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     config.expert_parallel.local_experts(config.moe.experts);  // a GraphError when the degree does not divide them
   }
   if (tp.active()) {
-    if (config.moe.experts > 0) {
-      throw graph::GraphError("llama: a mixture of experts under --tensor-parallel is not planned (its experts would "
-                              "need expert parallelism); leave out --tensor-parallel");
-    }
-    if (config.mla.active()) {
-      throw graph::GraphError("llama: multi-head latent attention under --tensor-parallel is not planned; leave out "
-                              "--tensor-parallel");
+    if (tp.sequence_parallel && (config.moe.experts > 0 || config.mla.active())) {
+      throw graph::GraphError(std::string("llama: ") + (config.mla.active() ? "multi-head latent attention" : "a mixture of experts") +
+                              " under --sequence-parallel is not planned (its shared down projections and router would "
+                              "run on each rank's rows only); leave out --sequence-parallel");
     }
     if (config.qk_norm == LlamaConfig::QkNorm::whole) {
       throw graph::GraphError("llama: a q/k norm over the whole projection (OLMo-2's) needs every head's channels on "
@@ -328,15 +342,22 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     auto heads_of = [&](TensorId flat, std::int64_t heads, std::int64_t width, const std::string& name) {
       return b.permute(b.reshape(flat, {B, T, heads, width}, name + ".view"), {0, 2, 1, 3}, name + ".heads");
     };
+    // Under tensor parallelism each rank holds NH / T heads: q_b_proj (or q_proj) and kv_b_proj
+    // split their output heads, o_proj its input heads; the down projections (q_a_proj,
+    // kv_a_proj_with_mqa) and their norms are whole on every rank, their outputs entering the
+    // split layers through tp_copy, whose gradient sums the ranks' heads' shares.
+    using llama_parts::Split;
     TensorId q;
     if (mla.q_lora_rank > 0) {
       const TensorId cq = llama_parts::project(b, config, a_in, a + ".q_a_proj", mla.q_lora_rank, C, false, a + ".q_a");
       const TensorId cq_n = b.rms_norm(cq, b.parameter(a + ".q_a_layernorm.weight", {mla.q_lora_rank}, ones, dt), a + ".q_a_norm");
-      q = llama_parts::project(b, config, cq_n, a + ".q_b_proj", graph::checked_mul(NH, DQK), mla.q_lora_rank, false, a + ".q");
+      q = llama_parts::project(b, config, graph::column_input(b, tp, cq_n, a + ".q_a.shared"), a + ".q_b_proj",
+                               graph::checked_mul(NH, DQK), mla.q_lora_rank, false, a + ".q", Split::column);
     } else {
-      q = llama_parts::project(b, config, a_in, a + ".q_proj", graph::checked_mul(NH, DQK), C, false, a + ".q");
+      q = llama_parts::project(b, config, graph::column_input(b, tp, a_in, a + ".in"), a + ".q_proj", graph::checked_mul(NH, DQK),
+                               C, false, a + ".q", Split::column);
     }
-    q = heads_of(q, NH, DQK, a + ".q");  // [B, NH, T, DN + DR]
+    q = heads_of(q, NHr, DQK, a + ".q");  // [B, NH / T, T, DN + DR]
     const TensorId q_pe = b.rotary(b.slice(q, 3, DN, DR, a + ".q_pe"), config.rope_base_of(l), a + ".q.rope");
     q = b.concat(b.slice(q, 3, 0, DN, a + ".q_nope"), q_pe, 3, a + ".q.joined");
     const TensorId ckv =
@@ -344,24 +365,25 @@ graph::Graph build_llama(const LlamaConfig& config, std::int64_t batch) {
     const TensorId latent = b.rms_norm(b.slice(ckv, 1, 0, mla.kv_lora_rank, a + ".latent"),
                                        b.parameter(a + ".kv_a_layernorm.weight", {mla.kv_lora_rank}, ones, dt), a + ".latent_norm");
     // The decoupled rotary key: one head, shared by every query head.
-    const TensorId k_pe = b.rotary(heads_of(b.slice(ckv, 1, mla.kv_lora_rank, DR, a + ".k_pe"), 1, DR, a + ".k_pe"),
-                                   config.rope_base_of(l), a + ".k.rope");
-    const TensorId kv = heads_of(llama_parts::project(b, config, latent, a + ".kv_b_proj", graph::checked_mul(NH, DN + DV),
-                                                      mla.kv_lora_rank, false, a + ".kv_b"),
-                                 NH, DN + DV, a + ".kv");  // [B, NH, T, DN + DV]
-    const TensorId k = b.concat(b.slice(kv, 3, 0, DN, a + ".k_nope"), b.repeat_heads(k_pe, NH, a + ".k_pe.repeat"), 3,
+    const TensorId k_pe_in = graph::column_input(b, tp, b.slice(ckv, 1, mla.kv_lora_rank, DR, a + ".k_pe"), a + ".k_pe.shared");
+    const TensorId k_pe = b.rotary(heads_of(k_pe_in, 1, DR, a + ".k_pe"), config.rope_base_of(l), a + ".k.rope");
+    const TensorId kv = heads_of(llama_parts::project(b, config, graph::column_input(b, tp, latent, a + ".latent.shared"),
+                                                      a + ".kv_b_proj", graph::checked_mul(NH, DN + DV), mla.kv_lora_rank,
+                                                      false, a + ".kv_b", Split::column),
+                                 NHr, DN + DV, a + ".kv");  // [B, NH, T, DN + DV]
+    const TensorId k = b.concat(b.slice(kv, 3, 0, DN, a + ".k_nope"), b.repeat_heads(k_pe, NHr, a + ".k_pe.repeat"), 3,
                                 a + ".k.joined");
     TensorId v = b.slice(kv, 3, DN, DV, a + ".v");
     // The fused kernel takes values as wide as the keys: zeros pad them (as flash attention's
     // callers do for MLA), and the output's padding is dropped.
     const bool pad = config.attention == AttentionKind::fused && DV < DQK;
-    if (pad) v = b.concat(v, b.fill({B, NH, T, DQK - DV}, 0.0f, dt, a + ".v.pad_zeros"), 3, a + ".v.padded");
+    if (pad) v = b.concat(v, b.fill({B, NHr, T, DQK - DV}, 0.0f, dt, a + ".v.pad_zeros"), 3, a + ".v.padded");
     TensorId y = attention_block(b, config.attention, q, k, v, /*causal=*/true, config.attention_dropout, a,
                                  config.attention_scale(), config.attn_softcap, kNoTensor,
                                  config.window_of(l));  // [B, NH, T, DQK or DV]
     if (pad) y = b.slice(y, 3, 0, DV, a + ".values");
-    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, graph::checked_mul(NH, DV)}, a + ".merged");
-    return llama_parts::project(b, config, y, a + ".o_proj", C, graph::checked_mul(NH, DV), config.o_bias, a + ".o");
+    y = b.reshape(b.permute(y, {0, 2, 1, 3}, a + ".merge"), {rows, graph::checked_mul(NHr, DV)}, a + ".merged");
+    return llama_parts::project(b, config, y, a + ".o_proj", C, graph::checked_mul(NH, DV), config.o_bias, a + ".o", Split::row);
   };
   for (std::int64_t l = 0; l < config.layers; ++l) {
     const std::string a = "layers." + std::to_string(l) + ".self_attn";

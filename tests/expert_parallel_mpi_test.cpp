@@ -1,4 +1,4 @@
-// `memplan train --expert-parallel` across processes under Open MPI's mpirun: ranks that split
+// `memplan train --expert-parallel` (and --tensor-parallel on mixtures of experts) across processes under Open MPI's mpirun: ranks that split
 // each mixture layer's experts, sending tokens to their experts' ranks and back by all-to-alls, end
 // within 1e-5 (relative, per tensor) of one process on the same global batch; with groups that
 // hold the same experts (4 ranks, --expert-parallel 2) too. Every rank plans the arena `fit`
@@ -81,25 +81,31 @@ std::string train_args(const std::string& config) {
   return "train --json --quiet --threads 1 " + moe_shape(config) + " --steps 3 --device cpu --data " + moe_files().text;
 }
 
-// One process, then `ranks` ranks with --expert-parallel `degree`: parameters within 1e-5, every
-// rank in fit's arena for the same flags, no allocation during steps, the experts split.
-void expect_ranks_as_one_process(const std::string& config, const std::string& label, int ranks, int degree) {
-  SCOPED_TRACE(label + ": " + std::to_string(ranks) + " ranks, --expert-parallel " + std::to_string(degree));
+// One process, then `ranks` ranks with `flags` (--expert-parallel E or --tensor-parallel T):
+// parameters within 1e-5, every rank in fit's arena for the same flags, no allocation during steps.
+nlohmann::json expect_split_as_one_process(const std::string& config, const std::string& label, int ranks, const std::string& flags) {
+  SCOPED_TRACE(label + ": " + std::to_string(ranks) + " ranks," + flags);
   const std::string one = moe_files().dir + "/" + label + "_one.safetensors";
-  const std::string split = moe_files().dir + "/" + label + "_" + std::to_string(ranks) + "_" + std::to_string(degree) + ".safetensors";
+  std::string tag = flags;
+  for (char& c : tag) c = c == ' ' || c == '-' ? '_' : c;
+  const std::string split = moe_files().dir + "/" + label + "_" + std::to_string(ranks) + tag + ".safetensors";
   if (!std::filesystem::exists(one)) run_json("", train_args(config) + " --save " + one);
-  const std::string flags = " --expert-parallel " + std::to_string(degree);
   const nlohmann::json out = run_json(mpirun(ranks), train_args(config) + flags + " --save " + split);
   expect_parameters_close(one, split, 1e-5);
-  EXPECT_EQ(out.value("expert_parallel", 0), degree);
   const nlohmann::json fit = run_json("", "fit " + moe_shape(config) + " --vocab 97 --devices " + std::to_string(ranks) + flags +
                                               " --device cpu --device-memory 1TiB --json");
-  EXPECT_EQ(fit.value("experts_per_rank", 0), 4 / degree);
-  ASSERT_EQ(out["ranks"].size(), static_cast<std::size_t>(ranks)) << out.dump();
+  EXPECT_EQ(out["ranks"].size(), static_cast<std::size_t>(ranks)) << out.dump();
   for (const auto& rank : out["ranks"]) {
     EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
     EXPECT_EQ(rank["device_allocations_during_steps"], 0);
   }
+  return fit;
+}
+
+// --expert-parallel `degree`: the experts split as fit says.
+void expect_ranks_as_one_process(const std::string& config, const std::string& label, int ranks, int degree) {
+  const nlohmann::json fit = expect_split_as_one_process(config, label, ranks, " --expert-parallel " + std::to_string(degree));
+  EXPECT_EQ(fit.value("experts_per_rank", 0), 4 / degree);
 }
 
 TEST(ExpertParallelMpi, MixtralRanksEndWithinOneIn100000OfOneProcess) {
@@ -110,6 +116,17 @@ TEST(ExpertParallelMpi, MixtralRanksEndWithinOneIn100000OfOneProcess) {
 
 TEST(ExpertParallelMpi, DeepSeekStyleRanksEndWithinOneIn100000OfOneProcess) {
   expect_ranks_as_one_process(moe_files().deepseek, "deepseek", 4, 2);
+}
+
+// Tensor parallelism splits each expert's hidden width (and latent attention's heads) as the
+// dense MLP's: the router and the latent down projections whole on every rank, their inputs to
+// the split layers through tp_copy, the combined partial outputs summed. Two ranks, and two
+// replicas of the slices, against one process.
+TEST(TensorParallelMoeMpi, ExpertsAndLatentAttentionSplitByWidthEndWithinOneIn100000OfOneProcess) {
+  expect_split_as_one_process(moe_files().mixtral, "mixtral", 2, " --tensor-parallel 2");
+  expect_split_as_one_process(moe_files().deepseek, "deepseek", 2, " --tensor-parallel 2");
+  const nlohmann::json fit = expect_split_as_one_process(moe_files().deepseek, "deepseek", 4, " --tensor-parallel 2");
+  EXPECT_EQ(fit.value("tensor_parallel", 0), 2);
 }
 
 // ZeRO shards an expert's state over the ranks holding the same experts: stages 0-2 end with the
@@ -148,6 +165,9 @@ TEST(ExpertParallelCli, SplitsThatCannotRunAreErrorsThatSayWhatWorks) {
   auto dense = run_cli("fit --config " + moe_files().dense + " --seq 16 --devices 2 --expert-parallel 2 --device-memory 1TiB");
   EXPECT_EQ(dense.exit_code, 2) << dense.output;
   EXPECT_NE(dense.output.find("has none"), std::string::npos) << dense.output;
+  auto both = run_cli_with_env(mpirun(4), args + " --expert-parallel 2 --tensor-parallel 2");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("does not train yet (fit plans it)"), std::string::npos) << both.output;
   auto devices = run_cli("fit " + moe_shape(moe_files().mixtral) + " --devices 6 --expert-parallel 4 --device-memory 1TiB");
   EXPECT_EQ(devices.exit_code, 2) << devices.output;
   EXPECT_NE(devices.output.find("a multiple of 4"), std::string::npos) << devices.output;

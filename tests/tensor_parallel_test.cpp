@@ -229,10 +229,48 @@ TEST(TensorParallelGraph, RotaryDecodersSplitQueryAndKeyValueHeads) {
     EXPECT_NE(std::string(e.what()).find("kv_heads"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--tensor-parallel"), std::string::npos) << e.what();
   }
-  // A mixture of experts does not split (expert parallelism is another lever).
-  c.tensor_parallel = {2, 0};
+  // A mixture of experts splits each expert's hidden width as the dense MLP's (rank 1: columns
+  // [48, 96) of the gate and up projections, inputs [48, 96) of the down one); the router stays
+  // whole; the combined partial outputs are summed. Not under sequence parallelism.
+  c.tensor_parallel = {2, 1};
   c.moe.experts = 4;
+  c.moe.capacity_factor = 0.0;
+  const graph::Graph moe = models::build_llama(c, 2);
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.experts.gate_proj.weight").shape, (graph::Shape{4, 48, 64}));
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.experts.gate_proj.weight").tp_axis, 1);
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.experts.down_proj.weight").shape, (graph::Shape{4, 64, 48}));
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.experts.down_proj.weight").tp_axis, 2);
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.gate.weight").shape, (graph::Shape{4, 64}));
+  EXPECT_EQ(tensor(moe, "layers.0.mlp.gate.weight").tp_axis, -1);
+  EXPECT_NE(moe.find("layers.0.mlp.combine.sum"), kNoTensor);
+  EXPECT_NE(moe.find("layers.0.mlp.gates.shared"), kNoTensor) << "the gates enter the split experts through tp_copy";
+  c.tensor_parallel.sequence_parallel = true;
   EXPECT_THROW(models::build_llama(c, 2), graph::GraphError);
+}
+
+// Latent attention splits its heads: q_b_proj's and kv_b_proj's output heads, o_proj's input
+// heads; the down projections and their norms stay whole.
+TEST(TensorParallelGraph, LatentAttentionSplitsItsHeads) {
+  models::LlamaConfig c;
+  c.vocab = 50;
+  c.context = 8;
+  c.layers = 1;
+  c.width = 32;
+  c.heads = 4;
+  c.kv_heads = 4;
+  c.ffn = 48;
+  c.mla = {12, 10, 6, 4, 5};  // q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head
+  c.tensor_parallel = {2, 0};
+  const graph::Graph g = models::build_llama(c, 2);
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.q_b_proj.weight").shape, (graph::Shape{2 * 10, 12}));
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.kv_b_proj.weight").shape, (graph::Shape{2 * 11, 10}));
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.o_proj.weight").shape, (graph::Shape{32, 2 * 5}));
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.o_proj.weight").tp_axis, 1);
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.q_a_proj.weight").shape, (graph::Shape{12, 32}));
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.kv_a_proj_with_mqa.weight").shape, (graph::Shape{14, 32}));
+  EXPECT_EQ(tensor(g, "layers.0.self_attn.kv_a_proj_with_mqa.weight").tp_axis, -1);
+  EXPECT_EQ(count_group_ops(g, OpKind::tp_copy, RankGroup::tensor), 3 + 2)
+      << "q latent, k_pe and kv latent; the MLP's and the vocabulary head's inputs";
 }
 
 TEST(TensorParallelGraph, ModelsWithoutAttentionOrMlpLayersRefuseIt) {
