@@ -218,7 +218,7 @@ void make_data_parallel_training_step(Graph& g, const OptimizerConfig& optimizer
   for (TensorId p : g.parameters()) {
     const TensorDesc& desc = g.tensor(p);
     if (desc.grad == kNoTensor) continue;
-    (desc.tp_axis >= 0 && desc.tp_group == RankGroup::expert ? expert_params : params).push_back(p);
+    (desc.ep_parts > 1 ? expert_params : params).push_back(p);
   }
   std::vector<std::pair<ReductionGroup, std::vector<TensorId>>> groups;
   groups.push_back({ReductionGroup{config, RankGroup::data, mean}, params});

@@ -22,18 +22,16 @@ void check_expert_parallel(const ExpertParallel& ep) {
   }
 }
 
-TensorId expert_weights(Builder& b, const ExpertParallel& ep, const std::string& name, const Shape& whole, InitSpec init,
-                        DType dtype) {
-  if (!ep.active()) return b.parameter(name, whole, init, dtype);
-  Shape slice = whole;
-  slice.dims[0] = ep.local_experts(whole[0]);
-  const TensorId p = b.parameter(name, slice, init, dtype);
-  TensorDesc& desc = b.graph().mutable_tensor(p);
-  desc.tp_axis = 0;
-  desc.tp_parts = ep.degree;
-  desc.tp_index = ep.rank;
-  desc.tp_whole = whole[0];
-  desc.tp_group = RankGroup::expert;
+TensorId expert_weights(Builder& b, const ExpertParallel& ep, const TensorParallel& tp, const std::string& name,
+                        const Shape& whole, int tp_axis, InitSpec init, DType dtype) {
+  Shape share = whole;
+  if (ep.active()) share.dims[0] = ep.local_experts(whole[0]);
+  const TensorId p = parameter_slice(b, tp, name, share, tp_axis, init, dtype);
+  if (ep.active()) {
+    TensorDesc& desc = b.graph().mutable_tensor(p);
+    desc.ep_parts = ep.degree;
+    desc.ep_index = ep.rank;
+  }
   return p;
 }
 
@@ -82,9 +80,9 @@ ExpertShare expert_share(const Graph& g) {
   for (TensorId p : g.parameters()) {
     const TensorDesc& stored = g.tensor(p);
     const TensorDesc& desc = stored.shard_of == kNoTensor ? stored : g.tensor(stored.shard_of);
-    if (desc.tp_axis != 0 || desc.tp_group != RankGroup::expert) continue;
+    if (desc.ep_parts <= 1) continue;
     share.local_experts = desc.shape[0];
-    share.experts = desc.tp_whole;
+    share.experts = desc.shape[0] * desc.ep_parts;
     ++share.tensors;
     share.bytes += stored.size_bytes();
   }

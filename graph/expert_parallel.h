@@ -15,6 +15,7 @@
 
 #include "memplan/graph/builder.h"
 #include "memplan/graph/tensor.h"
+#include "memplan/graph/tensor_parallel.h"
 
 namespace memplan::graph {
 
@@ -30,11 +31,12 @@ struct ExpertParallel {
 // A GraphError unless 1 <= degree and 0 <= rank < degree.
 void check_expert_parallel(const ExpertParallel& ep);
 
-// The stacked weights [E, out, in] of a mixture layer's experts: this rank's [E / degree, out, in]
-// slice along the experts, initialised as that slice of the whole tensor would be (so a run split
-// over ranks starts from one process's weights); the whole tensor without expert parallelism.
-TensorId expert_weights(Builder& b, const ExpertParallel& ep, const std::string& name, const Shape& whole, InitSpec init,
-                        DType dtype);
+// The stacked weights [E, out, in] of a mixture layer's experts: this rank's E / degree of the
+// experts, and of those its tensor-parallel slice along `tp_axis` (graph/tensor_parallel.h:
+// parameter_slice), initialised as that part of the whole tensor would be (so a run split over
+// ranks starts from one process's weights); the whole tensor without either.
+TensorId expert_weights(Builder& b, const ExpertParallel& ep, const TensorParallel& tp, const std::string& name,
+                        const Shape& whole, int tp_axis, InitSpec init, DType dtype);
 
 // xe [E, slots, C], this rank's tokens in every expert's slots, to [E / degree, degree * slots, C]:
 // every rank's tokens in the slots of this rank's experts (rank r's in [r * slots, + slots)). xe

@@ -25,7 +25,8 @@ TensorId add_state(Graph& graph, TensorId param, const Shape& shape, const char*
     desc.tp_parts = p.tp_parts;
     desc.tp_index = p.tp_index;
     desc.tp_whole = p.tp_whole;
-    desc.tp_group = p.tp_group;
+    desc.ep_parts = p.ep_parts;
+    desc.ep_index = p.ep_index;
   }
   return graph.add_tensor(std::move(desc));
 }

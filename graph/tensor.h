@@ -146,9 +146,12 @@ struct TensorDesc {
   int tp_parts = 1;
   int tp_index = 0;
   std::int64_t tp_whole = 0;
-  // The ranks the slices are spread over: the tensor-parallel group, or the expert-parallel one
-  // (graph/expert_parallel.h: each rank holds a slice of the experts' stacked weights).
-  RankGroup tp_group = RankGroup::tensor;
+  // Expert parallel (graph/expert_parallel.h): the stacked weights of a mixture layer's experts (or
+  // their optimizer state) holding share `ep_index` of `ep_parts` equal shares of the experts,
+  // dimension 0, of a whole tensor whose dimension 0 is ep_parts times longer; with a
+  // tensor-parallel slice too, along another dimension. ep_parts 1: every expert.
+  int ep_parts = 1;
+  int ep_index = 0;
 
   Bytes size_bytes() const { return shape.numel() * dtype_size(dtype); }
   bool is_view() const { return view_of != kNoTensor; }

@@ -181,13 +181,60 @@ TensorId vocab_parallel_cross_entropy(Builder& b, const TensorParallel& tp, Tens
 Shape whole_shape(const TensorDesc& desc) {
   Shape shape = desc.shape;
   if (desc.tp_axis >= 0) shape.dims[static_cast<std::size_t>(desc.tp_axis)] = desc.tp_whole;
+  if (desc.ep_parts > 1) shape.dims[0] *= desc.ep_parts;
   return shape;
 }
 
 Shape padded_whole_shape(const TensorDesc& desc) {
   Shape shape = desc.shape;
   if (desc.tp_axis >= 0) shape.dims[static_cast<std::size_t>(desc.tp_axis)] *= desc.tp_parts;
+  if (desc.ep_parts > 1) shape.dims[0] *= desc.ep_parts;
   return shape;
+}
+
+namespace {
+
+// The experts' split of `desc` (graph/expert_parallel.h) as a slice along dimension 0 of a tensor
+// already whole along its tensor-parallel dimension (padded, or cropped when `cropped`).
+TensorDesc expert_split(const TensorDesc& desc, bool cropped) {
+  TensorDesc split = desc;
+  split.shape = cropped ? whole_shape(desc) : padded_whole_shape(desc);
+  split.shape.dims[0] = desc.shape[0];
+  split.tp_axis = 0;
+  split.tp_parts = desc.ep_parts;
+  split.tp_index = desc.ep_index;
+  split.tp_whole = desc.shape[0] * desc.ep_parts;
+  split.ep_parts = 1;
+  return split;
+}
+
+}  // namespace
+
+std::vector<std::byte> local_part(const TensorDesc& desc, std::span<const std::byte> padded_whole) {
+  std::vector<std::byte> values(padded_whole.begin(), padded_whole.end());
+  if (desc.ep_parts > 1) values = slice_of(expert_split(desc, /*cropped=*/false), values);
+  if (desc.tp_axis >= 0) {
+    TensorDesc tp = desc;
+    tp.ep_parts = 1;
+    values = slice_of(tp, values);
+  }
+  return values;
+}
+
+std::vector<std::byte> gather_whole(const TensorDesc& desc, std::span<const std::byte> local,
+                                    const std::function<std::vector<std::byte>(std::span<const std::byte>, int)>& gather) {
+  std::vector<std::byte> values(local.begin(), local.end());
+  if (desc.tp_axis >= 0) {
+    TensorDesc tp = desc;
+    tp.ep_parts = 1;
+    values = assemble_slices(tp, gather(values, tp.tp_parts), /*crop=*/true);
+  }
+  if (desc.ep_parts > 1) {
+    TensorDesc experts = expert_split(desc, /*cropped=*/true);
+    experts.shape.dims[0] = desc.shape[0];
+    values = assemble_slices(experts, gather(values, -desc.ep_parts), /*crop=*/true);
+  }
+  return values;
 }
 
 std::vector<std::byte> assemble_slices(const TensorDesc& desc, std::span<const std::byte> slices, bool crop) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,5 +92,13 @@ Shape padded_whole_shape(const TensorDesc& desc);
 std::vector<std::byte> assemble_slices(const TensorDesc& desc, std::span<const std::byte> slices, bool crop);
 // This rank's slice of `desc` (tp_index) from the whole tensor padded to tp_parts slices.
 std::vector<std::byte> slice_of(const TensorDesc& desc, std::span<const std::byte> padded_whole);
+// What `desc` holds of the whole tensor (padded_whole_shape, at desc's dtype): its share of the
+// experts (graph/expert_parallel.h), then its tensor-parallel slice.
+std::vector<std::byte> local_part(const TensorDesc& desc, std::span<const std::byte> padded_whole);
+// The whole tensor (whole_shape) from every rank's local part: `gather(bytes, parts)` returns
+// every rank's bytes of that size one after another in rank order, over the tensor-parallel
+// ranks (parts > 0) or the expert-parallel ones (parts < 0: -parts shares).
+std::vector<std::byte> gather_whole(const TensorDesc& desc, std::span<const std::byte> local,
+                                    const std::function<std::vector<std::byte>(std::span<const std::byte>, int)>& gather);
 
 }  // namespace memplan::graph

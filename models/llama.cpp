@@ -157,7 +157,7 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
   const TensorId xe = b.moe_dispatch(x_in, g_in, moe.capacity(tokens), m + ".dispatch");  // [E, slots, C]
   // Every expert's weights stacked, [E, out, in]: one batched product over the experts' slots.
   // With expert parallelism this rank holds a share of the experts and runs them on every
-  // rank's tokens. (Both at once: the weights' slice records the experts' split only.)
+  // rank's tokens (each expert's hidden width still split by tensor parallelism).
   const graph::InitSpec w_init{graph::InitSpec::Kind::normal, 0.02f};
   const graph::ExpertParallel& ep = config.expert_parallel;
   auto expert_project = [&](const char* which, TensorId input, std::int64_t out) {
@@ -165,12 +165,7 @@ TensorId moe(graph::Builder& b, const LlamaConfig& config, TensorId x, const std
     const bool down = std::string(which) == "down_proj";
     const std::int64_t width = down ? F : C;
     const graph::Shape whole{E, down ? out : F, width};
-    TensorId w;
-    if (ep.active()) {
-      w = graph::expert_weights(b, ep, name + ".weight", {E, down ? out : Fr, down ? Fr : width}, w_init, config.dtype);
-    } else {
-      w = graph::parameter_slice(b, tp, name + ".weight", whole, down ? 2 : 1, w_init, config.dtype);
-    }
+    const TensorId w = graph::expert_weights(b, ep, tp, name + ".weight", whole, down ? 2 : 1, w_init, config.dtype);
     return b.batched_matmul(input, w, false, true, name);
   };
   const TensorId local = graph::exchange_to_experts(b, ep, xe, m + ".to_experts");

@@ -267,10 +267,10 @@ std::vector<float> initial_values(const Graph& graph, const TensorDesc& desc, st
       case graph::InitSpec::Kind::normal: v = source.init.scale * rng.normal(); break;
     }
   }
-  if (source.tp_axis >= 0) {
+  if (source.tp_axis >= 0 || source.ep_parts > 1) {
     TensorDesc as_f32 = source;
     as_f32.dtype = graph::DType::f32;
-    const std::vector<std::byte> slice = graph::slice_of(as_f32, std::as_bytes(std::span<const float>(values)));
+    const std::vector<std::byte> slice = graph::local_part(as_f32, std::as_bytes(std::span<const float>(values)));
     values.assign(reinterpret_cast<const float*>(slice.data()), reinterpret_cast<const float*>(slice.data()) + source.shape.numel());
   }
   if (desc.shard_of != kNoTensor) {

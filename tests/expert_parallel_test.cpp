@@ -50,11 +50,11 @@ TEST(ExpertParallelGraph, EachRankHoldsItsShareOfTheExpertsAndExchangesTokens) {
     const graph::TensorDesc& full = whole.tensor(whole.find(name));
     EXPECT_EQ(w.shape[0], 2) << name;  // experts 2 and 3 of 4
     EXPECT_EQ(w.shape[1], full.shape[1]) << name;
-    EXPECT_EQ(w.tp_axis, 0) << name;
-    EXPECT_EQ(w.tp_group, RankGroup::expert) << name;
-    EXPECT_EQ(w.tp_index, 1) << name;
-    EXPECT_EQ(w.tp_whole, 4) << name;
-    EXPECT_EQ(full.tp_axis, -1) << name;
+    EXPECT_EQ(w.tp_axis, -1) << name;  // no tensor-parallel slice
+    EXPECT_EQ(w.ep_parts, 2) << name;
+    EXPECT_EQ(w.ep_index, 1) << name;
+    EXPECT_EQ(graph::whole_shape(w), full.shape) << name;
+    EXPECT_EQ(full.ep_parts, 1) << name;
   }
   // The router and everything else stays whole.
   EXPECT_EQ(share.tensor(share.find("layers.0.mlp.gate.weight")).shape, whole.tensor(whole.find("layers.0.mlp.gate.weight")).shape);

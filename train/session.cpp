@@ -357,26 +357,23 @@ Result<SessionEvaluation> TrainingSession::evaluate(std::optional<std::int64_t> 
 
 namespace {
 
-// The whole tensor of a tensor-parallel slice `desc` from every rank's (`tensor_group`, each rank
-// calling this with its own `slice` bytes), cropped to the model's size: what one process holds.
-std::vector<std::byte> whole_of_slices(const graph::TensorDesc& desc, std::span<const std::byte> slice,
-                                       dist::Communicator& tensor_group) {
-  const Bytes es = graph::dtype_size(desc.dtype);
-  MEMPLAN_CHECK(es == 2 || es == 4, "'" << desc.name << "' is a tensor-parallel slice of " << es << "-byte elements");
-  const dist::ElementType type = es == 2 ? dist::ElementType::u16 : dist::ElementType::f32;  // moved, never summed
-  std::vector<std::byte> slices(slice.size() * static_cast<std::size_t>(desc.tp_parts));
-  tensor_group.all_gather_shards(slice.data(), slices.data(), desc.shape.numel() * desc.tp_parts, type);
-  return graph::assemble_slices(desc, slices, /*crop=*/true);
-}
-
 }  // namespace
 
-dist::Communicator& TrainingSession::slice_group(const graph::TensorDesc& desc) const {
-  dist::Communicator* c = desc.tp_group == graph::RankGroup::expert ? options_.executor.expert_communicator
-                                                                     : options_.executor.tensor_communicator;
-  MEMPLAN_CHECK(c != nullptr, "'" << desc.name << "' is a slice over " << graph::rank_group_name(desc.tp_group)
-                                  << " ranks, but the session has no communicator for them");
-  return *c;
+std::vector<std::byte> TrainingSession::whole_of(const graph::TensorDesc& desc, std::span<const std::byte> local) const {
+  const Bytes es = graph::dtype_size(desc.dtype);
+  MEMPLAN_CHECK(es == 2 || es == 4, "'" << desc.name << "' is a slice of " << es << "-byte elements");
+  const dist::ElementType type = es == 2 ? dist::ElementType::u16 : dist::ElementType::f32;  // moved, never summed
+  // Every rank's part, in rank order, from the tensor-parallel group or the expert-parallel one.
+  auto gather = [&](std::span<const std::byte> part, int parts) {
+    dist::Communicator* c = parts > 0 ? options_.executor.tensor_communicator : options_.executor.expert_communicator;
+    MEMPLAN_CHECK(c != nullptr, "'" << desc.name << "' is split over " << (parts > 0 ? "tensor" : "expert")
+                                    << "-parallel ranks, but the session has no communicator for them");
+    const auto n = static_cast<std::size_t>(parts > 0 ? parts : -parts);
+    std::vector<std::byte> all(part.size() * n);
+    c->all_gather_shards(part.data(), all.data(), static_cast<std::int64_t>(part.size() * n) / es, type);
+    return all;
+  };
+  return graph::gather_whole(desc, local, gather);
 }
 
 std::string TrainingSession::params_sha256() const {
@@ -384,7 +381,7 @@ std::string TrainingSession::params_sha256() const {
   bool sharded = false, sliced = false;
   for (TensorId p : g.parameters()) {
     sharded = sharded || g.tensor(p).shard_of != kNoTensor;
-    sliced = sliced || g.tensor(p).tp_axis >= 0;
+    sliced = sliced || g.tensor(p).tp_axis >= 0 || g.tensor(p).ep_parts > 1;
   }
   if (!sharded && !sliced) return executor_->params_sha256();
   dist::Communicator* comm = options_.executor.communicator;
@@ -404,9 +401,7 @@ std::string TrainingSession::params_sha256() const {
       full = shard;
     } else {
       // An expert's weights are sharded over the ranks holding the same experts.
-      dist::Communicator* shards = local.tp_axis >= 0 && local.tp_group == graph::RankGroup::expert
-                                       ? options_.executor.expert_data_communicator
-                                       : comm;
+      dist::Communicator* shards = local.ep_parts > 1 ? options_.executor.expert_data_communicator : comm;
       MEMPLAN_CHECK(shards != nullptr, "expert shards without a communicator");
       shards->all_gather_shards(shard.data(), full.data(), numel, dist::ElementType::f32);
     }
@@ -414,7 +409,7 @@ std::string TrainingSession::params_sha256() const {
     // over the whole tensor of a tensor-parallel slice (as one process holds it).
     bytes.resize(static_cast<std::size_t>(numel * graph::dtype_size(desc.dtype)));
     kernels::narrow_from_f32(desc.dtype, full.data(), bytes.data(), numel);
-    if (local.tp_axis >= 0) bytes = whole_of_slices(local, bytes, slice_group(local));
+    if (local.tp_axis >= 0 || local.ep_parts > 1) bytes = whole_of(local, bytes);
     hash.update(bytes);
   }
   return hash.finish_hex();
@@ -450,11 +445,11 @@ Status TrainingSession::save(const std::string& path) const {
     const std::string_view bytes = std::string_view(snapshot.data).substr(t.offset, t.bytes);
     const graph::TensorDesc& desc = g.tensor(g.find(t.name));
     t.offset = data.size();
-    if (desc.tp_axis < 0) {
+    if (desc.tp_axis < 0 && desc.ep_parts <= 1) {
       data.append(bytes);
       continue;
     }
-    const std::vector<std::byte> whole = whole_of_slices(desc, std::as_bytes(std::span<const char>(bytes)), slice_group(desc));
+    const std::vector<std::byte> whole = whole_of(desc, std::as_bytes(std::span<const char>(bytes)));
     t.shape = graph::whole_shape(desc).dims;
     t.bytes = whole.size();
     data.append(reinterpret_cast<const char*>(whole.data()), whole.size());

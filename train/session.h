@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -164,8 +165,9 @@ class TrainingSession {
   std::string params_sha256() const;
 
  private:
-  // The ranks a sliced parameter's slices are spread over (its tp_group's communicator).
-  dist::Communicator& slice_group(const graph::TensorDesc& desc) const;
+  // The whole tensor of a parameter split over tensor- or expert-parallel ranks from every rank's
+  // `local` bytes (a collective over those ranks), cropped to the model's size: what one process holds.
+  std::vector<std::byte> whole_of(const graph::TensorDesc& desc, std::span<const std::byte> local) const;
 
   TrainingSession(RunData data, const SessionOptions& options) : data_(std::move(data)), options_(options) {}
 
