@@ -92,11 +92,6 @@ Status check_expert_parallel(const TrainSpec& spec, int replicas) {
   const int e = models::expert_parallel_of(spec.model).degree;
   if (e == 1) return Status::success();
   if (!spec.onnx.path.empty()) return Error{"--expert-parallel splits a mixture of experts' experts, not an --onnx graph"};
-  if (tensor_parallel_degree(spec) > 1) {
-    // The experts' weights would be split two ways, which their slices cannot record yet: a run
-    // could not start from one process's weights or save them whole (fit plans the combination).
-    return Error{"--expert-parallel with --tensor-parallel does not train yet (fit plans it); train with one of them"};
-  }
   if (replicas % e != 0 || replicas == 1) {
     return Error{"--expert-parallel " + std::to_string(e) + " splits the experts over groups of " + std::to_string(e) +
                  " data-parallel ranks, but " + std::to_string(replicas) + (replicas == 1 ? " runs" : " run") +
