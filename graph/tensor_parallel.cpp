@@ -230,9 +230,7 @@ std::vector<std::byte> gather_whole(const TensorDesc& desc, std::span<const std:
     values = assemble_slices(tp, gather(values, tp.tp_parts), /*crop=*/true);
   }
   if (desc.ep_parts > 1) {
-    TensorDesc experts = expert_split(desc, /*cropped=*/true);
-    experts.shape.dims[0] = desc.shape[0];
-    values = assemble_slices(experts, gather(values, -desc.ep_parts), /*crop=*/true);
+    values = assemble_slices(expert_split(desc, /*cropped=*/true), gather(values, -desc.ep_parts), /*crop=*/true);
   }
   return values;
 }

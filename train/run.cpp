@@ -64,7 +64,6 @@ graph::DataParallelConfig parallel_config(const TrainSpec& spec, int world, int 
   return dp;
 }
 
-
 int tensor_parallel_degree(const TrainSpec& spec) { return models::tensor_parallel_of(spec.model).degree; }
 
 // --tensor-parallel T needs a multiple of T ranks, and a decoder (model_options refuses others).
@@ -167,10 +166,9 @@ std::string out_of_memory_advice(const planner::StepDescription& step, const pla
 
 // The ranks of a run split each layer over groups of tensor_parallel consecutive ranks (rank r
 // holds slice r % T), and the groups are data-parallel replicas of one another (Megatron-LM's
-// layout): one communicator per kind of group.
-// With expert parallelism the replicas form groups of `expert_parallel` consecutive ones that split
-// the experts (replica d holds share d % E) and exchange tokens; replicas holding the same share
-// sum their experts' gradients.
+// layout): one communicator per kind of group. With expert parallelism the replicas form groups
+// of `expert_parallel` consecutive ones that split the experts (replica d holds share d % E) and
+// exchange tokens; replicas holding the same share sum their experts' gradients.
 struct RankGroups {
   int tensor_parallel = 1;
   int replicas = 1;      // the data-parallel world
