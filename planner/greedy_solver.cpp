@@ -1,8 +1,11 @@
 #include "memplan/planner/greedy_solver.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <numeric>
+#include <tuple>
 
 #include "memplan/planner/problem_parts.h"
 #include "memplan/planner/validator.h"
@@ -302,7 +305,7 @@ std::vector<Offset> greedy_pack(const AllocationProblem& problem, GreedyOrder or
 namespace {
 
 // The portfolio on one problem as a whole.
-Solution portfolio(const AllocationProblem& problem, const GreedyOptions& options) {
+Solution run_portfolio(const AllocationProblem& problem, const GreedyOptions& options) {
   const Bytes lower_bound = lower_bound_bytes(problem);
   std::vector<Offset> best;
   Bytes best_height = std::numeric_limits<Bytes>::max();
@@ -349,6 +352,68 @@ Solution portfolio(const AllocationProblem& problem, const GreedyOptions& option
     MEMPLAN_CHECK(valid.ok(), "greedy produced an invalid packing: " << valid.error().message);
   }
 #endif
+  return solution;
+}
+
+// A step is often planned again as it was: fit plans the asked step, then its lever search and
+// the op-order alternatives plan the same problem, and every packing of a large step costs
+// seconds. Without a deadline the portfolio is a pure function of the buffers' geometry (sizes,
+// alignments, lifetimes, pins), the capacity and the runs asked, so the answers for the last few
+// problems are kept and an equal problem gets the same answer without packing again.
+class PortfolioMemo {
+ public:
+  std::optional<Solution> find(const AllocationProblem& problem, const GreedyOptions& options) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Entry& e : entries_) {
+      if (same(e, problem, options)) return e.solution;
+    }
+    return std::nullopt;
+  }
+  void keep(const AllocationProblem& problem, const GreedyOptions& options, const Solution& solution) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() == kEntries) entries_.pop_front();
+    Entry e{{}, problem.capacity_bytes, options.orders, options.placements, solution};
+    e.buffers.reserve(problem.buffers.size());
+    for (const BufferSpec& b : problem.buffers) e.buffers.push_back(geometry(b));
+    entries_.push_back(std::move(e));
+  }
+
+ private:
+  static constexpr std::size_t kEntries = 4;
+  using Geometry = std::tuple<Bytes, Bytes, TimePoint, TimePoint, std::optional<Offset>>;
+  struct Entry {
+    std::vector<Geometry> buffers;
+    std::optional<Bytes> capacity;
+    std::vector<GreedyOrder> orders;
+    std::vector<GreedyPlacement> placements;
+    Solution solution;
+  };
+  static Geometry geometry(const BufferSpec& b) { return {b.size_bytes, b.alignment, b.first_op, b.end_op, b.fixed_offset}; }
+  static bool same(const Entry& e, const AllocationProblem& problem, const GreedyOptions& options) {
+    if (e.buffers.size() != problem.buffers.size() || e.capacity != problem.capacity_bytes || e.orders != options.orders ||
+        e.placements != options.placements) {
+      return false;
+    }
+    for (std::size_t i = 0; i < e.buffers.size(); ++i) {
+      if (e.buffers[i] != geometry(problem.buffers[i])) return false;
+    }
+    return true;
+  }
+  std::mutex mutex_;
+  std::deque<Entry> entries_;
+};
+
+// Problems below this many buffers pack in milliseconds: not worth keeping.
+constexpr std::size_t kMemoBuffers = 2'000;
+
+Solution portfolio(const AllocationProblem& problem, const GreedyOptions& options) {
+  static PortfolioMemo memo;
+  const bool memoised = !options.deadline && problem.buffers.size() >= kMemoBuffers;
+  if (memoised) {
+    if (std::optional<Solution> known = memo.find(problem, options)) return *std::move(known);
+  }
+  Solution solution = run_portfolio(problem, options);
+  if (memoised) memo.keep(problem, options, solution);
   return solution;
 }
 

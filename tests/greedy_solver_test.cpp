@@ -132,3 +132,33 @@ TEST(SolveGreedy, PortfolioIsNoWorseThanAnyRun) {
 
 }  // namespace
 }  // namespace memplan::planner
+
+namespace memplan::planner {
+namespace {
+
+// Large problems' answers are kept for an equal problem planned again (fit plans a step several
+// times): the same problem gets the same packing, and a problem that differs in one buffer's
+// geometry is packed afresh, never given the kept answer (which would not be valid for it).
+TEST(SolveGreedy, AnEqualLargeProblemGetsTheSameAnswerAndAChangedOneItsOwn) {
+  AllocationProblem p;
+  for (int i = 0; i < 3000; ++i) {
+    const TimePoint first = i % 97;
+    p.buffers.push_back(buffer("b" + std::to_string(i), 64 + (i * 37) % 512, first, first + 1 + (i * 13) % 40));
+  }
+  const Solution a = solve_greedy(p);
+  const Solution again = solve_greedy(p);
+  EXPECT_EQ(again.offsets, a.offsets);
+  EXPECT_EQ(again.height_bytes, a.height_bytes);
+  for (int changed : {0, 1500, 2999}) {
+    AllocationProblem q = p;
+    q.buffers[static_cast<std::size_t>(changed)].end_op += 60;  // live beside more buffers
+    const Solution b = solve_greedy(q);
+    EXPECT_TRUE(validate_solution(q, b).ok()) << "buffer " << changed << ": " << validate_solution(q, b).error().message;
+    AllocationProblem r = p;
+    r.buffers[static_cast<std::size_t>(changed)].size_bytes *= 8;
+    EXPECT_TRUE(validate_solution(r, solve_greedy(r)).ok()) << "buffer " << changed;
+  }
+}
+
+}  // namespace
+}  // namespace memplan::planner
