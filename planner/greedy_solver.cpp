@@ -1,6 +1,7 @@
 #include "memplan/planner/greedy_solver.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -219,13 +220,28 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
   std::vector<Offset> offsets(n, 0);
   PlacedIndex placed(problem);
   Skyline skyline(problem);
+  // Every placed buffer by its [offset, top), kept in order as they are placed: a buffer live
+  // beside many placed ones reads its neighbours' ranges in order from here (marked, O(placed))
+  // instead of sorting them (O(k log k)). Either way the ranges come in ascending order, and
+  // ranges of equal offset close the same gaps in any order, so the packing is the same.
+  std::vector<std::size_t> by_offset;
+  std::vector<std::uint32_t> mark(n, 0);
+  std::uint32_t stamp = 0;
+  auto range_of = [&](std::size_t j) { return std::make_pair(offsets[j], offsets[j] + footprint_bytes(problem.buffers[j])); };
+  auto place = [&](std::size_t i) {
+    placed.insert(i);
+    const auto range = range_of(i);
+    by_offset.insert(std::upper_bound(by_offset.begin(), by_offset.end(), range,
+                                      [&](const std::pair<Offset, Offset>& r, std::size_t j) { return r < range_of(j); }),
+                     i);
+  };
   // Pinned buffers go first: everything else must fit around them.
   for (std::size_t i = 0; i < n; ++i) {
     const BufferSpec& b = problem.buffers[i];
     if (!b.fixed_offset) continue;
     offsets[i] = *b.fixed_offset;
     if (footprint_bytes(b) == 0) continue;
-    placed.insert(i);
+    place(i);
     skyline.raise(b.first_op, b.end_op, *b.fixed_offset + footprint_bytes(b));
   }
   const std::size_t max_neighbours = std::max<std::size_t>(64, visit_budget / std::max<std::size_t>(n, 1));
@@ -249,7 +265,7 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
     if (std::size_t(conflicts[i]) > max_neighbours ||
         !placed.overlapping(b.first_op, b.end_op, max_neighbours, neighbours)) {
       offsets[i] = align_up(skyline.max(b.first_op, b.end_op), b.alignment);
-      placed.insert(i);
+      place(i);
       skyline.raise(b.first_op, b.end_op, offsets[i] + size);
       height = std::max(height, offsets[i] + size);
       if (height >= cutoff) {
@@ -259,8 +275,19 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
       continue;
     }
     taken.clear();
-    for (const std::size_t j : neighbours) taken.emplace_back(offsets[j], offsets[j] + footprint_bytes(problem.buffers[j]));
-    std::sort(taken.begin(), taken.end());
+    if (neighbours.size() * 16 < by_offset.size()) {
+      for (const std::size_t j : neighbours) taken.push_back(range_of(j));
+      std::sort(taken.begin(), taken.end());
+    } else {
+      if (++stamp == 0) {  // the stamps wrapped: clear the marks once
+        std::fill(mark.begin(), mark.end(), 0);
+        stamp = 1;
+      }
+      for (const std::size_t j : neighbours) mark[j] = stamp;
+      for (const std::size_t j : by_offset) {
+        if (mark[j] == stamp) taken.push_back(range_of(j));
+      }
+    }
     // Walk the gaps between taken ranges from the bottom; `floor` is the top of everything
     // below the current gap.
     Offset floor = 0;
@@ -283,7 +310,7 @@ std::vector<Offset> pack(const AllocationProblem& problem, GreedyOrder order, Gr
     }
     if (chosen < 0) chosen = align_up(floor, b.alignment);
     offsets[i] = chosen;
-    placed.insert(i);
+    place(i);
     skyline.raise(b.first_op, b.end_op, chosen + size);
     height = std::max(height, chosen + size);
     if (height >= cutoff) {
