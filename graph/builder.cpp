@@ -59,19 +59,23 @@ TensorId Builder::external(const std::string& name, Shape shape, DType dtype) {
   return graph_.add_tensor(std::move(desc));
 }
 
+namespace {
+
+// A cache a write op updates, [blocks, block_size, the key's width] and external: the op's shape
+// inference sees inputs only, so the caches are checked here.
+void check_cache(const char* op, const TensorDesc& c, const TensorDesc& key) {
+  if (!c.external || c.shape.rank() != 3 || c.dtype != key.dtype || key.shape.rank() != 2 || c.shape[2] != key.shape[1]) {
+    throw GraphError(std::string(op) + ": cache '" + c.name + "' " + c.shape.to_string() + " must be an external [blocks, block_size, " +
+                     (key.shape.rank() == 2 ? std::to_string(key.shape[1]) : "?") + "] tensor of the key's dtype");
+  }
+}
+
+}  // namespace
+
 void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, TensorId positions, TensorId k_cache,
                              TensorId v_cache, const std::string& name, std::int64_t rotary_head_size,
                              float rope_base, std::int64_t rotary_dims) {
-  // The op's shape inference sees inputs only; the caches it updates are checked here.
-  const TensorDesc& kd = graph_.tensor(k);
-  for (TensorId cache : {k_cache, v_cache}) {
-    const TensorDesc& c = graph_.tensor(cache);
-    if (!c.external || c.shape.rank() != 3 || c.dtype != kd.dtype || kd.shape.rank() != 2 || c.shape[2] != kd.shape[1]) {
-      throw GraphError("kv_cache_write: cache '" + c.name + "' " + c.shape.to_string() +
-                       " must be an external [blocks, block_size, " + (kd.shape.rank() == 2 ? std::to_string(kd.shape[1]) : "?") +
-                       "] tensor of the key's dtype");
-    }
-  }
+  for (TensorId cache : {k_cache, v_cache}) check_cache("kv_cache_write", graph_.tensor(cache), graph_.tensor(k));
   OpAttrs attrs;
   if (rope_base > 0.0f) {
     attrs.shape = {rotary_head_size};
@@ -85,12 +89,7 @@ void Builder::kv_cache_write(TensorId k, TensorId v, TensorId block_table, Tenso
 void Builder::latent_cache_write(TensorId key, TensorId block_table, TensorId positions, TensorId cache,
                                  const std::string& name, float rope_base, std::int64_t rotary_dims) {
   const TensorDesc& kd = graph_.tensor(key);
-  const TensorDesc& c = graph_.tensor(cache);
-  if (!c.external || c.shape.rank() != 3 || c.dtype != kd.dtype || kd.shape.rank() != 2 || c.shape[2] != kd.shape[1]) {
-    throw GraphError("latent_cache_write: cache '" + c.name + "' " + c.shape.to_string() +
-                     " must be an external [blocks, block_size, " + (kd.shape.rank() == 2 ? std::to_string(kd.shape[1]) : "?") +
-                     "] tensor of the key's dtype");
-  }
+  check_cache("latent_cache_write", graph_.tensor(cache), kd);
   OpAttrs attrs;
   if (rope_base > 0.0f) {
     attrs.shape = {kd.shape[1]};

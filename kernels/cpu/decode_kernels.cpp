@@ -16,9 +16,14 @@ namespace {
 
 using graph::OpKind;
 
-// Where position `pos` of slot `b` lives in a cache [blocks, block_size, width]: its row.
+// Slot `b`'s block table: the pool block of each run of block_size positions.
 inline const std::int32_t* table_row(const KernelCall& c, int table_input, std::int64_t b) {
   return c.inputs[static_cast<std::size_t>(table_input)].i32() + b * (*c.inputs[static_cast<std::size_t>(table_input)].shape)[1];
+}
+
+// Where position `pos` lives in a cache [blocks, block_size, width], through a slot's table: its row.
+inline std::int64_t cache_row(const std::int32_t* blocks, std::int64_t pos, std::int64_t block_size) {
+  return std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
 }
 
 void k_kv_cache_write(const KernelCall& c) {
@@ -33,7 +38,7 @@ void k_kv_cache_write(const KernelCall& c) {
     const std::int32_t* blocks = table_row(c, 2, b);
     if (blocks[0] < 0) continue;  // an empty slot
     const std::int64_t pos = positions[b];
-    const std::int64_t row = std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
+    const std::int64_t row = cache_row(blocks, pos, block_size);
     if (c.attrs->shape.empty()) {
       std::memcpy(k_cache + row * width, k + b * width, static_cast<std::size_t>(width) * sizeof(float));
     } else {
@@ -56,7 +61,7 @@ void k_latent_cache_write(const KernelCall& c) {
     const std::int32_t* blocks = table_row(c, 1, b);
     if (blocks[0] < 0) continue;  // an empty slot
     const std::int64_t pos = positions[b];
-    const std::int64_t row = std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
+    const std::int64_t row = cache_row(blocks, pos, block_size);
     if (c.attrs->shape.empty()) {
       std::memcpy(cache + row * width, key + b * width, static_cast<std::size_t>(width) * sizeof(float));
     } else {
@@ -112,10 +117,9 @@ void attend_over_cache(const KernelCall& c, const CacheAttention& a, std::int64_
         qh = q_rot.data();
         own_key = k_rot.data();
       }
-      auto row_of = [&](std::int64_t j) { return std::int64_t{blocks[j / block_size]} * block_size + j % block_size; };
-      auto key_of = [&](std::int64_t j) { return j == pos ? own_key : a.k_cache + row_of(j) * a.key_row + g * a.hd; };
+      auto key_of = [&](std::int64_t j) { return j == pos ? own_key : a.k_cache + cache_row(blocks, j, block_size) * a.key_row + g * a.hd; };
       auto value_of = [&](std::int64_t j) {
-        return (j == pos ? a.v + b * a.v_row : a.v_cache + row_of(j) * a.v_row) + g * a.vd + a.v_offset;
+        return (j == pos ? a.v + b * a.v_row : a.v_cache + cache_row(blocks, j, block_size) * a.v_row) + g * a.vd + a.v_offset;
       };
       double top = -INFINITY;
       for (std::int64_t j = 0; j <= pos; ++j) {

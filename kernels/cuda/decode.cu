@@ -29,6 +29,11 @@ __device__ inline float rotated(const float* head, std::int64_t i, std::int64_t 
   return i < half ? a * cs - b * sn : b * cs + a * sn;
 }
 
+// Where position j lives in a cache [blocks, block_size, width], through a slot's block table: its row.
+__device__ inline std::int64_t cache_row(const std::int32_t* blocks, std::int64_t j, std::int64_t block_size) {
+  return std::int64_t{blocks[j / block_size]} * block_size + j % block_size;
+}
+
 void k_kv_cache_write(const KernelCall& c) {
   const std::int64_t slots = (*c.inputs[0].shape)[0], width = (*c.inputs[0].shape)[1];
   const std::int64_t mb = (*c.inputs[2].shape)[1], block_size = (*c.updates[0].shape)[1];
@@ -46,7 +51,7 @@ void k_kv_cache_write(const KernelCall& c) {
     const std::int32_t* blocks = table + b * mb;
     if (blocks[0] < 0) return;  // an empty slot
     const std::int64_t pos = positions[b];
-    const std::int64_t row = std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
+    const std::int64_t row = cache_row(blocks, pos, block_size);
     k_cache[row * width + e] =
         rotary_hd > 0 ? rotated(k + b * width + e / rotary_hd * rotary_hd, e % rotary_hd, rotary_hd, pos, base, rotary_dims)
                       : k[i];
@@ -65,10 +70,6 @@ struct DecodeShape {
   float scale;    // the score scale (the op's alpha, or 1 / sqrt(HD))
   float softcap;  // scores capped to softcap * tanh(s / softcap); 0: none
 };
-
-__device__ inline std::int64_t cache_row(const std::int32_t* blocks, std::int64_t j, std::int64_t block_size) {
-  return std::int64_t{blocks[j / block_size]} * block_size + j % block_size;
-}
 
 // Block (b, h): scores of a chunk of positions into shared memory, then the chunk's weighted
 // values added to acc[HD] (shared), after rescaling by exp(old max - new max).
@@ -185,7 +186,7 @@ void k_latent_cache_write(const KernelCall& c) {
     const std::int32_t* blocks = table + b * mb;
     if (blocks[0] < 0) return;  // an empty slot
     const std::int64_t pos = positions[b];
-    const std::int64_t row = std::int64_t{blocks[pos / block_size]} * block_size + pos % block_size;
+    const std::int64_t row = cache_row(blocks, pos, block_size);
     cache[row * width + e] = rotary ? rotated(key + b * width, e, width, pos, base, rotary_dims) : key[i];
   });
 }
