@@ -21,6 +21,7 @@
 
 #include "memplan/runtime/safetensors.h"
 #include "tests/cli_util.h"
+#include "tests/rank_runs.h"
 
 namespace memplan {
 namespace {
@@ -93,14 +94,7 @@ void PrintTo(const Model& m, std::ostream* os) { *os << m.name; }
 std::string data_flag(const Model& m) { return " --data " + (m.text ? small_data().text : small_data().images); }
 
 nlohmann::json train_json(const std::string& launcher, const std::string& args) {
-  const auto r = run_cli_with_env(launcher, "train --json --quiet --threads 1 " + args, false);
-  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
-  try {
-    return nlohmann::json::parse(r.output);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not one JSON object: " << e.what() << "\n" << r.output;
-    return {};
-  }
+  return testing::json_run(launcher, "train --json --quiet --threads 1 " + args);
 }
 
 class StagesAgree : public ::testing::TestWithParam<Model> {};

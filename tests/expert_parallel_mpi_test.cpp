@@ -17,12 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_util.h"
-#include "tests/parameters_compare.h"
+#include "tests/rank_runs.h"
 
 namespace memplan {
 namespace {
 
 using testing::expect_parameters_close;
+using testing::json_run;
 using testing::mpirun;
 using testing::run_cli;
 using testing::run_cli_with_env;
@@ -37,11 +38,7 @@ const MoeFiles& moe_files() {
     out.dir = ::testing::TempDir() + "/ep_" + std::to_string(::getpid());
     std::filesystem::create_directories(out.dir);
     out.text = out.dir + "/text.txt";
-    std::ofstream text(out.text, std::ios::binary);
-    for (int line = 0; line < 40; ++line) {
-      for (int c = 32; c < 127; ++c) text.put(static_cast<char>(32 + (c * (line + 3)) % 95));
-      text << "\t\n";
-    }
+    testing::write_97_byte_text(out.text);
     out.mixtral = out.dir + "/mixtral.json";  // 4 experts, 2 a token
     std::ofstream(out.mixtral) << R"({"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 2,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_local_experts": 4,
@@ -64,16 +61,6 @@ const MoeFiles& moe_files() {
   return f;
 }
 
-nlohmann::json run_json(const std::string& launcher, const std::string& command) {
-  const auto r = run_cli_with_env(launcher, command, false);
-  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
-  try {
-    return nlohmann::json::parse(r.output);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not one JSON object: " << e.what() << "\n" << r.output;
-    return nlohmann::json::object();
-  }
-}
 
 std::string moe_shape(const std::string& config) { return "--config " + config + " --seq 16 --batch 4 --optimizer sgd --moe-capacity-factor 0"; }
 
@@ -89,10 +76,10 @@ nlohmann::json expect_split_as_one_process(const std::string& config, const std:
   std::string tag = flags;
   for (char& c : tag) c = c == ' ' || c == '-' ? '_' : c;
   const std::string split = moe_files().dir + "/" + label + "_" + std::to_string(ranks) + tag + ".safetensors";
-  if (!std::filesystem::exists(one)) run_json("", train_args(config) + " --save " + one);
-  const nlohmann::json out = run_json(mpirun(ranks), train_args(config) + flags + " --save " + split);
+  if (!std::filesystem::exists(one)) json_run("", train_args(config) + " --save " + one);
+  const nlohmann::json out = json_run(mpirun(ranks), train_args(config) + flags + " --save " + split);
   expect_parameters_close(one, split, 1e-5);
-  const nlohmann::json fit = run_json("", "fit " + moe_shape(config) + " --vocab 97 --devices " + std::to_string(ranks) + flags +
+  const nlohmann::json fit = json_run("", "fit " + moe_shape(config) + " --vocab 97 --devices " + std::to_string(ranks) + flags +
                                               " --device cpu --device-memory 1TiB --json");
   EXPECT_EQ(out["ranks"].size(), static_cast<std::size_t>(ranks)) << out.dump();
   for (const auto& rank : out["ranks"]) {
@@ -147,8 +134,8 @@ TEST(ExpertParallelMpi, ZeroStagesShardTheExpertsOverTheRanksHoldingThem) {
   for (int zero : {0, 1, 2, 3}) {
     SCOPED_TRACE("ZeRO-" + std::to_string(zero));
     const std::string flags = " --expert-parallel 2 --zero " + std::to_string(zero);
-    const nlohmann::json out = run_json(mpirun(4), train_args(moe_files().mixtral) + flags);
-    const nlohmann::json fit = run_json("", "fit " + moe_shape(moe_files().mixtral) + " --vocab 97 --devices 4" + flags +
+    const nlohmann::json out = json_run(mpirun(4), train_args(moe_files().mixtral) + flags);
+    const nlohmann::json fit = json_run("", "fit " + moe_shape(moe_files().mixtral) + " --vocab 97 --devices 4" + flags +
                                                 " --device cpu --device-memory 1TiB --json");
     for (const auto& rank : out["ranks"]) EXPECT_EQ(rank["arena_bytes"], fit["arena_bytes"]) << "fit and train disagree";
     if (zero == 3) break;

@@ -1,19 +1,47 @@
-// Two weights files (runtime/safetensors.h) compared tensor by tensor: what a run split over ranks
-// (tensor, expert or data parallel) is checked against one process with.
+// What the tests of runs split over ranks (tensor, expert or data parallel, under mpirun) share:
+// their text, a run's JSON answer, and two weights files (runtime/safetensors.h) compared tensor by
+// tensor, the split run's against one process's.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "memplan/runtime/safetensors.h"
+#include "tests/cli_util.h"
 
 namespace memplan::testing {
+
+// 40 lines of the 95 printable bytes in shuffled orders, each ended by a tab and a newline: a
+// text of 97 distinct bytes (a vocabulary that 2 tensor-parallel ranks split with a padding row).
+inline void write_97_byte_text(const std::string& path) {
+  std::ofstream text(path, std::ios::binary);
+  for (int line = 0; line < 40; ++line) {
+    for (int c = 32; c < 127; ++c) text.put(static_cast<char>(32 + (c * (line + 3)) % 95));
+    text << "\t\n";
+  }
+}
+
+// `command` run under `launcher` (mpirun's line, or "" for one process): exit 0 and one JSON
+// object on stdout, else a test failure and an empty object.
+inline nlohmann::json json_run(const std::string& launcher, const std::string& command) {
+  const auto r = run_cli_with_env(launcher, command, false);
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+  try {
+    return nlohmann::json::parse(r.output);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not one JSON object: " << e.what() << "\n" << r.output;
+    return nlohmann::json::object();
+  }
+}
 
 inline std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -20,7 +20,7 @@
 
 #include "memplan/runtime/safetensors.h"
 #include "tests/cli_util.h"
-#include "tests/parameters_compare.h"
+#include "tests/rank_runs.h"
 
 namespace memplan {
 namespace {
@@ -42,11 +42,7 @@ const Files& files() {
     out.dir = ::testing::TempDir() + "/tp_" + std::to_string(::getpid());
     std::filesystem::create_directories(out.dir);
     out.text = out.dir + "/text.txt";
-    std::ofstream text(out.text, std::ios::binary);
-    for (int line = 0; line < 40; ++line) {
-      for (int c = 32; c < 127; ++c) text.put(static_cast<char>(32 + (c * (line + 3)) % 95));
-      text << "\t\n";
-    }
+    testing::write_97_byte_text(out.text);
     out.llama = out.dir + "/llama.json";
     std::ofstream(out.llama) << R"({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 32000,
@@ -57,14 +53,7 @@ const Files& files() {
 }
 
 nlohmann::json train_json(const std::string& launcher, const std::string& args) {
-  const auto r = run_cli_with_env(launcher, "train --json --quiet --threads 1 " + args, false);
-  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
-  try {
-    return nlohmann::json::parse(r.output);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not one JSON object: " << e.what() << "\n" << r.output;
-    return nlohmann::json::object();
-  }
+  return testing::json_run(launcher, "train --json --quiet --threads 1 " + args);
 }
 
 nlohmann::json fit_json(const std::string& args) {
